@@ -1,0 +1,95 @@
+//! [`Lease`]: an item handed out by the queue, marked done when dropped.
+
+use std::fmt;
+use std::hash::Hash;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use crate::queue::Shared;
+
+/// The claim on one item while a worker processes it.
+///
+/// [`WorkQueue::get`](crate::WorkQueue::get) and its siblings hand items out as leases.
+/// While a lease is alive the item is never handed to another worker; adds of it are
+/// remembered, and it is queued again (once, at the tail) when the lease is dropped.
+/// Dropping the lease is client-go's `Done`: it cannot be forgotten, cannot happen twice,
+/// and happens too when the worker panics and unwinds.
+///
+/// A lease dereferences to the item.
+///
+/// # Examples
+///
+/// ```
+/// use workqueue::WorkQueue;
+///
+/// let queue = WorkQueue::new();
+/// queue.add("default/web-0");
+/// let lease = queue.try_get().unwrap();
+/// queue.add("default/web-0"); // re-added while processing
+/// assert_eq!(queue.len(), 0); // not handed out again yet
+/// drop(lease); // done: now it is queued again
+/// assert_eq!(queue.len(), 1);
+/// ```
+pub struct Lease<T: Eq + Hash + Clone + Send + Sync + 'static> {
+    /// The queue, to mark the item done on drop.
+    shared: Arc<Shared<T>>,
+    /// A clone of the item.
+    item: T,
+    /// The item's slot in the queue's state, reserved until this lease drops.
+    slot: u32,
+    /// The priority the item was handed out with.
+    priority: i32,
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
+    pub(crate) fn new(shared: Arc<Shared<T>>, item: T, slot: u32, priority: i32) -> Self {
+        Self {
+            shared,
+            item,
+            slot,
+            priority,
+        }
+    }
+
+    /// The item.
+    pub fn item(&self) -> &T {
+        &self.item
+    }
+
+    /// The priority the item was handed out with (0 unless priorities are used; see
+    /// [`AddOptions::priority`](crate::AddOptions::priority)).
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// Marks the item done, as dropping the lease does. This is client-go's `Done`.
+    pub fn done(self) {}
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> Deref for Lease<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.item
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> AsRef<T> for Lease<T> {
+    fn as_ref(&self) -> &T {
+        &self.item
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> Drop for Lease<T> {
+    fn drop(&mut self) {
+        self.shared.done(self.slot);
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> fmt::Debug for Lease<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("priority", &self.priority)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,184 @@
+//! Deduplicated, delayed and rate-limited work queues: Kubernetes client-go's `workqueue`,
+//! for Rust.
+//!
+//! A [`WorkQueue`] hands out *keys* of work ("`namespace/name`") to workers, with the rules
+//! every controller relies on:
+//!
+//! - **Fair**: items come out in the order they were added.
+//! - **Stingy**: an item added many times before a worker picks it up is processed once, and
+//!   an item is never processed by two workers at once. Added again while a worker holds it,
+//!   it is handed out once more after that worker is done.
+//! - **Delayed adds** ([`add_after`](WorkQueue::add_after)): the earliest ready time wins.
+//! - **Rate-limited retries** ([`add_rate_limited`](WorkQueue::add_rate_limited),
+//!   [`forget`](WorkQueue::forget), [`num_requeues`](WorkQueue::num_requeues)) with
+//!   client-go's [`rate_limiter`]s.
+//! - **Shutdown** that stops intake, and [shutdown with drain](WorkQueue::shut_down_with_drain)
+//!   that waits for in-flight work.
+//!
+//! # Hello, queue
+//!
+//! ```
+//! use workqueue::WorkQueue;
+//!
+//! let queue = WorkQueue::new();
+//! queue.add("default/web-0");
+//! queue.add("default/web-1");
+//! queue.add("default/web-0"); // already queued: no second entry
+//!
+//! let lease = queue.blocking_get().unwrap();
+//! assert_eq!(*lease, "default/web-0");
+//! drop(lease); // done
+//! assert_eq!(queue.len(), 1);
+//! ```
+//!
+//! # Leases
+//!
+//! [`get`](WorkQueue::get), [`blocking_get`](WorkQueue::blocking_get) and
+//! [`try_get`](WorkQueue::try_get) hand an item out under a [`Lease`]. While the lease lives,
+//! the item is not handed to anyone else; dropping it is client-go's `Done`, so it can be
+//! neither forgotten nor done twice, and a worker that panics frees its item as it unwinds.
+//!
+//! ```
+//! use workqueue::WorkQueue;
+//!
+//! let queue = WorkQueue::new();
+//! queue.add("default/web-0");
+//! let lease = queue.try_get().unwrap();
+//! queue.add("default/web-0"); // changed again while we work on it
+//! assert!(queue.try_get().is_err()); // never to two workers at once
+//! drop(lease);
+//! assert_eq!(*queue.try_get().unwrap(), "default/web-0"); // handed out again after
+//! ```
+//!
+//! # Delays, on a clock you control
+//!
+//! Every timed decision reads the queue's [`clock::Clock`]. Tests use a
+//! [`FakeClock`](clock::FakeClock), so nothing sleeps:
+//!
+//! ```
+//! use std::time::Duration;
+//! use workqueue::{WorkQueue, clock::FakeClock};
+//!
+//! let clock = FakeClock::new();
+//! let queue = WorkQueue::builder().clock(clock.clone()).build();
+//! queue.add_after("default/web-0", Duration::from_secs(60));
+//! queue.add_after("default/web-0", Duration::from_secs(5)); // the earliest wins
+//! assert_eq!(queue.len(), 0);
+//! clock.step(Duration::from_secs(5));
+//! assert_eq!(queue.len(), 1);
+//! ```
+//!
+//! # The worker loop, with rate-limited retries
+//!
+//! ```
+//! use std::time::Duration;
+//! use workqueue::{WorkQueue, clock::FakeClock, rate_limiter::ExponentialFailure};
+//!
+//! fn reconcile(key: &str) -> Result<(), String> {
+//!     Err(format!("{key}: not ready yet"))
+//! }
+//!
+//! let clock = FakeClock::new();
+//! let queue = WorkQueue::builder()
+//!     .clock(clock.clone())
+//!     .rate_limiter(ExponentialFailure::new(Duration::from_millis(5), Duration::from_secs(60)))
+//!     .build();
+//! queue.add("default/web-0");
+//!
+//! let lease = queue.try_get().unwrap();
+//! match reconcile(&lease) {
+//!     Ok(()) => queue.forget(&lease), // success: reset its backoff
+//!     Err(_) => queue.add_rate_limited(*lease), // failure: retry after 5 ms, 10 ms, ...
+//! }
+//! drop(lease);
+//!
+//! assert_eq!(queue.num_requeues(&"default/web-0"), 1);
+//! clock.step(Duration::from_millis(5));
+//! assert_eq!(queue.len(), 1);
+//! ```
+//!
+//! # Shutdown
+//!
+//! [`shut_down`](WorkQueue::shut_down) stops intake; queued items are still handed out, then
+//! getters receive `None`. [`shut_down_with_drain`](WorkQueue::shut_down_with_drain) also
+//! waits until every lease is dropped.
+//!
+//! ```
+//! use workqueue::WorkQueue;
+//!
+//! let queue = WorkQueue::new();
+//! queue.add("default/web-0");
+//! let worker = {
+//!     let queue = queue.clone();
+//!     std::thread::spawn(move || {
+//!         let mut processed = 0;
+//!         while let Some(_lease) = queue.blocking_get() {
+//!             processed += 1;
+//!         }
+//!         processed
+//!     })
+//! };
+//! queue.blocking_shut_down_with_drain();
+//! queue.add("default/web-1"); // ignored: the queue is shut down
+//! assert_eq!(worker.join().unwrap(), 1);
+//! ```
+//!
+//! # Async and blocking
+//!
+//! [`get`](WorkQueue::get) is a future that works on any executor and is cancel safe;
+//! [`blocking_get`](WorkQueue::blocking_get) parks a thread; [`try_get`](WorkQueue::try_get)
+//! never waits. All three share one queue of waiters, so mixing them is fine.
+//!
+//! ```
+//! use workqueue::WorkQueue;
+//!
+//! # futures::executor::block_on(async {
+//! let queue = WorkQueue::new();
+//! queue.add(42_u64);
+//! let lease = queue.get().await.unwrap();
+//! assert_eq!(*lease, 42);
+//! # });
+//! ```
+//!
+//! # Coming from client-go
+//!
+//! | client-go | workqueue | differences |
+//! | --- | --- | --- |
+//! | `NewTyped`, `NewTypedDelayingQueue`, `NewTypedRateLimitingQueue` | [`WorkQueue::new`], [`WorkQueue::builder`] | one type carries all three layers; a queue that never delays pays nothing for it |
+//! | `TypedQueueConfig{Name, Clock}` | [`Builder::name`], [`Builder::clock`], [`Builder::rate_limiter`] | the default rate limiter is [`rate_limiter::default_controller`], on the queue's clock |
+//! | `Add` | [`WorkQueue::add`] | `Add` of an item waiting for a delay makes it ready now and drops the delayed entry, so it is processed once (client-go processes it twice, kubernetes#126027) |
+//! | `Get` | [`WorkQueue::get`], [`WorkQueue::blocking_get`], [`WorkQueue::try_get`] | returns `Option<Lease<T>>` instead of `(item, shutdown)`; async, blocking and non-blocking forms; the async one works on any executor and is cancel safe |
+//! | `Done` | drop the [`Lease`] (or [`Lease::done`]) | cannot be forgotten or called twice; happens on panic too; no `Done` of an item that was never handed out |
+//! | `Len` | [`WorkQueue::len`] | same meaning; also [`WorkQueue::delayed_len`] and [`WorkQueue::processing_len`] |
+//! | `ShutDown`, `ShuttingDown` | [`WorkQueue::shut_down`], [`WorkQueue::is_shutting_down`] | the delay timer thread is joined before `shut_down` returns (client-go's `waitingLoop` may outlive it, kubernetes#134323) |
+//! | `ShutDownWithDrain` | [`WorkQueue::shut_down_with_drain`] (async), [`WorkQueue::blocking_shut_down_with_drain`] | same rule: returns once no lease is out, or when a plain `shut_down` cuts it short |
+//! | `AddAfter` | [`WorkQueue::add_after`] | never blocks (client-go's blocks once 1000 adds are pending); one timer per queue, no 10 s heartbeat; an item already queued stays queued once instead of being added again later; delays round to the nanosecond; `Duration::MAX` saturates |
+//! | `AddRateLimited`, `Forget`, `NumRequeues` | [`WorkQueue::add_rate_limited`], [`WorkQueue::forget`], [`WorkQueue::num_requeues`] | same |
+//! | controller-runtime `AddWithOpts` | [`WorkQueue::add_with`] with [`AddOptions`] | adds are synchronous (visible to `len` at once) |
+//! | `TypedRateLimiter` | [`rate_limiter::RateLimiter`] | methods take `&T` |
+//! | `ItemExponentialFailureRateLimiter` | [`rate_limiter::ExponentialFailure`] | same formula, including the overflow to `max_delay` |
+//! | `ItemFastSlowRateLimiter` | [`rate_limiter::FastSlow`] | same |
+//! | `BucketRateLimiter` (`rate.NewLimiter`) | [`rate_limiter::TokenBucket`] | runs on the queue's clock, so it is testable with [`FakeClock`](clock::FakeClock); invalid parameters panic at construction |
+//! | `MaxOfRateLimiter`, `WithMaxWaitRateLimiter` | [`rate_limiter::MaxOf`], [`rate_limiter::WithMaxWait`] | same |
+//! | `DefaultControllerRateLimiter`, `DefaultItemBasedRateLimiter` | [`rate_limiter::default_controller`], [`rate_limiter::default_item_based`] | same parameters |
+//! | `clock.RealClock`, `testing.FakeClock` | [`clock::RealClock`], [`clock::FakeClock`] | a queue on a fake clock promotes due items inside `step`, and starts no thread |
+//!
+//! Items are any `T: Eq + Hash + Clone + Send + Sync + 'static`; the queue clones an item to
+//! hand it out and keeps its own copy for dedup until the lease drops, so keys should be
+//! cheap to clone.
+
+#![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
+#![cfg_attr(loom, allow(dead_code, unreachable_pub))]
+
+pub mod clock;
+mod error;
+mod lease;
+mod queue;
+pub mod rate_limiter;
+mod state;
+mod sync;
+mod waiters;
+
+pub use error::TryGetError;
+pub use lease::Lease;
+pub use queue::{AddOptions, Builder, Drain, Get, WorkQueue};

@@ -1,0 +1,988 @@
+//! [`WorkQueue`], its [`Builder`] and [`AddOptions`]: the shared handle around [`State`].
+//!
+//! Every call takes the one lock, first moves delayed items that are due to the ready queue
+//! (one clock read, only when something is delayed), asks `State` what to do, releases the
+//! lock, then wakes whoever must be woken. No rule of the queue lives here.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::Backoff;
+
+use crate::clock::{Clock, ClockListener, RealClock};
+use crate::error::TryGetError;
+use crate::lease::Lease;
+use crate::rate_limiter::{self, RateLimiter};
+use crate::state::{Added, State};
+use crate::sync::{self, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::waiters::{Signal, Waiters, Wakeups};
+
+/// Options for [`WorkQueue::add_with`]: a delay, rate limiting and a priority.
+///
+/// `AddOptions::default()` is a plain [`add`](WorkQueue::add). This is controller-runtime's
+/// `AddOpts`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use workqueue::{AddOptions, WorkQueue};
+///
+/// let queue = WorkQueue::new();
+/// queue.add_with("default/web-0", AddOptions::default().priority(10));
+/// queue.add_with("default/web-1", AddOptions::default().after(Duration::from_secs(5)));
+/// assert_eq!(queue.len(), 1);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AddOptions {
+    /// Wait this long before the item is ready; zero means now.
+    after: Duration,
+    /// Ask the rate limiter for a delay too; the shorter of the two wins.
+    rate_limited: bool,
+    /// The priority; `None` keeps a known item's priority and gives a new one 0.
+    priority: Option<i32>,
+}
+
+impl AddOptions {
+    /// Adds the item once `delay` has passed (see [`WorkQueue::add_after`]).
+    #[must_use]
+    pub fn after(mut self, delay: Duration) -> Self {
+        self.after = delay;
+        self
+    }
+
+    /// Delays the item by what the queue's rate limiter says (see
+    /// [`WorkQueue::add_rate_limited`]). With [`after`](Self::after) too, the shorter delay
+    /// wins, as in controller-runtime.
+    #[must_use]
+    pub fn rate_limited(mut self) -> Self {
+        self.rate_limited = true;
+        self
+    }
+
+    /// Sets the priority: higher is handed out first; items of one priority come out in the
+    /// order they became ready. A re-add can raise an item's priority, never lower it.
+    #[must_use]
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// The delay set with [`after`](Self::after).
+    pub fn delay(&self) -> Duration {
+        self.after
+    }
+
+    /// Whether [`rate_limited`](Self::rate_limited) was set.
+    pub fn is_rate_limited(&self) -> bool {
+        self.rate_limited
+    }
+
+    /// The priority set with [`priority`](Self::priority), if any.
+    pub fn get_priority(&self) -> Option<i32> {
+        self.priority
+    }
+}
+
+/// Builds a [`WorkQueue`] with a name, a clock or a rate limiter of your choice.
+///
+/// # Default
+///
+/// No name, [`RealClock`], and [`rate_limiter::default_controller`] running on the queue's
+/// clock.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use workqueue::{WorkQueue, clock::FakeClock, rate_limiter::ExponentialFailure};
+///
+/// let queue: WorkQueue<String> = WorkQueue::builder()
+///     .name("pods")
+///     .clock(FakeClock::new())
+///     .rate_limiter(ExponentialFailure::new(
+///         Duration::from_millis(5),
+///         Duration::from_secs(60),
+///     ))
+///     .build();
+/// assert_eq!(queue.name(), Some("pods"));
+/// ```
+#[must_use]
+pub struct Builder<T> {
+    name: Option<String>,
+    clock: Option<Arc<dyn Clock>>,
+    limiter: Option<Box<dyn RateLimiter<T>>>,
+}
+
+impl<T> fmt::Debug for Builder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("name", &self.name)
+            .field("custom_clock", &self.clock.is_some())
+            .field("custom_rate_limiter", &self.limiter.is_some())
+            .finish()
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
+    /// Names the queue. Named queues report metrics; the name is their `name` label.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Runs the queue (delays, and the default rate limiter's token bucket) on `clock`.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Uses `limiter` for [`WorkQueue::add_rate_limited`], [`WorkQueue::forget`] and
+    /// [`WorkQueue::num_requeues`].
+    pub fn rate_limiter(mut self, limiter: impl RateLimiter<T> + 'static) -> Self {
+        self.limiter = Some(Box::new(limiter));
+        self
+    }
+
+    /// Builds the queue.
+    pub fn build(self) -> WorkQueue<T> {
+        let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(RealClock));
+        let limiter = self.limiter.unwrap_or_else(|| {
+            Box::new(rate_limiter::default_controller_with_clock(clock.clone()))
+        });
+        let epoch = clock.now();
+        let shared = Arc::new_cyclic(|weak: &Weak<Shared<T>>| {
+            let weak = weak.clone();
+            let callback: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+                if let Some(shared) = weak.upgrade() {
+                    shared.on_clock_advance();
+                }
+            });
+            let clock_driven = clock.subscribe(ClockListener::new(Arc::downgrade(&callback)));
+            Shared {
+                inner: Mutex::new(Inner {
+                    state: State::new(),
+                    waiters: Waiters::default(),
+                    drain: false,
+                    drain_waiters: Waiters::default(),
+                    timer: TimerState::default(),
+                }),
+                ready_hint: AtomicUsize::new(0),
+                handles: AtomicUsize::new(1),
+                timer_cv: Condvar::new(),
+                clock,
+                clock_driven,
+                epoch,
+                limiter,
+                name: self.name,
+                _clock_callback: clock_driven.then_some(callback),
+            }
+        });
+        WorkQueue { shared }
+    }
+}
+
+/// State of the background thread that wakes getters when delayed items come due.
+#[derive(Default)]
+struct TimerState {
+    /// The thread, once started; taken and joined on shut down or when the last handle drops.
+    thread: Option<JoinHandle<()>>,
+    /// The deadline the thread sleeps until (nanoseconds since the epoch); `u64::MAX` when it
+    /// sleeps with nothing delayed. An add with an earlier deadline wakes it.
+    sleeping_until: u64,
+}
+
+/// Everything behind the lock.
+pub(crate) struct Inner<T> {
+    /// The rules.
+    pub(crate) state: State<T>,
+    /// Getters waiting for an item.
+    waiters: Waiters,
+    /// A drain is in progress; cleared by a plain shut down (client-go's `drain`).
+    drain: bool,
+    /// Callers of a drain waiting for the last lease.
+    drain_waiters: Waiters,
+    /// The delay timer thread.
+    timer: TimerState,
+}
+
+/// What every handle, lease and the timer thread share.
+pub(crate) struct Shared<T> {
+    /// The state and the waiters.
+    inner: Mutex<Inner<T>>,
+    /// A copy of `state.len()`, written under the lock, read without it by getters that spin
+    /// briefly before parking.
+    ready_hint: AtomicUsize,
+    /// Live `WorkQueue` handles; the timer thread ends when this reaches 0.
+    handles: AtomicUsize,
+    /// Wakes the timer thread.
+    timer_cv: Condvar,
+    /// The queue's clock.
+    clock: Arc<dyn Clock>,
+    /// The clock calls us when it advances: no timer thread is needed.
+    clock_driven: bool,
+    /// Time zero for the nanosecond timestamps in `state`.
+    epoch: Instant,
+    /// Delays for `add_rate_limited`.
+    limiter: Box<dyn RateLimiter<T>>,
+    /// The queue's name, if any.
+    name: Option<String>,
+    /// Keeps the callback a driving clock holds weakly alive.
+    _clock_callback: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+/// A deduplicating, delaying, rate-limiting work queue: client-go's `workqueue` for Rust.
+///
+/// See the [crate documentation](crate) for a tour. `WorkQueue` is a cheap handle: clones
+/// share one queue. It is `Send + Sync`.
+///
+/// `T` is the item, usually a small key such as `"namespace/name"`: equal items are one item
+/// to the queue, and the queue clones an item to hand it out, so cloning should be cheap
+/// (`Arc<str>`, a small `String`, an id).
+pub struct WorkQueue<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> Default for WorkQueue<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Clone for WorkQueue<T> {
+    fn clone(&self) -> Self {
+        self.shared.handles.fetch_add(1, Ordering::Relaxed);
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T> Drop for WorkQueue<T> {
+    fn drop(&mut self) {
+        if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The last handle: end the timer thread. Taking the lock orders this after the
+            // thread's check of `handles`, so the notification cannot fall between its check
+            // and its wait.
+            let thread = {
+                let mut inner = self.shared.inner.lock();
+                inner.timer.thread.take()
+            };
+            self.shared.timer_cv.notify_all();
+            if let Some(thread) = thread {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+impl<T> fmt::Debug for WorkQueue<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.shared.inner.lock();
+        f.debug_struct("WorkQueue")
+            .field("name", &self.shared.name)
+            .field("len", &inner.state.len())
+            .field("delayed", &inner.state.delayed_len())
+            .field("processing", &inner.state.processing())
+            .field("shutting_down", &inner.state.is_shutting_down())
+            .finish()
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
+    /// Creates a queue on the real clock with [`rate_limiter::default_controller`], no name
+    /// and no metrics.
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// Starts building a queue with a name, clock or rate limiter of your choice.
+    pub fn builder() -> Builder<T> {
+        Builder {
+            name: None,
+            clock: None,
+            limiter: None,
+        }
+    }
+
+    /// The queue's name, if it was given one.
+    pub fn name(&self) -> Option<&str> {
+        self.shared.name.as_deref()
+    }
+
+    /// Marks `item` as needing processing.
+    ///
+    /// - A new item joins the tail of the queue.
+    /// - An item already waiting stays where it is (dedup).
+    /// - An item waiting for a delay becomes ready now and its delayed add is dropped, so it
+    ///   is processed once (client-go would process it twice, kubernetes#126027).
+    /// - An item being processed is queued again when its [`Lease`] is dropped, however many
+    ///   times it is added meanwhile, and never handed to a second worker meanwhile.
+    /// - After [`shut_down`](Self::shut_down) adds are ignored.
+    ///
+    /// This is client-go's `Add`, and `add_with(item, AddOptions::default())`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workqueue::WorkQueue;
+    ///
+    /// let queue = WorkQueue::new();
+    /// queue.add("default/web-0");
+    /// queue.add("default/web-1");
+    /// queue.add("default/web-0");
+    /// assert_eq!(queue.len(), 2);
+    /// ```
+    #[inline]
+    pub fn add(&self, item: T) {
+        self.shared.add_now(item, None);
+    }
+
+    /// Adds `item` once `delay` has passed.
+    ///
+    /// A zero delay adds at once. If the item is already waiting for a delay, the earlier
+    /// ready time wins; if it is already queued, it stays queued once; if it is being
+    /// processed, it is added when the delay has passed (and handed out again after its lease
+    /// is dropped). Never blocks: the queue keeps delayed items in a heap and one timer for
+    /// all of them. `Duration::MAX` saturates (the item waits "forever", until an `add` or
+    /// shut down).
+    ///
+    /// This is client-go's `AddAfter`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use workqueue::{WorkQueue, clock::FakeClock};
+    ///
+    /// let clock = FakeClock::new();
+    /// let queue = WorkQueue::builder().clock(clock.clone()).build();
+    /// queue.add_after("default/web-0", Duration::from_secs(10));
+    /// queue.add_after("default/web-0", Duration::from_secs(2)); // earliest wins
+    /// clock.step(Duration::from_secs(2));
+    /// assert_eq!(queue.len(), 1);
+    /// ```
+    #[inline]
+    pub fn add_after(&self, item: T, delay: Duration) {
+        self.shared.add_delayed(item, delay, None);
+    }
+
+    /// Adds `item` after the delay the queue's rate limiter gives it
+    /// (`add_after(item, limiter.when(&item))`).
+    ///
+    /// Use it when processing failed; call [`forget`](Self::forget) when it succeeds. This is
+    /// client-go's `AddRateLimited`. As in client-go, the limiter is asked even after shut
+    /// down (its failure count advances) although the add itself is ignored.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use workqueue::{WorkQueue, clock::FakeClock, rate_limiter::ExponentialFailure};
+    ///
+    /// let clock = FakeClock::new();
+    /// let queue = WorkQueue::builder()
+    ///     .clock(clock.clone())
+    ///     .rate_limiter(ExponentialFailure::new(Duration::from_millis(5), Duration::from_secs(1)))
+    ///     .build();
+    /// queue.add_rate_limited("default/web-0"); // waits 5 ms
+    /// assert_eq!(queue.num_requeues(&"default/web-0"), 1);
+    /// clock.step(Duration::from_millis(5));
+    /// assert_eq!(queue.len(), 1);
+    /// ```
+    pub fn add_rate_limited(&self, item: T) {
+        let delay = self.shared.limiter.when(&item);
+        self.shared.add_delayed(item, delay, None);
+    }
+
+    /// Adds `item` with a delay, rate limiting and a priority, in any combination.
+    ///
+    /// [`add`](Self::add), [`add_after`](Self::add_after) and
+    /// [`add_rate_limited`](Self::add_rate_limited) are this with one option each. With both
+    /// a delay and `rate_limited`, the shorter delay wins (controller-runtime's rule). See
+    /// [`AddOptions::priority`] for how priorities order items. This is controller-runtime's
+    /// `AddWithOpts`.
+    pub fn add_with(&self, item: T, options: AddOptions) {
+        let mut delay = options.after;
+        if options.rate_limited {
+            let limited = self.shared.limiter.when(&item);
+            if delay.is_zero() || limited < delay {
+                delay = limited;
+            }
+        }
+        if delay.is_zero() {
+            self.shared.add_now(item, options.priority);
+        } else {
+            self.shared.add_delayed(item, delay, options.priority);
+        }
+    }
+
+    /// Tells the rate limiter to stop tracking `item`: its failure count resets.
+    ///
+    /// Call it when the item was processed successfully. It does not touch the queue. This is
+    /// client-go's `Forget`.
+    pub fn forget(&self, item: &T) {
+        self.shared.limiter.forget(item);
+    }
+
+    /// How many times the rate limiter has delayed `item` since it was last forgotten.
+    ///
+    /// This is client-go's `NumRequeues`.
+    pub fn num_requeues(&self, item: &T) -> usize {
+        self.shared.limiter.num_requeues(item)
+    }
+
+    /// The number of items waiting to be handed out now.
+    ///
+    /// Items waiting for a delay and items being processed (even if re-added) are not
+    /// counted. This is client-go's `Len`; like it, the figure is informational, since other
+    /// threads may change it at once.
+    pub fn len(&self) -> usize {
+        let mut inner = self.shared.inner.lock();
+        let wake = self.shared.promote(&mut inner);
+        let len = inner.state.len();
+        drop(inner);
+        wake.wake();
+        len
+    }
+
+    /// Returns `true` if no item is waiting to be handed out now (see [`len`](Self::len)).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The number of items waiting for a delay to pass (including delayed re-adds of items
+    /// being processed).
+    pub fn delayed_len(&self) -> usize {
+        let mut inner = self.shared.inner.lock();
+        let wake = self.shared.promote(&mut inner);
+        let len = inner.state.delayed_len();
+        drop(inner);
+        wake.wake();
+        len
+    }
+
+    /// The number of items being processed (leases not yet dropped).
+    pub fn processing_len(&self) -> usize {
+        self.shared.inner.lock().state.processing()
+    }
+
+    /// The number of distinct items the queue holds in any state: queued, delayed or being
+    /// processed. Zero means the queue keeps nothing in memory for any item.
+    pub fn tracked_len(&self) -> usize {
+        self.shared.inner.lock().state.tracked()
+    }
+
+    /// Waits for the next item and hands it out under a [`Lease`].
+    ///
+    /// Returns `None` once the queue is shut down and has nothing left to hand out. Items
+    /// come out in the order they became ready (higher priorities first). This is client-go's
+    /// `Get`; the returned lease replaces `Done`.
+    ///
+    /// The future works on any executor (tokio, `futures::executor::block_on`, smol): the
+    /// queue wakes it itself.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future before it completes loses no item. If it had been
+    /// woken for an item, the wake-up passes to the next waiting getter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workqueue::WorkQueue;
+    ///
+    /// # futures::executor::block_on(async {
+    /// let queue = WorkQueue::new();
+    /// queue.add("default/web-0");
+    /// let lease = queue.get().await.unwrap();
+    /// assert_eq!(*lease, "default/web-0");
+    /// # });
+    /// ```
+    pub fn get(&self) -> Get<'_, T> {
+        Get {
+            queue: self,
+            waiter: None,
+        }
+    }
+
+    /// Hands out the next item, blocking the thread until there is one.
+    ///
+    /// Returns `None` once the queue is shut down and has nothing left to hand out.
+    ///
+    /// # Blocking
+    ///
+    /// Parks the calling thread; do not call it from async code (use [`get`](Self::get)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workqueue::WorkQueue;
+    ///
+    /// let queue = WorkQueue::new();
+    /// queue.add("default/web-0");
+    /// queue.shut_down();
+    /// let lease = queue.blocking_get().unwrap(); // queued items are still handed out
+    /// assert_eq!(*lease, "default/web-0");
+    /// drop(lease);
+    /// assert!(queue.blocking_get().is_none());
+    /// ```
+    pub fn blocking_get(&self) -> Option<Lease<T>> {
+        let shared = &self.shared;
+        // Spin briefly before parking: under load the next item usually arrives within a few
+        // microseconds, and a park/unpark pair costs two system calls.
+        let backoff = Backoff::new();
+        loop {
+            match self.try_get() {
+                Ok(lease) => return Some(lease),
+                Err(TryGetError::ShutDown) => return None,
+                Err(TryGetError::Empty) => {}
+            }
+            while shared.ready_hint.load(Ordering::Relaxed) == 0 && !backoff.is_completed() {
+                backoff.snooze();
+            }
+            if backoff.is_completed() {
+                break;
+            }
+        }
+        let mut inner = shared.inner.lock();
+        let mut waiter: Option<u64> = None;
+        loop {
+            let wake = shared.promote(&mut inner);
+            if let Some(id) = waiter.take() {
+                inner.waiters.cancel(id);
+            }
+            let outcome = shared.pop_locked(&mut inner);
+            match outcome {
+                Some(Ok(lease)) => {
+                    drop(inner);
+                    wake.wake();
+                    return Some(lease);
+                }
+                Some(Err(())) => {
+                    drop(inner);
+                    wake.wake();
+                    return None;
+                }
+                None => {}
+            }
+            waiter = Some(
+                inner
+                    .waiters
+                    .register(Signal::Thread(sync::thread::current())),
+            );
+            sync::unlocked(&mut inner, || {
+                wake.wake();
+                sync::thread::park();
+            });
+        }
+    }
+
+    /// Hands out the next item if one is ready now.
+    ///
+    /// # Errors
+    ///
+    /// [`TryGetError::Empty`] if no item is ready, [`TryGetError::ShutDown`] if the queue is
+    /// shut down and has nothing left to hand out.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workqueue::{TryGetError, WorkQueue};
+    ///
+    /// let queue: WorkQueue<&str> = WorkQueue::new();
+    /// assert_eq!(queue.try_get().unwrap_err(), TryGetError::Empty);
+    /// queue.shut_down();
+    /// assert_eq!(queue.try_get().unwrap_err(), TryGetError::ShutDown);
+    /// ```
+    #[inline]
+    pub fn try_get(&self) -> Result<Lease<T>, TryGetError> {
+        let mut inner = self.shared.inner.lock();
+        let wake = self.shared.promote(&mut inner);
+        let outcome = self.shared.pop_locked(&mut inner);
+        drop(inner);
+        wake.wake();
+        match outcome {
+            Some(Ok(lease)) => Ok(lease),
+            Some(Err(())) => Err(TryGetError::ShutDown),
+            None => Err(TryGetError::Empty),
+        }
+    }
+
+    /// Shuts the queue down: new adds are ignored from now on, waiting getters wake, and items
+    /// waiting for a delay are dropped. Items already queued are still handed out; then `get`
+    /// returns `None`. Does not wait for items being processed (see
+    /// [`shut_down_with_drain`](Self::shut_down_with_drain)). Calling it again is harmless;
+    /// it also ends a drain that is in progress.
+    ///
+    /// This is client-go's `ShutDown`.
+    pub fn shut_down(&self) {
+        self.shared.shut_down(false);
+    }
+
+    /// Shuts the queue down, then waits until no item is being processed.
+    ///
+    /// Everything [`shut_down`](Self::shut_down) does happens when this is called, not when
+    /// the future is first polled. The future completes once the last lease is dropped (a
+    /// lease re-queued by its drop keeps being handed out as usual), or when a plain
+    /// `shut_down` cuts the drain short. This is client-go's `ShutDownWithDrain`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops waiting; the queue stays shut down.
+    pub fn shut_down_with_drain(&self) -> Drain<'_, T> {
+        self.shared.shut_down(true);
+        Drain {
+            queue: self,
+            waiter: None,
+        }
+    }
+
+    /// Shuts the queue down, then blocks until no item is being processed (see
+    /// [`shut_down_with_drain`](Self::shut_down_with_drain)).
+    ///
+    /// # Blocking
+    ///
+    /// Parks the calling thread until the last lease is dropped. Every worker must drop its
+    /// lease, or this never returns; a plain [`shut_down`](Self::shut_down) from another
+    /// thread cuts it short.
+    pub fn blocking_shut_down_with_drain(&self) {
+        let shared = &self.shared;
+        shared.shut_down(true);
+        let mut inner = shared.inner.lock();
+        let mut waiter: Option<u64> = None;
+        loop {
+            if let Some(id) = waiter.take() {
+                inner.drain_waiters.cancel(id);
+            }
+            if inner.state.processing() == 0 || !inner.drain {
+                return;
+            }
+            waiter = Some(
+                inner
+                    .drain_waiters
+                    .register(Signal::Thread(sync::thread::current())),
+            );
+            sync::unlocked(&mut inner, sync::thread::park);
+        }
+    }
+
+    /// Returns `true` once the queue has been shut down. This is client-go's `ShuttingDown`.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shared.inner.lock().state.is_shutting_down()
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
+    /// Nanoseconds since the epoch on the queue's clock.
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        let elapsed = self.clock.now().saturating_duration_since(self.epoch);
+        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Moves due delayed items to the ready queue; returns the waiters to wake for them.
+    #[inline]
+    fn promote(&self, inner: &mut Inner<T>) -> Wakeups {
+        if inner.state.delayed_len() == 0 {
+            return Wakeups::None;
+        }
+        let now = self.now_ns();
+        let ready = inner.state.promote(now);
+        if ready == 0 {
+            return Wakeups::None;
+        }
+        self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+        inner.waiters.take(ready)
+    }
+
+    /// Pops an item under the lock: `Some(Ok)` with a lease, `Some(Err)` if shut down and
+    /// empty, `None` if nothing is ready.
+    #[inline]
+    fn pop_locked(self: &Arc<Self>, inner: &mut Inner<T>) -> Option<Result<Lease<T>, ()>> {
+        match inner.state.pop() {
+            Some(popped) => {
+                self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+                Some(Ok(Lease::new(
+                    self.clone(),
+                    popped.item,
+                    popped.slot,
+                    popped.priority,
+                )))
+            }
+            None if inner.state.is_shutting_down() => Some(Err(())),
+            None => None,
+        }
+    }
+
+    #[inline]
+    fn add_now(&self, item: T, priority: Option<i32>) {
+        let mut inner = self.inner.lock();
+        let mut wake = self.promote(&mut inner);
+        let added = inner.state.add(item, priority);
+        if added.ready {
+            self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+            if !inner.waiters.is_empty() {
+                wake = wake.merge(inner.waiters.take_one());
+            }
+        }
+        drop(inner);
+        wake.wake();
+    }
+
+    fn add_delayed(self: &Arc<Self>, item: T, delay: Duration, priority: Option<i32>) {
+        if delay.is_zero() {
+            return self.add_now(item, priority);
+        }
+        let mut inner = self.inner.lock();
+        if inner.state.is_shutting_down() {
+            return;
+        }
+        let now = self.now_ns();
+        let at = now.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
+        let mut wake = Wakeups::None;
+        if inner.state.delayed_len() > 0 {
+            let ready = inner.state.promote(now);
+            if ready > 0 {
+                self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+                wake = inner.waiters.take(ready);
+            }
+        }
+        let added: Added = inner.state.add_at(item, at, priority);
+        let mut notify_timer = false;
+        if added.new_head && !self.clock_driven {
+            if inner.timer.thread.is_none() {
+                self.start_timer(&mut inner);
+            } else if at < inner.timer.sleeping_until {
+                notify_timer = true;
+            }
+        }
+        drop(inner);
+        if notify_timer {
+            self.timer_cv.notify_one();
+        }
+        wake.wake();
+    }
+
+    /// Drops a lease: client-go's `Done`.
+    #[inline]
+    pub(crate) fn done(&self, slot: u32) {
+        let mut inner = self.inner.lock();
+        let mut wake = Wakeups::None;
+        if inner.state.done(slot) {
+            self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+            wake = inner.waiters.take_one();
+        }
+        if inner.state.processing() == 0 && inner.drain {
+            wake = wake.merge(inner.drain_waiters.take_all());
+        }
+        drop(inner);
+        wake.wake();
+    }
+
+    fn shut_down(&self, drain: bool) {
+        let mut inner = self.inner.lock();
+        inner.state.shut_down();
+        inner.drain = drain;
+        let mut wake = inner.waiters.take_all();
+        if !drain {
+            wake = wake.merge(inner.drain_waiters.take_all());
+        }
+        let thread = inner.timer.thread.take();
+        self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+        drop(inner);
+        self.timer_cv.notify_all();
+        wake.wake();
+        if let Some(thread) = thread {
+            // The thread may be the one dropping the last reference to this queue only
+            // after it returns, so joining here cannot deadlock.
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+
+    /// Called by a driving clock (a [`FakeClock`](crate::clock::FakeClock)) after it moved.
+    fn on_clock_advance(&self) {
+        let mut inner = self.inner.lock();
+        let wake = self.promote(&mut inner);
+        drop(inner);
+        wake.wake();
+    }
+
+    fn start_timer(self: &Arc<Self>, inner: &mut Inner<T>) {
+        let weak = Arc::downgrade(self);
+        let name = match &self.name {
+            Some(name) => format!("workqueue-timer-{name}"),
+            None => "workqueue-timer".to_owned(),
+        };
+        inner.timer.sleeping_until = u64::MAX;
+        let spawned = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || timer_loop(weak));
+        // If the system cannot give us a thread, getters still see due items on every call;
+        // only waiting getters would not be woken in time, so say so loudly.
+        match spawned {
+            Ok(handle) => inner.timer.thread = Some(handle),
+            Err(err) => panic!("workqueue: cannot start the delay timer thread: {err}"),
+        }
+    }
+}
+
+/// The delay timer: sleeps until the earliest delayed item is due, promotes it and wakes
+/// getters. One per queue, started by the first delayed add, ended by shut down or when the
+/// last handle drops.
+fn timer_loop<T: Eq + Hash + Clone + Send + Sync + 'static>(weak: Weak<Shared<T>>) {
+    let Some(shared) = weak.upgrade() else {
+        return;
+    };
+    drop(weak);
+    let mut inner = shared.inner.lock();
+    loop {
+        if inner.state.is_shutting_down() || shared.handles.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let wake = shared.promote(&mut inner);
+        if !matches!(wake, Wakeups::None) {
+            sync::unlocked(&mut inner, || wake.wake());
+            continue;
+        }
+        match inner.state.next_deadline() {
+            None => {
+                inner.timer.sleeping_until = u64::MAX;
+                shared.timer_cv.wait(&mut inner);
+            }
+            Some(at) => {
+                inner.timer.sleeping_until = at;
+                let now = shared.now_ns();
+                if at > now {
+                    sync::wait_for(&shared.timer_cv, &mut inner, Duration::from_nanos(at - now));
+                }
+            }
+        }
+    }
+}
+
+/// The future of [`WorkQueue::get`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Get<'a, T> {
+    queue: &'a WorkQueue<T>,
+    /// Our id in the waiter list while registered.
+    waiter: Option<u64>,
+}
+
+impl<T> fmt::Debug for Get<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Get")
+            .field("waiting", &self.waiter.is_some())
+            .finish()
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> Future for Get<'_, T> {
+    type Output = Option<Lease<T>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let shared = &self.queue.shared;
+        let mut inner = shared.inner.lock();
+        let wake = shared.promote(&mut inner);
+        let outcome = shared.pop_locked(&mut inner);
+        let result = match outcome {
+            Some(done) => {
+                if let Some(id) = self.waiter.take() {
+                    inner.waiters.cancel(id);
+                }
+                Poll::Ready(done.ok())
+            }
+            None => {
+                let registered = match self.waiter {
+                    Some(id) => inner.waiters.update(id, cx.waker()),
+                    None => false,
+                };
+                if !registered {
+                    let id = inner.waiters.register(Signal::Task(cx.waker().clone()));
+                    self.waiter = Some(id);
+                }
+                Poll::Pending
+            }
+        };
+        drop(inner);
+        wake.wake();
+        result
+    }
+}
+
+impl<T> Drop for Get<'_, T> {
+    fn drop(&mut self) {
+        let Some(id) = self.waiter.take() else {
+            return;
+        };
+        let shared = &self.queue.shared;
+        let mut inner = shared.inner.lock();
+        if inner.waiters.cancel(id) {
+            return;
+        }
+        // We were woken for an item we will never take: pass the wake-up on.
+        if inner.state.len() > 0 || inner.state.is_shutting_down() {
+            let wake = inner.waiters.take_one();
+            drop(inner);
+            wake.wake();
+        }
+    }
+}
+
+/// The future of [`WorkQueue::shut_down_with_drain`].
+#[must_use = "the queue is already shut down; await this to wait for in-flight items"]
+pub struct Drain<'a, T> {
+    queue: &'a WorkQueue<T>,
+    /// Our id in the drain waiter list while registered.
+    waiter: Option<u64>,
+}
+
+impl<T> fmt::Debug for Drain<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Drain")
+            .field("waiting", &self.waiter.is_some())
+            .finish()
+    }
+}
+
+impl<T> Future for Drain<'_, T> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let shared = &self.queue.shared;
+        let mut inner = shared.inner.lock();
+        if inner.state.processing() == 0 || !inner.drain {
+            if let Some(id) = self.waiter.take() {
+                inner.drain_waiters.cancel(id);
+            }
+            return Poll::Ready(());
+        }
+        let registered = match self.waiter {
+            Some(id) => inner.drain_waiters.update(id, cx.waker()),
+            None => false,
+        };
+        if !registered {
+            let id = inner
+                .drain_waiters
+                .register(Signal::Task(cx.waker().clone()));
+            self.waiter = Some(id);
+        }
+        Poll::Pending
+    }
+}
+
+impl<T> Drop for Drain<'_, T> {
+    fn drop(&mut self) {
+        if let Some(id) = self.waiter.take() {
+            self.queue.shared.inner.lock().drain_waiters.cancel(id);
+        }
+    }
+}

@@ -1,0 +1,765 @@
+//! The rules of the queue as a plain state machine: no locks, no threads, no clock reads.
+//!
+//! This is client-go's `dirty` / `processing` / queue logic (`queue.go`) fused with the
+//! delaying queue's waiting heap (`delaying_queue.go`) and controller-runtime's priorities.
+//! Callers pass the time in (`now`, nanoseconds since the queue's epoch), so every rule can
+//! be tested in microseconds and checked against a naive model.
+//!
+//! Each item is stored once, in a slab entry. A hash table maps the item to its slot; the
+//! ready queues and the delay heap hold slot numbers only. The states of an item:
+//!
+//! | state | flags | on add | on add_after | on get | on done |
+//! | --- | --- | --- | --- | --- | --- |
+//! | absent | (no entry) | -> queued | -> delayed | | |
+//! | queued | `QUEUED` | no-op | no-op | -> processing | |
+//! | delayed | heap slot | -> queued | earliest wins | | |
+//! | processing | `PROCESSING` | -> + dirty | -> + delayed | | -> absent |
+//! | processing + dirty | `PROCESSING \| DIRTY` | no-op | no-op | | -> queued (tail) |
+//! | processing + delayed | `PROCESSING` + heap slot | -> + dirty, heap entry dropped | earliest wins | | -> delayed |
+//!
+//! A delayed entry that comes due moves to queued, or to processing + dirty if the item is
+//! being processed.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{BuildHasher, Hash};
+
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry as TableEntry;
+use slab::Slab;
+
+/// Marks "not in the heap" in [`Entry::heap_pos`].
+const NOT_IN_HEAP: u32 = u32::MAX;
+
+/// The item waits in a ready queue.
+const QUEUED: u8 = 1;
+/// A lease on the item is out.
+const PROCESSING: u8 = 2;
+/// Re-added while processing: queue it again when the lease is dropped.
+const DIRTY: u8 = 4;
+/// While processing: a re-add gave a priority ([`Entry::priority`] holds the highest).
+const PRIORITY_GIVEN: u8 = 8;
+
+/// One item known to the queue.
+struct Entry<T> {
+    /// The item itself, the only copy the queue keeps.
+    item: T,
+    /// Index of this entry's node in the delay heap, or [`NOT_IN_HEAP`].
+    heap_pos: u32,
+    /// Queued or delayed: the item's priority. Processing: the priority a re-add asked for
+    /// (meaningful when [`PRIORITY_GIVEN`] is set, 0 otherwise).
+    priority: i32,
+    /// [`QUEUED`], [`PROCESSING`], [`DIRTY`], [`PRIORITY_GIVEN`].
+    flags: u8,
+}
+
+/// A node of the delay heap.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    /// When the item becomes ready, in nanoseconds since the queue's epoch.
+    at: u64,
+    /// Add order, to release items due at the same instant in the order they were added.
+    /// Wraps after 2^32 delayed adds; only ties at one nanosecond compare it.
+    seq: u32,
+    /// The entry's slot.
+    slot: u32,
+}
+
+impl Node {
+    #[inline]
+    fn before(&self, other: &Node) -> bool {
+        (self.at, self.seq) < (other.at, other.seq)
+    }
+}
+
+/// Arity of the delay heap: a 4-ary heap is shallower than a binary one, and its four
+/// children share a cache line (see PEERS.md's timer study).
+const ARITY: usize = 4;
+
+/// The ready items, highest priority first, FIFO within a priority.
+///
+/// Priority 0, the one a queue that never uses priorities sees, has a queue of its own so
+/// that such queues pay one branch for priorities. When an item's priority is raised, its
+/// old queue position cannot be removed in O(1); it is left behind as a *stale* reference
+/// and counted in `stale`, and skipped when it comes up. A stale reference always sits
+/// before any live one for the same slot in the same queue (only one reference to a slot is
+/// live at a time, and it is pushed after the stale one was made), so popping skips the
+/// first references of a (priority, slot) pair while its stale count is positive.
+#[derive(Default)]
+struct Ready {
+    /// Priority 0.
+    zero: VecDeque<u32>,
+    /// Every other priority that has, or had, items.
+    others: BTreeMap<i32, VecDeque<u32>>,
+    /// Stale references per (priority, slot).
+    stale: HashMap<(i32, u32), u32>,
+    /// Live references, which is the number of queued items.
+    len: usize,
+}
+
+impl Ready {
+    #[inline]
+    fn push(&mut self, priority: i32, slot: u32) {
+        self.len += 1;
+        if priority == 0 {
+            self.zero.push_back(slot);
+        } else {
+            self.others.entry(priority).or_default().push_back(slot);
+        }
+    }
+
+    /// Records that the reference (priority, slot) is no longer live.
+    fn mark_stale(&mut self, priority: i32, slot: u32) {
+        self.len -= 1;
+        *self.stale.entry((priority, slot)).or_insert(0) += 1;
+    }
+
+    /// Pops the next live reference.
+    #[inline]
+    fn pop(&mut self) -> Option<(i32, u32)> {
+        if self.len == 0 {
+            return None;
+        }
+        loop {
+            let (priority, slot) = self.pop_raw()?;
+            if !self.stale.is_empty()
+                && let Some(count) = self.stale.get_mut(&(priority, slot))
+            {
+                *count -= 1;
+                if *count == 0 {
+                    self.stale.remove(&(priority, slot));
+                }
+                continue;
+            }
+            self.len -= 1;
+            return Some((priority, slot));
+        }
+    }
+
+    /// Pops the next reference, live or stale: the highest priority above 0, then 0, then
+    /// the highest below 0. Emptied queues are removed, so every queue in `others` has items.
+    #[inline]
+    fn pop_raw(&mut self) -> Option<(i32, u32)> {
+        if let Some(mut top) = self.others.last_entry()
+            && (*top.key() > 0 || self.zero.is_empty())
+        {
+            let priority = *top.key();
+            let slot = top.get_mut().pop_front();
+            if top.get().is_empty() {
+                top.remove();
+            }
+            return slot.map(|slot| (priority, slot));
+        }
+        self.zero.pop_front().map(|slot| (0, slot))
+    }
+
+    fn shrink(&mut self) {
+        if self.len == 0 && self.stale.is_empty() {
+            self.zero = VecDeque::new();
+            self.others = BTreeMap::new();
+            self.stale = HashMap::new();
+        }
+    }
+}
+
+/// What an add did, so the caller knows whom to wake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Added {
+    /// The item became ready to hand out (a getter may be woken).
+    pub(crate) ready: bool,
+    /// The item is now in the delay heap at the head: the timer must re-arm.
+    pub(crate) new_head: bool,
+    /// The item was not known to the queue before (a new dirty entry in client-go's terms).
+    pub(crate) new: bool,
+}
+
+/// An item handed out by [`State::pop`].
+#[derive(Debug)]
+pub(crate) struct Popped<T> {
+    /// The entry's slot; stays reserved until [`State::done`].
+    pub(crate) slot: u32,
+    /// A clone of the item.
+    pub(crate) item: T,
+    /// The priority the item was queued with.
+    pub(crate) priority: i32,
+}
+
+/// The queue's state: items, ready order, delay heap, in-flight count, shut-down flag.
+pub(crate) struct State<T, S = foldhash::fast::RandomState> {
+    /// Every item the queue knows, each stored once.
+    entries: Slab<Entry<T>>,
+    /// Item -> slot.
+    index: HashTable<u32>,
+    /// Hashes items for `index`.
+    hasher: S,
+    /// Queued items in hand-out order.
+    ready: Ready,
+    /// Delayed items, a 4-ary min-heap on (at, seq).
+    heap: Vec<Node>,
+    /// Next delay sequence number.
+    seq: u32,
+    /// Leases out.
+    processing: usize,
+    /// Set by shut down; adds are ignored from then on.
+    shutting_down: bool,
+}
+
+impl<T: Eq + Hash + Clone> State<T> {
+    pub(crate) fn new() -> Self {
+        Self::with_hasher(foldhash::fast::RandomState::default())
+    }
+}
+
+impl<T, S> State<T, S> {
+    /// Items waiting to be handed out (client-go's `Len`).
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.ready.len
+    }
+
+    /// Items waiting for their delay to pass (including re-adds of items being processed).
+    #[inline]
+    pub(crate) fn delayed_len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Leases out.
+    #[inline]
+    pub(crate) fn processing(&self) -> usize {
+        self.processing
+    }
+
+    /// Every item the queue tracks in any state.
+    #[inline]
+    pub(crate) fn tracked(&self) -> usize {
+        self.entries.len()
+    }
+
+    #[inline]
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down
+    }
+
+    /// The time the earliest delayed item becomes ready.
+    #[inline]
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
+        self.heap.first().map(|node| node.at)
+    }
+}
+
+impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
+    pub(crate) fn with_hasher(hasher: S) -> Self {
+        Self {
+            entries: Slab::new(),
+            index: HashTable::new(),
+            hasher,
+            ready: Ready::default(),
+            heap: Vec::new(),
+            seq: 0,
+            processing: 0,
+            shutting_down: false,
+        }
+    }
+
+    /// Looks `item` up, or reserves a slot for it. Returns (slot, existed).
+    #[inline]
+    fn find_or_insert(&mut self, item: T, priority: i32) -> (u32, bool) {
+        let hash = self.hasher.hash_one(&item);
+        let entries = &self.entries;
+        let hasher = &self.hasher;
+        match self.index.entry(
+            hash,
+            |&slot| entries[slot as usize].item == item,
+            |&slot| hasher.hash_one(&entries[slot as usize].item),
+        ) {
+            TableEntry::Occupied(occupied) => (*occupied.get(), true),
+            TableEntry::Vacant(vacant) => {
+                let slot = self.entries.vacant_key();
+                let slot32 = u32::try_from(slot).expect("more than 4 billion items in one queue");
+                vacant.insert(slot32);
+                self.entries.insert(Entry {
+                    item,
+                    heap_pos: NOT_IN_HEAP,
+                    priority,
+                    flags: 0,
+                });
+                (slot32, false)
+            }
+        }
+    }
+
+    /// Adds `item` now (client-go's `Add`; `priority` is `AddOptions::priority`).
+    #[inline]
+    pub(crate) fn add(&mut self, item: T, priority: Option<i32>) -> Added {
+        if self.shutting_down {
+            return Added::default();
+        }
+        let (slot, existed) = self.find_or_insert(item, priority.unwrap_or(0));
+        if !existed {
+            self.ready.push(priority.unwrap_or(0), slot);
+            self.entries[slot as usize].flags = QUEUED;
+            return Added {
+                ready: true,
+                new_head: false,
+                new: true,
+            };
+        }
+        let entry = &mut self.entries[slot as usize];
+        if entry.flags & PROCESSING != 0 {
+            // Re-added while processing: queue it again once the lease drops. An earlier
+            // add_after of it is now moot (the add is sooner).
+            let new = entry.flags & DIRTY == 0;
+            entry.flags |= DIRTY;
+            raise_pending(entry, priority);
+            if entry.heap_pos != NOT_IN_HEAP {
+                let pos = entry.heap_pos;
+                self.heap_remove(pos as usize);
+            }
+            return Added {
+                ready: false,
+                new_head: false,
+                new,
+            };
+        }
+        if entry.flags & QUEUED != 0 {
+            self.raise_queued(slot, priority);
+            return Added::default();
+        }
+        // Delayed: it becomes ready now and its delayed entry goes (kubernetes#126027).
+        debug_assert_ne!(entry.heap_pos, NOT_IN_HEAP);
+        if let Some(p) = priority {
+            entry.priority = entry.priority.max(p);
+        }
+        let prio = entry.priority;
+        let pos = entry.heap_pos;
+        entry.flags |= QUEUED;
+        self.heap_remove(pos as usize);
+        self.ready.push(prio, slot);
+        Added {
+            ready: true,
+            new_head: false,
+            new: false,
+        }
+    }
+
+    /// Adds `item` once the time is `at` (client-go's `AddAfter`). The caller passes only
+    /// `at > now`; a due time is an [`add`](Self::add).
+    pub(crate) fn add_at(&mut self, item: T, at: u64, priority: Option<i32>) -> Added {
+        if self.shutting_down {
+            return Added::default();
+        }
+        let (slot, existed) = self.find_or_insert(item, priority.unwrap_or(0));
+        if !existed {
+            let pos = self.heap_push(at, slot);
+            return Added {
+                ready: false,
+                new_head: pos == 0,
+                new: true,
+            };
+        }
+        let entry = &mut self.entries[slot as usize];
+        if entry.flags & PROCESSING != 0 {
+            raise_pending(entry, priority);
+            if entry.flags & DIRTY != 0 {
+                // Already due for a re-add when the lease drops: nothing is sooner.
+                return Added::default();
+            }
+        } else if entry.flags & QUEUED != 0 {
+            // Queued items stay queued once; a delayed add can still raise the priority.
+            self.raise_queued(slot, priority);
+            return Added::default();
+        } else if let Some(p) = priority {
+            entry.priority = entry.priority.max(p);
+        }
+        let pos = entry.heap_pos;
+        if pos == NOT_IN_HEAP {
+            let pos = self.heap_push(at, slot);
+            return Added {
+                ready: false,
+                new_head: pos == 0,
+                new: false,
+            };
+        }
+        // Earliest wins (client-go's delaying queue: a waiting item is advanced, never
+        // postponed).
+        let node = &mut self.heap[pos as usize];
+        if at < node.at {
+            node.at = at;
+            let new_pos = self.sift_up(pos as usize);
+            return Added {
+                ready: false,
+                new_head: new_pos == 0,
+                new: false,
+            };
+        }
+        Added::default()
+    }
+
+    /// Raises the priority of the queued item in `slot` to `priority` if that is higher; a
+    /// raised item goes behind the items already waiting at its new priority.
+    fn raise_queued(&mut self, slot: u32, priority: Option<i32>) {
+        let entry = &mut self.entries[slot as usize];
+        match priority {
+            Some(p) if p > entry.priority => {
+                let old = entry.priority;
+                entry.priority = p;
+                self.ready.mark_stale(old, slot);
+                self.ready.push(p, slot);
+            }
+            _ => {}
+        }
+    }
+
+    /// Moves every delayed item due at `now` to the ready queues (or marks it dirty if it is
+    /// being processed). Returns how many became ready to hand out.
+    #[inline]
+    pub(crate) fn promote(&mut self, now: u64) -> usize {
+        let mut ready = 0;
+        while let Some(head) = self.heap.first() {
+            if head.at > now {
+                break;
+            }
+            let slot = head.slot;
+            self.heap_remove(0);
+            let entry = &mut self.entries[slot as usize];
+            if entry.flags & PROCESSING != 0 {
+                entry.flags |= DIRTY;
+            } else {
+                entry.flags |= QUEUED;
+                let prio = entry.priority;
+                self.ready.push(prio, slot);
+                ready += 1;
+            }
+        }
+        ready
+    }
+
+    /// Hands out the next ready item (client-go's `Get`).
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<Popped<T>> {
+        let (priority, slot) = self.ready.pop()?;
+        let entry = &mut self.entries[slot as usize];
+        debug_assert_eq!(entry.flags & (QUEUED | PROCESSING), QUEUED);
+        entry.flags = PROCESSING;
+        entry.priority = 0;
+        self.processing += 1;
+        Some(Popped {
+            slot,
+            item: entry.item.clone(),
+            priority,
+        })
+    }
+
+    /// Ends the processing of the item in `slot` (client-go's `Done`). Returns `true` if the
+    /// item was queued again because it was re-added while processing.
+    #[inline]
+    pub(crate) fn done(&mut self, slot: u32) -> bool {
+        let entry = &mut self.entries[slot as usize];
+        debug_assert!(
+            entry.flags & PROCESSING != 0,
+            "done on an item not processing"
+        );
+        self.processing -= 1;
+        if entry.flags & DIRTY != 0 {
+            entry.flags = QUEUED;
+            let prio = entry.priority;
+            self.ready.push(prio, slot);
+            return true;
+        }
+        entry.flags = 0;
+        if entry.heap_pos == NOT_IN_HEAP {
+            self.remove_entry(slot);
+        }
+        false
+    }
+
+    /// Stops intake (client-go's `ShutDown`). Delayed items are dropped, as client-go's
+    /// delaying queue drops its waiting heap; queued items stay to be handed out, and items
+    /// being processed may still be re-queued by their `done` if they were re-added before.
+    pub(crate) fn shut_down(&mut self) {
+        self.shutting_down = true;
+        while let Some(node) = self.heap.pop() {
+            let entry = &mut self.entries[node.slot as usize];
+            entry.heap_pos = NOT_IN_HEAP;
+            if entry.flags == 0 {
+                self.remove_entry(node.slot);
+            }
+        }
+        self.maybe_shrink();
+    }
+
+    fn remove_entry(&mut self, slot: u32) {
+        let entry = self.entries.remove(slot as usize);
+        let hash = self.hasher.hash_one(&entry.item);
+        match self.index.find_entry(hash, |&s| s == slot) {
+            Ok(found) => {
+                found.remove();
+            }
+            Err(_) => unreachable!("entry {slot} missing from the index"),
+        }
+        if self.entries.is_empty() {
+            self.maybe_shrink();
+        }
+    }
+
+    /// Gives memory back once the queue holds nothing, so a burst does not pin its peak.
+    fn maybe_shrink(&mut self) {
+        const KEEP: usize = 1024;
+        if self.entries.is_empty() && self.entries.capacity() > KEEP {
+            self.entries = Slab::new();
+            self.index = HashTable::new();
+            self.heap = Vec::new();
+            self.ready.shrink();
+        }
+    }
+
+    // ----- the delay heap -----
+
+    fn heap_push(&mut self, at: u64, slot: u32) -> usize {
+        let seq = self.seq;
+        self.seq = self.seq.wrapping_add(1);
+        let pos = self.heap.len();
+        self.heap.push(Node { at, seq, slot });
+        self.entries[slot as usize].heap_pos = pos as u32;
+        self.sift_up(pos)
+    }
+
+    fn heap_remove(&mut self, pos: usize) {
+        let removed = self.heap.swap_remove(pos);
+        self.entries[removed.slot as usize].heap_pos = NOT_IN_HEAP;
+        if pos < self.heap.len() {
+            let moved = self.heap[pos].slot;
+            self.entries[moved as usize].heap_pos = pos as u32;
+            let up = self.sift_up(pos);
+            if up == pos {
+                self.sift_down(pos);
+            }
+        }
+    }
+
+    fn sift_up(&mut self, mut pos: usize) -> usize {
+        let node = self.heap[pos];
+        while pos > 0 {
+            let parent = (pos - 1) / ARITY;
+            if !node.before(&self.heap[parent]) {
+                break;
+            }
+            self.heap[pos] = self.heap[parent];
+            self.entries[self.heap[pos].slot as usize].heap_pos = pos as u32;
+            pos = parent;
+        }
+        self.heap[pos] = node;
+        self.entries[node.slot as usize].heap_pos = pos as u32;
+        pos
+    }
+
+    fn sift_down(&mut self, mut pos: usize) {
+        let node = self.heap[pos];
+        let len = self.heap.len();
+        loop {
+            let first = pos * ARITY + 1;
+            if first >= len {
+                break;
+            }
+            let last = (first + ARITY).min(len);
+            let mut best = first;
+            for child in first + 1..last {
+                if self.heap[child].before(&self.heap[best]) {
+                    best = child;
+                }
+            }
+            if !self.heap[best].before(&node) {
+                break;
+            }
+            self.heap[pos] = self.heap[best];
+            self.entries[self.heap[pos].slot as usize].heap_pos = pos as u32;
+            pos = best;
+        }
+        self.heap[pos] = node;
+        self.entries[node.slot as usize].heap_pos = pos as u32;
+    }
+
+    /// Checks every internal invariant; for tests.
+    #[cfg(test)]
+    pub(crate) fn check(&self) {
+        let mut queued = 0;
+        let mut processing = 0;
+        for (slot, entry) in &self.entries {
+            let hash = self.hasher.hash_one(&entry.item);
+            assert!(self.index.find(hash, |&s| s as usize == slot).is_some());
+            if entry.flags & QUEUED != 0 {
+                queued += 1;
+                assert_eq!(entry.flags & (PROCESSING | DIRTY), 0);
+                assert_eq!(entry.heap_pos, NOT_IN_HEAP);
+            }
+            if entry.flags & PROCESSING != 0 {
+                processing += 1;
+                if entry.flags & DIRTY != 0 {
+                    assert_eq!(entry.heap_pos, NOT_IN_HEAP);
+                }
+            }
+            if entry.flags == 0 {
+                assert_ne!(entry.heap_pos, NOT_IN_HEAP, "idle entry {slot} kept");
+            }
+            if entry.heap_pos != NOT_IN_HEAP {
+                assert_eq!(self.heap[entry.heap_pos as usize].slot as usize, slot);
+            }
+        }
+        assert_eq!(self.index.len(), self.entries.len());
+        assert_eq!(queued, self.ready.len);
+        assert_eq!(processing, self.processing);
+        for (pos, node) in self.heap.iter().enumerate() {
+            if pos > 0 {
+                assert!(!node.before(&self.heap[(pos - 1) / ARITY]));
+            }
+        }
+    }
+}
+
+/// Records the priority a re-add of a processing item asked for: the highest one wins.
+#[inline]
+fn raise_pending<T>(entry: &mut Entry<T>, priority: Option<i32>) {
+    if let Some(p) = priority {
+        if entry.flags & PRIORITY_GIVEN == 0 {
+            entry.priority = p;
+            entry.flags |= PRIORITY_GIVEN;
+        } else {
+            entry.priority = entry.priority.max(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(state: &mut State<&'static str>) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        while let Some(p) = state.pop() {
+            out.push(p.item);
+            state.done(p.slot);
+            state.check();
+        }
+        out
+    }
+
+    #[test]
+    fn fifo_and_dedup() {
+        let mut s = State::new();
+        s.add("a", None);
+        s.add("b", None);
+        s.add("a", None);
+        assert_eq!(s.len(), 2);
+        assert_eq!(drain(&mut s), ["a", "b"]);
+        assert_eq!(s.tracked(), 0);
+    }
+
+    #[test]
+    fn readd_while_processing_goes_to_the_tail_after_done() {
+        let mut s = State::new();
+        s.add("a", None);
+        s.add("b", None);
+        let a = s.pop().unwrap();
+        s.add("a", None);
+        s.add("a", None);
+        assert_eq!(s.len(), 1, "a re-added while processing is not counted");
+        s.check();
+        assert!(s.done(a.slot));
+        assert_eq!(drain(&mut s), ["b", "a"]);
+    }
+
+    #[test]
+    fn delayed_items_keep_earliest_time_and_release_in_order() {
+        let mut s = State::new();
+        s.add_at("a", 100, None);
+        s.add_at("b", 50, None);
+        s.add_at("a", 200, None);
+        s.add_at("c", 50, None);
+        s.check();
+        assert_eq!(s.next_deadline(), Some(50));
+        assert_eq!(s.promote(60), 2);
+        assert_eq!(s.promote(99), 0);
+        assert_eq!(s.promote(100), 1);
+        assert_eq!(drain(&mut s), ["b", "c", "a"]);
+    }
+
+    #[test]
+    fn add_of_delayed_item_makes_it_ready_once() {
+        let mut s = State::new();
+        s.add_at("a", 100, None);
+        assert!(s.add("a", None).ready);
+        assert_eq!(s.delayed_len(), 0);
+        assert_eq!(drain(&mut s), ["a"]);
+        assert_eq!(s.promote(1000), 0);
+    }
+
+    #[test]
+    fn add_after_of_processing_item_waits_for_both() {
+        let mut s = State::new();
+        s.add("a", None);
+        let a = s.pop().unwrap();
+        s.add_at("a", 100, None);
+        s.check();
+        // Due while still processing: becomes dirty.
+        assert_eq!(s.promote(100), 0);
+        assert!(s.done(a.slot));
+        assert_eq!(drain(&mut s), ["a"]);
+
+        s.add("b", None);
+        let b = s.pop().unwrap();
+        s.add_at("b", 300, None);
+        assert!(!s.done(b.slot), "not due yet");
+        assert_eq!(s.len(), 0);
+        assert_eq!(s.promote(300), 1);
+        assert_eq!(drain(&mut s), ["b"]);
+    }
+
+    #[test]
+    fn priorities_order_and_raise() {
+        let mut s = State::new();
+        s.add("low", Some(-5));
+        s.add("a", None);
+        s.add("b", None);
+        s.add("hi", Some(3));
+        s.add("b", Some(1));
+        s.add("a", Some(-10)); // never lowers
+        s.check();
+        assert_eq!(s.len(), 4);
+        let order: Vec<_> = std::iter::from_fn(|| {
+            let p = s.pop()?;
+            s.done(p.slot);
+            Some((p.item, p.priority))
+        })
+        .collect();
+        assert_eq!(order, [("hi", 3), ("b", 1), ("a", 0), ("low", -5)]);
+        s.check();
+    }
+
+    #[test]
+    fn stale_reference_is_skipped_after_slot_reuse() {
+        let mut s = State::new();
+        s.add("a", None);
+        s.add("b", None);
+        s.add("a", Some(2)); // stale ref to a's slot left in the zero queue
+        let a = s.pop().unwrap();
+        assert_eq!((a.item, a.priority), ("a", 2));
+        s.done(a.slot);
+        s.add("c", None); // reuses a's slot
+        s.check();
+        assert_eq!(drain(&mut s), ["b", "c"]);
+    }
+
+    #[test]
+    fn shut_down_drops_delayed_and_ignores_adds() {
+        let mut s = State::new();
+        s.add("a", None);
+        s.add_at("b", 10, None);
+        let a = s.pop().unwrap();
+        s.add_at("a", 10, None);
+        s.shut_down();
+        s.check();
+        assert_eq!(s.delayed_len(), 0);
+        assert!(!s.add("c", None).ready);
+        assert!(!s.done(a.slot));
+        assert_eq!(s.tracked(), 0);
+    }
+}

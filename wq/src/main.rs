@@ -1,0 +1,3 @@
+//! `wq`: the workqueue command line.
+
+fn main() {}
