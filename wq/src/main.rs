@@ -1,3 +1,35 @@
 //! `wq`: the workqueue command line.
+//!
+//! - `wq demo`: a simulated controller on the in-memory queue (the main job).
+//! - `wq bench`: the standard workloads of BENCH.md beside their references.
 
-fn main() {}
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod demo;
+
+/// The workqueue command line.
+#[derive(Debug, Parser)]
+#[command(name = "wq", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Simulates a controller: producers emit change events, workers reconcile them.
+    Demo(demo::DemoArgs),
+    /// Runs the standard workloads beside their references and prints one table.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Demo(args) => demo::run(args),
+        Command::Bench(args) => bench::run(args),
+    }
+}
