@@ -18,6 +18,7 @@ use crossbeam_utils::Backoff;
 use crate::clock::{Clock, ClockListener, RealClock};
 use crate::error::TryGetError;
 use crate::lease::Lease;
+use crate::metrics::{MetricsProvider, QueueMetrics, QueueProbe, QueueStats};
 use crate::rate_limiter::{self, RateLimiter};
 use crate::state::{Added, State};
 use crate::sync::{self, AtomicUsize, Condvar, Mutex, Ordering};
@@ -118,6 +119,7 @@ pub struct Builder<T> {
     name: Option<String>,
     clock: Option<Arc<dyn Clock>>,
     limiter: Option<Box<dyn RateLimiter<T>>>,
+    metrics: Option<Box<dyn MetricsProvider>>,
 }
 
 impl<T> fmt::Debug for Builder<T> {
@@ -126,6 +128,7 @@ impl<T> fmt::Debug for Builder<T> {
             .field("name", &self.name)
             .field("custom_clock", &self.clock.is_some())
             .field("custom_rate_limiter", &self.limiter.is_some())
+            .field("metrics", &self.metrics.is_some())
             .finish()
     }
 }
@@ -150,6 +153,15 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
         self
     }
 
+    /// Reports the queue's metrics to `provider` (client-go's `MetricsProvider`). Only named
+    /// queues report, as in client-go; see [`metrics`](crate::metrics) for the rules and
+    /// [`PrometheusMetrics`](crate::metrics::prometheus::PrometheusMetrics) (feature
+    /// `prometheus`) for Kubernetes' series.
+    pub fn metrics(mut self, provider: impl MetricsProvider) -> Self {
+        self.metrics = Some(Box::new(provider));
+        self
+    }
+
     /// Builds the queue.
     pub fn build(self) -> WorkQueue<T> {
         let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(RealClock));
@@ -157,7 +169,20 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
             Box::new(rate_limiter::default_controller_with_clock(clock.clone()))
         });
         let epoch = clock.now();
+        let name = self.name;
+        let provider = self.metrics;
         let shared = Arc::new_cyclic(|weak: &Weak<Shared<T>>| {
+            let mut state = State::new();
+            let metrics = match (&name, provider) {
+                (Some(name), Some(provider)) => {
+                    state.enable_times();
+                    let weak = weak.clone();
+                    let probe =
+                        QueueProbe::new(move || weak.upgrade().map(|shared| shared.stats()));
+                    Some(provider.new_queue(name, probe))
+                }
+                _ => None,
+            };
             let weak = weak.clone();
             let callback: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
                 if let Some(shared) = weak.upgrade() {
@@ -167,7 +192,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
             let clock_driven = clock.subscribe(ClockListener::new(Arc::downgrade(&callback)));
             Shared {
                 inner: Mutex::new(Inner {
-                    state: State::new(),
+                    state,
                     waiters: Waiters::default(),
                     drain: false,
                     drain_waiters: Waiters::default(),
@@ -180,7 +205,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
                 clock_driven,
                 epoch,
                 limiter,
-                name: self.name,
+                name,
+                metrics,
                 _clock_callback: clock_driven.then_some(callback),
             }
         });
@@ -233,6 +259,8 @@ pub(crate) struct Shared<T> {
     limiter: Box<dyn RateLimiter<T>>,
     /// The queue's name, if any.
     name: Option<String>,
+    /// Where a named queue with a metrics provider reports; `None` records nothing.
+    metrics: Option<Box<dyn QueueMetrics>>,
     /// Keeps the callback a driving clock holds weakly alive.
     _clock_callback: Option<Arc<dyn Fn() + Send + Sync>>,
 }
@@ -308,6 +336,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
             name: None,
             clock: None,
             limiter: None,
+            metrics: None,
         }
     }
 
@@ -341,7 +370,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// ```
     #[inline]
     pub fn add(&self, item: T) {
-        self.shared.add_now(item, None);
+        self.shared.add_now(item, None, false);
     }
 
     /// Adds `item` once `delay` has passed.
@@ -370,7 +399,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// ```
     #[inline]
     pub fn add_after(&self, item: T, delay: Duration) {
-        self.shared.add_delayed(item, delay, None);
+        self.shared.add_delayed(item, delay, None, true);
     }
 
     /// Adds `item` after the delay the queue's rate limiter gives it
@@ -398,7 +427,10 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// ```
     pub fn add_rate_limited(&self, item: T) {
         let delay = self.shared.limiter.when(&item);
-        self.shared.add_delayed(item, delay, None);
+        if let Some(metrics) = &self.shared.metrics {
+            metrics.rate_limited(delay);
+        }
+        self.shared.add_delayed(item, delay, None, true);
     }
 
     /// Adds `item` with a delay, rate limiting and a priority, in any combination.
@@ -412,15 +444,16 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         let mut delay = options.after;
         if options.rate_limited {
             let limited = self.shared.limiter.when(&item);
+            if let Some(metrics) = &self.shared.metrics {
+                metrics.rate_limited(limited);
+            }
             if delay.is_zero() || limited < delay {
                 delay = limited;
             }
         }
-        if delay.is_zero() {
-            self.shared.add_now(item, options.priority);
-        } else {
-            self.shared.add_delayed(item, delay, options.priority);
-        }
+        let retry = options.rate_limited || !options.after.is_zero();
+        self.shared
+            .add_delayed(item, delay, options.priority, retry);
     }
 
     /// Tells the rate limiter to stop tracking `item`: its failure count resets.
@@ -466,6 +499,15 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         drop(inner);
         wake.wake();
         len
+    }
+
+    /// A snapshot of the queue's sizes and in-flight work.
+    ///
+    /// `unfinished_work` and `longest_running` are measured only on queues that report
+    /// metrics (a [name](Builder::name) and a [provider](Builder::metrics)); elsewhere they
+    /// are zero.
+    pub fn stats(&self) -> QueueStats {
+        self.shared.stats()
     }
 
     /// The number of items being processed (leases not yet dropped).
@@ -687,28 +729,63 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
     }
 
+    /// The time for metrics timestamps: read only when the queue reports metrics.
+    #[inline]
+    fn metrics_now(&self) -> u64 {
+        if self.metrics.is_some() {
+            self.now_ns()
+        } else {
+            0
+        }
+    }
+
     /// Moves due delayed items to the ready queue; returns the waiters to wake for them.
     #[inline]
     fn promote(&self, inner: &mut Inner<T>) -> Wakeups {
         if inner.state.delayed_len() == 0 {
             return Wakeups::None;
         }
-        let now = self.now_ns();
-        let ready = inner.state.promote(now);
-        if ready == 0 {
+        self.promote_at(inner, self.now_ns())
+    }
+
+    fn promote_at(&self, inner: &mut Inner<T>, now: u64) -> Wakeups {
+        let promoted = inner.state.promote(now);
+        if let Some(metrics) = &self.metrics {
+            (0..promoted.counted).for_each(|_| metrics.add());
+        }
+        if promoted.ready == 0 {
             return Wakeups::None;
         }
         self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-        inner.waiters.take(ready)
+        inner.waiters.take(promoted.ready)
+    }
+
+    fn stats(&self) -> QueueStats {
+        let mut inner = self.inner.lock();
+        let wake = self.promote(&mut inner);
+        let (processing, unfinished, longest) = inner.state.in_flight(self.now_ns());
+        let stats = QueueStats {
+            len: inner.state.len(),
+            delayed: inner.state.delayed_len(),
+            processing,
+            unfinished_work: nanos_to_duration(unfinished),
+            longest_running: Duration::from_nanos(longest),
+        };
+        drop(inner);
+        wake.wake();
+        stats
     }
 
     /// Pops an item under the lock: `Some(Ok)` with a lease, `Some(Err)` if shut down and
     /// empty, `None` if nothing is ready.
     #[inline]
     fn pop_locked(self: &Arc<Self>, inner: &mut Inner<T>) -> Option<Result<Lease<T>, ()>> {
-        match inner.state.pop() {
+        match inner.state.pop(self.metrics_now()) {
             Some(popped) => {
                 self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+                if let (Some(metrics), Some(waited)) = (&self.metrics, popped.queued_for) {
+                    metrics.get(Duration::from_nanos(waited));
+                }
                 Some(Ok(Lease::new(
                     self.clone(),
                     popped.item,
@@ -722,10 +799,18 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     }
 
     #[inline]
-    fn add_now(&self, item: T, priority: Option<i32>) {
+    fn add_now(&self, item: T, priority: Option<i32>, retry: bool) {
         let mut inner = self.inner.lock();
         let mut wake = self.promote(&mut inner);
-        let added = inner.state.add(item, priority);
+        let added = inner.state.add(item, priority, self.metrics_now());
+        if let Some(metrics) = &self.metrics {
+            if retry && !inner.state.is_shutting_down() {
+                metrics.retry();
+            }
+            if added.counted {
+                metrics.add();
+            }
+        }
         if added.ready {
             self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
             if !inner.waiters.is_empty() {
@@ -736,23 +821,24 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         wake.wake();
     }
 
-    fn add_delayed(self: &Arc<Self>, item: T, delay: Duration, priority: Option<i32>) {
+    /// Adds `item` after `delay`; `retry` counts it in the retries metric (client-go counts
+    /// every `AddAfter`, even with a zero delay).
+    fn add_delayed(self: &Arc<Self>, item: T, delay: Duration, priority: Option<i32>, retry: bool) {
         if delay.is_zero() {
-            return self.add_now(item, priority);
+            return self.add_now(item, priority, retry);
         }
         let mut inner = self.inner.lock();
         if inner.state.is_shutting_down() {
             return;
         }
+        if let (Some(metrics), true) = (&self.metrics, retry) {
+            metrics.retry();
+        }
         let now = self.now_ns();
         let at = now.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
         let mut wake = Wakeups::None;
         if inner.state.delayed_len() > 0 {
-            let ready = inner.state.promote(now);
-            if ready > 0 {
-                self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-                wake = inner.waiters.take(ready);
-            }
+            wake = self.promote_at(&mut inner, now);
         }
         let added: Added = inner.state.add_at(item, at, priority);
         let mut notify_timer = false;
@@ -775,7 +861,11 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     pub(crate) fn done(&self, slot: u32) {
         let mut inner = self.inner.lock();
         let mut wake = Wakeups::None;
-        if inner.state.done(slot) {
+        let done = inner.state.done(slot, self.metrics_now());
+        if let (Some(metrics), Some(worked)) = (&self.metrics, done.worked_for) {
+            metrics.done(Duration::from_nanos(worked));
+        }
+        if done.requeued {
             self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
             wake = inner.waiters.take_one();
         }
@@ -985,4 +1075,10 @@ impl<T> Drop for Drain<'_, T> {
             self.queue.shared.inner.lock().drain_waiters.cancel(id);
         }
     }
+}
+
+/// Converts a sum of nanoseconds to a `Duration`, saturating.
+fn nanos_to_duration(nanos: u128) -> Duration {
+    let secs = u64::try_from(nanos / 1_000_000_000).unwrap_or(u64::MAX);
+    Duration::new(secs, (nanos % 1_000_000_000) as u32)
 }

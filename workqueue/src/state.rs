@@ -168,8 +168,56 @@ pub(crate) struct Added {
     pub(crate) ready: bool,
     /// The item is now in the delay heap at the head: the timer must re-arm.
     pub(crate) new_head: bool,
-    /// The item was not known to the queue before (a new dirty entry in client-go's terms).
-    pub(crate) new: bool,
+    /// The item became dirty (queued, or marked to be queued again while processing) from
+    /// neither: client-go's metrics count this as an add.
+    pub(crate) counted: bool,
+}
+
+/// What a promotion of due delayed items did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Promoted {
+    /// Items that became ready to hand out.
+    pub(crate) ready: usize,
+    /// Items that became dirty (ready, or re-queued when their lease drops).
+    pub(crate) counted: usize,
+}
+
+/// What [`State::done`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Done {
+    /// The item was queued again because it was re-added while processing.
+    pub(crate) requeued: bool,
+    /// How long the item was processed (only with timestamps on).
+    pub(crate) worked_for: Option<u64>,
+}
+
+/// Per-slot timestamps for metrics, kept only for queues that report metrics.
+#[derive(Debug, Default)]
+struct Times {
+    /// When the item in a slot last became dirty; [`UNSET`] after it is handed out.
+    added: Vec<u64>,
+    /// When the item in a slot was handed out; [`UNSET`] when it is not processing.
+    started: Vec<u64>,
+}
+
+/// Marks an empty timestamp.
+const UNSET: u64 = u64::MAX;
+
+impl Times {
+    fn slot(vec: &mut Vec<u64>, slot: u32) -> &mut u64 {
+        let slot = slot as usize;
+        if slot >= vec.len() {
+            vec.resize((slot + 1).next_power_of_two(), UNSET);
+        }
+        &mut vec[slot]
+    }
+
+    fn mark_added(&mut self, slot: u32, at: u64) {
+        let added = Self::slot(&mut self.added, slot);
+        if *added == UNSET {
+            *added = at;
+        }
+    }
 }
 
 /// An item handed out by [`State::pop`].
@@ -181,6 +229,8 @@ pub(crate) struct Popped<T> {
     pub(crate) item: T,
     /// The priority the item was queued with.
     pub(crate) priority: i32,
+    /// How long the item waited since it became dirty (only with timestamps on).
+    pub(crate) queued_for: Option<u64>,
 }
 
 /// The queue's state: items, ready order, delay heap, in-flight count, shut-down flag.
@@ -201,6 +251,8 @@ pub(crate) struct State<T, S = foldhash::fast::RandomState> {
     processing: usize,
     /// Set by shut down; adds are ignored from then on.
     shutting_down: bool,
+    /// Timestamps for metrics, if enabled.
+    times: Option<Box<Times>>,
 }
 
 impl<T: Eq + Hash + Clone> State<T> {
@@ -247,6 +299,27 @@ impl<T, S> State<T, S> {
 }
 
 impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
+    /// Starts keeping the timestamps metrics need (add, get and done times per item).
+    pub(crate) fn enable_times(&mut self) {
+        self.times.get_or_insert_with(Box::default);
+    }
+
+    /// Items being processed, the sum of their processing times and the longest one, at
+    /// `now` (client-go's unfinished work and longest running processor).
+    pub(crate) fn in_flight(&self, now: u64) -> (usize, u128, u64) {
+        let Some(times) = &self.times else {
+            return (self.processing, 0, 0);
+        };
+        let mut sum = 0u128;
+        let mut longest = 0u64;
+        for &started in times.started.iter().filter(|&&t| t != UNSET) {
+            let age = now.saturating_sub(started);
+            sum += u128::from(age);
+            longest = longest.max(age);
+        }
+        (self.processing, sum, longest)
+    }
+
     pub(crate) fn with_hasher(hasher: S) -> Self {
         Self {
             entries: Slab::new(),
@@ -257,6 +330,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             seq: 0,
             processing: 0,
             shutting_down: false,
+            times: None,
         }
     }
 
@@ -289,7 +363,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
 
     /// Adds `item` now (client-go's `Add`; `priority` is `AddOptions::priority`).
     #[inline]
-    pub(crate) fn add(&mut self, item: T, priority: Option<i32>) -> Added {
+    pub(crate) fn add(&mut self, item: T, priority: Option<i32>, now: u64) -> Added {
         if self.shutting_down {
             return Added::default();
         }
@@ -297,27 +371,35 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         if !existed {
             self.ready.push(priority.unwrap_or(0), slot);
             self.entries[slot as usize].flags = QUEUED;
+            if let Some(times) = &mut self.times {
+                times.mark_added(slot, now);
+            }
             return Added {
                 ready: true,
                 new_head: false,
-                new: true,
+                counted: true,
             };
         }
         let entry = &mut self.entries[slot as usize];
         if entry.flags & PROCESSING != 0 {
             // Re-added while processing: queue it again once the lease drops. An earlier
             // add_after of it is now moot (the add is sooner).
-            let new = entry.flags & DIRTY == 0;
+            let counted = entry.flags & DIRTY == 0;
             entry.flags |= DIRTY;
             raise_pending(entry, priority);
             if entry.heap_pos != NOT_IN_HEAP {
                 let pos = entry.heap_pos;
                 self.heap_remove(pos as usize);
             }
+            if counted {
+                if let Some(times) = &mut self.times {
+                    times.mark_added(slot, now);
+                }
+            }
             return Added {
                 ready: false,
                 new_head: false,
-                new,
+                counted,
             };
         }
         if entry.flags & QUEUED != 0 {
@@ -334,10 +416,13 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         entry.flags |= QUEUED;
         self.heap_remove(pos as usize);
         self.ready.push(prio, slot);
+        if let Some(times) = &mut self.times {
+            times.mark_added(slot, now);
+        }
         Added {
             ready: true,
             new_head: false,
-            new: false,
+            counted: true,
         }
     }
 
@@ -353,7 +438,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             return Added {
                 ready: false,
                 new_head: pos == 0,
-                new: true,
+                counted: false,
             };
         }
         let entry = &mut self.entries[slot as usize];
@@ -376,7 +461,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             return Added {
                 ready: false,
                 new_head: pos == 0,
-                new: false,
+                counted: false,
             };
         }
         // Earliest wins (client-go's delaying queue: a waiting item is advanced, never
@@ -388,7 +473,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             return Added {
                 ready: false,
                 new_head: new_pos == 0,
-                new: false,
+                counted: false,
             };
         }
         Added::default()
@@ -412,9 +497,9 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     /// Moves every delayed item due at `now` to the ready queues (or marks it dirty if it is
     /// being processed). Returns how many became ready to hand out.
     #[inline]
-    pub(crate) fn promote(&mut self, now: u64) -> usize {
-        let mut ready = 0;
-        while let Some(head) = self.heap.first() {
+    pub(crate) fn promote(&mut self, now: u64) -> Promoted {
+        let mut promoted = Promoted::default();
+        while let Some(&head) = self.heap.first() {
             if head.at > now {
                 break;
             }
@@ -427,32 +512,54 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
                 entry.flags |= QUEUED;
                 let prio = entry.priority;
                 self.ready.push(prio, slot);
-                ready += 1;
+                promoted.ready += 1;
+            }
+            promoted.counted += 1;
+            if let Some(times) = &mut self.times {
+                // The item was due at `head.at`; promotion may run later than that.
+                times.mark_added(slot, head.at);
             }
         }
-        ready
+        promoted
     }
 
     /// Hands out the next ready item (client-go's `Get`).
     #[inline]
-    pub(crate) fn pop(&mut self) -> Option<Popped<T>> {
+    pub(crate) fn pop(&mut self, now: u64) -> Option<Popped<T>> {
         let (priority, slot) = self.ready.pop()?;
         let entry = &mut self.entries[slot as usize];
         debug_assert_eq!(entry.flags & (QUEUED | PROCESSING), QUEUED);
         entry.flags = PROCESSING;
         entry.priority = 0;
         self.processing += 1;
+        let item = entry.item.clone();
+        let mut queued_for = None;
+        if let Some(times) = &mut self.times {
+            let added = std::mem::replace(Times::slot(&mut times.added, slot), UNSET);
+            if added != UNSET {
+                queued_for = Some(now.saturating_sub(added));
+            }
+            *Times::slot(&mut times.started, slot) = now;
+        }
         Some(Popped {
             slot,
-            item: entry.item.clone(),
+            item,
             priority,
+            queued_for,
         })
     }
 
     /// Ends the processing of the item in `slot` (client-go's `Done`). Returns `true` if the
     /// item was queued again because it was re-added while processing.
     #[inline]
-    pub(crate) fn done(&mut self, slot: u32) -> bool {
+    pub(crate) fn done(&mut self, slot: u32, now: u64) -> Done {
+        let mut worked_for = None;
+        if let Some(times) = &mut self.times {
+            let started = std::mem::replace(Times::slot(&mut times.started, slot), UNSET);
+            if started != UNSET {
+                worked_for = Some(now.saturating_sub(started));
+            }
+        }
         let entry = &mut self.entries[slot as usize];
         debug_assert!(
             entry.flags & PROCESSING != 0,
@@ -463,13 +570,19 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             entry.flags = QUEUED;
             let prio = entry.priority;
             self.ready.push(prio, slot);
-            return true;
+            return Done {
+                requeued: true,
+                worked_for,
+            };
         }
         entry.flags = 0;
         if entry.heap_pos == NOT_IN_HEAP {
             self.remove_entry(slot);
         }
-        false
+        Done {
+            requeued: false,
+            worked_for,
+        }
     }
 
     /// Stops intake (client-go's `ShutDown`). Delayed items are dropped, as client-go's
@@ -509,6 +622,9 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             self.index = HashTable::new();
             self.heap = Vec::new();
             self.ready.shrink();
+            if let Some(times) = &mut self.times {
+                **times = Times::default();
+            }
         }
     }
 
@@ -634,9 +750,9 @@ mod tests {
 
     fn drain(state: &mut State<&'static str>) -> Vec<&'static str> {
         let mut out = Vec::new();
-        while let Some(p) = state.pop() {
+        while let Some(p) = state.pop(0) {
             out.push(p.item);
-            state.done(p.slot);
+            state.done(p.slot, 0);
             state.check();
         }
         out
@@ -645,9 +761,9 @@ mod tests {
     #[test]
     fn fifo_and_dedup() {
         let mut s = State::new();
-        s.add("a", None);
-        s.add("b", None);
-        s.add("a", None);
+        s.add("a", None, 0);
+        s.add("b", None, 0);
+        s.add("a", None, 0);
         assert_eq!(s.len(), 2);
         assert_eq!(drain(&mut s), ["a", "b"]);
         assert_eq!(s.tracked(), 0);
@@ -656,14 +772,14 @@ mod tests {
     #[test]
     fn readd_while_processing_goes_to_the_tail_after_done() {
         let mut s = State::new();
-        s.add("a", None);
-        s.add("b", None);
-        let a = s.pop().unwrap();
-        s.add("a", None);
-        s.add("a", None);
+        s.add("a", None, 0);
+        s.add("b", None, 0);
+        let a = s.pop(0).unwrap();
+        s.add("a", None, 0);
+        s.add("a", None, 0);
         assert_eq!(s.len(), 1, "a re-added while processing is not counted");
         s.check();
-        assert!(s.done(a.slot));
+        assert!(s.done(a.slot, 0).requeued);
         assert_eq!(drain(&mut s), ["b", "a"]);
     }
 
@@ -676,9 +792,9 @@ mod tests {
         s.add_at("c", 50, None);
         s.check();
         assert_eq!(s.next_deadline(), Some(50));
-        assert_eq!(s.promote(60), 2);
-        assert_eq!(s.promote(99), 0);
-        assert_eq!(s.promote(100), 1);
+        assert_eq!(s.promote(60).ready, 2);
+        assert_eq!(s.promote(99).ready, 0);
+        assert_eq!(s.promote(100).ready, 1);
         assert_eq!(drain(&mut s), ["b", "c", "a"]);
     }
 
@@ -686,47 +802,47 @@ mod tests {
     fn add_of_delayed_item_makes_it_ready_once() {
         let mut s = State::new();
         s.add_at("a", 100, None);
-        assert!(s.add("a", None).ready);
+        assert!(s.add("a", None, 0).ready);
         assert_eq!(s.delayed_len(), 0);
         assert_eq!(drain(&mut s), ["a"]);
-        assert_eq!(s.promote(1000), 0);
+        assert_eq!(s.promote(1000).ready, 0);
     }
 
     #[test]
     fn add_after_of_processing_item_waits_for_both() {
         let mut s = State::new();
-        s.add("a", None);
-        let a = s.pop().unwrap();
+        s.add("a", None, 0);
+        let a = s.pop(0).unwrap();
         s.add_at("a", 100, None);
         s.check();
         // Due while still processing: becomes dirty.
-        assert_eq!(s.promote(100), 0);
-        assert!(s.done(a.slot));
+        assert_eq!(s.promote(100).ready, 0);
+        assert!(s.done(a.slot, 0).requeued);
         assert_eq!(drain(&mut s), ["a"]);
 
-        s.add("b", None);
-        let b = s.pop().unwrap();
+        s.add("b", None, 0);
+        let b = s.pop(0).unwrap();
         s.add_at("b", 300, None);
-        assert!(!s.done(b.slot), "not due yet");
+        assert!(!s.done(b.slot, 0).requeued, "not due yet");
         assert_eq!(s.len(), 0);
-        assert_eq!(s.promote(300), 1);
+        assert_eq!(s.promote(300).ready, 1);
         assert_eq!(drain(&mut s), ["b"]);
     }
 
     #[test]
     fn priorities_order_and_raise() {
         let mut s = State::new();
-        s.add("low", Some(-5));
-        s.add("a", None);
-        s.add("b", None);
-        s.add("hi", Some(3));
-        s.add("b", Some(1));
-        s.add("a", Some(-10)); // never lowers
+        s.add("low", Some(-5), 0);
+        s.add("a", None, 0);
+        s.add("b", None, 0);
+        s.add("hi", Some(3), 0);
+        s.add("b", Some(1), 0);
+        s.add("a", Some(-10), 0); // never lowers
         s.check();
         assert_eq!(s.len(), 4);
         let order: Vec<_> = std::iter::from_fn(|| {
-            let p = s.pop()?;
-            s.done(p.slot);
+            let p = s.pop(0)?;
+            s.done(p.slot, 0);
             Some((p.item, p.priority))
         })
         .collect();
@@ -737,13 +853,13 @@ mod tests {
     #[test]
     fn stale_reference_is_skipped_after_slot_reuse() {
         let mut s = State::new();
-        s.add("a", None);
-        s.add("b", None);
-        s.add("a", Some(2)); // stale ref to a's slot left in the zero queue
-        let a = s.pop().unwrap();
+        s.add("a", None, 0);
+        s.add("b", None, 0);
+        s.add("a", Some(2), 0); // stale ref to a's slot left in the zero queue
+        let a = s.pop(0).unwrap();
         assert_eq!((a.item, a.priority), ("a", 2));
-        s.done(a.slot);
-        s.add("c", None); // reuses a's slot
+        s.done(a.slot, 0);
+        s.add("c", None, 0); // reuses a's slot
         s.check();
         assert_eq!(drain(&mut s), ["b", "c"]);
     }
@@ -751,15 +867,15 @@ mod tests {
     #[test]
     fn shut_down_drops_delayed_and_ignores_adds() {
         let mut s = State::new();
-        s.add("a", None);
+        s.add("a", None, 0);
         s.add_at("b", 10, None);
-        let a = s.pop().unwrap();
+        let a = s.pop(0).unwrap();
         s.add_at("a", 10, None);
         s.shut_down();
         s.check();
         assert_eq!(s.delayed_len(), 0);
-        assert!(!s.add("c", None).ready);
-        assert!(!s.done(a.slot));
+        assert!(!s.add("c", None, 0).ready);
+        assert!(!s.done(a.slot, 0).requeued);
         assert_eq!(s.tracked(), 0);
     }
 }

@@ -1,0 +1,157 @@
+//! Metrics: what a named queue reports, and to whom.
+//!
+//! A queue built with a [`name`](crate::Builder::name) and a
+//! [`metrics`](crate::Builder::metrics) provider reports every add, hand-out, done, retry
+//! and rate-limiter delay to a [`QueueMetrics`] the provider creates for it. This is
+//! client-go's `MetricsProvider` idea, with one object per queue instead of one per series.
+//! A queue without a name or without a provider records nothing and reads no clock for it.
+//!
+//! Values that client-go refreshes on a 500 ms ticker (unfinished work, longest running
+//! processor) are read when scraped instead, through the [`QueueProbe`] the provider is
+//! given; so are the delayed items. No thread is involved.
+//!
+//! The rules are client-go's (`queue.go`, `metrics.go`):
+//!
+//! | event | call |
+//! | --- | --- |
+//! | an item becomes dirty: added (or due) while neither queued nor marked for re-queue, including while it is processed | [`QueueMetrics::add`] (depth + 1, adds + 1) |
+//! | an item is handed out | [`QueueMetrics::get`] with the time since it became dirty (depth - 1) |
+//! | a lease is dropped | [`QueueMetrics::done`] with the time since the hand-out |
+//! | `add_after`, `add_rate_limited`, or `add_with` with a delay or rate limiting, while running | [`QueueMetrics::retry`] |
+//! | `add_rate_limited` (or `add_with(.., rate_limited)`) | [`QueueMetrics::rate_limited`] with the limiter's delay |
+//!
+//! With the `prometheus` feature, [`prometheus::PrometheusMetrics`] exports Kubernetes'
+//! series (`workqueue_depth`, `workqueue_adds_total`, ...) into a `prometheus-client`
+//! registry, so existing dashboards work unchanged.
+//!
+//! # Examples
+//!
+//! A provider of your own, counting adds:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use workqueue::WorkQueue;
+//! use workqueue::metrics::{MetricsProvider, QueueMetrics, QueueProbe};
+//!
+//! #[derive(Default)]
+//! struct Adds(Arc<AtomicU64>);
+//!
+//! struct Recorder(Arc<AtomicU64>);
+//!
+//! impl QueueMetrics for Recorder {
+//!     fn add(&self) {
+//!         self.0.fetch_add(1, Ordering::Relaxed);
+//!     }
+//! }
+//!
+//! impl MetricsProvider for Adds {
+//!     fn new_queue(&self, _name: &str, _probe: QueueProbe) -> Box<dyn QueueMetrics> {
+//!         Box::new(Recorder(self.0.clone()))
+//!     }
+//! }
+//!
+//! let adds = Arc::new(AtomicU64::new(0));
+//! let queue = WorkQueue::builder().name("pods").metrics(Adds(adds.clone())).build();
+//! queue.add("default/web-0");
+//! queue.add("default/web-0");
+//! assert_eq!(adds.load(Ordering::Relaxed), 1); // the second add was deduplicated
+//! ```
+
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Creates the recorder of each named queue. This is client-go's `MetricsProvider`.
+pub trait MetricsProvider: Send + Sync + 'static {
+    /// Returns the recorder for the queue named `name`. `probe` reads the queue's gauges
+    /// (delayed items, unfinished work, longest running processor) when they are needed,
+    /// typically at scrape time; it holds the queue weakly.
+    fn new_queue(&self, name: &str, probe: QueueProbe) -> Box<dyn QueueMetrics>;
+}
+
+impl<P: MetricsProvider + ?Sized> MetricsProvider for Arc<P> {
+    fn new_queue(&self, name: &str, probe: QueueProbe) -> Box<dyn QueueMetrics> {
+        (**self).new_queue(name, probe)
+    }
+}
+
+/// Receives one queue's events. Every method defaults to doing nothing.
+///
+/// The queue calls these while it holds its lock, so they must be quick and must not call
+/// back into the queue (use the [`QueueProbe`] from another thread, at scrape time).
+pub trait QueueMetrics: Send + Sync + 'static {
+    /// An item became dirty: client-go's `adds` + 1 and `depth` + 1.
+    fn add(&self) {}
+
+    /// An item was handed out after waiting `queued_for` since it became dirty: `depth` - 1,
+    /// and an observation of `queue_duration_seconds`.
+    fn get(&self, queued_for: Duration) {
+        let _ = queued_for;
+    }
+
+    /// A lease was dropped after `worked_for`: an observation of `work_duration_seconds`.
+    fn done(&self, worked_for: Duration) {
+        let _ = worked_for;
+    }
+
+    /// A delayed or rate-limited add while the queue runs: `retries` + 1.
+    fn retry(&self) {}
+
+    /// The rate limiter delayed an item by `delay` (beyond client-go, kubernetes#138256).
+    fn rate_limited(&self, delay: Duration) {
+        let _ = delay;
+    }
+}
+
+/// A snapshot of a queue's sizes and in-flight work, as [`QueueProbe::stats`] and
+/// [`WorkQueue::stats`](crate::WorkQueue::stats) return it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct QueueStats {
+    /// Items waiting to be handed out ([`WorkQueue::len`](crate::WorkQueue::len)).
+    pub len: usize,
+    /// Items waiting for a delay to pass.
+    pub delayed: usize,
+    /// Leases out.
+    pub processing: usize,
+    /// The sum of how long each lease out has been held (client-go's
+    /// `unfinished_work_seconds`). Measured only on queues that report metrics; zero
+    /// otherwise.
+    pub unfinished_work: Duration,
+    /// How long the oldest lease out has been held (client-go's
+    /// `longest_running_processor_seconds`). Measured only on queues that report metrics;
+    /// zero otherwise.
+    pub longest_running: Duration,
+}
+
+/// Reads a queue's [`QueueStats`] on demand, without keeping the queue alive.
+#[derive(Clone)]
+pub struct QueueProbe {
+    /// Returns the stats, or `None` once the queue is gone.
+    read: Arc<dyn Fn() -> Option<QueueStats> + Send + Sync>,
+}
+
+impl QueueProbe {
+    /// Wraps a function that reads the stats; public so that providers can be tested
+    /// without a queue.
+    pub fn new(read: impl Fn() -> Option<QueueStats> + Send + Sync + 'static) -> Self {
+        Self {
+            read: Arc::new(read),
+        }
+    }
+
+    /// The queue's stats now, or `None` if the queue has been dropped.
+    pub fn stats(&self) -> Option<QueueStats> {
+        (self.read)()
+    }
+}
+
+impl fmt::Debug for QueueProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueProbe").finish_non_exhaustive()
+    }
+}

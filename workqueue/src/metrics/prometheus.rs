@@ -1,0 +1,421 @@
+//! Kubernetes' workqueue series on [`prometheus-client`](prometheus_client).
+//!
+//! [`PrometheusMetrics::new`] registers one collector into your
+//! [`Registry`](prometheus_client::registry::Registry); every queue built with it (and a
+//! name) becomes a `name` label value of these series, with Kubernetes' names, help texts,
+//! types and buckets (`k8s.io/component-base/metrics/prometheus/workqueue`):
+//!
+//! | series | type |
+//! | --- | --- |
+//! | `workqueue_depth` | gauge |
+//! | `workqueue_adds_total` | counter |
+//! | `workqueue_queue_duration_seconds` | histogram, buckets 1e-8 ... 10 |
+//! | `workqueue_work_duration_seconds` | histogram, buckets 1e-8 ... 10 |
+//! | `workqueue_unfinished_work_seconds` | gauge, read at scrape time |
+//! | `workqueue_longest_running_processor_seconds` | gauge, read at scrape time |
+//! | `workqueue_retries_total` | counter |
+//!
+//! and two that Kubernetes users have asked for (kubernetes#135543, #138256):
+//!
+//! | series | type |
+//! | --- | --- |
+//! | `workqueue_delayed_items` | gauge, read at scrape time: items waiting for a delay |
+//! | `workqueue_rate_limiter_delay_seconds` | histogram, buckets 1 ms ... about 17 min: delays the rate limiter handed out |
+//!
+//! # Examples
+//!
+//! ```
+//! use prometheus_client::{encoding::text::encode, registry::Registry};
+//! use workqueue::{WorkQueue, metrics::prometheus::PrometheusMetrics};
+//!
+//! let mut registry = Registry::default();
+//! let metrics = PrometheusMetrics::new(&mut registry);
+//! let queue = WorkQueue::builder().name("pods").metrics(metrics).build();
+//! queue.add("default/web-0");
+//!
+//! let mut text = String::new();
+//! encode(&mut text, &registry).unwrap();
+//! assert!(text.contains(r#"workqueue_depth{name="pods"} 1"#));
+//! assert!(text.contains(r#"workqueue_adds_total{name="pods"} 1"#));
+//! ```
+//!
+//! # Exposition formats
+//!
+//! `prometheus-client` writes OpenMetrics text, which Prometheus scrapes as is (serve it as
+//! `application/openmetrics-text; version=1.0.0; charset=utf-8`). In it a counter's
+//! `# HELP` and `# TYPE` lines name the family (`workqueue_adds`) and the sample carries
+//! `_total`. Kubernetes components serve the classic Prometheus text format (version 0.0.4),
+//! where those lines name `workqueue_adds_total` too; [`encode_prometheus_text`] writes
+//! that, so a server can offer both, and tools that read only the classic format
+//! (`promtool check metrics`) accept the scrape.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use super::{MetricsProvider, QueueMetrics, QueueProbe, QueueStats};
+
+const DEPTH_HELP: &str = "Current depth of workqueue";
+const ADDS_HELP: &str = "Total number of adds handled by workqueue";
+const QUEUE_DURATION_HELP: &str =
+    "How long in seconds an item stays in workqueue before being requested.";
+const WORK_DURATION_HELP: &str = "How long in seconds processing an item from workqueue takes.";
+const UNFINISHED_HELP: &str = "How many seconds of work has done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.";
+const LONGEST_HELP: &str =
+    "How many seconds has the longest running processor for workqueue been running.";
+const RETRIES_HELP: &str = "Total number of retries handled by workqueue";
+const DELAYED_HELP: &str = "Current number of items in workqueue waiting for a delay to pass";
+const RATE_LIMIT_HELP: &str =
+    "How long in seconds the rate limiter of workqueue delayed items it was asked about.";
+
+/// Kubernetes' latency buckets: `ExponentialBuckets(10e-9, 10, 10)`, 1e-8 s to 10 s.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(10e-9, 10.0, 10)
+}
+
+/// Rate limiter delay buckets: 1 ms, 4 ms, ... 4^10 ms (about 17 minutes, beyond the default
+/// limiters' 1000 s cap).
+fn delay_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.001, 4.0, 11)
+}
+
+/// The series of one queue name.
+struct Series {
+    name: String,
+    depth: AtomicI64,
+    adds: AtomicU64,
+    retries: AtomicU64,
+    queue_duration: Histogram,
+    work_duration: Histogram,
+    rate_limiter_delay: Histogram,
+    /// The newest queue with this name, for the values read at scrape time.
+    probe: Mutex<Option<QueueProbe>>,
+}
+
+impl Series {
+    fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            depth: AtomicI64::new(0),
+            adds: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            queue_duration: Histogram::new(latency_buckets()),
+            work_duration: Histogram::new(latency_buckets()),
+            rate_limiter_delay: Histogram::new(delay_buckets()),
+            probe: Mutex::new(None),
+        }
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.probe
+            .lock()
+            .as_ref()
+            .and_then(QueueProbe::stats)
+            .unwrap_or_default()
+    }
+}
+
+/// Records into a [`Series`].
+struct Recorder(Arc<Series>);
+
+impl QueueMetrics for Recorder {
+    fn add(&self) {
+        self.0.adds.fetch_add(1, Ordering::Relaxed);
+        self.0.depth.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn get(&self, queued_for: Duration) {
+        self.0.depth.fetch_sub(1, Ordering::Relaxed);
+        self.0.queue_duration.observe(queued_for.as_secs_f64());
+    }
+
+    fn done(&self, worked_for: Duration) {
+        self.0.work_duration.observe(worked_for.as_secs_f64());
+    }
+
+    fn retry(&self) {
+        self.0.retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn rate_limited(&self, delay: Duration) {
+        self.0.rate_limiter_delay.observe(delay.as_secs_f64());
+    }
+}
+
+/// The queues registered so far; shared by the provider and the collector.
+#[derive(Default)]
+struct Queues {
+    series: Mutex<Vec<Arc<Series>>>,
+}
+
+impl fmt::Debug for Queues {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<String> = self.series.lock().iter().map(|s| s.name.clone()).collect();
+        f.debug_struct("Queues").field("names", &names).finish()
+    }
+}
+
+/// A [`MetricsProvider`] that exports Kubernetes' workqueue series into a
+/// `prometheus-client` registry. See the [module documentation](self).
+///
+/// Queues with the same name share one set of series, as they do in Kubernetes.
+#[derive(Clone, Debug)]
+pub struct PrometheusMetrics {
+    queues: Arc<Queues>,
+}
+
+impl PrometheusMetrics {
+    /// Registers the workqueue series in `registry` and returns the provider to pass to
+    /// [`Builder::metrics`](crate::Builder::metrics). Call it once per registry.
+    pub fn new(registry: &mut Registry) -> Self {
+        let queues = Arc::new(Queues::default());
+        registry.register_collector(Box::new(WorkqueueCollector(queues.clone())));
+        Self { queues }
+    }
+}
+
+impl MetricsProvider for PrometheusMetrics {
+    fn new_queue(&self, name: &str, probe: QueueProbe) -> Box<dyn QueueMetrics> {
+        let mut all = self.queues.series.lock();
+        let series = match all.iter().find(|s| s.name == name) {
+            Some(series) => series.clone(),
+            None => {
+                let series = Arc::new(Series::new(name));
+                all.push(series.clone());
+                series
+            }
+        };
+        *series.probe.lock() = Some(probe);
+        Box::new(Recorder(series))
+    }
+}
+
+/// Encodes every queue's series on each scrape.
+#[derive(Debug)]
+struct WorkqueueCollector(Arc<Queues>);
+
+impl Collector for WorkqueueCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        let series: Vec<Arc<Series>> = self.0.series.lock().clone();
+        let stats: Vec<QueueStats> = series.iter().map(|s| s.stats()).collect();
+        let label = |s: &Series| [("name", s.name.clone())];
+
+        let mut family =
+            encoder.encode_descriptor("workqueue_depth", DEPTH_HELP, None, MetricType::Gauge)?;
+        for s in &series {
+            let gauge = ConstGauge::new(s.depth.load(Ordering::Relaxed));
+            gauge.encode(family.encode_family(&label(s))?)?;
+        }
+
+        let mut family =
+            encoder.encode_descriptor("workqueue_adds", ADDS_HELP, None, MetricType::Counter)?;
+        for s in &series {
+            let counter = ConstCounter::new(s.adds.load(Ordering::Relaxed));
+            counter.encode(family.encode_family(&label(s))?)?;
+        }
+
+        let histograms: [(&str, &str, fn(&Series) -> &Histogram); 2] = [
+            (
+                "workqueue_queue_duration_seconds",
+                QUEUE_DURATION_HELP,
+                |s| &s.queue_duration,
+            ),
+            ("workqueue_work_duration_seconds", WORK_DURATION_HELP, |s| {
+                &s.work_duration
+            }),
+        ];
+        for (name, help, pick) in histograms {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            for s in &series {
+                pick(s).encode(family.encode_family(&label(s))?)?;
+            }
+        }
+
+        let gauges: [(&str, &str, fn(&QueueStats) -> f64); 2] = [
+            ("workqueue_unfinished_work_seconds", UNFINISHED_HELP, |st| {
+                st.unfinished_work.as_secs_f64()
+            }),
+            (
+                "workqueue_longest_running_processor_seconds",
+                LONGEST_HELP,
+                |st| st.longest_running.as_secs_f64(),
+            ),
+        ];
+        for (name, help, pick) in gauges {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (s, st) in series.iter().zip(&stats) {
+                ConstGauge::new(pick(st)).encode(family.encode_family(&label(s))?)?;
+            }
+        }
+
+        let mut family = encoder.encode_descriptor(
+            "workqueue_retries",
+            RETRIES_HELP,
+            None,
+            MetricType::Counter,
+        )?;
+        for s in &series {
+            let counter = ConstCounter::new(s.retries.load(Ordering::Relaxed));
+            counter.encode(family.encode_family(&label(s))?)?;
+        }
+
+        let mut family = encoder.encode_descriptor(
+            "workqueue_delayed_items",
+            DELAYED_HELP,
+            None,
+            MetricType::Gauge,
+        )?;
+        for (s, st) in series.iter().zip(&stats) {
+            let gauge = ConstGauge::new(i64::try_from(st.delayed).unwrap_or(i64::MAX));
+            gauge.encode(family.encode_family(&label(s))?)?;
+        }
+
+        let mut family = encoder.encode_descriptor(
+            "workqueue_rate_limiter_delay_seconds",
+            RATE_LIMIT_HELP,
+            None,
+            MetricType::Histogram,
+        )?;
+        for s in &series {
+            s.rate_limiter_delay
+                .encode(family.encode_family(&label(s))?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The `Content-Type` of [`encode_prometheus_text`]'s output.
+pub const PROMETHEUS_TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The `Content-Type` of `prometheus_client::encoding::text::encode`'s output.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Encodes `registry` in the classic Prometheus text format (version 0.0.4), the one
+/// Kubernetes components serve.
+///
+/// Written here because `prometheus-client` writes only OpenMetrics: this encodes
+/// OpenMetrics and rewrites the three things that differ for the metric types this crate
+/// registers: a counter's `# HELP` and `# TYPE` lines take the `_total` sample name,
+/// `# UNIT` lines go, and so does the closing `# EOF`.
+///
+/// # Errors
+///
+/// Whatever the registry's encoders return.
+///
+/// # Examples
+///
+/// ```
+/// use prometheus_client::registry::Registry;
+/// use workqueue::WorkQueue;
+/// use workqueue::metrics::prometheus::{PrometheusMetrics, encode_prometheus_text};
+///
+/// let mut registry = Registry::default();
+/// let queue: WorkQueue<u32> = WorkQueue::builder()
+///     .name("pods")
+///     .metrics(PrometheusMetrics::new(&mut registry))
+///     .build();
+/// queue.add(1);
+/// let text = encode_prometheus_text(&registry).unwrap();
+/// assert!(text.contains("# TYPE workqueue_adds_total counter\n"));
+/// assert!(text.contains("workqueue_adds_total{name=\"pods\"} 1\n"));
+/// assert!(!text.contains("# EOF"));
+/// ```
+pub fn encode_prometheus_text(registry: &Registry) -> Result<String, fmt::Error> {
+    let mut open_metrics = String::new();
+    prometheus_client::encoding::text::encode(&mut open_metrics, registry)?;
+    let mut out = String::with_capacity(open_metrics.len() + 256);
+    // The HELP line comes before the TYPE line that says whether the family is a counter.
+    let mut help: Option<&str> = None;
+    for line in open_metrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            if let Some(pending) = help.replace(rest) {
+                push_line(&mut out, "# HELP ", pending);
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            let counter = kind == "counter" && !name.ends_with("_total");
+            if let Some(pending) = help.take() {
+                match (counter, pending.split_once(' ')) {
+                    (true, Some((help_name, text))) if help_name == name => {
+                        out.push_str(&format!("# HELP {name}_total {text}\n"));
+                    }
+                    _ => push_line(&mut out, "# HELP ", pending),
+                }
+            }
+            if counter {
+                out.push_str(&format!("# TYPE {name}_total counter\n"));
+            } else {
+                push_line(&mut out, "# TYPE ", rest);
+            }
+            continue;
+        }
+        if let Some(pending) = help.take() {
+            push_line(&mut out, "# HELP ", pending);
+        }
+        push_line(&mut out, "", line);
+    }
+    if let Some(pending) = help {
+        push_line(&mut out, "# HELP ", pending);
+    }
+    Ok(out)
+}
+
+/// Encodes `registry` in the format a scraper asked for with its `Accept` header:
+/// OpenMetrics if it accepts `application/openmetrics-text`, the classic text format
+/// otherwise. Returns the `Content-Type` to answer with and the body.
+///
+/// # Errors
+///
+/// Whatever the registry's encoders return.
+///
+/// # Examples
+///
+/// ```
+/// use prometheus_client::registry::Registry;
+/// use workqueue::metrics::prometheus::{PrometheusMetrics, encode_for_accept};
+///
+/// let mut registry = Registry::default();
+/// let _metrics = PrometheusMetrics::new(&mut registry);
+/// let (content_type, _body) =
+///     encode_for_accept(&registry, Some("application/openmetrics-text;version=1.0.0")).unwrap();
+/// assert!(content_type.starts_with("application/openmetrics-text"));
+/// let (content_type, _body) = encode_for_accept(&registry, None).unwrap();
+/// assert!(content_type.starts_with("text/plain"));
+/// ```
+pub fn encode_for_accept(
+    registry: &Registry,
+    accept: Option<&str>,
+) -> Result<(&'static str, String), fmt::Error> {
+    if accept.is_some_and(|accept| accept.contains("application/openmetrics-text")) {
+        let mut body = String::new();
+        prometheus_client::encoding::text::encode(&mut body, registry)?;
+        Ok((OPENMETRICS_CONTENT_TYPE, body))
+    } else {
+        Ok((
+            PROMETHEUS_TEXT_CONTENT_TYPE,
+            encode_prometheus_text(registry)?,
+        ))
+    }
+}
+
+fn push_line(out: &mut String, prefix: &str, line: &str) {
+    out.push_str(prefix);
+    out.push_str(line);
+    out.push('\n');
+}
