@@ -3,17 +3,49 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use super::RateLimiter;
 
+/// How many items a per-item limiter ([`ExponentialFailure`], [`FastSlow`](super::FastSlow))
+/// tracks by default: 100,000.
+///
+/// A per-item limiter remembers every item that failed until it is
+/// [`forget`](RateLimiter::forget)-ten. A caller that never forgets would grow that memory
+/// without limit (kubernetes/kubernetes#138743), so the limiters stop tracking new items at
+/// this bound; an item they cannot track is treated as having failed many times (it gets
+/// the longest delay) until room frees up. The bound sits far above the number of objects a
+/// controller normally has failing at once, so callers who do forget never reach it; at
+/// roughly 70 bytes per short string key it caps the memory near 7 MB. Change it with
+/// `with_max_tracked`.
+pub const DEFAULT_MAX_TRACKED: usize = 100_000;
+
+/// Logs, once per limiter, that the limiter is full: almost always a missing `forget`.
+pub(super) fn warn_full(warned: &AtomicBool, limiter: &'static str, max_tracked: usize) {
+    if !warned.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            limiter,
+            max_tracked,
+            "rate limiter is tracking its maximum number of items; new items get the longest \
+             delay (is `forget` called when an item succeeds?)"
+        );
+    }
+}
+
 /// Per-item exponential backoff: the `n`-th failure of an item since it was last forgotten
 /// waits `base_delay * 2^(n-1)`, never more than `max_delay`.
 ///
 /// The computation cannot overflow: after thousands of failures the delay is `max_delay`.
-/// This is client-go's `ItemExponentialFailureRateLimiter`.
+/// This is client-go's `ItemExponentialFailureRateLimiter`, with one addition: it tracks at
+/// most [`DEFAULT_MAX_TRACKED`] items (change it with
+/// [`with_max_tracked`](Self::with_max_tracked)). While that many are tracked, an item it
+/// does not know yet waits `max_delay` and is not tracked (its `num_requeues` stays 0).
+///
+/// All items failing together get the same delays and so retry together; wrap the limiter
+/// in [`Jitter`](super::Jitter) to spread them.
 ///
 /// # Examples
 ///
@@ -29,24 +61,64 @@ use super::RateLimiter;
 pub struct ExponentialFailure<T> {
     base_delay: Duration,
     max_delay: Duration,
-    /// Failures per item since it was last forgotten.
+    /// Failures per item since it was last forgotten; never more than `max_tracked` entries.
     failures: Mutex<HashMap<T, usize>>,
+    /// The most items `failures` may hold.
+    max_tracked: usize,
+    /// Set once the "limiter is full" warning has been logged.
+    warned_full: AtomicBool,
 }
 
 impl<T> ExponentialFailure<T> {
     /// Creates the limiter. A zero `base_delay` always answers zero; a `max_delay` below
-    /// `base_delay` caps every answer at `max_delay`.
+    /// `base_delay` caps every answer at `max_delay`. It tracks at most
+    /// [`DEFAULT_MAX_TRACKED`] items.
     pub fn new(base_delay: Duration, max_delay: Duration) -> Self {
         Self {
             base_delay,
             max_delay,
             failures: Mutex::new(HashMap::new()),
+            max_tracked: DEFAULT_MAX_TRACKED,
+            warned_full: AtomicBool::new(false),
         }
+    }
+
+    /// Tracks at most `max_tracked` items (default [`DEFAULT_MAX_TRACKED`]).
+    ///
+    /// While the limiter is full, an item it does not track yet waits `max_delay` and stays
+    /// untracked; items already tracked keep their counts, and each
+    /// [`forget`](RateLimiter::forget) frees a place. The first time the limiter is full it
+    /// logs a `tracing` warning. `usize::MAX` means no bound (client-go's behaviour).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use workqueue::rate_limiter::{ExponentialFailure, RateLimiter};
+    ///
+    /// let limiter = ExponentialFailure::new(Duration::from_millis(5), Duration::from_secs(60))
+    ///     .with_max_tracked(1);
+    /// assert_eq!(limiter.when(&"default/web-0"), Duration::from_millis(5));
+    /// // Full: an unknown item gets the longest delay and is not tracked.
+    /// assert_eq!(limiter.when(&"default/web-1"), Duration::from_secs(60));
+    /// assert_eq!(limiter.num_requeues(&"default/web-1"), 0);
+    /// limiter.forget(&"default/web-0");
+    /// assert_eq!(limiter.when(&"default/web-1"), Duration::from_millis(5));
+    /// ```
+    #[must_use]
+    pub fn with_max_tracked(mut self, max_tracked: usize) -> Self {
+        self.max_tracked = max_tracked;
+        self
     }
 
     /// The number of items whose failures are being counted.
     pub fn tracked(&self) -> usize {
         self.failures.lock().len()
+    }
+
+    /// The most items this limiter tracks (see [`with_max_tracked`](Self::with_max_tracked)).
+    pub fn max_tracked(&self) -> usize {
+        self.max_tracked
     }
 }
 
@@ -70,11 +142,17 @@ impl<T: Eq + Hash + Clone + Send + Sync> RateLimiter<T> for ExponentialFailure<T
     fn when(&self, item: &T) -> Duration {
         let exponent = {
             let mut failures = self.failures.lock();
+            let full = failures.len() >= self.max_tracked;
             match failures.get_mut(item) {
                 Some(count) => {
                     let exponent = *count;
                     *count = count.saturating_add(1);
                     exponent
+                }
+                None if full => {
+                    drop(failures);
+                    warn_full(&self.warned_full, "ExponentialFailure", self.max_tracked);
+                    return self.max_delay;
                 }
                 None => {
                     failures.insert(item.clone(), 1);
@@ -100,6 +178,46 @@ impl<T> fmt::Debug for ExponentialFailure<T> {
             .field("base_delay", &self.base_delay)
             .field("max_delay", &self.max_delay)
             .field("tracked", &self.tracked())
+            .field("max_tracked", &self.max_tracked)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn new_tracks_up_to_the_default_bound() {
+        let limiter = ExponentialFailure::<u32>::new(MS, Duration::from_secs(1));
+        assert_eq!(limiter.max_tracked(), DEFAULT_MAX_TRACKED);
+    }
+
+    #[test]
+    fn full_limiter_gives_untracked_items_max_delay_and_keeps_tracked_counts() {
+        let limiter = ExponentialFailure::new(MS, Duration::from_secs(1)).with_max_tracked(2);
+        assert_eq!(limiter.when(&1), MS);
+        assert_eq!(limiter.when(&2), MS);
+        // Full: a third item is not tracked and waits the maximum, every time.
+        assert_eq!(limiter.when(&3), Duration::from_secs(1));
+        assert_eq!(limiter.when(&3), Duration::from_secs(1));
+        assert_eq!(limiter.num_requeues(&3), 0);
+        assert_eq!(limiter.tracked(), 2);
+        // Tracked items keep client-go's sequence.
+        assert_eq!(limiter.when(&1), 2 * MS);
+        assert_eq!(limiter.num_requeues(&1), 2);
+        // Forgetting one frees a place.
+        limiter.forget(&2);
+        assert_eq!(limiter.when(&3), MS);
+        assert_eq!(limiter.num_requeues(&3), 1);
+    }
+
+    #[test]
+    fn zero_bound_tracks_nothing() {
+        let limiter = ExponentialFailure::new(MS, Duration::from_secs(5)).with_max_tracked(0);
+        assert_eq!(limiter.when(&1), Duration::from_secs(5));
+        assert_eq!(limiter.tracked(), 0);
     }
 }

@@ -6,6 +6,11 @@
 //! - [`TokenBucket`]: overall, `qps` with a burst, by reservation (`BucketRateLimiter`).
 //! - [`MaxOf`]: the longest delay of several limiters (`MaxOfRateLimiter`).
 //! - [`WithMaxWait`]: another limiter's delay, capped (`WithMaxWaitRateLimiter`).
+//! - [`Jitter`]: another limiter's delay, randomised so items failing together do not retry
+//!   together (new; client-go has none).
+//!
+//! The per-item limiters track at most [`DEFAULT_MAX_TRACKED`] items each, so a caller that
+//! never calls `forget` cannot grow them without limit (kubernetes/kubernetes#138743).
 //!
 //! [`default_controller`] and [`default_item_based`] are client-go's defaults.
 //!
@@ -25,6 +30,7 @@
 
 mod exponential;
 mod fast_slow;
+mod jitter;
 mod max_of;
 mod max_wait;
 mod token_bucket;
@@ -35,8 +41,9 @@ use std::time::Duration;
 
 use crate::clock::{Clock, RealClock};
 
-pub use exponential::ExponentialFailure;
+pub use exponential::{DEFAULT_MAX_TRACKED, ExponentialFailure};
 pub use fast_slow::FastSlow;
+pub use jitter::{Jitter, JitterMode};
 pub use max_of::MaxOf;
 pub use max_wait::WithMaxWait;
 pub use token_bucket::TokenBucket;
