@@ -107,10 +107,10 @@ fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
         if reader.read_line(&mut line)? == 0 || line.trim().is_empty() {
             break;
         }
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("accept") {
-                accept = Some(value.trim().to_owned());
-            }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("accept")
+        {
+            accept = Some(value.trim().to_owned());
         }
     }
     let (status, content_type, body) = if request_line.starts_with("GET /metrics ") {

@@ -303,10 +303,19 @@ impl<T> Drop for WorkQueue<T> {
                 inner.timer.thread.take()
             };
             self.shared.timer_cv.notify_all();
-            if let Some(thread) = thread {
-                let _ = thread.join();
-            }
+            join_unless_current(thread);
         }
+    }
+}
+
+/// Joins the timer thread, unless this is the timer thread: a waker it calls may drop the
+/// last handle (an executor dropping a woken task), and a thread cannot join itself. The
+/// timer loop returns by itself once it sees the queue shut down or without handles.
+fn join_unless_current(thread: Option<JoinHandle<()>>) {
+    if let Some(thread) = thread
+        && thread.thread().id() != std::thread::current().id()
+    {
+        let _ = thread.join();
     }
 }
 
@@ -889,13 +898,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         drop(inner);
         self.timer_cv.notify_all();
         wake.wake();
-        if let Some(thread) = thread {
-            // The thread may be the one dropping the last reference to this queue only
-            // after it returns, so joining here cannot deadlock.
-            if thread.thread().id() != std::thread::current().id() {
-                let _ = thread.join();
-            }
-        }
+        join_unless_current(thread);
     }
 
     /// Called by a driving clock (a [`FakeClock`](crate::clock::FakeClock)) after it moved.

@@ -391,10 +391,8 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
                 let pos = entry.heap_pos;
                 self.heap_remove(pos as usize);
             }
-            if counted {
-                if let Some(times) = &mut self.times {
-                    times.mark_added(slot, now);
-                }
+            if counted && let Some(times) = &mut self.times {
+                times.mark_added(slot, now);
             }
             return Added {
                 ready: false,

@@ -423,7 +423,6 @@ impl Wake for DropTaskOnWake {
 }
 
 #[test]
-#[ignore = "library bug: WorkQueue::drop on the timer thread joins that thread itself and panics"]
 fn the_last_handle_dropped_by_a_waker_on_the_timer_thread_ends_it_cleanly() {
     let queue = WorkQueue::new();
     // Starts the timer thread; it wakes the getter below in 20 ms.

@@ -200,6 +200,11 @@ impl MetricsProvider for PrometheusMetrics {
     }
 }
 
+/// Picks one of a [`Series`]' histograms.
+type PickHistogram = fn(&Series) -> &Histogram;
+/// Picks a value read at scrape time.
+type PickGauge = fn(&QueueStats) -> f64;
+
 /// Encodes every queue's series on each scrape.
 #[derive(Debug)]
 struct WorkqueueCollector(Arc<Queues>);
@@ -224,7 +229,7 @@ impl Collector for WorkqueueCollector {
             counter.encode(family.encode_family(&label(s))?)?;
         }
 
-        let histograms: [(&str, &str, fn(&Series) -> &Histogram); 2] = [
+        let histograms: [(&str, &str, PickHistogram); 2] = [
             (
                 "workqueue_queue_duration_seconds",
                 QUEUE_DURATION_HELP,
@@ -241,7 +246,7 @@ impl Collector for WorkqueueCollector {
             }
         }
 
-        let gauges: [(&str, &str, fn(&QueueStats) -> f64); 2] = [
+        let gauges: [(&str, &str, PickGauge); 2] = [
             ("workqueue_unfinished_work_seconds", UNFINISHED_HELP, |st| {
                 st.unfinished_work.as_secs_f64()
             }),
