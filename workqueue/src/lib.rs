@@ -184,15 +184,19 @@ pub mod clock;
 mod error;
 mod lease;
 pub mod metrics;
+mod parallelize;
 mod queue;
 pub mod rate_limiter;
 mod state;
 mod sync;
 mod waiters;
+pub mod workers;
 
 #[cfg(all(test, loom))]
 mod tests;
 
 pub use error::TryGetError;
 pub use lease::Lease;
+pub use parallelize::{Parallelizer, parallelize_until};
 pub use queue::{AddOptions, Builder, Drain, Get, WorkQueue};
+pub use workers::{Outcome, StopToken, Workers};

@@ -1,0 +1,232 @@
+//! [`AsyncWorkers`]: workers as tokio tasks, with an async handler.
+
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::hash::Hash;
+use std::panic::{self, AssertUnwindSafe};
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use super::core::{Core, Handled, panic_message};
+use super::{IntoOutcome, StopToken, Summary};
+use crate::WorkQueue;
+
+/// A running pool of worker tasks, from [`Workers::spawn_async`](super::Workers::spawn_async).
+///
+/// Dropping it leaves the tasks running (as dropping a tokio `JoinHandle` does); they end
+/// when the pool's [`StopToken`] is stopped, or when the queue is shut down and empty.
+pub struct AsyncWorkers<T> {
+    core: Arc<Core<T>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl<T> fmt::Debug for AsyncWorkers<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncWorkers")
+            .field("tasks", &self.tasks.len())
+            .field("stop", &self.core.stop)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Marks a worker as exited when its task ends, is aborted, or unwinds.
+struct ExitGuard<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static>(Arc<Core<T>>);
+
+impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Drop for ExitGuard<T> {
+    fn drop(&mut self) {
+        self.0.worker_exited();
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> AsyncWorkers<T> {
+    pub(super) fn spawn<F, Fut>(core: Arc<Core<T>>, timeout: Option<Duration>, handler: F) -> Self
+    where
+        F: Fn(T) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        let handler = Arc::new(handler);
+        let tasks = (0..core.count())
+            .map(|slot| tokio::spawn(worker(core.clone(), slot, handler.clone(), timeout)))
+            .collect();
+        Self { core, tasks }
+    }
+
+    /// The token that stops this pool.
+    pub fn stop_token(&self) -> &StopToken {
+        &self.core.stop
+    }
+
+    /// The queue the workers take items from.
+    pub fn queue(&self) -> &WorkQueue<T> {
+        &self.core.queue
+    }
+
+    /// Stops the pool without waiting: workers take no new item and the queue is shut down.
+    /// The same as stopping its [`StopToken`].
+    pub fn stop(&self) {
+        self.core.stop.stop();
+    }
+
+    /// What the workers have done so far, and what they are processing now.
+    pub fn stats(&self) -> Summary<T> {
+        self.core.summary()
+    }
+
+    /// Waits until the workers have exited and returns what they did.
+    ///
+    /// Workers exit when the pool is stopped (they finish the item in hand first), or when
+    /// the queue is shut down and has nothing left to hand out. Once the pool is stopped, at
+    /// most the [`shutdown_timeout`](super::Workers::shutdown_timeout) is waited; tasks still
+    /// busy then are aborted and their items listed in [`Summary::in_flight`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes leaves the workers running.
+    pub async fn wait(self) -> Summary<T> {
+        self.finish(std::future::pending::<()>()).await
+    }
+
+    /// Stops the pool, then [`wait`](Self::wait)s for it.
+    pub async fn shut_down(self) -> Summary<T> {
+        self.stop();
+        self.wait().await
+    }
+
+    /// Runs until `signal` completes (or the pool is stopped some other way), then stops the
+    /// pool and [`wait`](Self::wait)s for it. `signal` is any future: `tokio::signal::ctrl_c()`,
+    /// a `oneshot` receiver, a [`StopToken::stopped`], a timer.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use workqueue::{WorkQueue, Workers};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let queue = WorkQueue::new();
+    /// queue.add(1_u32);
+    /// let workers = Workers::new(queue).spawn_async(|n: u32| async move { n.to_string(); });
+    /// // In a program: workers.run_until(tokio::signal::ctrl_c()).await
+    /// let summary = workers.run_until(tokio::time::sleep(Duration::from_millis(10))).await;
+    /// assert_eq!(summary.processed, 1);
+    /// # }
+    /// ```
+    pub async fn run_until<S: Future>(self, signal: S) -> Summary<T> {
+        self.finish(signal).await
+    }
+
+    async fn finish<S: Future>(mut self, signal: S) -> Summary<T> {
+        let core = self.core.clone();
+        let drained = {
+            let mut join = pin!(join_all(&mut self.tasks));
+            let mut signal = pin!(signal);
+            let mut stopped = core.stop.stopped();
+            let exited = tokio::select! {
+                biased;
+                () = &mut join => true,
+                _ = &mut signal => {
+                    core.stop.stop();
+                    false
+                }
+                () = &mut stopped => false,
+            };
+            if exited {
+                true
+            } else {
+                match core.shutdown_timeout {
+                    None => {
+                        join.await;
+                        true
+                    }
+                    Some(limit) => tokio::time::timeout(limit, join).await.is_ok(),
+                }
+            }
+        };
+        let summary = core.summary();
+        if !drained {
+            for task in &self.tasks {
+                task.abort();
+            }
+        }
+        summary
+    }
+}
+
+/// Waits for every task, in turn.
+async fn join_all(tasks: &mut [JoinHandle<()>]) {
+    for task in tasks {
+        if let Err(error) = task.await
+            && error.is_panic()
+        {
+            tracing::error!("a worker task panicked outside its handler");
+        }
+    }
+}
+
+/// One worker task's loop.
+async fn worker<T, F, Fut>(
+    core: Arc<Core<T>>,
+    slot: usize,
+    handler: Arc<F>,
+    timeout: Option<Duration>,
+) where
+    T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static,
+    F: Fn(T) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoOutcome,
+{
+    let _exit = ExitGuard(core.clone());
+    let mut stopped = core.stop.stopped();
+    loop {
+        // Biased: once stopped, no new item is taken. `get` is cancel safe, so dropping it
+        // here loses nothing.
+        let lease = tokio::select! {
+            biased;
+            () = &mut stopped => break,
+            lease = core.queue.get() => lease,
+        };
+        let Some(lease) = lease else {
+            break;
+        };
+        core.begin(slot, &lease);
+        let handled = run(&*handler, lease.item().clone(), timeout).await;
+        core.finish(slot, lease, handled);
+    }
+}
+
+/// Calls the handler and awaits its future, catching panics and enforcing the timeout.
+async fn run<T, F, Fut>(handler: &F, item: T, timeout: Option<Duration>) -> Handled
+where
+    F: Fn(T) -> Fut,
+    Fut: Future,
+    Fut::Output: IntoOutcome,
+{
+    let future = match panic::catch_unwind(AssertUnwindSafe(|| handler(item))) {
+        Ok(future) => future,
+        Err(payload) => return Handled::Panicked(panic_message(payload.as_ref())),
+    };
+    let mut future = pin!(future);
+    // A panic inside `poll` unwinds through here: catch it, and drop the future.
+    let guarded = poll_fn(|cx| {
+        match panic::catch_unwind(AssertUnwindSafe(|| {
+            future.as_mut().poll(cx).map(IntoOutcome::into_outcome)
+        })) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(Ok(outcome))) => Poll::Ready(Handled::Outcome(outcome)),
+            Ok(Poll::Ready(Err(error))) => Poll::Ready(Handled::Failed(error)),
+            Err(payload) => Poll::Ready(Handled::Panicked(panic_message(payload.as_ref()))),
+        }
+    });
+    match timeout {
+        Some(limit) => tokio::time::timeout(limit, guarded)
+            .await
+            .unwrap_or(Handled::TimedOut(limit)),
+        None => guarded.await,
+    }
+}

@@ -1,0 +1,499 @@
+//! Workers: the controller loop every client-go user writes, written once.
+//!
+//! A client-go controller runs `N` goroutines that each loop: `Get` an item, process it,
+//! `Forget` it on success or `AddRateLimited` it on error (giving up after a few retries),
+//! always `Done`, until the queue shuts down. [`Workers`] runs that loop for you over a
+//! [`WorkQueue`]; you write only the handler, which says what became of the item with an
+//! [`Outcome`]:
+//!
+//! | the handler returns | the worker does | counted as |
+//! | --- | --- | --- |
+//! | [`Outcome::Done`], `()`, `Ok(())` | [`forget`](WorkQueue::forget) | succeeded |
+//! | [`Outcome::Retry`], `Err(error)` | [`add_rate_limited`](WorkQueue::add_rate_limited), or gives up once the item has been retried [`max_retries`](Workers::max_retries) times | retried (or given up) |
+//! | [`Outcome::RetryAfter`]`(d)` | `forget`, then [`add_after`](WorkQueue::add_after)`(item, d)` (controller-runtime's `RequeueAfter`) | retried |
+//! | [`Outcome::GiveUp`] | `forget`, and reports it | given up |
+//! | (panics) | as `Retry`; the worker keeps running | panicked, and retried (or given up) |
+//! | (runs past the [`timeout`](Workers::timeout), async only) | as `Retry` | timed out, and retried (or given up) |
+//!
+//! In every case the item's [`Lease`](crate::Lease) is dropped after the outcome is applied,
+//! so a re-add never races with the item being processed. Giving up is never silent: it is
+//! logged with `tracing::warn!` and passed to the [`on_give_up`](Workers::on_give_up)
+//! callback.
+//!
+//! Two flavours share the rules: [`Workers::spawn_threads`] runs plain threads with a
+//! blocking handler, and [`Workers::spawn_async`] (feature `tokio`, on by default) runs tokio
+//! tasks with an async handler.
+//!
+//! # Stopping
+//!
+//! Every pool has a [`StopToken`] ([`Workers::stop_token`] to bring your own). When it
+//! stops, workers take no new item, the queue is [shut down](WorkQueue::shut_down) (as
+//! client-go controllers do with `defer queue.ShutDown()`), and the items being processed
+//! finish. The waiting calls ([`ThreadWorkers::wait`], [`ThreadWorkers::shut_down`],
+//! [`AsyncWorkers::wait`], [`AsyncWorkers::shut_down`], [`AsyncWorkers::run_until`]) then
+//! return a [`Summary`]: what was processed, retried, given up, panicked, and, if the
+//! [`shutdown_timeout`](Workers::shutdown_timeout) passed first, what was still in flight.
+//! Workers also end on their own once the queue is shut down by someone else and has handed
+//! out its last item.
+//!
+//! # Examples
+//!
+//! ```
+//! use workqueue::{WorkQueue, Workers};
+//!
+//! fn reconcile(key: &str) -> Result<(), String> {
+//!     println!("reconciling {key}");
+//!     Ok(())
+//! }
+//!
+//! let queue = WorkQueue::new();
+//! let workers = Workers::new(queue.clone())
+//!     .count(4)
+//!     .spawn_threads(|key: &String| reconcile(key));
+//!
+//! queue.add("default/web-0".to_owned());
+//! queue.add("default/web-1".to_owned());
+//! # while workers.stats().processed < 2 { std::thread::yield_now(); }
+//!
+//! let summary = workers.shut_down();
+//! println!("{summary}");
+//! ```
+
+mod core;
+mod stop;
+mod threaded;
+
+#[cfg(feature = "tokio")]
+mod asynchronous;
+
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::WorkQueue;
+
+#[cfg(feature = "tokio")]
+pub use asynchronous::AsyncWorkers;
+pub use stop::{StopToken, Stopped};
+pub use threaded::ThreadWorkers;
+
+/// What became of an item: the handler's answer to the worker.
+///
+/// Handlers may also return anything that is [`IntoOutcome`]: `()` (done), or a `Result`
+/// whose `Ok` is done (or holds an `Outcome`) and whose `Err` is a failure to retry.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use workqueue::Outcome;
+///
+/// fn reconcile(key: &str) -> Outcome {
+///     match key {
+///         "default/ready" => Outcome::Done,
+///         "default/starting" => Outcome::RetryAfter(Duration::from_secs(30)), // poll again later
+///         "default/invalid" => Outcome::GiveUp, // retrying cannot help
+///         _ => Outcome::Retry, // a transient failure: back off
+///     }
+/// }
+/// # assert_eq!(reconcile("default/ready"), Outcome::Done);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Processed: the rate limiter [forgets](WorkQueue::forget) the item's failures.
+    Done,
+    /// Failed: retry after the rate limiter's delay
+    /// ([`add_rate_limited`](WorkQueue::add_rate_limited)), unless the item has been retried
+    /// [`max_retries`](Workers::max_retries) times already, in which case it is given up.
+    Retry,
+    /// Process the item again after this delay ([`add_after`](WorkQueue::add_after)). Not a
+    /// failure: the item's failure count is [forgotten](WorkQueue::forget) first, as
+    /// controller-runtime does for `RequeueAfter`.
+    RetryAfter(Duration),
+    /// Stop trying: the item is forgotten and the give-up is reported.
+    GiveUp,
+}
+
+/// What a handler may return: anything that converts to an [`Outcome`], or to a failure.
+///
+/// `Ok(outcome)` is the outcome; `Err(message)` is a failure, handled as [`Outcome::Retry`]
+/// with the message logged and passed to the [`on_give_up`](Workers::on_give_up) callback.
+///
+/// Implemented for [`Outcome`], for `()` (done), and for `Result<O, E>` where `O` is
+/// `IntoOutcome` and `E` is [`Display`](fmt::Display): `Ok(())`, `Ok(Outcome::…)`, or an
+/// error of any type (`String`, `std::io::Error`, `anyhow::Error`, ...).
+///
+/// # Examples
+///
+/// ```
+/// use workqueue::workers::IntoOutcome;
+/// use workqueue::Outcome;
+///
+/// assert_eq!(().into_outcome(), Ok(Outcome::Done));
+/// assert_eq!(Ok::<_, String>(Outcome::Retry).into_outcome(), Ok(Outcome::Retry));
+/// assert_eq!(Err::<(), _>("timeout").into_outcome(), Err("timeout".to_owned()));
+/// ```
+pub trait IntoOutcome {
+    /// The outcome, or the message of a failure.
+    ///
+    /// # Errors
+    ///
+    /// The failure's message, for a value that stands for one (`Err(error)`).
+    fn into_outcome(self) -> Result<Outcome, String>;
+}
+
+impl IntoOutcome for Outcome {
+    fn into_outcome(self) -> Result<Outcome, String> {
+        Ok(self)
+    }
+}
+
+impl IntoOutcome for () {
+    fn into_outcome(self) -> Result<Outcome, String> {
+        Ok(Outcome::Done)
+    }
+}
+
+impl<O: IntoOutcome, E: fmt::Display> IntoOutcome for Result<O, E> {
+    fn into_outcome(self) -> Result<Outcome, String> {
+        match self {
+            Ok(outcome) => outcome.into_outcome(),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+}
+
+/// Why an item was given up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GiveUpReason {
+    /// The handler returned [`Outcome::GiveUp`].
+    Handler,
+    /// The item failed again after [`max_retries`](Workers::max_retries) retries.
+    MaxRetries,
+}
+
+impl fmt::Display for GiveUpReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            GiveUpReason::Handler => "the handler gave up",
+            GiveUpReason::MaxRetries => "too many retries",
+        })
+    }
+}
+
+/// A report that an item was given up, passed to the [`on_give_up`](Workers::on_give_up)
+/// callback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GiveUp<T> {
+    /// The item.
+    pub item: T,
+    /// Why.
+    pub reason: GiveUpReason,
+    /// How many times it had been retried (the rate limiter's
+    /// [`num_requeues`](WorkQueue::num_requeues)).
+    pub retries: usize,
+    /// The last failure's message: the handler's error, the panic message, or the timeout.
+    pub error: Option<String>,
+}
+
+/// What a pool of workers did: returned when it stops, or as a snapshot by `stats`.
+///
+/// Every handler call counts once in `processed` and once in exactly one of `succeeded`,
+/// `retried` and `given_up`; `panicked` and `timed_out` count the calls that ended that way
+/// (and are also in `retried` or `given_up`).
+///
+/// # Examples
+///
+/// ```
+/// use workqueue::{WorkQueue, Workers};
+///
+/// let queue = WorkQueue::new();
+/// queue.add(1_u32);
+/// queue.shut_down(); // workers process what is queued, then end
+/// let summary = Workers::new(queue).spawn_threads(|_: &u32| ()).wait();
+/// assert_eq!(summary.processed, 1);
+/// assert_eq!(summary.succeeded, 1);
+/// assert!(summary.is_drained());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Summary<T> {
+    /// Handler calls that finished (one per attempt).
+    pub processed: u64,
+    /// Calls whose outcome was [`Outcome::Done`].
+    pub succeeded: u64,
+    /// Calls after which the item was put back: [`Outcome::Retry`],
+    /// [`Outcome::RetryAfter`], an error, a panic or a timeout.
+    pub retried: u64,
+    /// Calls after which the item was given up.
+    pub given_up: u64,
+    /// Calls in which the handler panicked.
+    pub panicked: u64,
+    /// Calls that ran past the per-item [`timeout`](Workers::timeout) and were cancelled.
+    pub timed_out: u64,
+    /// Items still being processed when the summary was taken: empty once the workers
+    /// drained, listed if the [`shutdown_timeout`](Workers::shutdown_timeout) passed first.
+    pub in_flight: Vec<T>,
+    /// Items queued or waiting for a delay when the workers were stopped, which they did not
+    /// take (the queue was shut down, so they were dropped).
+    pub left_in_queue: usize,
+}
+
+impl<T> Summary<T> {
+    /// Returns `true` if no item was still being processed.
+    pub fn is_drained(&self) -> bool {
+        self.in_flight.is_empty()
+    }
+}
+
+impl<T> fmt::Display for Summary<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "processed {} (succeeded {}, retried {}, given up {}; panicked {}, timed out {}), \
+             {} in flight, {} left in queue",
+            self.processed,
+            self.succeeded,
+            self.retried,
+            self.given_up,
+            self.panicked,
+            self.timed_out,
+            self.in_flight.len(),
+            self.left_in_queue,
+        )
+    }
+}
+
+/// A callback told about each item given up.
+type GiveUpCallback<T> = Arc<dyn Fn(&GiveUp<T>) + Send + Sync>;
+
+/// Configures and starts a pool of workers over a [`WorkQueue`].
+///
+/// # Default
+///
+/// One worker (controller-runtime's `MaxConcurrentReconciles` default), up to
+/// [`DEFAULT_MAX_RETRIES`] retries, no give-up callback (give-ups are still logged), a new
+/// [`StopToken`], no shutdown timeout and no per-item timeout.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use workqueue::{Outcome, StopToken, WorkQueue, Workers};
+///
+/// let queue: WorkQueue<String> = WorkQueue::new();
+/// let stop = StopToken::new();
+/// let workers = Workers::new(queue.clone())
+///     .count(8)
+///     .max_retries(5)
+///     .on_give_up(|gave_up| eprintln!("giving up on {}: {:?}", gave_up.item, gave_up.error))
+///     .stop_token(stop.clone())
+///     .shutdown_timeout(Duration::from_secs(30))
+///     .spawn_threads(|key: &String| if key.is_empty() { Outcome::GiveUp } else { Outcome::Done });
+///
+/// stop.stop(); // from anywhere: a signal handler, another thread
+/// let summary = workers.wait();
+/// assert!(summary.is_drained());
+/// ```
+#[must_use = "workers do nothing until spawned"]
+pub struct Workers<T> {
+    queue: WorkQueue<T>,
+    count: usize,
+    max_retries: Option<usize>,
+    on_give_up: Option<GiveUpCallback<T>>,
+    stop: StopToken,
+    shutdown_timeout: Option<Duration>,
+    #[cfg(feature = "tokio")]
+    timeout: Option<Duration>,
+}
+
+/// How many times [`Workers`] retry a failing item by default before giving it up: 15, as
+/// Kubernetes' own controllers do (`maxRetries` in the endpoints and service controllers).
+/// With [`default_controller`](crate::rate_limiter::default_controller) that is about 160 s
+/// of backoff in all.
+pub const DEFAULT_MAX_RETRIES: usize = 15;
+
+impl<T> fmt::Debug for Workers<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workers")
+            .field("count", &self.count)
+            .field("max_retries", &self.max_retries)
+            .field("on_give_up", &self.on_give_up.is_some())
+            .field("stop", &self.stop)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T> {
+    /// Starts configuring workers for `queue` (a handle; the pool keeps a clone).
+    pub fn new(queue: WorkQueue<T>) -> Self {
+        Self {
+            queue,
+            count: 1,
+            max_retries: Some(DEFAULT_MAX_RETRIES),
+            on_give_up: None,
+            stop: StopToken::new(),
+            shutdown_timeout: None,
+            #[cfg(feature = "tokio")]
+            timeout: None,
+        }
+    }
+
+    /// Runs `count` workers, each processing one item at a time (default 1).
+    ///
+    /// # Panics
+    ///
+    /// The spawn methods panic if `count` is 0.
+    pub fn count(mut self, count: usize) -> Self {
+        self.count = count;
+        self
+    }
+
+    /// Gives an item up when it fails after `max_retries` retries (default
+    /// [`DEFAULT_MAX_RETRIES`]), so it is processed at most `max_retries + 1` times in a row
+    /// without success. 0 gives up at the first failure.
+    ///
+    /// The count is the queue's rate limiter's
+    /// [`num_requeues`](WorkQueue::num_requeues), as in client-go's examples: a limiter that
+    /// counts nothing per item (a lone [`TokenBucket`](crate::rate_limiter::TokenBucket))
+    /// never gives up.
+    pub fn max_retries(mut self, max_retries: usize) -> Self {
+        self.max_retries = Some(max_retries);
+        self
+    }
+
+    /// Never gives up a failing item (only [`Outcome::GiveUp`] does).
+    pub fn retry_forever(mut self) -> Self {
+        self.max_retries = None;
+        self
+    }
+
+    /// Calls `callback` for each item given up, on the worker that gave it up, after the
+    /// item is forgotten and before its lease is dropped. A panic in the callback is caught
+    /// and logged.
+    pub fn on_give_up(mut self, callback: impl Fn(&GiveUp<T>) + Send + Sync + 'static) -> Self {
+        self.on_give_up = Some(Arc::new(callback));
+        self
+    }
+
+    /// Stops the workers when `stop` is stopped, instead of a token of their own. Share one
+    /// token between several pools, a [`Parallelizer`](crate::Parallelizer) and your signal
+    /// handling to stop them all at once.
+    pub fn stop_token(mut self, stop: StopToken) -> Self {
+        self.stop = stop;
+        self
+    }
+
+    /// After a stop, waits at most `timeout` for the items in flight (default: no limit).
+    ///
+    /// When it passes, the waiting call returns a [`Summary`] listing them in
+    /// [`in_flight`](Summary::in_flight). Async workers still running are then aborted
+    /// (their handler futures are dropped, which releases their leases); worker threads
+    /// cannot be interrupted and are left to finish on their own.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = Some(timeout);
+        self
+    }
+
+    /// Cancels a handler call that runs longer than `timeout` and handles it as a failure
+    /// ([`Outcome::Retry`]), counted in [`Summary::timed_out`].
+    ///
+    /// Async workers only ([`spawn_async`](Self::spawn_async)): the handler's future is
+    /// dropped at its next `.await`. Threads cannot be interrupted, so
+    /// [`spawn_threads`](Self::spawn_threads) ignores it.
+    #[cfg(feature = "tokio")]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Starts the workers as threads named `workqueue-worker-<i>` (with the queue's name if
+    /// it has one), each calling `handler` with the item of each lease it takes.
+    ///
+    /// # Panics
+    ///
+    /// If the count is 0, or the system cannot start a thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workqueue::{WorkQueue, Workers};
+    ///
+    /// let queue = WorkQueue::new();
+    /// let workers = Workers::new(queue.clone())
+    ///     .count(2)
+    ///     .spawn_threads(|key: &&str| -> Result<(), std::io::Error> {
+    ///         println!("reconciling {key}");
+    ///         Ok(())
+    ///     });
+    /// queue.add("default/web-0");
+    /// # while workers.stats().processed < 1 { std::thread::yield_now(); }
+    /// let summary = workers.shut_down();
+    /// # assert_eq!(summary.succeeded, 1);
+    /// ```
+    pub fn spawn_threads<F, R>(self, handler: F) -> ThreadWorkers<T>
+    where
+        F: Fn(&T) -> R + Send + Sync + 'static,
+        R: IntoOutcome,
+    {
+        assert!(self.count > 0, "workers: count must be at least 1");
+        ThreadWorkers::spawn(self.into_core(), handler)
+    }
+
+    /// Starts the workers as tokio tasks, each awaiting `handler(item)` for each lease it
+    /// takes (the item is a clone; the worker keeps the lease until the future is done).
+    ///
+    /// # Panics
+    ///
+    /// If the count is 0, or if called outside a tokio runtime (as `tokio::spawn` does).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use workqueue::{Outcome, WorkQueue, Workers};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let queue = WorkQueue::new();
+    /// let workers = Workers::new(queue.clone())
+    ///     .count(4)
+    ///     .timeout(Duration::from_secs(10))
+    ///     .spawn_async(|key: String| async move {
+    ///         println!("reconciling {key}");
+    ///         Outcome::Done
+    ///     });
+    /// queue.add("default/web-0".to_owned());
+    /// # while workers.stats().processed < 1 { tokio::task::yield_now().await; }
+    /// let summary = workers.shut_down().await;
+    /// # assert_eq!(summary.succeeded, 1);
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub fn spawn_async<F, Fut>(self, handler: F) -> AsyncWorkers<T>
+    where
+        F: Fn(T) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future + Send + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        assert!(self.count > 0, "workers: count must be at least 1");
+        let timeout = self.timeout;
+        AsyncWorkers::spawn(self.into_core(), timeout, handler)
+    }
+
+    fn into_core(self) -> Arc<core::Core<T>> {
+        core::Core::start(
+            self.queue,
+            self.count,
+            self.max_retries,
+            self.on_give_up,
+            self.stop,
+            self.shutdown_timeout,
+        )
+    }
+}
