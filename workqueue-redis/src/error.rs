@@ -1,0 +1,75 @@
+//! Errors.
+
+use std::fmt;
+
+/// What can go wrong talking to the queue.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The server could not be reached, or answered with an error.
+    Redis(redis::RedisError),
+    /// An item could not be serialized.
+    Serialize(serde_json::Error),
+    /// The lease was no longer this holder's: it expired and was reclaimed (and perhaps handed
+    /// to another worker). The fencing token made the server refuse the call, so it changed
+    /// nothing.
+    LeaseLost,
+    /// A `done` whose first attempt failed on the connection was retried, and the retry found
+    /// the lease gone: the first attempt may or may not have been applied.
+    OutcomeUnknown,
+    /// The queue's configuration is unusable (for example a name with `{` or `}`).
+    Config(String),
+    /// The server answered something this crate does not understand.
+    Protocol(String),
+}
+
+impl Error {
+    /// Returns `true` for [`Error::LeaseLost`].
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost)
+    }
+
+    /// Returns `true` if the error came from the connection (the call may be retried).
+    pub fn is_connection(&self) -> bool {
+        match self {
+            Error::Redis(e) => {
+                e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Redis(e) => write!(f, "redis: {e}"),
+            Error::Serialize(e) => write!(f, "cannot serialize the item: {e}"),
+            Error::LeaseLost => f.write_str("the lease was lost (expired and reclaimed)"),
+            Error::OutcomeUnknown => {
+                f.write_str("the connection failed during done; whether it was applied is unknown")
+            }
+            Error::Config(msg) => write!(f, "invalid configuration: {msg}"),
+            Error::Protocol(msg) => write!(f, "unexpected reply: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            Error::Serialize(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        Error::Redis(e)
+    }
+}

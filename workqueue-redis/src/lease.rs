@@ -1,0 +1,271 @@
+//! [`Lease`]: an item handed out by a [`RedisQueue`](crate::RedisQueue), with its fencing token.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::error::Error;
+use crate::queue::Inner;
+
+/// The shared state of a lease and its renewal task.
+struct LeaseState {
+    /// Set when the server refused a renewal, or the local deadline passed.
+    lost: AtomicBool,
+    /// Until when the lease is surely valid, by this process's monotonic clock: the send time
+    /// of the last call that set the server's deadline, plus the lease, minus a margin.
+    valid_until: Mutex<Instant>,
+    /// Wakes [`Lease::lost`] waiters.
+    notify: Notify,
+}
+
+impl LeaseState {
+    fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn extend(&self, until: Instant) {
+        let mut valid = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        if until > *valid {
+            *valid = until;
+        }
+        drop(valid);
+        self.notify.notify_waiters();
+    }
+
+    fn lose(&self) {
+        self.lost.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire) || Instant::now() >= self.valid_until()
+    }
+}
+
+/// The claim on one item while a worker processes it: client-go's item between `Get` and
+/// `Done`, made to survive crashes.
+///
+/// A lease lasts the queue's [lease duration](crate::Builder::lease_duration) on the
+/// **server's** clock (so the workers' clocks do not matter) and is renewed in the background
+/// while it is held. If its holder dies, stalls or loses the server for longer than that, the
+/// next `get` in any process reclaims the item and hands it out again.
+///
+/// Every lease carries a **fencing token**, unique and increasing across the queue. `done`
+/// and renewals are accepted only while the token is the item's current one, so a worker that
+/// lost its lease (say it was paused past its deadline) can neither mark the item done nor
+/// clear the claim of the worker that has it now. Pass the token to downstream systems that
+/// can check it for end-to-end fencing.
+///
+/// Locally, [`is_lost`](Self::is_lost) turns `true` as soon as the server refused a renewal
+/// or the lease may have run out on the server (renewals failed until the last deadline this
+/// process knows of); [`lost`](Self::lost) is a future for `select!`ing the work against.
+///
+/// Dropping a lease marks the item done in the background (as dropping the in-memory queue's
+/// lease does); [`done`](Self::done) does it and reports the outcome.
+pub struct Lease<T> {
+    item: T,
+    raw: String,
+    token: u64,
+    queue: Arc<Inner>,
+    state: Arc<LeaseState>,
+    renewer: Option<JoinHandle<()>>,
+    finished: bool,
+}
+
+impl<T> Lease<T> {
+    pub(crate) fn new(queue: Arc<Inner>, item: T, raw: String, token: u64, sent: Instant) -> Self {
+        let state = Arc::new(LeaseState {
+            lost: AtomicBool::new(false),
+            valid_until: Mutex::new(sent + margin(queue.lease)),
+            notify: Notify::new(),
+        });
+        let renewer = queue
+            .auto_renew
+            .then(|| tokio::spawn(renew_loop(queue.clone(), raw.clone(), token, state.clone())));
+        Lease {
+            item,
+            raw,
+            token,
+            queue,
+            state,
+            renewer,
+            finished: false,
+        }
+    }
+
+    /// The item.
+    pub fn item(&self) -> &T {
+        &self.item
+    }
+
+    /// The lease's fencing token: unique per hand-out, and larger for later hand-outs of the
+    /// queue.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The item as stored on the server (its JSON text).
+    pub fn raw(&self) -> &str {
+        &self.raw
+    }
+
+    /// Whether the lease is (or may be) lost: the server refused a renewal, or renewals failed
+    /// for so long that the server may have reclaimed the item. Work done after this turns
+    /// `true` may overlap with another worker's; its `done` will be refused.
+    pub fn is_lost(&self) -> bool {
+        self.state.is_lost()
+    }
+
+    /// Until when this process is sure the lease is valid (its monotonic clock).
+    pub fn valid_until(&self) -> Instant {
+        self.state.valid_until()
+    }
+
+    /// Completes when the lease is lost (see [`is_lost`](Self::is_lost)); never completes
+    /// while it is renewed. Race your work against it to stop when it is.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let state = self.state.clone();
+        async move {
+            loop {
+                let notified = state.notify.notified();
+                if state.is_lost() {
+                    return;
+                }
+                let until = state.valid_until();
+                tokio::select! {
+                    () = notified => {}
+                    () = tokio::time::sleep_until(until.into()) => {}
+                }
+            }
+        }
+    }
+
+    /// Renews the lease now: it lasts the lease duration from now on the server's clock.
+    /// Leases renew themselves unless the queue was built with
+    /// [`auto_renew(false)`](crate::Builder::auto_renew).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease is no longer this holder's; a connection error.
+    pub async fn renew(&self) -> Result<(), Error> {
+        renew_once(&self.queue, &self.raw, self.token, &self.state).await
+    }
+
+    /// Marks the item done: client-go's `Done`. If it was re-added while processing it is
+    /// queued again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease was lost: the server changed nothing (the item was
+    /// reclaimed and is, or will be, processed again). [`Error::OutcomeUnknown`] if the
+    /// connection failed and a retry found the lease gone. Connection errors are retried while
+    /// the lease may still be valid.
+    pub async fn done(mut self) -> Result<(), Error> {
+        self.finished = true;
+        if let Some(renewer) = self.renewer.take() {
+            renewer.abort();
+        }
+        self.queue.done(&self.raw, self.token).await
+    }
+
+    /// Lets go of the item without marking it done, as a crashed worker would: it is handed
+    /// out again once the lease expires. For tests and for shutting a worker down fast.
+    pub fn abandon(mut self) {
+        self.finished = true;
+        if let Some(renewer) = self.renewer.take() {
+            renewer.abort();
+        }
+    }
+}
+
+/// The part of a lease this process counts on: the lease, minus 5 % for clock rate
+/// differences.
+fn margin(lease: Duration) -> Duration {
+    lease - lease / 20
+}
+
+async fn renew_once(queue: &Inner, raw: &str, token: u64, state: &LeaseState) -> Result<(), Error> {
+    let sent = Instant::now();
+    if queue.renew(raw, token).await? {
+        state.extend(sent + margin(queue.lease));
+        Ok(())
+    } else {
+        state.lose();
+        Err(Error::LeaseLost)
+    }
+}
+
+/// Renews every `renew_every` until the lease is lost; retries failed renewals sooner.
+async fn renew_loop(queue: Arc<Inner>, raw: String, token: u64, state: Arc<LeaseState>) {
+    let mut wait = queue.renew_every;
+    loop {
+        tokio::time::sleep(wait).await;
+        if state.is_lost() {
+            state.lose();
+            return;
+        }
+        let attempt = tokio::time::timeout(
+            queue.renew_every.max(Duration::from_millis(100)),
+            renew_once(&queue, &raw, token, &state),
+        )
+        .await;
+        match attempt {
+            Ok(Ok(())) => wait = queue.renew_every,
+            Ok(Err(Error::LeaseLost)) => return,
+            Ok(Err(error)) => {
+                tracing::warn!(queue = %queue.name, item = %raw, %error, "workqueue-redis: lease renewal failed");
+                wait = (queue.renew_every / 4).max(Duration::from_millis(10));
+            }
+            Err(_) => wait = (queue.renew_every / 4).max(Duration::from_millis(10)),
+        }
+    }
+}
+
+impl<T> Deref for Lease<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.item
+    }
+}
+
+impl<T> AsRef<T> for Lease<T> {
+    fn as_ref(&self) -> &T {
+        &self.item
+    }
+}
+
+impl<T> Drop for Lease<T> {
+    fn drop(&mut self) {
+        if let Some(renewer) = self.renewer.take() {
+            renewer.abort();
+        }
+        if self.finished {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let queue = self.queue.clone();
+            let raw = std::mem::take(&mut self.raw);
+            let token = self.token;
+            runtime.spawn(async move {
+                let _ = queue.done(&raw, token).await;
+            });
+        }
+    }
+}
+
+impl<T> fmt::Debug for Lease<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("item", &self.raw)
+            .field("token", &self.token)
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,80 @@
+//! client-go's workqueue rules across many processes and machines, on Redis.
+//!
+//! [`RedisQueue`] has the methods of [`workqueue::WorkQueue`] with the same names and
+//! meanings, made `async` because they talk to a server: [`add`](RedisQueue::add),
+//! [`add_after`](RedisQueue::add_after), [`add_rate_limited`](RedisQueue::add_rate_limited),
+//! [`forget`](RedisQueue::forget), [`num_requeues`](RedisQueue::num_requeues),
+//! [`len`](RedisQueue::len), [`get`](RedisQueue::get) returning a [`Lease`], and
+//! [`shut_down`](RedisQueue::shut_down). Any number of worker processes on any number of
+//! machines share one queue, and the rules hold across all of them:
+//!
+//! - **Dedup**: an item added many times before it is handed out is processed once.
+//! - **Never two workers on one item**: while an item is leased, nobody else gets it.
+//! - **Re-add while processing**: the item is handed out once more after its holder is done.
+//! - **Earliest-wins delays** and **rate-limited retries** (the failure counts and the token
+//!   bucket live on the server, so every process sees the same ones).
+//! - **Shutdown**, for the whole queue.
+//!
+//! Each operation is one Lua script run on the server (`EVALSHA`), so each is atomic; every
+//! key of a queue carries the queue's hash tag (`wq:{name}:...`), so a queue lives in one
+//! Redis Cluster slot.
+//!
+//! # Crashes
+//!
+//! A [`Lease`] lasts a [lease duration](Builder::lease_duration) on the server's clock and is
+//! renewed while held. A worker that dies (or stalls, or loses the network) past it loses the
+//! item to the next `get`. Its fencing token stops it from marking the item done or clearing
+//! the new holder's claim afterwards. With the server's `appendonly yes`,
+//! `appendfsync always` and `maxmemory-policy noeviction`, nothing acknowledged is lost when
+//! the server crashes either; [`RedisQueue::persistence`] reports the settings, and the queue
+//! warns once at start when they cannot keep that promise.
+//!
+//! # Items
+//!
+//! Items are any `T: Serialize + DeserializeOwned`, stored as JSON text; the text is the
+//! item's identity for dedup. A stored item that no longer deserializes (a changed type, a
+//! hand-written entry) is moved to a dead-letter list with its error
+//! ([`RedisQueue::dead_letters`]) instead of being handed out or dropped.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use workqueue_redis::RedisQueue;
+//!
+//! # async fn run() -> Result<(), workqueue_redis::Error> {
+//! let queue: RedisQueue<String> = RedisQueue::builder("pods")
+//!     .url("redis://127.0.0.1:6379")
+//!     .lease_duration(Duration::from_secs(30))
+//!     .build()
+//!     .await?;
+//! queue.add("default/web-0".to_string()).await?;
+//! while let Some(lease) = queue.get().await? {
+//!     match reconcile(&lease).await {
+//!         Ok(()) => queue.forget(lease.item()).await?,
+//!         Err(()) => {
+//!             queue.add_rate_limited(lease.item()).await?;
+//!         }
+//!     }
+//!     lease.done().await?;
+//! }
+//! # Ok(())
+//! # }
+//! # async fn reconcile(_: &str) -> Result<(), ()> { Ok(()) }
+//! ```
+
+mod error;
+mod lease;
+mod persistence;
+mod queue;
+mod rate_limit;
+mod scripts;
+mod stats;
+
+pub use error::Error;
+pub use lease::Lease;
+pub use persistence::Persistence;
+pub use queue::{AddKind, Added, Builder, RedisQueue};
+pub use rate_limit::RateLimit;
+pub use stats::{DeadLetter, InFlight, Stats};
+pub use workqueue::TryGetError;

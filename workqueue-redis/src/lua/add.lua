@@ -1,0 +1,7 @@
+-- add(item): ARGV[1] = item. Returns {outcome, seq}.
+local now = now_us()
+if redis.call('EXISTS', K_SHUT) == 1 then
+  return {IGNORED, 0}
+end
+local seq = next_seq(now)
+return {add_now(ARGV[1]), seq}

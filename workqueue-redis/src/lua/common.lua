@@ -1,0 +1,140 @@
+-- Shared by every script of the queue. Each script is this file followed by the
+-- operation's own file, run as one EVALSHA: Redis runs it to completion with no
+-- other command in between, so every rule below holds across processes.
+--
+-- Keys (all share one hash tag, so the queue lives in one cluster slot):
+--   ready   LIST  items ready to hand out, head first
+--   dirty   SET   items that need processing: queued, or re-added while processing
+--   proc    ZSET  items being processed -> lease deadline (server clock, microseconds)
+--   lease   HASH  item -> fencing token of the current holder
+--   since   HASH  item -> when the current lease was handed out (microseconds)
+--   delay   ZSET  items waiting for a delay -> ready time (microseconds)
+--   fail    HASH  item -> failures counted by add_rate_limited (reset by forget)
+--   stalls  HASH  item -> leases of the item that expired and were reclaimed
+--   bucket  HASH  the shared token bucket: tokens, last
+--   marker  ZSET  one member: present when a blocked getter should look again
+--   seq     STRING the counter behind fencing tokens and add sequence numbers
+--   shut    STRING present once the queue is shut down
+--   dead    LIST  dead letters: payloads that could not be deserialized
+--
+-- Invariants: an item is in `ready` exactly when it is in `dirty` and not in
+-- `proc`, and then it is in `ready` once and not in `delay`.
+
+local K_READY, K_DIRTY, K_PROC, K_LEASE, K_SINCE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_DELAY, K_FAIL, K_STALLS, K_BUCKET = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local K_MARKER, K_SEQ, K_SHUT, K_DEAD = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+
+-- Items moved per call by promotion and by reclaim: keeps every call short.
+local BATCH = 100
+
+-- Integers as decimal strings (Lua's tostring would use an exponent).
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+-- The server's clock, in microseconds. Workers never send timestamps, only
+-- durations, so their clocks do not matter.
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- The next fencing token / sequence number. A counter that was lost (a server
+-- restarted without persistence) starts again from the clock, so tokens keep
+-- growing and a token from before the loss is never handed out again.
+local function next_seq(now)
+  if redis.call('EXISTS', K_SEQ) == 0 then
+    redis.call('SET', K_SEQ, int(now))
+  end
+  return redis.call('INCR', K_SEQ)
+end
+
+-- Wakes one blocked getter (it pops the marker, then calls `get`).
+local function wake()
+  redis.call('ZADD', K_MARKER, 0, 'm')
+end
+
+local function is_processing(x)
+  return redis.call('ZSCORE', K_PROC, x) ~= false
+end
+
+-- Outcomes of an add, as the client decodes them.
+local IGNORED, QUEUED, DUPLICATE, DEFERRED, DELAYED = 0, 1, 2, 3, 4
+
+-- client-go's Add.
+local function add_now(x)
+  if is_processing(x) then
+    -- Re-added while processing: queued again when its lease ends. A pending
+    -- delayed add is moot now: this one is sooner.
+    redis.call('ZREM', K_DELAY, x)
+    if redis.call('SADD', K_DIRTY, x) == 1 then
+      return DEFERRED
+    end
+    return DUPLICATE
+  end
+  if redis.call('SADD', K_DIRTY, x) == 0 then
+    return DUPLICATE
+  end
+  -- New, or waiting for a delay: ready now, and the delayed add goes.
+  redis.call('ZREM', K_DELAY, x)
+  redis.call('RPUSH', K_READY, x)
+  wake()
+  return QUEUED
+end
+
+-- client-go's AddAfter with a positive delay: `at` is the ready time.
+local function add_at(x, at)
+  if redis.call('SISMEMBER', K_DIRTY, x) == 1 then
+    -- Queued, or due for a re-add when its lease ends: nothing is sooner.
+    return DUPLICATE
+  end
+  -- LT inserts a new member and only ever lowers an existing score: the
+  -- earliest ready time wins.
+  redis.call('ZADD', K_DELAY, 'LT', at, x)
+  local head = redis.call('ZRANGE', K_DELAY, 0, 0)
+  if head[1] == x then
+    -- A sleeping getter may be waiting for a later time: let it look again.
+    wake()
+  end
+  return DELAYED
+end
+
+-- Moves delayed items that are due to the ready list (or marks them dirty if
+-- they are being processed).
+local function promote(now)
+  local due = redis.call('ZRANGEBYSCORE', K_DELAY, '-inf', now, 'LIMIT', 0, BATCH)
+  local pushed = 0
+  for _, x in ipairs(due) do
+    redis.call('ZREM', K_DELAY, x)
+    if redis.call('SADD', K_DIRTY, x) == 1 and not is_processing(x) then
+      redis.call('RPUSH', K_READY, x)
+      pushed = pushed + 1
+    end
+  end
+  return pushed
+end
+
+-- Ends leases whose deadline passed: their holders are presumed dead. The item
+-- goes back to the head of the ready list (it was the oldest work), once.
+local function reclaim(now)
+  local expired = redis.call('ZRANGEBYSCORE', K_PROC, '-inf', now, 'LIMIT', 0, BATCH)
+  for i = #expired, 1, -1 do
+    local x = expired[i]
+    redis.call('ZREM', K_PROC, x)
+    redis.call('HDEL', K_LEASE, x)
+    redis.call('HDEL', K_SINCE, x)
+    redis.call('HINCRBY', K_STALLS, x, 1)
+    redis.call('ZREM', K_DELAY, x)
+    redis.call('SADD', K_DIRTY, x)
+    redis.call('LPUSH', K_READY, x)
+  end
+  return #expired
+end
+
+-- Promotion and reclaim, as every reader of the ready list runs them first.
+local function refresh(now)
+  local moved = promote(now) + reclaim(now)
+  if moved > 0 then
+    wake()
+  end
+end

@@ -1,0 +1,22 @@
+-- done(item, token): client-go's Done, fenced by the lease's token.
+-- ARGV[1] = item, ARGV[2] = token.
+-- Returns 1 when done, 2 when done and queued again (it was re-added while
+-- processing), 0 when another holder has the item now, -1 when nobody does.
+-- A stale holder changes nothing.
+local x = ARGV[1]
+local holder = redis.call('HGET', K_LEASE, x)
+if holder ~= ARGV[2] then
+  if holder then
+    return 0
+  end
+  return -1
+end
+redis.call('ZREM', K_PROC, x)
+redis.call('HDEL', K_LEASE, x)
+redis.call('HDEL', K_SINCE, x)
+if redis.call('SISMEMBER', K_DIRTY, x) == 1 then
+  redis.call('RPUSH', K_READY, x)
+  wake()
+  return 2
+end
+return 1

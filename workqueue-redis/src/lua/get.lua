@@ -1,0 +1,41 @@
+-- get(lease): hands out the next ready item under a new lease.
+-- ARGV[1] = lease duration in microseconds.
+-- Returns {1, item, token} for an item, {2} when the queue is shut down and has
+-- nothing ready, or {0, wait} when nothing is ready: `wait` is the time in us
+-- until the next delayed item or lease deadline is due, or -1 if none is.
+local now = now_us()
+refresh(now)
+local x = redis.call('LPOP', K_READY)
+if not x then
+  if redis.call('EXISTS', K_SHUT) == 1 then
+    -- Pass the news on to the next blocked getter.
+    wake()
+    return {2}
+  end
+  local wait = -1
+  local d = redis.call('ZRANGE', K_DELAY, 0, 0, 'WITHSCORES')
+  if d[2] then
+    wait = tonumber(d[2]) - now
+  end
+  local p = redis.call('ZRANGE', K_PROC, 0, 0, 'WITHSCORES')
+  if p[2] then
+    local w = tonumber(p[2]) - now
+    if wait < 0 or w < wait then
+      wait = w
+    end
+  end
+  if wait == 0 then
+    wait = 1
+  end
+  return {0, wait}
+end
+redis.call('SREM', K_DIRTY, x)
+local token = next_seq(now)
+redis.call('ZADD', K_PROC, now + tonumber(ARGV[1]), x)
+redis.call('HSET', K_LEASE, x, int(token))
+redis.call('HSET', K_SINCE, x, int(now))
+if redis.call('LLEN', K_READY) > 0 then
+  -- More work: wake the next blocked getter (a chain, not a herd).
+  wake()
+end
+return {1, x, token}

@@ -1,0 +1,99 @@
+//! The queue's keys and its server-side scripts (`src/lua/*.lua`).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// The keys of one queue, in the order the scripts expect them (`KEYS[1]`...).
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    /// Every key, in script order.
+    pub(crate) all: Vec<String>,
+}
+
+/// Suffixes of the keys, in the order of `KEYS` in `common.lua`.
+const SUFFIXES: [&str; 13] = [
+    "ready", "dirty", "proc", "lease", "since", "delay", "fail", "stalls", "bucket", "marker",
+    "seq", "shut", "dead",
+];
+
+/// Index of the marker key in [`Keys::all`].
+const MARKER: usize = 9;
+/// Index of the failure hash in [`Keys::all`].
+const FAIL: usize = 6;
+/// Index of the dead-letter list in [`Keys::all`].
+const DEAD: usize = 12;
+/// Index of the shut-down flag in [`Keys::all`].
+const SHUT: usize = 11;
+
+impl Keys {
+    /// The keys of queue `name` under `prefix`: `prefix:{name}:ready` and so on. The braces are
+    /// a Redis Cluster hash tag: every key of one queue lands in one slot.
+    pub(crate) fn new(prefix: &str, name: &str) -> Self {
+        let all = SUFFIXES
+            .iter()
+            .map(|suffix| format!("{prefix}:{{{name}}}:{suffix}"))
+            .collect();
+        Keys { all }
+    }
+
+    /// The wake-up marker blocked getters wait on.
+    pub(crate) fn marker(&self) -> &str {
+        &self.all[MARKER]
+    }
+
+    /// The failure counts of `add_rate_limited`.
+    pub(crate) fn fail(&self) -> &str {
+        &self.all[FAIL]
+    }
+
+    /// The dead-letter list.
+    pub(crate) fn dead(&self) -> &str {
+        &self.all[DEAD]
+    }
+
+    /// The shut-down flag.
+    pub(crate) fn shut(&self) -> &str {
+        &self.all[SHUT]
+    }
+}
+
+/// Builds the script of one operation: the shared prelude, then the operation.
+fn script(op: &str) -> Script {
+    let mut source = String::with_capacity(COMMON.len() + op.len() + 1);
+    source.push_str(COMMON);
+    source.push('\n');
+    source.push_str(op);
+    Script::new(&source)
+}
+
+const COMMON: &str = include_str!("lua/common.lua");
+
+/// Every operation's script. `EVALSHA` runs them; after a server restart or failover that lost
+/// the script cache, the client loads them again on `NOSCRIPT`.
+pub(crate) struct Scripts {
+    pub(crate) add: Script,
+    pub(crate) add_after: Script,
+    pub(crate) add_rate_limited: Script,
+    pub(crate) get: Script,
+    pub(crate) renew: Script,
+    pub(crate) done: Script,
+    pub(crate) dead_letter: Script,
+    pub(crate) len: Script,
+    pub(crate) shut_down: Script,
+    pub(crate) stats: Script,
+}
+
+/// The scripts, built once per process.
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    add: script(include_str!("lua/add.lua")),
+    add_after: script(include_str!("lua/add_after.lua")),
+    add_rate_limited: script(include_str!("lua/add_rate_limited.lua")),
+    get: script(include_str!("lua/get.lua")),
+    renew: script(include_str!("lua/renew.lua")),
+    done: script(include_str!("lua/done.lua")),
+    dead_letter: script(include_str!("lua/dead_letter.lua")),
+    len: script(include_str!("lua/len.lua")),
+    shut_down: script(include_str!("lua/shut_down.lua")),
+    stats: script(include_str!("lua/stats.lua")),
+});

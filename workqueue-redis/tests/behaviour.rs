@@ -1,0 +1,488 @@
+//! One behaviour suite for both backends: every rule below runs, unchanged, against the
+//! in-memory `workqueue::WorkQueue` and against `RedisQueue` on a `redis-server` the test
+//! starts itself (skipped with a note when the binary is missing, unless `CI=true`).
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use support::{Backend, Factory, Opts};
+use workqueue::TryGetError;
+
+/// Instantiates every rule for both backends.
+macro_rules! behaviour_suite {
+    ($($rule:ident),* $(,)?) => {
+        mod in_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    super::rules::$rule(&super::support::MemoryFactory).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    let Some(factory) = super::support::RedisFactory::start() else {
+                        return;
+                    };
+                    super::rules::$rule(&factory).await;
+                }
+            )*
+        }
+    };
+}
+
+behaviour_suite!(
+    items_come_out_in_the_order_they_were_added,
+    a_duplicate_add_keeps_the_first_position,
+    an_item_re_added_while_processing_goes_to_the_tail_when_done,
+    an_item_is_never_handed_to_two_workers_at_once,
+    re_adds_while_processing_fold_into_one,
+    len_counts_only_ready_items,
+    add_after_waits_for_the_delay,
+    add_after_zero_adds_at_once,
+    the_earliest_delay_wins,
+    a_later_delay_does_not_postpone,
+    add_of_a_delayed_item_makes_it_ready_now_once,
+    add_after_of_a_queued_item_keeps_it_queued_once,
+    add_after_while_processing_requeues_after_done,
+    delayed_items_become_ready_in_due_order,
+    rate_limited_retries_back_off_exponentially,
+    forget_resets_the_failure_count,
+    a_rate_limited_re_add_while_processing_waits_for_done,
+    the_token_bucket_limits_the_rate,
+    shut_down_ignores_adds_and_drains_queued_items,
+    shut_down_wakes_blocked_getters,
+    shut_down_drops_delayed_items,
+    done_after_shut_down_requeues_a_re_added_item,
+    a_blocked_get_is_woken_by_an_add,
+    concurrent_getters_each_get_distinct_items,
+    shut_down_with_drain_waits_for_leases,
+    dropping_a_lease_marks_it_done,
+);
+
+/// Waits until `check` holds, for at most 5 s.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Takes every ready item, in hand-out order, marking each done.
+async fn take_all<Q: Backend>(queue: &Q) -> Vec<String> {
+    let mut items = Vec::new();
+    while let Ok(lease) = queue.try_get().await {
+        items.push(Q::item(&lease));
+        Q::done(lease).await;
+    }
+    items
+}
+
+/// Waits for the next item with a 5 s limit.
+async fn next<Q: Backend>(queue: &Q) -> Q::Lease {
+    tokio::time::timeout(Duration::from_secs(5), queue.get())
+        .await
+        .expect("an item within 5 s")
+        .expect("an item, not shut down")
+}
+
+mod rules {
+    use super::*;
+
+    pub(crate) async fn items_come_out_in_the_order_they_were_added<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        for key in ["c", "a", "b"] {
+            queue.add(key).await;
+        }
+        assert_eq!(take_all(&queue).await, ["c", "a", "b"]);
+    }
+
+    pub(crate) async fn a_duplicate_add_keeps_the_first_position<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("a").await;
+        queue.add("b").await;
+        queue.add("a").await;
+        assert_eq!(queue.len().await, 2);
+        assert_eq!(take_all(&queue).await, ["a", "b"]);
+    }
+
+    pub(crate) async fn an_item_re_added_while_processing_goes_to_the_tail_when_done<F: Factory>(
+        f: &F,
+    ) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("a").await;
+        queue.add("b").await;
+        let a = queue.try_get().await.unwrap();
+        queue.add("a").await;
+        queue.add("c").await;
+        F::Queue::done(a).await;
+        assert_eq!(take_all(&queue).await, ["b", "c", "a"]);
+    }
+
+    pub(crate) async fn an_item_is_never_handed_to_two_workers_at_once<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("key").await;
+        let lease = queue.try_get().await.unwrap();
+        queue.add("key").await;
+        assert_eq!(queue.try_get().await.err(), Some(TryGetError::Empty));
+        assert_eq!(queue.len().await, 0);
+        F::Queue::done(lease).await;
+        assert_eq!(take_all(&queue).await, ["key"]);
+    }
+
+    pub(crate) async fn re_adds_while_processing_fold_into_one<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("key").await;
+        let lease = queue.try_get().await.unwrap();
+        for _ in 0..5 {
+            queue.add("key").await;
+        }
+        F::Queue::done(lease).await;
+        assert_eq!(take_all(&queue).await, ["key"]);
+        assert_eq!(queue.try_get().await.err(), Some(TryGetError::Empty));
+    }
+
+    pub(crate) async fn len_counts_only_ready_items<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("ready").await;
+        queue.add("processing").await;
+        queue.add_after("delayed", Duration::from_secs(60)).await;
+        assert_eq!(queue.len().await, 2, "a delayed item is not counted");
+        let ready = queue.try_get().await.unwrap();
+        let processing = queue.try_get().await.unwrap();
+        assert_eq!(
+            queue.len().await,
+            0,
+            "items being processed are not counted"
+        );
+        queue.add("processing").await;
+        assert_eq!(
+            queue.len().await,
+            0,
+            "a re-add while processing is not counted"
+        );
+        F::Queue::done(processing).await;
+        assert_eq!(queue.len().await, 1, "counted again once done");
+        F::Queue::done(ready).await;
+    }
+
+    pub(crate) async fn add_after_waits_for_the_delay<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        let start = Instant::now();
+        queue.add_after("key", Duration::from_millis(300)).await;
+        assert_eq!(queue.len().await, 0);
+        let lease = next(&queue).await;
+        assert!(
+            start.elapsed() >= Duration::from_millis(295),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(F::Queue::item(&lease), "key");
+    }
+
+    pub(crate) async fn add_after_zero_adds_at_once<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add_after("key", Duration::ZERO).await;
+        assert_eq!(queue.len().await, 1);
+    }
+
+    pub(crate) async fn the_earliest_delay_wins<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        let start = Instant::now();
+        queue.add_after("key", Duration::from_secs(60)).await;
+        queue.add_after("key", Duration::from_millis(100)).await;
+        let lease = next(&queue).await;
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert_eq!(F::Queue::item(&lease), "key");
+        F::Queue::done(lease).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            queue.try_get().await.err(),
+            Some(TryGetError::Empty),
+            "once"
+        );
+    }
+
+    pub(crate) async fn a_later_delay_does_not_postpone<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        let start = Instant::now();
+        queue.add_after("key", Duration::from_millis(100)).await;
+        queue.add_after("key", Duration::from_secs(60)).await;
+        let _lease = next(&queue).await;
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    pub(crate) async fn add_of_a_delayed_item_makes_it_ready_now_once<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add_after("key", Duration::from_millis(200)).await;
+        queue.add("key").await;
+        assert_eq!(queue.len().await, 1);
+        let lease = queue.try_get().await.unwrap();
+        F::Queue::done(lease).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(queue.try_get().await.err(), Some(TryGetError::Empty));
+    }
+
+    pub(crate) async fn add_after_of_a_queued_item_keeps_it_queued_once<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("key").await;
+        queue.add_after("key", Duration::from_millis(100)).await;
+        assert_eq!(take_all(&queue).await, ["key"]);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(queue.try_get().await.err(), Some(TryGetError::Empty));
+    }
+
+    pub(crate) async fn add_after_while_processing_requeues_after_done<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("key").await;
+        let lease = queue.try_get().await.unwrap();
+        queue.add_after("key", Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(queue.try_get().await.err(), Some(TryGetError::Empty));
+        F::Queue::done(lease).await;
+        assert_eq!(take_all(&queue).await, ["key"]);
+    }
+
+    pub(crate) async fn delayed_items_become_ready_in_due_order<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add_after("a", Duration::from_millis(300)).await;
+        queue.add_after("b", Duration::from_millis(100)).await;
+        queue.add_after("c", Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        assert_eq!(take_all(&queue).await, ["b", "c", "a"]);
+    }
+
+    /// Measures how long `add_rate_limited` delays `item`.
+    async fn rate_limited_delay<Q: Backend>(queue: &Q, item: &str) -> Duration {
+        let start = Instant::now();
+        queue.add_rate_limited(item).await;
+        let lease = next(queue).await;
+        let waited = start.elapsed();
+        Q::done(lease).await;
+        waited
+    }
+
+    pub(crate) async fn rate_limited_retries_back_off_exponentially<F: Factory>(f: &F) {
+        let opts = Opts {
+            base: Duration::from_millis(100),
+            max: Duration::from_millis(350),
+            bucket: None,
+        };
+        let queue = f.queue(opts).await;
+        let first = rate_limited_delay(&queue, "key").await;
+        assert_eq!(queue.num_requeues("key").await, 1);
+        let second = rate_limited_delay(&queue, "key").await;
+        let third = rate_limited_delay(&queue, "key").await;
+        assert_eq!(queue.num_requeues("key").await, 3);
+        assert!(first >= Duration::from_millis(95), "{first:?}");
+        assert!(second >= Duration::from_millis(195), "{second:?}");
+        assert!(
+            third >= Duration::from_millis(345),
+            "capped at max: {third:?}"
+        );
+        assert!(
+            third < Duration::from_millis(395 + 300),
+            "capped at max: {third:?}"
+        );
+        assert_eq!(queue.num_requeues("other").await, 0);
+    }
+
+    pub(crate) async fn forget_resets_the_failure_count<F: Factory>(f: &F) {
+        let opts = Opts {
+            base: Duration::from_millis(100),
+            max: Duration::from_secs(10),
+            bucket: None,
+        };
+        let queue = f.queue(opts).await;
+        queue.add_rate_limited("key").await;
+        queue.add_rate_limited("key").await;
+        assert_eq!(queue.num_requeues("key").await, 2);
+        queue.forget("key").await;
+        assert_eq!(queue.num_requeues("key").await, 0);
+        let _ = next(&queue).await;
+        assert_eq!(queue.num_requeues("key").await, 0);
+    }
+
+    pub(crate) async fn a_rate_limited_re_add_while_processing_waits_for_done<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("key").await;
+        let lease = queue.try_get().await.unwrap();
+        queue.add_rate_limited("key").await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(queue.try_get().await.err(), Some(TryGetError::Empty));
+        F::Queue::done(lease).await;
+        assert_eq!(take_all(&queue).await, ["key"]);
+    }
+
+    pub(crate) async fn the_token_bucket_limits_the_rate<F: Factory>(f: &F) {
+        let opts = Opts {
+            base: Duration::from_micros(1),
+            max: Duration::from_micros(1),
+            bucket: Some((10.0, 2)),
+        };
+        let queue = f.queue(opts).await;
+        let start = Instant::now();
+        for item in ["a", "b", "c", "d"] {
+            queue.add_rate_limited(item).await;
+        }
+        assert!(queue.len().await < 4, "the bucket holds two tokens");
+        let mut got = HashSet::new();
+        for _ in 0..4 {
+            let lease = next(&queue).await;
+            got.insert(F::Queue::item(&lease));
+            F::Queue::done(lease).await;
+        }
+        assert_eq!(got.len(), 4);
+        assert!(
+            start.elapsed() >= Duration::from_millis(190),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    pub(crate) async fn shut_down_ignores_adds_and_drains_queued_items<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("a").await;
+        queue.add("b").await;
+        assert!(!queue.is_shutting_down().await);
+        queue.shut_down().await;
+        assert!(queue.is_shutting_down().await);
+        queue.add("c").await;
+        let a = next(&queue).await;
+        let b = next(&queue).await;
+        assert_eq!([F::Queue::item(&a), F::Queue::item(&b)], ["a", "b"]);
+        assert!(queue.get().await.is_none());
+        assert_eq!(queue.try_get().await.err(), Some(TryGetError::ShutDown));
+    }
+
+    pub(crate) async fn shut_down_wakes_blocked_getters<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        let getters: Vec<_> = (0..3)
+            .map(|_| {
+                let queue = queue.clone();
+                tokio::spawn(async move { queue.get().await.is_none() })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let start = Instant::now();
+        queue.shut_down().await;
+        for getter in getters {
+            let woke = tokio::time::timeout(Duration::from_secs(5), getter).await;
+            assert!(woke.expect("woken").unwrap(), "get returns None");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    pub(crate) async fn shut_down_drops_delayed_items<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add_after("key", Duration::from_millis(100)).await;
+        queue.shut_down().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(queue.try_get().await.err(), Some(TryGetError::ShutDown));
+    }
+
+    pub(crate) async fn done_after_shut_down_requeues_a_re_added_item<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("key").await;
+        let lease = queue.try_get().await.unwrap();
+        queue.add("key").await;
+        queue.shut_down().await;
+        F::Queue::done(lease).await;
+        assert_eq!(take_all(&queue).await, ["key"]);
+        assert_eq!(queue.try_get().await.err(), Some(TryGetError::ShutDown));
+    }
+
+    pub(crate) async fn a_blocked_get_is_woken_by_an_add<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        let getter = {
+            let queue = queue.clone();
+            tokio::spawn(async move { queue.get().await.map(|l| F::Queue::item(&l)) })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let start = Instant::now();
+        queue.add("key").await;
+        let got = tokio::time::timeout(Duration::from_secs(5), getter).await;
+        assert_eq!(got.expect("woken").unwrap().as_deref(), Some("key"));
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    pub(crate) async fn concurrent_getters_each_get_distinct_items<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let getters: Vec<_> = (0..4)
+            .map(|_| {
+                let queue = queue.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    // Keep the lease until the test has seen all four, so none comes twice.
+                    let lease = queue.get().await.unwrap();
+                    tx.send(F::Queue::item(&lease)).unwrap();
+                    lease
+                })
+            })
+            .collect();
+        for i in 0..4 {
+            queue.add(&i.to_string()).await;
+        }
+        let mut got = HashSet::new();
+        for _ in 0..4 {
+            let item = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .expect("every getter gets one")
+                .unwrap();
+            got.insert(item);
+        }
+        assert_eq!(got.len(), 4);
+        for getter in getters {
+            F::Queue::done(getter.await.unwrap()).await;
+        }
+    }
+
+    pub(crate) async fn shut_down_with_drain_waits_for_leases<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("key").await;
+        let lease = queue.try_get().await.unwrap();
+        let drain = {
+            let queue = queue.clone();
+            tokio::spawn(async move { queue.shut_down_with_drain().await })
+        };
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(!drain.is_finished(), "waits for the lease");
+        assert!(queue.is_shutting_down().await);
+        F::Queue::done(lease).await;
+        tokio::time::timeout(Duration::from_secs(5), drain)
+            .await
+            .expect("drained once the lease is done")
+            .unwrap();
+    }
+
+    pub(crate) async fn dropping_a_lease_marks_it_done<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("key").await;
+        let lease = queue.try_get().await.unwrap();
+        queue.add("key").await;
+        drop(lease);
+        eventually(
+            "the dropped lease is done and the item queued again",
+            || async { queue.len().await == 1 },
+        )
+        .await;
+    }
+}

@@ -1,0 +1,3 @@
+//! Crash tests (placeholder).
+
+fn main() {}

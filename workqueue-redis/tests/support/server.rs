@@ -1,0 +1,217 @@
+//! A `redis-server` of the test's own: a free loopback port, a fresh data directory, stopped
+//! by PID when dropped.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The server binary: `$WQ_REDIS_SERVER`, or `redis-server` on the `PATH`.
+fn binary() -> String {
+    std::env::var("WQ_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// Whether the server binary can be run. When it cannot, tests are skipped with a note, except
+/// under `CI=true`, where that is a failure.
+pub(crate) fn available() -> bool {
+    let found = Command::new(binary())
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!(
+                "{} not found: CI must run the Redis tests (apt-get install redis-server)",
+                binary()
+            );
+        }
+        eprintln!(
+            "note: {} not found; skipping a Redis test (install the redis-server package)",
+            binary()
+        );
+    }
+    found
+}
+
+/// How a test server keeps its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// `appendonly yes`, `appendfsync always`.
+    Always,
+    /// `appendonly yes`, `appendfsync everysec`.
+    EverySec,
+    /// No persistence at all (the control runs).
+    None,
+}
+
+pub(crate) struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    durability: Durability,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// A server with AOF and `appendfsync always`; `None` when the binary is missing (see
+    /// [`available`]).
+    pub(crate) fn start() -> Option<Self> {
+        Self::start_with(Durability::Always, &[])
+    }
+
+    pub(crate) fn start_with(durability: Durability, extra: &[&str]) -> Option<Self> {
+        if !available() {
+            return None;
+        }
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "wq-redis-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the server's data directory");
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            dir,
+            durability,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for _ in 0..10 {
+            server.port = free_port();
+            if server.spawn() {
+                return Some(server);
+            }
+        }
+        panic!("redis-server would not start; see {}", server.dir.display());
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// Starts the process on `self.port` and waits until it answers; `false` if it exited
+    /// (the port was taken).
+    fn spawn(&mut self) -> bool {
+        let mut cmd = Command::new(binary());
+        cmd.args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--protected-mode", "yes"])
+            .args(["--daemonize", "no"])
+            .args(["--dir", &self.dir.display().to_string()])
+            .args(["--logfile", "redis.log"])
+            .args(["--save", ""])
+            .args(["--maxmemory-policy", "noeviction"]);
+        match self.durability {
+            Durability::Always => {
+                cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+            }
+            Durability::EverySec => {
+                cmd.args(["--appendonly", "yes", "--appendfsync", "everysec"]);
+            }
+            Durability::None => {
+                cmd.args(["--appendonly", "no"]);
+            }
+        }
+        cmd.args(&self.extra);
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(_)) = child.try_wait()
+            {
+                self.child = None;
+                return false;
+            }
+            if ping(self.port) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        false
+    }
+
+    /// `kill -9` of the server process.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, ...) to the server process.
+    pub(crate) fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(pid.to_string())
+                .status();
+        }
+    }
+
+    /// Starts the server again on the same port and data directory (after [`kill`]).
+    pub(crate) fn restart(&mut self) {
+        self.kill();
+        for _ in 0..50 {
+            if self.spawn() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server would not restart on port {}", self.port);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// Whether a server answers `PING` with `PONG` (not `LOADING`) on `port`.
+fn ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0_u8; 64];
+    match stream.read(&mut buf) {
+        Ok(n) => buf[..n].starts_with(b"+PONG"),
+        Err(_) => false,
+    }
+}
