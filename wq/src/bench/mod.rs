@@ -1,12 +1,257 @@
-//! `wq bench`: the standard workloads (BENCH.md).
+//! `wq bench`: the standard workloads of BENCH.md, each beside its references, in one run.
+//!
+//! Every workload lives in its own module (`w1_fifo`, `p1_priority`, `w2_contended`,
+//! `w3_dedup`, `w4_delay`, `w5_retry`, `w6_memory`), whose module documentation says what it
+//! measures and its caveats. A workload returns [`report::Sample`]s (one number per
+//! implementation and metric); with `--runs N` every workload runs N times and the report
+//! holds the median of each figure.
+//!
+//! Progress goes to stderr, one line per workload; the table (or, with `--json`, one JSON
+//! object per line and figure) goes to stdout. Nothing here is a pass/fail test: the goals of
+//! the project are shown beside the figures for orientation only.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+mod p1_priority;
+mod report;
+mod util;
+mod w1_fifo;
+mod w2_contended;
+mod w3_dedup;
+mod w4_delay;
+mod w5_retry;
+mod w6_memory;
+
+use report::Sample;
 
 /// Options of `wq bench`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct BenchArgs {}
+pub(crate) struct BenchArgs {
+    /// Runs smaller versions of the workloads (well under 20 s on 2 cores, one run each).
+    #[arg(long)]
+    quick: bool,
+
+    /// Workloads to run, comma separated (W1, P1, W2, W3, W4, W5, W6); all by default.
+    #[arg(
+        short = 'w',
+        long = "workloads",
+        value_delimiter = ',',
+        value_name = "IDS"
+    )]
+    workloads: Vec<String>,
+
+    /// Runs every workload this many times and reports the median of each figure
+    /// (default: 3, or 1 with --quick).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    runs: Option<u32>,
+
+    /// Prints one JSON object per line and figure instead of the table.
+    #[arg(long)]
+    json: bool,
+
+    /// Internal: measures one W6 case in this (fresh) process and prints it as JSON.
+    #[arg(long, hide = true, value_name = "CASE")]
+    w6_child: Option<String>,
+
+    /// Internal: the number of items of the W6 case.
+    #[arg(long, hide = true, value_name = "N", default_value_t = 0)]
+    w6_items: usize,
+}
+
+/// What a workload gets to know about the run.
+pub(crate) struct Ctx<'a> {
+    /// Smaller sizes (`--quick`).
+    pub(crate) quick: bool,
+    /// This run's number, from 1.
+    pub(crate) run: u32,
+    /// Runs in all.
+    pub(crate) runs: u32,
+    /// The workload's id, for progress messages.
+    id: &'static str,
+    /// The progress spinner.
+    progress: &'a Progress,
+}
+
+impl Ctx<'_> {
+    /// Says on the progress line which implementation is being measured.
+    pub(crate) fn step(&self, what: &str) {
+        self.progress.message(format!(
+            "{} run {}/{}: {what}",
+            self.id, self.run, self.runs
+        ));
+    }
+}
+
+/// One standard workload.
+struct Workload {
+    /// `W1` ...
+    id: &'static str,
+    /// A few words for the progress line.
+    title: &'static str,
+    /// Runs it once.
+    run: fn(&Ctx<'_>) -> Vec<Sample>,
+}
+
+/// Every workload, in report order (P1 sits beside W1, whose cycle it repeats with
+/// priorities).
+const WORKLOADS: &[Workload] = &[
+    Workload {
+        id: "W1",
+        title: "fifo, 1 producer, 1 consumer",
+        run: w1_fifo::run,
+    },
+    Workload {
+        id: "P1",
+        title: "priorities, 1,000 keys over 5 priorities",
+        run: p1_priority::run,
+    },
+    Workload {
+        id: "W2",
+        title: "contended, 4 producers, 4 consumers",
+        run: w2_contended::run,
+    },
+    Workload {
+        id: "W3",
+        title: "dedup, 4 producers of 1,000 keys, 2 consumers",
+        run: w3_dedup::run,
+    },
+    Workload {
+        id: "W4",
+        title: "delay, add_after with random delays, 2 consumers",
+        run: w4_delay::run,
+    },
+    Workload {
+        id: "W5",
+        title: "retry, exponential backoff, 4 consumers",
+        run: w5_retry::run,
+    },
+    Workload {
+        id: "W6",
+        title: "memory, peak RSS per item",
+        run: w6_memory::run,
+    },
+];
+
+/// Progress on stderr: a spinner on a terminal, plain lines otherwise.
+struct Progress {
+    bar: ProgressBar,
+}
+
+impl Progress {
+    fn new() -> Self {
+        let bar = if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} [{elapsed:>3}] {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar
+        } else {
+            ProgressBar::hidden()
+        };
+        Self { bar }
+    }
+
+    fn message(&self, message: String) {
+        self.bar.set_message(message);
+    }
+
+    /// Prints a line that stays, above the spinner.
+    fn line(&self, line: String) {
+        if self.bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            self.bar.println(line);
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
 
 /// Runs the benchmarks.
-pub(crate) fn run(_args: BenchArgs) -> ExitCode {
+pub(crate) fn run(args: BenchArgs) -> ExitCode {
+    if let Some(case) = &args.w6_child {
+        return w6_memory::child(case, args.w6_items);
+    }
+    let selected = match select(&args.workloads) {
+        Ok(selected) => selected,
+        Err(unknown) => {
+            eprintln!(
+                "wq bench: unknown workload {unknown:?}; known: {}",
+                WORKLOADS
+                    .iter()
+                    .map(|w| w.id)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 });
+    let machine = util::Machine::detect();
+    let progress = Progress::new();
+    progress.line(format!(
+        "wq bench{}: {} workload(s), {runs} run(s) each; {machine}",
+        if args.quick { " --quick" } else { "" },
+        selected.len(),
+    ));
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    for workload in &selected {
+        let begun = Instant::now();
+        for run in 1..=runs {
+            let ctx = Ctx {
+                quick: args.quick,
+                run,
+                runs,
+                id: workload.id,
+                progress: &progress,
+            };
+            ctx.step("preparing");
+            samples.extend((workload.run)(&ctx));
+        }
+        progress.line(format!(
+            "{} {}: done in {:.1} s",
+            workload.id,
+            workload.title,
+            begun.elapsed().as_secs_f64()
+        ));
+    }
+    progress.finish();
+    let figures = report::aggregate(&samples);
+    if args.json {
+        report::print_json(&figures);
+    } else {
+        report::print_table(&figures, runs, args.quick, &machine, started.elapsed());
+    }
     ExitCode::SUCCESS
+}
+
+/// The workloads named by `-w`, in report order; all of them if none is named.
+fn select(ids: &[String]) -> Result<Vec<&'static Workload>, String> {
+    if ids.is_empty() {
+        return Ok(WORKLOADS.iter().collect());
+    }
+    let mut wanted = Vec::new();
+    for id in ids {
+        let id = id.trim();
+        if id.is_empty() {
+            continue;
+        }
+        match WORKLOADS.iter().find(|w| w.id.eq_ignore_ascii_case(id)) {
+            Some(w) => wanted.push(w.id),
+            None => return Err(id.to_owned()),
+        }
+    }
+    Ok(WORKLOADS
+        .iter()
+        .filter(|w| wanted.contains(&w.id))
+        .collect())
 }

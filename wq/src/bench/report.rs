@@ -1,0 +1,399 @@
+//! Figures: what workloads measure ([`Sample`]), their medians over runs ([`Figure`]), and
+//! the two ways of printing them (the table, or JSON lines as BENCH.md specifies).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::util::{Machine, median};
+
+/// Our implementation with blocking (thread) consumers.
+pub(crate) const OURS: &str = "workqueue";
+/// Our implementation with async consumers on a tokio multi-thread runtime.
+pub(crate) const OURS_ASYNC: &str = "workqueue-async";
+/// One thread, no locks, `VecDeque` + hash sets (BENCH.md's practical limit (a)).
+pub(crate) const LIMIT: &str = "limit-single-thread";
+/// An unbounded crossbeam channel (BENCH.md's practical limit (b)).
+pub(crate) const CROSSBEAM: &str = "crossbeam-channel";
+/// tokio-util's `DelayQueue` owned by one task.
+pub(crate) const DELAY_QUEUE: &str = "tokio-util-delayqueue";
+
+/// One number measured once: `value` of `metric` for implementation `imp` in `workload`.
+#[derive(Debug, Clone)]
+pub(crate) struct Sample {
+    pub(crate) workload: &'static str,
+    pub(crate) imp: &'static str,
+    pub(crate) metric: &'static str,
+    pub(crate) value: f64,
+}
+
+impl Sample {
+    pub(crate) fn new(
+        workload: &'static str,
+        imp: &'static str,
+        metric: &'static str,
+        value: f64,
+    ) -> Self {
+        Self {
+            workload,
+            imp,
+            metric,
+            value,
+        }
+    }
+}
+
+/// One figure of the report: the median of a sample over the runs.
+#[derive(Debug, Clone)]
+pub(crate) struct Figure {
+    pub(crate) workload: &'static str,
+    pub(crate) imp: &'static str,
+    pub(crate) metric: &'static str,
+    pub(crate) median: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+    pub(crate) runs: usize,
+}
+
+/// Groups samples by (workload, implementation, metric), in the order they first appear.
+pub(crate) fn aggregate(samples: &[Sample]) -> Vec<Figure> {
+    let mut order: Vec<(&'static str, &'static str, &'static str)> = Vec::new();
+    let mut values: HashMap<(&str, &str, &str), Vec<f64>> = HashMap::new();
+    for s in samples {
+        let key = (s.workload, s.imp, s.metric);
+        let entry = values.entry(key).or_insert_with(|| {
+            order.push(key);
+            Vec::new()
+        });
+        entry.push(s.value);
+    }
+    order
+        .into_iter()
+        .map(|key| {
+            let mut v = values.remove(&key).unwrap_or_default();
+            let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            Figure {
+                workload: key.0,
+                imp: key.1,
+                metric: key.2,
+                median: median(&mut v),
+                min,
+                max,
+                runs: v.len(),
+            }
+        })
+        .collect()
+}
+
+/// One JSON object per line and figure:
+/// `{"workload": "W1", "impl": "workqueue", "metric": "items_per_s", "value": 3100000.0, ...}`.
+pub(crate) fn print_json(figures: &[Figure]) {
+    for f in figures {
+        let line = serde_json::json!({
+            "workload": f.workload,
+            "impl": f.imp,
+            "metric": f.metric,
+            "value": f.median,
+            "min": f.min,
+            "max": f.max,
+            "runs": f.runs,
+        });
+        println!("{line}");
+    }
+}
+
+/// A goal of the project for one figure of ours (issue 3), shown beside it.
+struct Goal {
+    workload: &'static str,
+    metric: &'static str,
+    kind: GoalKind,
+}
+
+enum GoalKind {
+    /// ours / reference at least this.
+    RatioAtLeast(&'static str, f64),
+    /// The figure at least this.
+    AtLeast(f64),
+    /// The figure below this.
+    Below(f64),
+    /// The figure at most this.
+    AtMost(f64),
+}
+
+const GOALS: &[Goal] = &[
+    Goal {
+        workload: "W1",
+        metric: "items_per_s",
+        kind: GoalKind::RatioAtLeast(CROSSBEAM, 0.35),
+    },
+    Goal {
+        workload: "W2",
+        metric: "items_per_s",
+        kind: GoalKind::RatioAtLeast(CROSSBEAM, 0.20),
+    },
+    Goal {
+        workload: "W3",
+        metric: "adds_per_s",
+        kind: GoalKind::AtLeast(9e6),
+    },
+    Goal {
+        workload: "W4",
+        metric: "add_after_per_s",
+        kind: GoalKind::AtLeast(2.3e6),
+    },
+    Goal {
+        workload: "W4",
+        metric: "lateness_p99_ms",
+        kind: GoalKind::Below(2.0),
+    },
+    Goal {
+        workload: "W4",
+        metric: "lateness_max_ms",
+        kind: GoalKind::Below(10.0),
+    },
+    Goal {
+        workload: "W5",
+        metric: "wall_s",
+        kind: GoalKind::Below(0.1),
+    },
+    Goal {
+        workload: "W6",
+        metric: "bytes_per_item",
+        kind: GoalKind::AtMost(50.0),
+    },
+    Goal {
+        workload: "W6",
+        metric: "bytes_per_delayed_item",
+        kind: GoalKind::AtMost(80.0),
+    },
+];
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "not met" }
+}
+
+/// The goal text for our figure `value` on its own line (absolute goals).
+fn absolute_goal(workload: &str, metric: &str, value: f64) -> String {
+    let Some(goal) = GOALS
+        .iter()
+        .find(|g| g.workload == workload && g.metric == metric)
+    else {
+        return String::new();
+    };
+    let unit = |v: f64| format_value(metric, v);
+    match goal.kind {
+        GoalKind::AtLeast(x) => format!(">= {}: {}", unit(x), verdict(value >= x)),
+        GoalKind::Below(x) => format!("< {}: {}", unit(x), verdict(value < x)),
+        GoalKind::AtMost(x) => format!("<= {}: {}", unit(x), verdict(value <= x)),
+        GoalKind::RatioAtLeast(..) => String::new(),
+    }
+}
+
+/// The goal text for the ratio of our figure to `reference`.
+fn ratio_goal(workload: &str, metric: &str, reference: &str, ratio: f64) -> String {
+    GOALS
+        .iter()
+        .find_map(|g| match g.kind {
+            GoalKind::RatioAtLeast(r, x)
+                if g.workload == workload && g.metric == metric && r == reference =>
+            {
+                Some(format!(">= {x:.2}: {}", verdict(ratio >= x)))
+            }
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// A figure's name in the table.
+fn metric_label(metric: &str) -> &str {
+    match metric {
+        "items_per_s" => "items/s",
+        "adds_per_s" => "adds/s",
+        "add_after_per_s" => "add_after/s",
+        "cycles_per_s" => "cycles/s",
+        "lateness_p50_ms" => "lateness p50",
+        "lateness_p99_ms" => "lateness p99",
+        "lateness_max_ms" => "lateness max",
+        "wall_s" => "wall",
+        "bytes_per_item" => "bytes/item",
+        "bytes_per_delayed_item" => "bytes/delayed item",
+        other => other,
+    }
+}
+
+/// A value with its unit.
+fn format_value(metric: &str, v: f64) -> String {
+    if !v.is_finite() {
+        return "-".to_owned();
+    }
+    if metric.ends_with("_per_s") {
+        if v >= 1e6 {
+            format!("{:.2} M/s", v / 1e6)
+        } else {
+            format!("{:.1} k/s", v / 1e3)
+        }
+    } else if metric.ends_with("_ms") {
+        format!("{v:.3} ms")
+    } else if metric.ends_with("_s") {
+        format!("{v:.3} s")
+    } else if metric.starts_with("bytes") {
+        format!("{v:.1} B")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn is_ours(imp: &str) -> bool {
+    imp == OURS || imp == OURS_ASYNC
+}
+
+/// Prints the table: one block per (workload, figure), our figures each beside every
+/// reference measured for that figure, with the ratio ours / reference.
+pub(crate) fn print_table(
+    figures: &[Figure],
+    runs: u32,
+    quick: bool,
+    machine: &Machine,
+    elapsed: Duration,
+) {
+    let header = [
+        "workload",
+        "figure",
+        "ours",
+        "value",
+        "reference",
+        "value",
+        "ratio",
+        "goal",
+    ]
+    .map(str::to_owned);
+    let mut rows: Vec<[String; 8]> = vec![header];
+    let mut groups: Vec<(&str, &str)> = Vec::new();
+    for f in figures {
+        if !groups.contains(&(f.workload, f.metric)) {
+            groups.push((f.workload, f.metric));
+        }
+    }
+    for (workload, metric) in groups {
+        let in_group: Vec<&Figure> = figures
+            .iter()
+            .filter(|f| f.workload == workload && f.metric == metric)
+            .collect();
+        let ours: Vec<&Figure> = in_group
+            .iter()
+            .copied()
+            .filter(|f| is_ours(f.imp))
+            .collect();
+        let refs: Vec<&Figure> = in_group
+            .iter()
+            .copied()
+            .filter(|f| !is_ours(f.imp))
+            .collect();
+        let mut first = true;
+        let label = |first: &mut bool| -> [String; 2] {
+            if std::mem::take(first) {
+                [workload.to_owned(), metric_label(metric).to_owned()]
+            } else {
+                [String::new(), String::new()]
+            }
+        };
+        for o in &ours {
+            let ours_cells = [o.imp.to_owned(), format_value(metric, o.median)];
+            if refs.is_empty() {
+                let [w, m] = label(&mut first);
+                let goal = absolute_goal(workload, metric, o.median);
+                let [oi, ov] = ours_cells;
+                rows.push([
+                    w,
+                    m,
+                    oi,
+                    ov,
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    goal,
+                ]);
+                continue;
+            }
+            for (i, r) in refs.iter().enumerate() {
+                let [w, m] = label(&mut first);
+                let ratio = o.median / r.median;
+                let mut goal = ratio_goal(workload, metric, r.imp, ratio);
+                if i == 0 && goal.is_empty() {
+                    goal = absolute_goal(workload, metric, o.median);
+                }
+                let [oi, ov] = if i == 0 {
+                    ours_cells.clone()
+                } else {
+                    [String::new(), String::new()]
+                };
+                rows.push([
+                    w,
+                    m,
+                    oi,
+                    ov,
+                    r.imp.to_owned(),
+                    format_value(metric, r.median),
+                    format!("{ratio:.2}"),
+                    goal,
+                ]);
+            }
+        }
+        if ours.is_empty() {
+            for r in &refs {
+                let [w, m] = label(&mut first);
+                rows.push([
+                    w,
+                    m,
+                    String::new(),
+                    String::new(),
+                    r.imp.to_owned(),
+                    format_value(metric, r.median),
+                    String::new(),
+                    String::new(),
+                ]);
+            }
+        }
+    }
+    let mut widths = [0usize; 8];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "wq bench{}: {machine}; {} of {runs} run(s); {:.1} s in all",
+        if quick { " --quick" } else { "" },
+        if runs > 1 { "medians" } else { "figures" },
+        elapsed.as_secs_f64()
+    );
+    for (n, row) in rows.iter().enumerate() {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            // Numbers right-aligned, names left-aligned.
+            let _ = match i {
+                3 | 5 | 6 => write!(line, "{cell:>w$}  "),
+                _ => write!(line, "{cell:<w$}  "),
+            };
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+        if n == 0 {
+            let total: usize = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
+            let _ = writeln!(out, "{}", "-".repeat(total));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "ratio = ours / reference (for lateness, wall and bytes, lower is better). Goals are \
+         issue 3's, for the full sizes{}; none of this is a pass/fail test.",
+        if quick {
+            " (--quick shrinks the workloads, so they are indicative only)"
+        } else {
+            ""
+        }
+    );
+    print!("{out}");
+}

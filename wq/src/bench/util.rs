@@ -1,0 +1,130 @@
+//! What the workloads share: keys, a runtime for async consumers, timing and statistics
+//! helpers, and a description of the machine.
+//!
+//! Keys are `Arc<str>`, shaped like controller keys (`"ns-<i>/name-<j>"`) and built before
+//! any timing starts. An `Arc<str>` clones with one atomic increment, as cheap as copying a
+//! Go string header, so neither the queue nor a reference pays for copying key bytes; every
+//! implementation receives the same clones.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The item type of every workload.
+pub(crate) type Key = Arc<str>;
+
+/// The key of index `index`: `"ns-<index / 1000>/name-<index % 1000>"`.
+pub(crate) fn key(index: usize) -> Key {
+    Arc::from(format!("ns-{}/name-{}", index / 1000, index % 1000))
+}
+
+/// Keys `0..n`.
+pub(crate) fn keys(n: usize) -> Vec<Key> {
+    let mut keys = Vec::with_capacity(n);
+    keys.extend((0..n).map(key));
+    keys
+}
+
+/// The index a key was built from ([`key`] inverted). Panics on a key of another shape.
+pub(crate) fn key_index(key: &str) -> usize {
+    let rest = key.strip_prefix("ns-").expect("a bench key");
+    let (ns, name) = rest.split_once("/name-").expect("a bench key");
+    let ns: usize = ns.parse().expect("a bench key");
+    let name: usize = name.parse().expect("a bench key");
+    ns * 1000 + name
+}
+
+/// A tokio multi-thread runtime with as many workers as cores, for async consumers.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// `count` per second of `elapsed`.
+pub(crate) fn rate(count: usize, elapsed: Duration) -> f64 {
+    count as f64 / elapsed.as_secs_f64().max(1e-9)
+}
+
+/// The `q`-quantile (0..=1) of sorted values, nearest rank.
+pub(crate) fn quantile(sorted: &[i64], q: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+pub(crate) fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// The machine a run was taken on, as BENCH.md asks reports to say.
+pub(crate) struct Machine {
+    /// Cores the process may use.
+    pub(crate) cores: usize,
+    /// The CPU's model name.
+    pub(crate) cpu: String,
+    /// The 1-minute load average when the run started.
+    pub(crate) load: Option<f64>,
+}
+
+impl Machine {
+    pub(crate) fn detect() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find(|line| line.starts_with("model name"))
+                    .and_then(|line| line.split_once(':'))
+                    .map(|(_, model)| model.trim().to_owned())
+            })
+            .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+        let load = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok());
+        Self { cores, cpu, load }
+    }
+}
+
+impl fmt::Display for Machine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} cores, {}", self.cores, self.cpu)?;
+        if let Some(load) = self.load {
+            write!(f, ", load average {load:.2}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip() {
+        for i in [0, 1, 999, 1000, 123_456, 999_999, 1_500_000] {
+            assert_eq!(key_index(&key(i)), i);
+        }
+        assert_eq!(&*key(1234), "ns-1/name-234");
+    }
+
+    #[test]
+    fn quantiles_and_median() {
+        let v: Vec<i64> = (1..=100).collect();
+        assert_eq!(quantile(&v, 0.5), 50);
+        assert_eq!(quantile(&v, 0.99), 99);
+        assert_eq!(quantile(&v, 1.0), 100);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}

@@ -1,0 +1,181 @@
+//! W2 contended: 4 producer threads add 1,000,000 distinct keys in all (200,000 with
+//! `--quick`), each a quarter of them; 4 consumers get + done until all are seen. Figure:
+//! items/s, from the release of all threads until the last consumer is finished.
+//!
+//! Implementations, same run, same keys:
+//! - `workqueue`: 4 producer threads (`add`), 4 consumer threads (`blocking_get`, lease
+//!   drop); the last producer to finish calls `shut_down` and consumers drain until `None`.
+//! - `workqueue-async`: the same producers; 4 consumer tasks awaiting `get()` on a tokio
+//!   multi-thread runtime with one worker per core.
+//! - `crossbeam-channel`: one unbounded channel, 4 sending threads, 4 receiving threads.
+//!
+//! Caveats: 8 busy threads on a 2-core machine spend much of their time preempted; a
+//! thread preempted while it holds the queue's lock stalls the others (crossbeam's channel
+//! is lock-free and does not suffer this). The figure is as much about the scheduler as
+//! about the queue, which is why it is only compared within one run.
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::Instant;
+
+use workqueue::WorkQueue;
+
+use super::Ctx;
+use super::report::{CROSSBEAM, OURS, OURS_ASYNC, Sample};
+use super::util::{self, Key};
+
+const ID: &str = "W2";
+const METRIC: &str = "items_per_s";
+const PRODUCERS: usize = 4;
+const CONSUMERS: usize = 4;
+
+pub(crate) fn run(ctx: &Ctx<'_>) -> Vec<Sample> {
+    let n = if ctx.quick { 200_000 } else { 1_000_000 };
+    let keys = util::keys(n);
+    let mut out = Vec::new();
+    ctx.step(OURS);
+    out.push(Sample::new(ID, OURS, METRIC, ours_sync(&keys)));
+    ctx.step(OURS_ASYNC);
+    out.push(Sample::new(ID, OURS_ASYNC, METRIC, ours_async(&keys)));
+    ctx.step(CROSSBEAM);
+    out.push(Sample::new(ID, CROSSBEAM, METRIC, crossbeam(&keys)));
+    out
+}
+
+/// Each producer's share of the keys.
+fn shares(keys: &[Key]) -> impl Iterator<Item = &[Key]> {
+    keys.chunks(keys.len().div_ceil(PRODUCERS))
+}
+
+/// Starts the producers on `queue`; the last one to finish shuts the queue down.
+fn spawn_producers<'s>(
+    s: &'s thread::Scope<'s, '_>,
+    keys: &'s [Key],
+    queue: &'s WorkQueue<Key>,
+    barrier: &'s Barrier,
+    remaining: &'s AtomicUsize,
+) {
+    for share in shares(keys) {
+        s.spawn(move || {
+            barrier.wait();
+            for key in share {
+                queue.add(key.clone());
+            }
+            if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                queue.shut_down();
+            }
+        });
+    }
+}
+
+fn ours_sync(keys: &[Key]) -> f64 {
+    let queue: WorkQueue<Key> = WorkQueue::new();
+    let producers = shares(keys).count();
+    let barrier = Barrier::new(producers + CONSUMERS + 1);
+    let remaining = AtomicUsize::new(producers);
+    thread::scope(|s| {
+        let consumers: Vec<_> = (0..CONSUMERS)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    let mut seen = 0usize;
+                    while let Some(lease) = queue.blocking_get() {
+                        black_box(&*lease);
+                        seen += 1;
+                    }
+                    (seen, Instant::now())
+                })
+            })
+            .collect();
+        spawn_producers(s, keys, &queue, &barrier, &remaining);
+        barrier.wait();
+        let start = Instant::now();
+        let (seen, end) = consumers
+            .into_iter()
+            .map(|c| c.join().expect("consumer"))
+            .fold((0, start), |(n, e), (s, t)| (n + s, e.max(t)));
+        assert_eq!(seen, keys.len(), "W2: every key is handed out once");
+        util::rate(seen, end - start)
+    })
+}
+
+fn ours_async(keys: &[Key]) -> f64 {
+    let rt = util::runtime();
+    let queue: WorkQueue<Key> = WorkQueue::new();
+    let consumers: Vec<_> = (0..CONSUMERS)
+        .map(|_| {
+            let queue = queue.clone();
+            rt.spawn(async move {
+                let mut seen = 0usize;
+                while let Some(lease) = queue.get().await {
+                    black_box(&*lease);
+                    seen += 1;
+                }
+                (seen, Instant::now())
+            })
+        })
+        .collect();
+    let producers = shares(keys).count();
+    let barrier = Barrier::new(producers + 1);
+    let remaining = AtomicUsize::new(producers);
+    thread::scope(|s| {
+        spawn_producers(s, keys, &queue, &barrier, &remaining);
+        barrier.wait();
+        let start = Instant::now();
+        let (seen, end) = rt.block_on(async {
+            let mut total = (0, start);
+            for c in consumers {
+                let (s, t) = c.await.expect("consumer task");
+                total = (total.0 + s, total.1.max(t));
+            }
+            total
+        });
+        assert_eq!(seen, keys.len(), "W2 async: every key is handed out once");
+        util::rate(seen, end - start)
+    })
+}
+
+fn crossbeam(keys: &[Key]) -> f64 {
+    let (tx, rx) = crossbeam_channel::unbounded::<Key>();
+    let producers = shares(keys).count();
+    let barrier = Barrier::new(producers + CONSUMERS + 1);
+    thread::scope(|s| {
+        let consumers: Vec<_> = (0..CONSUMERS)
+            .map(|_| {
+                let rx = rx.clone();
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    let mut seen = 0usize;
+                    for key in rx.iter() {
+                        black_box(&key);
+                        seen += 1;
+                    }
+                    (seen, Instant::now())
+                })
+            })
+            .collect();
+        drop(rx);
+        for share in shares(keys) {
+            let tx = tx.clone();
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                for key in share {
+                    tx.send(key.clone()).expect("receivers alive");
+                }
+            });
+        }
+        drop(tx);
+        barrier.wait();
+        let start = Instant::now();
+        let (seen, end) = consumers
+            .into_iter()
+            .map(|c| c.join().expect("consumer"))
+            .fold((0, start), |(n, e), (s, t)| (n + s, e.max(t)));
+        assert_eq!(seen, keys.len());
+        util::rate(seen, end - start)
+    })
+}
