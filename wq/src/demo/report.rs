@@ -1,0 +1,123 @@
+//! The end-of-run table and the formatting helpers behind it and the progress bar.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// `1234567` as `1,234,567`.
+pub(super) fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// A duration in the unit that reads best: `850 µs`, `12.3 ms`, `4.56 s`.
+pub(super) fn duration(d: Duration) -> String {
+    let micros = d.as_secs_f64() * 1e6;
+    if micros < 1000.0 {
+        format!("{micros:.0} µs")
+    } else if micros < 1e6 {
+        format!("{:.1} ms", micros / 1e3)
+    } else {
+        format!("{:.2} s", micros / 1e6)
+    }
+}
+
+/// The `p`-th percentile (0 to 100) of sorted samples, nearest rank.
+pub(super) fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// A two-column table: labels left, values right-aligned, optional notes after.
+#[derive(Default)]
+pub(super) struct Table {
+    rows: Vec<(String, String, String)>,
+}
+
+impl Table {
+    pub(super) fn row(&mut self, label: impl Into<String>, value: impl Into<String>) {
+        self.rows.push((label.into(), value.into(), String::new()));
+    }
+
+    pub(super) fn row_note(
+        &mut self,
+        label: impl Into<String>,
+        value: impl Into<String>,
+        note: impl Into<String>,
+    ) {
+        self.rows.push((label.into(), value.into(), note.into()));
+    }
+
+    pub(super) fn render(&self) -> String {
+        let label_width = self
+            .rows
+            .iter()
+            .map(|(label, _, _)| label.chars().count())
+            .max()
+            .unwrap_or(0);
+        let value_width = self
+            .rows
+            .iter()
+            .map(|(_, value, _)| value.chars().count())
+            .max()
+            .unwrap_or(0);
+        let mut out = String::new();
+        for (label, value, note) in &self.rows {
+            let line = format!("  {label:<label_width$}  {value:>value_width$}  {note}");
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_get_thousands_separators() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1000), "1,000");
+        assert_eq!(count(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let samples: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&samples, 50.0), Some(Duration::from_millis(50)));
+        assert_eq!(percentile(&samples, 99.0), Some(Duration::from_millis(99)));
+        assert_eq!(
+            percentile(&samples, 100.0),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn durations_pick_a_readable_unit() {
+        assert_eq!(duration(Duration::from_micros(850)), "850 µs");
+        assert_eq!(duration(Duration::from_micros(12_340)), "12.3 ms");
+        assert_eq!(duration(Duration::from_millis(4560)), "4.56 s");
+    }
+
+    #[test]
+    fn tables_align_their_columns() {
+        let mut table = Table::default();
+        table.row("events", "10");
+        table.row_note("reconciles", "1,000", "(fast)");
+        assert_eq!(
+            table.render(),
+            "  events         10\n  reconciles  1,000  (fast)\n"
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! `wq demo` end to end, through the built binary: a small run passes its checks, bad flag
+//! values are refused with exit code 2, and Ctrl-C winds the run down with exit code 130.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Output, Stdio};
+
+/// Runs `wq demo` with `args` to completion.
+fn demo(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wq"))
+        .arg("demo")
+        .args(args)
+        .output()
+        .expect("wq runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The value of a row of the summary table.
+fn row(stdout: &str, label: &str) -> u64 {
+    let line = stdout
+        .lines()
+        .find(|line| line.trim_start().starts_with(label))
+        .unwrap_or_else(|| panic!("no row {label:?} in:\n{stdout}"));
+    line[line.find(label).unwrap() + label.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap_or_else(|_| panic!("row {label:?} is not a count: {line}"))
+}
+
+/// A small, quick configuration, with some flags changed.
+fn small(changes: &[(&'static str, &'static str)]) -> Vec<&'static str> {
+    let mut flags = vec![
+        ("--objects", "30"),
+        ("--events", "600"),
+        ("--workers", "4"),
+        ("--duration", "1s"),
+        ("--latency-ms", "5"),
+        ("--seed", "7"),
+    ];
+    for &(flag, value) in changes {
+        match flags.iter_mut().find(|(name, _)| *name == flag) {
+            Some(entry) => entry.1 = value,
+            None => flags.push((flag, value)),
+        }
+    }
+    let mut args: Vec<&str> = flags
+        .into_iter()
+        .flat_map(|(flag, value)| [flag, value])
+        .collect();
+    args.push("--no-progress");
+    args
+}
+
+#[test]
+fn a_small_run_ends_with_its_checks_passed() {
+    let output = demo(&small(&[]));
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "exit {:?}\n{stdout}\n{}",
+        output.status,
+        text(&output.stderr)
+    );
+    assert!(stdout.contains("[ok] no object was reconciled by two workers at once"));
+    assert!(stdout.contains("[ok] every object's last event was reconciled after it arrived"));
+    assert_eq!(row(&stdout, "events added"), 600);
+    let absorbed = row(&stdout, "events absorbed by dedup");
+    let reconciles = row(&stdout, "reconciles");
+    assert!(
+        absorbed > 0,
+        "bursts name waiting objects, so dedup absorbs some:\n{stdout}"
+    );
+    assert!(reconciles > 0, "{stdout}");
+    for label in [
+        "succeeded",
+        "given up",
+        "latency add → reconcile p50",
+        "latency add → reconcile p99",
+        "throughput",
+    ] {
+        assert!(stdout.contains(label), "no {label:?} in:\n{stdout}");
+    }
+}
+
+#[test]
+fn a_run_where_everything_fails_gives_up_and_still_passes_its_checks() {
+    let output = demo(&small(&[
+        ("--failure-rate", "1"),
+        ("--max-retries", "1"),
+        ("--limiter", "exponential"),
+    ]));
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert_eq!(row(&stdout, "succeeded"), 0);
+    assert!(row(&stdout, "given up") > 0, "{stdout}");
+    assert!(stdout.contains("[ok] every object's last event was reconciled after it arrived"));
+}
+
+#[test]
+fn every_limiter_runs() {
+    for limiter in ["default", "jittered", "exponential", "fast-slow"] {
+        let output = demo(&small(&[
+            ("--limiter", limiter),
+            ("--failure-rate", "0.2"),
+            ("--events", "200"),
+        ]));
+        assert!(
+            output.status.success(),
+            "--limiter {limiter}:\n{}",
+            text(&output.stdout)
+        );
+    }
+}
+
+#[test]
+fn out_of_range_flags_are_refused_with_exit_code_2() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--workers", "0"], "must be from 1 to 1024"),
+        (&["--workers", "many"], "expected a whole number"),
+        (&["--failure-rate", "7"], "must be from 0 to 1"),
+        (&["--failure-rate=-0.1"], "must be from 0 to 1"),
+        (&["--objects", "0"], "must be from 1 to 1000000"),
+        (&["--events", "0"], "must be from 1 to 100000000"),
+        (&["--duration", "0s"], "must be above zero"),
+        (&["--duration", "soon"], "expected a duration"),
+        (&["--max-retries", "1000"], "must be from 0 to 100"),
+        (&["--limiter", "fastest"], "possible values"),
+    ];
+    for (args, message) in cases {
+        let output = demo(args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("invalid value"), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?} must not start the demo");
+    }
+}
+
+#[test]
+fn help_explains_every_flag() {
+    let output = demo(&["--help"]);
+    assert!(output.status.success());
+    let help = text(&output.stdout);
+    for flag in [
+        "--objects",
+        "--events",
+        "--workers",
+        "--failure-rate",
+        "--duration",
+        "--seed",
+        "--limiter",
+        "--max-retries",
+        "--latency-ms",
+        "--no-progress",
+        "Exit codes",
+    ] {
+        assert!(
+            help.contains(flag),
+            "--help does not mention {flag}:\n{help}"
+        );
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_intake_and_still_prints_the_summary() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wq"))
+        .args(["demo", "--duration", "60s", "--no-progress"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("wq runs");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    // The first line is printed once the Ctrl-C handler is in place.
+    let mut header = String::new();
+    stdout.read_line(&mut header).unwrap();
+    assert!(header.starts_with("wq demo:"), "{header}");
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(rest.contains("events added"), "{rest}");
+    assert!(
+        rest.contains("[ok] no object was reconciled by two workers at once"),
+        "{rest}"
+    );
+    assert!(rest.contains("[skipped]"), "{rest}");
+    assert!(rest.trim_end().ends_with("interrupted"), "{rest}");
+}
