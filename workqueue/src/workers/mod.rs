@@ -13,7 +13,7 @@
 //! | [`Outcome::RetryAfter`]`(d)` | `forget`, then [`add_after`](WorkQueue::add_after)`(item, d)` (controller-runtime's `RequeueAfter`) | retried |
 //! | [`Outcome::GiveUp`] | `forget`, and reports it | given up |
 //! | (panics) | as `Retry`; the worker keeps running | panicked, and retried (or given up) |
-//! | (runs past the [`timeout`](Workers::timeout), async only) | as `Retry` | timed out, and retried (or given up) |
+//! | (runs past the `timeout`, async only) | as `Retry` | timed out, and retried (or given up) |
 //!
 //! In every case the item's [`Lease`](crate::Lease) is dropped after the outcome is applied,
 //! so a re-add never races with the item being processed. Giving up is never silent: it is
@@ -21,7 +21,7 @@
 //! callback.
 //!
 //! Two flavours share the rules: [`Workers::spawn_threads`] runs plain threads with a
-//! blocking handler, and [`Workers::spawn_async`] (feature `tokio`, on by default) runs tokio
+//! blocking handler, and `Workers::spawn_async` (feature `tokio`, on by default) runs tokio
 //! tasks with an async handler.
 //!
 //! # Stopping
@@ -29,8 +29,8 @@
 //! Every pool has a [`StopToken`] ([`Workers::stop_token`] to bring your own). When it
 //! stops, workers take no new item, the queue is [shut down](WorkQueue::shut_down) (as
 //! client-go controllers do with `defer queue.ShutDown()`), and the items being processed
-//! finish. The waiting calls ([`ThreadWorkers::wait`], [`ThreadWorkers::shut_down`],
-//! [`AsyncWorkers::wait`], [`AsyncWorkers::shut_down`], [`AsyncWorkers::run_until`]) then
+//! finish. The waiting calls ([`ThreadWorkers::wait`], [`ThreadWorkers::shut_down`], and
+//! `AsyncWorkers::wait`, `shut_down` and `run_until`) then
 //! return a [`Summary`]: what was processed, retried, given up, panicked, and, if the
 //! [`shutdown_timeout`](Workers::shutdown_timeout) passed first, what was still in flight.
 //! Workers also end on their own once the queue is shut down by someone else and has handed
@@ -233,7 +233,7 @@ pub struct Summary<T> {
     pub given_up: u64,
     /// Calls in which the handler panicked.
     pub panicked: u64,
-    /// Calls that ran past the per-item [`timeout`](Workers::timeout) and were cancelled.
+    /// Calls that ran past the per-item `timeout` of async workers and were cancelled.
     pub timed_out: u64,
     /// Items still being processed when the summary was taken: empty once the workers
     /// drained, listed if the [`shutdown_timeout`](Workers::shutdown_timeout) passed first.
@@ -272,6 +272,9 @@ impl<T> fmt::Display for Summary<T> {
 type GiveUpCallback<T> = Arc<dyn Fn(&GiveUp<T>) + Send + Sync>;
 
 /// Configures and starts a pool of workers over a [`WorkQueue`].
+///
+/// Items must be [`Debug`](fmt::Debug) too, so that retries and give-ups can name them in
+/// their `tracing` events.
 ///
 /// # Default
 ///
@@ -450,7 +453,9 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T> {
     ///
     /// # Panics
     ///
-    /// If the count is 0, or if called outside a tokio runtime (as `tokio::spawn` does).
+    /// If the count is 0, or if called outside a tokio runtime (as `tokio::spawn` does). The
+    /// runtime needs its time driver (`enable_time` or `enable_all`) when a
+    /// [`timeout`](Self::timeout) or [`shutdown_timeout`](Self::shutdown_timeout) is set.
     ///
     /// # Examples
     ///

@@ -58,8 +58,6 @@ struct State {
     wakers: Slab<Waker>,
     /// Run once by `stop`, on the stopping thread; removable by key.
     callbacks: Slab<Box<dyn FnOnce() + Send>>,
-    /// When `stop` was first called.
-    stopped_at: Option<Instant>,
 }
 
 impl StopToken {
@@ -75,7 +73,6 @@ impl StopToken {
         }
         let (wakers, callbacks) = {
             let mut state = self.inner.state.lock();
-            state.stopped_at = Some(Instant::now());
             (
                 std::mem::take(&mut state.wakers),
                 std::mem::take(&mut state.callbacks),
@@ -93,12 +90,6 @@ impl StopToken {
     /// Returns `true` once [`stop`](Self::stop) has been called.
     pub fn is_stopped(&self) -> bool {
         self.inner.stopped.load(Ordering::SeqCst)
-    }
-
-    /// How long ago [`stop`](Self::stop) was called, on the real clock; `None` if it was not.
-    #[allow(dead_code)]
-    pub(crate) fn stopped_for(&self) -> Option<Duration> {
-        self.inner.state.lock().stopped_at.map(|at| at.elapsed())
     }
 
     /// A future that completes once the token is stopped. It works on any executor.
