@@ -163,7 +163,7 @@
 //! | `ShutDownWithDrain` | [`WorkQueue::shut_down_with_drain`] (async), [`WorkQueue::blocking_shut_down_with_drain`] | same rule: returns once no lease is out, or when a plain `shut_down` cuts it short |
 //! | `AddAfter` | [`WorkQueue::add_after`] | never blocks (client-go's blocks once 1000 adds are pending); one timer per queue, no 10 s heartbeat; an item already queued stays queued once instead of being added again later; delays round to the nanosecond; `Duration::MAX` saturates |
 //! | `AddRateLimited`, `Forget`, `NumRequeues` | [`WorkQueue::add_rate_limited`], [`WorkQueue::forget`], [`WorkQueue::num_requeues`] | same |
-//! | controller-runtime `AddWithOpts` | [`WorkQueue::add_with`] with [`AddOptions`] | adds are synchronous (visible to `len` at once) |
+//! | controller-runtime `AddWithOpts`, `GetWithPriority` | [`WorkQueue::add_with`] with [`AddOptions`]; [`Lease::priority`] | adds are synchronous; getters drain queued items after `shut_down`; a second `shut_down` is harmless; an add without a priority keeps the item's priority instead of setting 0; an item re-added while processed is queued only when its lease drops, at the tail of its priority (see [`WorkQueue::add_with`]) |
 //! | `TypedRateLimiter` | [`rate_limiter::RateLimiter`] | methods take `&T` |
 //! | `ItemExponentialFailureRateLimiter` | [`rate_limiter::ExponentialFailure`] | same formula, including the overflow to `max_delay` |
 //! | `ItemFastSlowRateLimiter` | [`rate_limiter::FastSlow`] | same |

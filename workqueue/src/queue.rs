@@ -24,10 +24,29 @@ use crate::state::{Added, State};
 use crate::sync::{self, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::waiters::{Signal, Waiters, Wakeups};
 
-/// Options for [`WorkQueue::add_with`]: a delay, rate limiting and a priority.
+/// Options for [`WorkQueue::add_with`]: an optional delay, a rate-limited flag and an optional
+/// priority. This is controller-runtime's `AddOpts`.
 ///
-/// `AddOptions::default()` is a plain [`add`](WorkQueue::add). This is controller-runtime's
-/// `AddOpts`.
+/// `AddOptions::default()` is a plain [`add`](WorkQueue::add): no delay, not rate limited, no
+/// priority.
+///
+/// # Priorities
+///
+/// - Higher is handed out first, over the whole `i32` range; items of one priority come out in
+///   the order they became ready.
+/// - No priority given means: a new item gets priority 0; a queued or delayed item keeps its
+///   priority. A plain add never raises a low-priority item (controller-runtime reads a missing
+///   priority as 0 and raises it); `.priority(0)` raises it when asked.
+/// - A re-add can raise a queued or delayed item's priority, never lower it. A raised item goes
+///   behind the items already waiting at its new priority; a re-add at its own priority does
+///   not move it.
+/// - A delayed item keeps its priority. Items that become due in one step join the ready order
+///   earliest-due first, ties in the order of their first delayed add, behind the items
+///   already ready.
+/// - An item being processed is not queued. Re-added while its [`Lease`] is out, it is queued
+///   anew when the lease drops, at the tail of its priority, with the highest priority given by
+///   the re-adds since it was handed out (0 if none gave one), which may be lower than before.
+/// - [`Lease::priority`] is the priority the item was handed out with.
 ///
 /// # Examples
 ///
@@ -67,8 +86,9 @@ impl AddOptions {
         self
     }
 
-    /// Sets the priority: higher is handed out first; items of one priority come out in the
-    /// order they became ready. A re-add can raise an item's priority, never lower it.
+    /// Sets the priority: higher is handed out first; an item never given one has 0. A re-add
+    /// can raise an item's priority, never lower it, and a raised item goes behind the items
+    /// already waiting at its new priority. See [`AddOptions`] for the full rules.
     #[must_use]
     pub fn priority(mut self, priority: i32) -> Self {
         self.priority = Some(priority);
@@ -364,7 +384,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     ///   times it is added meanwhile, and never handed to a second worker meanwhile.
     /// - After [`shut_down`](Self::shut_down) adds are ignored.
     ///
-    /// This is client-go's `Add`, and `add_with(item, AddOptions::default())`.
+    /// This is client-go's `Add`, and `add_with(item, AddOptions::default())`: a new item gets
+    /// priority 0; an item already queued or delayed keeps its priority.
     ///
     /// # Examples
     ///
@@ -391,7 +412,9 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// all of them. `Duration::MAX` saturates (the item waits "forever", until an `add` or
     /// shut down).
     ///
-    /// This is client-go's `AddAfter`.
+    /// This is client-go's `AddAfter`, and `add_with(item, AddOptions::default().after(delay))`
+    /// (no priority given), except that, as in client-go, it counts in the retries metric even
+    /// with a zero delay.
     ///
     /// # Examples
     ///
@@ -415,7 +438,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// (`add_after(item, limiter.when(&item))`).
     ///
     /// Use it when processing failed; call [`forget`](Self::forget) when it succeeds. This is
-    /// client-go's `AddRateLimited`. As in client-go, the limiter is asked even after shut
+    /// client-go's `AddRateLimited`, and `add_with(item, AddOptions::default().rate_limited())`
+    /// (no priority given). As in client-go, the limiter is asked even after shut
     /// down (its failure count advances) although the add itself is ignored.
     ///
     /// # Examples
@@ -442,13 +466,54 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         self.shared.add_delayed(item, delay, None, true);
     }
 
-    /// Adds `item` with a delay, rate limiting and a priority, in any combination.
+    /// Adds `item` with any combination of a delay, rate limiting and a priority.
     ///
     /// [`add`](Self::add), [`add_after`](Self::add_after) and
-    /// [`add_rate_limited`](Self::add_rate_limited) are this with one option each. With both
-    /// a delay and `rate_limited`, the shorter delay wins (controller-runtime's rule). See
-    /// [`AddOptions::priority`] for how priorities order items. This is controller-runtime's
-    /// `AddWithOpts`.
+    /// [`add_rate_limited`](Self::add_rate_limited) are this with one option each. With both a
+    /// delay and `rate_limited`, the limiter is asked and the shorter delay wins
+    /// (controller-runtime's rule). Dedup, earliest-wins for delays and "never handed to two
+    /// workers at once" hold as for every add; [`AddOptions`] explains how priorities order
+    /// items. It counts in the retries metric when it asks for a delay or rate limiting. This
+    /// is controller-runtime's `AddWithOpts`.
+    ///
+    /// # Differences from controller-runtime
+    ///
+    /// | controller-runtime's priority queue | `WorkQueue` |
+    /// | --- | --- |
+    /// | `AddWithOpts` is buffered and flushed by a goroutine | synchronous: visible to `len`, `try_get` and waiting getters when `add_with` returns |
+    /// | `GetWithPriority` after `ShutDown` reports shutdown at once, leaving queued items | getters still receive the queued items after [`shut_down`](Self::shut_down), then `None` (client-go's rule) |
+    /// | a second `ShutDown` panics (closes a closed channel) | `shut_down` again is harmless |
+    /// | a missing `Priority` is 0, so a plain `Add` raises a priority -100 item to 0 | no priority keeps a queued or delayed item's priority; `.priority(0)` raises it when asked |
+    /// | an item re-added while locked is queued at once in add order, counted by `Len`, skipped until `Done` | not queued (not in `len`) while its lease is out; queued at the tail of its priority when the lease drops (client-go's rule) |
+    /// | `ShutDownWithDrain` is `ShutDown` | [`shut_down_with_drain`](Self::shut_down_with_drain) waits for the leases |
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use workqueue::{AddOptions, WorkQueue, clock::FakeClock};
+    ///
+    /// let clock = FakeClock::new();
+    /// let queue = WorkQueue::builder().clock(clock.clone()).build();
+    /// queue.add_with("default/resync", AddOptions::default().priority(-100));
+    /// queue.add_with("default/web-0", AddOptions::default());
+    /// queue.add_with("default/resync", AddOptions::default()); // keeps -100
+    /// queue.add_with(
+    ///     "default/urgent",
+    ///     AddOptions::default().after(Duration::from_secs(1)).priority(10),
+    /// );
+    /// clock.step(Duration::from_secs(1));
+    ///
+    /// let order: Vec<_> = std::iter::from_fn(|| {
+    ///     let lease = queue.try_get().ok()?;
+    ///     Some((*lease, lease.priority()))
+    /// })
+    /// .collect();
+    /// assert_eq!(
+    ///     order,
+    ///     [("default/urgent", 10), ("default/web-0", 0), ("default/resync", -100)]
+    /// );
+    /// ```
     pub fn add_with(&self, item: T, options: AddOptions) {
         let mut delay = options.after;
         if options.rate_limited {
