@@ -1,7 +1,7 @@
 //! Kubernetes' workqueue series on [`prometheus-client`](prometheus_client).
 //!
 //! [`PrometheusMetrics::new`] registers one collector into your
-//! [`Registry`](prometheus_client::registry::Registry); every queue built with it (and a
+//! [`Registry`]; every queue built with it (and a
 //! name) becomes a `name` label value of these series, with Kubernetes' names, help texts,
 //! types and buckets (`k8s.io/component-base/metrics/prometheus/workqueue`):
 //!
