@@ -145,7 +145,7 @@
 //! Name a queue and give it a [`metrics::MetricsProvider`]: it reports Kubernetes'
 //! workqueue metrics (depth, adds, queue and work durations, unfinished work, longest
 //! running processor, retries) by client-go's rules. With the `prometheus` feature,
-//! [`metrics::prometheus::PrometheusMetrics`] exports them under Kubernetes' series names,
+//! `metrics::prometheus::PrometheusMetrics` exports them under Kubernetes' series names,
 //! so existing dashboards work. A queue without both records nothing.
 //!
 //! # Coming from client-go

@@ -175,7 +175,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
 
     /// Reports the queue's metrics to `provider` (client-go's `MetricsProvider`). Only named
     /// queues report, as in client-go; see [`metrics`](crate::metrics) for the rules and
-    /// [`PrometheusMetrics`](crate::metrics::prometheus::PrometheusMetrics) (feature
+    /// `PrometheusMetrics` (feature
     /// `prometheus`) for Kubernetes' series.
     pub fn metrics(mut self, provider: impl MetricsProvider) -> Self {
         self.metrics = Some(Box::new(provider));

@@ -20,7 +20,7 @@
 //! | `add_after`, `add_rate_limited`, or `add_with` with a delay or rate limiting, while running | [`QueueMetrics::retry`] |
 //! | `add_rate_limited` (or `add_with(.., rate_limited)`) | [`QueueMetrics::rate_limited`] with the limiter's delay |
 //!
-//! With the `prometheus` feature, [`prometheus::PrometheusMetrics`] exports Kubernetes'
+//! With the `prometheus` feature, `prometheus::PrometheusMetrics` exports Kubernetes'
 //! series (`workqueue_depth`, `workqueue_adds_total`, ...) into a `prometheus-client`
 //! registry, so existing dashboards work unchanged.
 //!
