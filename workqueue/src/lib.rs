@@ -140,7 +140,16 @@
 //! # });
 //! ```
 //!
-//! # Metrics
+//! # Workers
+//!
+//! Every controller writes the same loop: get, process, `forget` on success,
+//! `add_rate_limited` on error, always done, N workers, stop on shutdown. [`Workers`] runs
+//! it for you, on threads or (feature `tokio`) as async tasks: the handler returns an
+//! [`Outcome`], panics and timeouts count as failures, items that keep failing are given up
+//! (reported, never silently dropped), and stopping drains in-flight items into a summary.
+//! See [`workers`] and the `controller` example.
+//!
+//! //! # Metrics
 //!
 //! Name a queue and give it a [`metrics::MetricsProvider`]: it reports Kubernetes'
 //! workqueue metrics (depth, adds, queue and work durations, unfinished work, longest
@@ -171,6 +180,9 @@
 //! | `MaxOfRateLimiter`, `WithMaxWaitRateLimiter` | [`rate_limiter::MaxOf`], [`rate_limiter::WithMaxWait`] | same |
 //! | `DefaultControllerRateLimiter`, `DefaultItemBasedRateLimiter` | [`rate_limiter::default_controller`], [`rate_limiter::default_item_based`] | same parameters |
 //! | `MetricsProvider`, `SetProvider` | [`Builder::metrics`] with a [`metrics::MetricsProvider`] | per queue, not a process-wide global; unfinished work and longest running processor are read at scrape time (no 500 ms ticker goroutine); also delayed items and rate-limiter delays |
+//! | `ParallelizeUntil` | [`parallelize_until`], [`Parallelizer`] | the stop signal is a [`StopToken`]; returns how many pieces ran |
+//! | (none) | [`rate_limiter::Jitter`] | spreads retries so items that fail together do not retry in lockstep |
+//! | per-item limiters' unbounded failure maps (kubernetes#138743) | [`rate_limiter::ExponentialFailure::with_max_tracked`], [`rate_limiter::FastSlow::with_max_tracked`] | tracking is bounded (default [`rate_limiter::DEFAULT_MAX_TRACKED`]); untracked items get the maximum delay |
 //! | `clock.RealClock`, `testing.FakeClock` | [`clock::RealClock`], [`clock::FakeClock`] | a queue on a fake clock promotes due items inside `step`, and starts no thread |
 //!
 //! Items are any `T: Eq + Hash + Clone + Send + Sync + 'static`; the queue clones an item to
