@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod demo;
+mod metrics_server;
 
 /// The workqueue command line.
 #[derive(Debug, Parser)]

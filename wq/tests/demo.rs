@@ -197,3 +197,75 @@ fn ctrl_c_stops_intake_and_still_prints_the_summary() {
     assert!(rest.contains("[skipped]"), "{rest}");
     assert!(rest.trim_end().ends_with("interrupted"), "{rest}");
 }
+
+/// Sends `GET /metrics` to `addr` and returns the response.
+fn scrape(addr: &str) -> String {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(addr).expect("the metrics server listens");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+#[cfg(unix)]
+#[test]
+fn metrics_addr_serves_kubernetes_series_and_linger_keeps_serving_until_ctrl_c() {
+    let mut args = small(&[("--metrics-addr", "127.0.0.1:0")]);
+    args.push("--linger");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wq"))
+        .arg("demo")
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("wq runs");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut addr = None;
+    let mut seen = String::new();
+    // Read up to the line that says the run is over and the server lingers.
+    loop {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "ended early:\n{seen}"
+        );
+        seen.push_str(&line);
+        if let Some(url) = line.strip_prefix("metrics: http://") {
+            addr = Some(url.trim().trim_end_matches("/metrics").to_owned());
+        }
+        if line.starts_with("still serving metrics") {
+            break;
+        }
+    }
+    let addr = addr.unwrap_or_else(|| panic!("no metrics address in:\n{seen}"));
+    let response = scrape(&addr);
+    assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+    let reconciles = row(&seen, "reconciles");
+    // Every reconcile was a hand-out; adds count each time an object became dirty.
+    assert!(
+        response.contains(&format!(
+            "workqueue_work_duration_seconds_count{{name=\"demo\"}} {reconciles}\n"
+        )),
+        "{response}"
+    );
+    assert!(
+        response.contains("workqueue_depth{name=\"demo\"} 0\n"),
+        "{response}"
+    );
+    assert!(response.contains("# TYPE workqueue_adds_total counter\n"));
+
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "Ctrl-C ends the lingering with the run's result"
+    );
+}

@@ -27,12 +27,16 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use parking_lot::Mutex;
+use prometheus_client::registry::Registry;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
+use workqueue::metrics::prometheus::PrometheusMetrics;
 use workqueue::rate_limiter::{
     self, ExponentialFailure, FastSlow, Jitter, MaxOf, RateLimiter, TokenBucket,
 };
 use workqueue::{StopToken, WorkQueue, Workers};
+
+use crate::metrics_server;
 
 use self::report::{Table, count, duration, percentile};
 use self::world::World;
@@ -96,6 +100,15 @@ pub(crate) struct DemoArgs {
     /// Prints no live progress bar (it is also hidden when stderr is not a terminal).
     #[arg(long)]
     no_progress: bool,
+
+    /// Serves the queue's metrics (Kubernetes' workqueue series) at
+    /// http://ADDR/metrics while the demo runs, e.g. 127.0.0.1:9898 (port 0 picks a free one).
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+
+    /// With --metrics-addr: keeps serving the metrics after the summary, until Ctrl-C.
+    #[arg(long, requires = "metrics_addr")]
+    linger: bool,
 }
 
 /// The rate limiters `--limiter` offers.
@@ -214,10 +227,25 @@ async fn simulate(args: DemoArgs) -> ExitCode {
         args.failure_rate,
         Duration::from_millis(args.latency_ms),
     ));
-    let queue: WorkQueue<usize> = WorkQueue::builder()
+    let mut builder = WorkQueue::builder()
         .name("demo")
-        .rate_limiter(args.limiter.build(args.seed))
-        .build();
+        .rate_limiter(args.limiter.build(args.seed));
+    let mut server = None;
+    if let Some(addr) = args.metrics_addr {
+        let mut registry = Registry::default();
+        builder = builder.metrics(PrometheusMetrics::new(&mut registry));
+        match metrics_server::serve(addr, Arc::new(registry)).await {
+            Ok((bound, task)) => {
+                println!("metrics: http://{bound}/metrics");
+                server = Some(task);
+            }
+            Err(err) => {
+                eprintln!("wq demo: cannot serve metrics on {addr}: {err}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let queue: WorkQueue<usize> = builder.build();
     let given_up: Arc<Mutex<Vec<usize>>> = Arc::default();
     let workers = Workers::new(queue.clone())
         .count(args.workers)
@@ -374,6 +402,14 @@ async fn simulate(args: DemoArgs) -> ExitCode {
             summary.in_flight.len(),
             duration(SHUTDOWN_TIMEOUT)
         );
+    }
+
+    if args.linger && !interrupted {
+        println!("\nstill serving metrics; Ctrl-C to exit");
+        interrupt.stopped().await;
+    }
+    if let Some(server) = server {
+        server.abort();
     }
 
     if interrupted {
