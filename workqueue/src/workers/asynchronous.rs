@@ -10,6 +10,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::core::{Core, Handled, panic_message};
 use super::{IntoOutcome, StopToken, Summary};
@@ -194,8 +195,12 @@ async fn worker<T, F, Fut>(
         let Some(lease) = lease else {
             break;
         };
+        let span = core.span(&lease);
         core.begin(slot, &lease);
-        let handled = run(&*handler, lease.item().clone(), timeout).await;
+        let handled = run(&*handler, lease.item().clone(), timeout)
+            .instrument(span.clone())
+            .await;
+        let _entered = span.enter();
         core.finish(slot, lease, handled);
     }
 }

@@ -123,6 +123,18 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
     }
 
     /// Notes that worker `slot` took `lease`.
+    /// The span one item's processing runs in: `workqueue.item`, with the queue's name, the
+    /// item, the priority it was handed out with and its retries so far.
+    pub(crate) fn span(&self, lease: &Lease<T>) -> tracing::Span {
+        tracing::info_span!(
+            "workqueue.item",
+            queue = self.queue.name().unwrap_or(""),
+            item = ?lease.item(),
+            priority = lease.priority(),
+            retries = self.queue.num_requeues(lease.item()),
+        )
+    }
+
     pub(crate) fn begin(&self, slot: usize, lease: &Lease<T>) {
         *self.slots[slot].lock() = Some(lease.item().clone());
     }

@@ -20,6 +20,11 @@
 //! logged with `tracing::warn!` and passed to the [`on_give_up`](Workers::on_give_up)
 //! callback.
 //!
+//! Each item is processed inside a `tracing` span named `workqueue.item`, with the fields
+//! `queue` (the queue's name, or empty), `item` (its `Debug` form), `priority` and `retries`
+//! (its [`num_requeues`](WorkQueue::num_requeues) when handed out), so the handler's own
+//! events and spans nest under it.
+//!
 //! Two flavours share the rules: [`Workers::spawn_threads`] runs plain threads with a
 //! blocking handler, and `Workers::spawn_async` (feature `tokio`, on by default) runs tokio
 //! tasks with an async handler.

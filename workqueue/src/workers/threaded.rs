@@ -133,6 +133,8 @@ where
             // (it is counted in `left_in_queue`).
             break;
         }
+        let span = core.span(&lease);
+        let _entered = span.enter();
         core.begin(slot, &lease);
         let handled =
             match panic::catch_unwind(AssertUnwindSafe(|| handler(lease.item()).into_outcome())) {
