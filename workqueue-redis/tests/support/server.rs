@@ -1,6 +1,8 @@
 //! A `redis-server` of the test's own: a free loopback port, a fresh data directory, stopped
 //! by PID when dropped.
 
+#![allow(dead_code)]
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -211,7 +213,8 @@ fn ping(port: u16) -> bool {
     }
     let mut buf = [0_u8; 64];
     match stream.read(&mut buf) {
-        Ok(n) => buf[..n].starts_with(b"+PONG"),
+        // `-NOAUTH` means it is up, behind a password.
+        Ok(n) => buf[..n].starts_with(b"+PONG") || buf[..n].starts_with(b"-NOAUTH"),
         Err(_) => false,
     }
 }

@@ -1,0 +1,404 @@
+//! Rules only a shared queue has: leases that expire, fencing tokens, reclaim, the server's
+//! clock, restarts, dead letters, persistence checks, namespacing and auth. Each test starts
+//! its own `redis-server` (skipped with a note when the binary is missing, unless `CI=true`).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+use support::server::{Durability, RedisServer};
+use workqueue_redis::{AddKind, Error, RateLimit, RedisQueue, TryGetError};
+
+async fn queue(server: &RedisServer, name: &str, lease: Duration) -> RedisQueue<String> {
+    RedisQueue::builder(name)
+        .url(server.url())
+        .lease_duration(lease)
+        .build()
+        .await
+        .unwrap()
+}
+
+async fn raw_connection(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_reclaimed_and_its_holder_fenced() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let q = RedisQueue::<String>::builder("fence")
+        .url(server.url())
+        .lease_duration(Duration::from_millis(300))
+        .auto_renew(false)
+        .build()
+        .await
+        .unwrap();
+    q.add("key".to_string()).await.unwrap();
+    let stale = q.try_get().await.unwrap().unwrap();
+    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(stale.is_lost(), "the local deadline has passed too");
+
+    // The next get reclaims the item and hands it out under a larger token.
+    let fresh = q.try_get().await.unwrap().unwrap();
+    assert!(fresh.token() > stale.token());
+    let stats = q.stats(10).await.unwrap();
+    assert_eq!(stats.stalled, 1);
+
+    // The stale holder can neither renew nor mark the item done...
+    assert!(stale.renew().await.unwrap_err().is_lease_lost());
+    q.add("key".to_string()).await.unwrap(); // re-added while the fresh holder works
+    assert!(matches!(stale.done().await, Err(Error::LeaseLost)));
+    // ...so the fresh holder's claim and the pending re-add are intact.
+    assert_eq!(q.processing_len().await.unwrap(), 1);
+    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    fresh.done().await.unwrap();
+    let again = q.try_get().await.unwrap().unwrap();
+    assert_eq!(again.item(), "key");
+    again.done().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_held_lease_renews_itself_past_its_duration() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let q = queue(&server, "renew", Duration::from_millis(300)).await;
+    q.add("key".to_string()).await.unwrap();
+    let lease = q.get().await.unwrap().unwrap();
+    let other = q.clone();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        other.try_get().await.unwrap().err(),
+        Some(TryGetError::Empty)
+    );
+    assert!(!lease.is_lost());
+    assert!(lease.valid_until() > Instant::now());
+    lease.done().await.unwrap();
+    assert_eq!(q.stats(10).await.unwrap().stalled, 0);
+}
+
+#[tokio::test]
+async fn an_abandoned_item_is_handed_out_again_after_its_lease() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let q = queue(&server, "abandon", Duration::from_millis(200)).await;
+    q.add("key".to_string()).await.unwrap();
+    let start = Instant::now();
+    q.get().await.unwrap().unwrap().abandon();
+    // A blocked getter wakes when the lease is due, without an add.
+    let again = tokio::time::timeout(Duration::from_secs(5), q.get())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(190));
+    assert_eq!(again.item(), "key");
+}
+
+#[tokio::test]
+async fn lost_completes_when_the_lease_is_taken() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let q = queue(&server, "lost", Duration::from_millis(300)).await;
+    q.add("key".to_string()).await.unwrap();
+    let lease = q.get().await.unwrap().unwrap();
+    // Someone clears the claim behind the holder's back (as a reclaim after a pause would).
+    let mut con = raw_connection(&server).await;
+    let _: () = con.hdel("wq:{lost}:lease", "\"key\"").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(3), lease.lost())
+        .await
+        .expect("the renewal finds the lease gone");
+    assert!(lease.is_lost());
+}
+
+#[tokio::test]
+async fn deadlines_are_on_the_server_clock() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let q = queue(&server, "clock", Duration::from_secs(10)).await;
+    q.add("key".to_string()).await.unwrap();
+    let _lease = q.get().await.unwrap().unwrap();
+    let mut con = raw_connection(&server).await;
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await.unwrap();
+    let now = secs * 1_000_000 + micros;
+    let deadline: f64 = con.zscore("wq:{clock}:proc", "\"key\"").await.unwrap();
+    let ahead = deadline as i64 - now as i64;
+    assert!(
+        (9_000_000..=10_000_000).contains(&ahead),
+        "deadline {ahead} us after the server's now"
+    );
+}
+
+#[tokio::test]
+async fn tokens_keep_growing_when_the_server_lost_its_counter() {
+    let Some(mut server) = RedisServer::start_with(Durability::None, &[]) else {
+        return;
+    };
+    let q = queue(&server, "tokens", Duration::from_secs(5)).await;
+    q.add("a".to_string()).await.unwrap();
+    let before = q.try_get().await.unwrap().unwrap();
+    let token = before.token();
+    before.abandon();
+    server.kill();
+    server.restart();
+    // The queue reconnects by itself, and reloads its scripts.
+    let added = loop {
+        match q.add("a".to_string()).await {
+            Ok(added) => break added,
+            Err(e) => {
+                assert!(e.is_connection(), "{e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(
+        added.kind,
+        AddKind::Queued,
+        "everything was lost, as expected"
+    );
+    let after = q.try_get().await.unwrap().unwrap();
+    assert!(after.token() > token, "{} > {token}", after.token());
+}
+
+#[tokio::test]
+async fn a_restart_with_aof_keeps_the_queue_and_its_leases() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let q = queue(&server, "restart", Duration::from_secs(10)).await;
+    for item in ["a", "b", "c"] {
+        q.add(item.to_string()).await.unwrap();
+    }
+    let a = q.try_get().await.unwrap().unwrap();
+    q.add_after("d".to_string(), Duration::from_millis(100))
+        .await
+        .unwrap();
+    server.kill();
+    server.restart();
+    let len = loop {
+        match q.len().await {
+            Ok(len) => break len,
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    assert!(len >= 2, "b and c survived ({len})");
+    a.done().await.expect("the lease survived too");
+    let mut rest = Vec::new();
+    while rest.len() < 3 {
+        let lease = q.get().await.unwrap().unwrap();
+        rest.push(lease.item().clone());
+        lease.done().await.unwrap();
+    }
+    assert_eq!(rest, ["b", "c", "d"]);
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Pod {
+    namespace: String,
+    name: String,
+}
+
+#[tokio::test]
+async fn an_item_that_does_not_deserialize_goes_to_the_dead_letters() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let q: RedisQueue<Pod> = RedisQueue::connect(&server.url(), "pods").await.unwrap();
+    // An entry written by an older version of the program, or by hand.
+    let old: RedisQueue<String> = RedisQueue::connect(&server.url(), "pods").await.unwrap();
+    old.add("default/web-0".to_string()).await.unwrap();
+    let pod = Pod {
+        namespace: "default".into(),
+        name: "web-1".into(),
+    };
+    q.add(&pod).await.unwrap();
+
+    let lease = q.get().await.unwrap().unwrap();
+    assert_eq!(*lease, pod, "the bad entry was skipped, not handed out");
+    lease.done().await.unwrap();
+    let dead = q.dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].item, "\"default/web-0\"");
+    assert!(dead[0].error.contains("invalid type"), "{}", dead[0].error);
+    let stats = q.stats(10).await.unwrap();
+    assert_eq!((stats.dead, stats.depth, stats.in_flight), (1, 0, 0));
+    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+}
+
+#[tokio::test]
+async fn the_persistence_check_reports_what_cannot_keep_the_promise() {
+    let Some(durable) = RedisServer::start() else {
+        return;
+    };
+    let q = queue(&durable, "p", Duration::from_secs(1)).await;
+    let report = q.persistence().unwrap();
+    assert!(report.is_durable(), "{report}: {:?}", report.problems());
+
+    let Some(volatile) =
+        RedisServer::start_with(Durability::None, &["--maxmemory-policy", "allkeys-lru"])
+    else {
+        return;
+    };
+    let q = queue(&volatile, "p", Duration::from_secs(1)).await;
+    let problems = q.persistence().unwrap().problems();
+    assert!(
+        problems.iter().any(|p| p.contains("appendonly")),
+        "{problems:?}"
+    );
+    assert!(
+        problems.iter().any(|p| p.contains("maxmemory-policy")),
+        "{problems:?}"
+    );
+}
+
+#[tokio::test]
+async fn keys_are_namespaced_per_queue_with_one_hash_tag() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let a = queue(&server, "orders", Duration::from_secs(5)).await;
+    let b = queue(&server, "invoices", Duration::from_secs(5)).await;
+    let c: RedisQueue<String> = RedisQueue::builder("orders")
+        .url(server.url())
+        .prefix("other")
+        .build()
+        .await
+        .unwrap();
+    a.add("x".to_string()).await.unwrap();
+    b.add("x".to_string()).await.unwrap();
+    assert_eq!(c.len().await.unwrap(), 0, "another prefix is another queue");
+    let lease = a.try_get().await.unwrap().unwrap();
+    assert_eq!(b.len().await.unwrap(), 1, "another name is another queue");
+    lease.done().await.unwrap();
+
+    let mut con = raw_connection(&server).await;
+    let keys: Vec<String> = con.keys("*").await.unwrap();
+    assert!(!keys.is_empty());
+    for key in &keys {
+        assert!(
+            key.starts_with("wq:{orders}:") || key.starts_with("wq:{invoices}:"),
+            "{key}"
+        );
+    }
+    let slots = |name: &str| -> Vec<String> {
+        keys.iter()
+            .filter(|k| k.contains(name))
+            .map(|k| k[k.find('{').unwrap()..=k.find('}').unwrap()].to_string())
+            .collect()
+    };
+    assert!(slots("orders").iter().all(|tag| tag == "{orders}"));
+    assert!(
+        RedisQueue::<String>::builder("a{b}")
+            .url(server.url())
+            .build()
+            .await
+            .is_err(),
+        "braces would break the hash tag"
+    );
+}
+
+#[tokio::test]
+async fn a_password_in_the_url_is_used() {
+    let Some(server) = RedisServer::start_with(Durability::Always, &["--requirepass", "s3cret"])
+    else {
+        return;
+    };
+    let url = format!("redis://:s3cret@127.0.0.1:{}/", server.port());
+    let q: RedisQueue<String> = RedisQueue::connect(&url, "auth").await.unwrap();
+    q.add("x".to_string()).await.unwrap();
+    assert_eq!(q.len().await.unwrap(), 1);
+
+    let wrong = format!("redis://:nope@127.0.0.1:{}/", server.port());
+    assert!(
+        RedisQueue::<String>::connect(&wrong, "auth").await.is_err(),
+        "a wrong password is refused"
+    );
+}
+
+#[tokio::test]
+async fn stats_show_depth_delays_leases_and_failures() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let q: RedisQueue<String> = RedisQueue::builder("stats")
+        .url(server.url())
+        .lease_duration(Duration::from_secs(30))
+        .rate_limit(RateLimit::exponential(
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+        ))
+        .build()
+        .await
+        .unwrap();
+    q.add("a".to_string()).await.unwrap();
+    q.add("b".to_string()).await.unwrap();
+    q.add_after("c".to_string(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    q.add_rate_limited("d".to_string()).await.unwrap();
+    q.add_rate_limited("d".to_string()).await.unwrap();
+    let a = q.try_get().await.unwrap().unwrap();
+    q.add("a".to_string()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stats = q.stats(10).await.unwrap();
+    assert_eq!(stats.depth, 1);
+    assert_eq!(stats.in_flight, 1);
+    assert_eq!(stats.in_flight_dirty, 1);
+    assert_eq!(stats.failing, 1);
+    assert_eq!(stats.failures, [("\"d\"".to_string(), 2)]);
+    assert_eq!(stats.delayed, 2);
+    assert_eq!(stats.leases.len(), 1);
+    assert_eq!(stats.leases[0].item, "\"a\"");
+    assert_eq!(stats.leases[0].token, a.token());
+    assert!(stats.leases[0].age >= Duration::from_millis(40));
+    assert!(stats.leases[0].expires_in > Duration::from_secs(25));
+    assert!(!stats.shut_down);
+    a.done().await.unwrap();
+}
+
+#[tokio::test]
+async fn many_handles_in_one_process_never_share_an_item() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let q = queue(&server, "many", Duration::from_secs(5)).await;
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        let q = RedisQueue::<String>::connect(&server.url(), "many")
+            .await
+            .unwrap();
+        workers.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while let Some(lease) = q.get().await.unwrap() {
+                seen.push(lease.item().clone());
+                lease.done().await.unwrap();
+            }
+            seen
+        }));
+    }
+    for i in 0..200 {
+        q.add(format!("item-{i}")).await.unwrap();
+    }
+    while q.len().await.unwrap() > 0 || q.processing_len().await.unwrap() > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    q.shut_down().await.unwrap();
+    let mut all = Vec::new();
+    for worker in workers {
+        all.extend(worker.await.unwrap());
+    }
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 200);
+}
