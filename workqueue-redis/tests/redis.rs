@@ -402,3 +402,132 @@ async fn many_handles_in_one_process_never_share_an_item() {
     all.dedup();
     assert_eq!(all.len(), 200);
 }
+
+/// `rediss://` with a password in the URL, against a server with a self-signed certificate
+/// (made with the `openssl` command; skipped without it).
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn rediss_urls_with_a_password_work() {
+    let dir = std::env::temp_dir().join(format!("wq-redis-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ca, cert, key) = (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    );
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    // A test CA, and a server certificate it signs (webpki refuses a CA as the server's).
+    let steps: [&[&str]; 3] = [
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=wq-test-ca",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "req.csr",
+        ],
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "req.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+            "-out",
+            "cert.pem",
+        ],
+    ];
+    let made = steps.iter().all(|args| {
+        std::process::Command::new("openssl")
+            .args(*args)
+            .current_dir(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if !made {
+        eprintln!("note: openssl not found; skipping the TLS test");
+        return;
+    }
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let (ca_s, cert_s, key_s) = (
+        ca.display().to_string(),
+        cert.display().to_string(),
+        key.display().to_string(),
+    );
+    let Some(server) = RedisServer::start_with(
+        Durability::Always,
+        &[
+            "--tls-port",
+            &tls_port,
+            "--tls-cert-file",
+            &cert_s,
+            "--tls-key-file",
+            &key_s,
+            "--tls-ca-cert-file",
+            &ca_s,
+            "--tls-auth-clients",
+            "no",
+            "--requirepass",
+            "s3cret",
+        ],
+    ) else {
+        return;
+    };
+    let url = format!("rediss://:s3cret@127.0.0.1:{tls_port}/");
+    let client = redis::Client::build_with_tls(
+        url.as_str(),
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(std::fs::read(&ca).unwrap()),
+        },
+    )
+    .unwrap();
+    let q: RedisQueue<String> = RedisQueue::builder("tls")
+        .client(client)
+        .build()
+        .await
+        .unwrap();
+    q.add("x".to_string()).await.unwrap();
+    let lease = q.get().await.unwrap().unwrap();
+    assert_eq!(lease.item(), "x");
+    lease.done().await.unwrap();
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
