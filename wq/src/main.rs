@@ -2,6 +2,7 @@
 //!
 //! - `wq demo`: a simulated controller on the in-memory queue (the main job).
 //! - `wq bench`: the standard workloads of BENCH.md beside their references.
+//! - `wq redis stats`: a queue on Redis, for operators.
 
 use std::process::ExitCode;
 
@@ -10,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod demo;
 mod metrics_server;
+mod redis;
 
 /// The workqueue command line.
 #[derive(Debug, Parser)]
@@ -25,6 +27,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Runs the standard workloads beside their references and prints one table.
     Bench(bench::BenchArgs),
+    /// Operates a queue on Redis: `wq redis stats URL QUEUE`.
+    Redis(redis::RedisArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,5 +36,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Redis(args) => redis::run(args),
     }
 }
