@@ -7,8 +7,8 @@
 //! implementation receives the same clones.
 
 use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
 
 /// The item type of every workload.
 pub(crate) type Key = Arc<str>;
@@ -40,6 +40,47 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("a tokio runtime")
+}
+
+/// Waits at `barrier` with the other threads of a run, then reads the clock.
+///
+/// Every thread of a run reads its own start time this way and the run starts at the
+/// earliest: a thread that merely waits for the others (the bench's main thread) may be
+/// scheduled long after they have started, or finished, on a busy machine.
+pub(crate) fn go(barrier: &Barrier) -> Instant {
+    barrier.wait();
+    Instant::now()
+}
+
+/// When a run started and ended, gathered from its threads: from the earliest start to
+/// the latest end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Span {
+    pub(crate) start: Instant,
+    pub(crate) end: Instant,
+}
+
+impl Span {
+    pub(crate) fn new(start: Instant, end: Instant) -> Self {
+        Self { start, end }
+    }
+
+    /// A span that is only a start (a thread whose end does not count).
+    pub(crate) fn starting(start: Instant) -> Self {
+        Self { start, end: start }
+    }
+
+    /// The span covering both.
+    pub(crate) fn merge(self, other: Span) -> Span {
+        Span {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
+    }
+
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.end.saturating_duration_since(self.start)
+    }
 }
 
 /// `count` per second of `elapsed`.

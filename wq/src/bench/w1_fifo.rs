@@ -37,7 +37,7 @@ use workqueue::WorkQueue;
 
 use super::Ctx;
 use super::report::{CROSSBEAM, LIMIT, OURS, OURS_ASYNC, Sample};
-use super::util::{self, Key};
+use super::util::{self, Key, Span};
 
 const ID: &str = "W1";
 const METRIC: &str = "items_per_s";
@@ -59,35 +59,36 @@ pub(crate) fn run(ctx: &Ctx<'_>) -> Vec<Sample> {
 
 fn ours_sync(keys: &[Key]) -> f64 {
     let queue: WorkQueue<Key> = WorkQueue::new();
-    let barrier = Barrier::new(3);
+    let barrier = Barrier::new(2);
     thread::scope(|s| {
         let consumer = s.spawn(|| {
-            barrier.wait();
+            let start = util::go(&barrier);
             let mut seen = 0usize;
             while let Some(lease) = queue.blocking_get() {
                 black_box(&*lease);
                 seen += 1;
             }
-            (seen, Instant::now())
+            (seen, Span::new(start, Instant::now()))
         });
-        s.spawn(|| {
-            barrier.wait();
+        let producer = s.spawn(|| {
+            let start = util::go(&barrier);
             for key in keys {
                 queue.add(key.clone());
             }
             queue.shut_down();
+            Span::starting(start)
         });
-        barrier.wait();
-        let start = Instant::now();
-        let (seen, end) = consumer.join().expect("consumer");
+        let started = producer.join().expect("producer");
+        let (seen, span) = consumer.join().expect("consumer");
         assert_eq!(seen, keys.len(), "W1: every key is handed out once");
-        util::rate(seen, end - start)
+        util::rate(seen, span.merge(started).elapsed())
     })
 }
 
 fn ours_async(keys: &[Key]) -> f64 {
     let rt = util::runtime();
     let queue: WorkQueue<Key> = WorkQueue::new();
+    // The consumer waits in `get()` before the producer starts the clock.
     let consumer = {
         let queue = queue.clone();
         rt.spawn(async move {
@@ -99,20 +100,19 @@ fn ours_async(keys: &[Key]) -> f64 {
             (seen, Instant::now())
         })
     };
-    let barrier = Barrier::new(2);
     thread::scope(|s| {
-        s.spawn(|| {
-            barrier.wait();
+        let producer = s.spawn(|| {
+            let start = Instant::now();
             for key in keys {
                 queue.add(key.clone());
             }
             queue.shut_down();
+            start
         });
-        barrier.wait();
-        let start = Instant::now();
+        let start = producer.join().expect("producer");
         let (seen, end) = rt.block_on(consumer).expect("consumer task");
         assert_eq!(seen, keys.len(), "W1 async: every key is handed out once");
-        util::rate(seen, end - start)
+        util::rate(seen, Span::new(start, end).elapsed())
     })
 }
 
@@ -153,28 +153,28 @@ fn limit_single_thread(keys: &[Key]) -> f64 {
 
 fn crossbeam(keys: &[Key]) -> f64 {
     let (tx, rx) = crossbeam_channel::unbounded::<Key>();
-    let barrier = Barrier::new(3);
+    let barrier = Barrier::new(2);
     thread::scope(|s| {
         let consumer = s.spawn(|| {
-            barrier.wait();
+            let start = util::go(&barrier);
             let mut seen = 0usize;
             for key in rx.iter() {
                 black_box(&key);
                 seen += 1;
             }
-            (seen, Instant::now())
+            (seen, Span::new(start, Instant::now()))
         });
-        s.spawn(|| {
-            barrier.wait();
+        let producer = s.spawn(|| {
+            let start = util::go(&barrier);
             for key in keys {
                 tx.send(key.clone()).expect("receiver alive");
             }
             drop(tx);
+            Span::starting(start)
         });
-        barrier.wait();
-        let start = Instant::now();
-        let (seen, end) = consumer.join().expect("consumer");
+        let started = producer.join().expect("producer");
+        let (seen, span) = consumer.join().expect("consumer");
         assert_eq!(seen, keys.len());
-        util::rate(seen, end - start)
+        util::rate(seen, span.merge(started).elapsed())
     })
 }

@@ -24,7 +24,7 @@ use workqueue::WorkQueue;
 
 use super::Ctx;
 use super::report::{CROSSBEAM, OURS, OURS_ASYNC, Sample};
-use super::util::{self, Key};
+use super::util::{self, Key, Span};
 
 const ID: &str = "W2";
 const METRIC: &str = "items_per_s";
@@ -49,61 +49,78 @@ fn shares(keys: &[Key]) -> impl Iterator<Item = &[Key]> {
     keys.chunks(keys.len().div_ceil(PRODUCERS))
 }
 
-/// Starts the producers on `queue`; the last one to finish shuts the queue down.
+/// Starts the producers on `queue`; the last one to finish shuts the queue down. Each
+/// returns its start time.
 fn spawn_producers<'s>(
     s: &'s thread::Scope<'s, '_>,
     keys: &'s [Key],
     queue: &'s WorkQueue<Key>,
     barrier: &'s Barrier,
     remaining: &'s AtomicUsize,
-) {
-    for share in shares(keys) {
-        s.spawn(move || {
-            barrier.wait();
-            for key in share {
-                queue.add(key.clone());
-            }
-            if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                queue.shut_down();
-            }
-        });
-    }
+) -> Vec<thread::ScopedJoinHandle<'s, Span>> {
+    shares(keys)
+        .map(|share| {
+            s.spawn(move || {
+                let start = util::go(barrier);
+                for key in share {
+                    queue.add(key.clone());
+                }
+                if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    queue.shut_down();
+                }
+                Span::starting(start)
+            })
+        })
+        .collect()
+}
+
+/// Joins threads that return (items seen, span); adds up the items, merges the spans.
+fn join_all<'s>(
+    handles: impl IntoIterator<Item = thread::ScopedJoinHandle<'s, (usize, Span)>>,
+) -> (usize, Option<Span>) {
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("a bench thread"))
+        .fold((0, None), |(n, span), (seen, s)| {
+            (n + seen, Some(span.map_or(s, |span: Span| span.merge(s))))
+        })
 }
 
 fn ours_sync(keys: &[Key]) -> f64 {
     let queue: WorkQueue<Key> = WorkQueue::new();
     let producers = shares(keys).count();
-    let barrier = Barrier::new(producers + CONSUMERS + 1);
+    let barrier = Barrier::new(producers + CONSUMERS);
     let remaining = AtomicUsize::new(producers);
     thread::scope(|s| {
         let consumers: Vec<_> = (0..CONSUMERS)
             .map(|_| {
                 s.spawn(|| {
-                    barrier.wait();
+                    let start = util::go(&barrier);
                     let mut seen = 0usize;
                     while let Some(lease) = queue.blocking_get() {
                         black_box(&*lease);
                         seen += 1;
                     }
-                    (seen, Instant::now())
+                    (seen, Span::new(start, Instant::now()))
                 })
             })
             .collect();
-        spawn_producers(s, keys, &queue, &barrier, &remaining);
-        barrier.wait();
-        let start = Instant::now();
-        let (seen, end) = consumers
+        let producers = spawn_producers(s, keys, &queue, &barrier, &remaining);
+        let started = producers
             .into_iter()
-            .map(|c| c.join().expect("consumer"))
-            .fold((0, start), |(n, e), (s, t)| (n + s, e.max(t)));
+            .map(|p| p.join().expect("producer"))
+            .reduce(Span::merge)
+            .expect("producers");
+        let (seen, span) = join_all(consumers);
         assert_eq!(seen, keys.len(), "W2: every key is handed out once");
-        util::rate(seen, end - start)
+        util::rate(seen, started.merge(span.expect("consumers")).elapsed())
     })
 }
 
 fn ours_async(keys: &[Key]) -> f64 {
     let rt = util::runtime();
     let queue: WorkQueue<Key> = WorkQueue::new();
+    // The consumers wait in `get()` before the producers start the clock.
     let consumers: Vec<_> = (0..CONSUMERS)
         .map(|_| {
             let queue = queue.clone();
@@ -118,64 +135,70 @@ fn ours_async(keys: &[Key]) -> f64 {
         })
         .collect();
     let producers = shares(keys).count();
-    let barrier = Barrier::new(producers + 1);
+    let barrier = Barrier::new(producers);
     let remaining = AtomicUsize::new(producers);
     thread::scope(|s| {
-        spawn_producers(s, keys, &queue, &barrier, &remaining);
-        barrier.wait();
-        let start = Instant::now();
+        let producers = spawn_producers(s, keys, &queue, &barrier, &remaining);
+        let started = producers
+            .into_iter()
+            .map(|p| p.join().expect("producer"))
+            .reduce(Span::merge)
+            .expect("producers");
         let (seen, end) = rt.block_on(async {
-            let mut total = (0, start);
+            let mut total = (0, started);
             for c in consumers {
-                let (s, t) = c.await.expect("consumer task");
-                total = (total.0 + s, total.1.max(t));
+                let (seen, end) = c.await.expect("consumer task");
+                total = (total.0 + seen, total.1.merge(Span::new(end, end)));
             }
             total
         });
         assert_eq!(seen, keys.len(), "W2 async: every key is handed out once");
-        util::rate(seen, end - start)
+        util::rate(seen, end.elapsed())
     })
 }
 
 fn crossbeam(keys: &[Key]) -> f64 {
     let (tx, rx) = crossbeam_channel::unbounded::<Key>();
     let producers = shares(keys).count();
-    let barrier = Barrier::new(producers + CONSUMERS + 1);
+    let barrier = Barrier::new(producers + CONSUMERS);
     thread::scope(|s| {
         let consumers: Vec<_> = (0..CONSUMERS)
             .map(|_| {
                 let rx = rx.clone();
                 let barrier = &barrier;
                 s.spawn(move || {
-                    barrier.wait();
+                    let start = util::go(barrier);
                     let mut seen = 0usize;
                     for key in rx.iter() {
                         black_box(&key);
                         seen += 1;
                     }
-                    (seen, Instant::now())
+                    (seen, Span::new(start, Instant::now()))
                 })
             })
             .collect();
         drop(rx);
-        for share in shares(keys) {
-            let tx = tx.clone();
-            let barrier = &barrier;
-            s.spawn(move || {
-                barrier.wait();
-                for key in share {
-                    tx.send(key.clone()).expect("receivers alive");
-                }
-            });
-        }
+        let producers: Vec<_> = shares(keys)
+            .map(|share| {
+                let tx = tx.clone();
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let start = util::go(barrier);
+                    for key in share {
+                        tx.send(key.clone()).expect("receivers alive");
+                    }
+                    Span::starting(start)
+                })
+            })
+            .collect();
         drop(tx);
-        barrier.wait();
-        let start = Instant::now();
-        let (seen, end) = consumers
+        let started = producers
             .into_iter()
-            .map(|c| c.join().expect("consumer"))
-            .fold((0, start), |(n, e), (s, t)| (n + s, e.max(t)));
+            .map(|p| p.join().expect("producer"))
+            .reduce(Span::merge)
+            .expect("producers");
+        let (seen, span) = join_all(consumers);
         assert_eq!(seen, keys.len());
-        util::rate(seen, end - start)
+        util::rate(seen, started.merge(span.expect("consumers")).elapsed())
     })
 }

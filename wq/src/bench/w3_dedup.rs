@@ -25,7 +25,7 @@ use workqueue::WorkQueue;
 
 use super::Ctx;
 use super::report::{OURS, Sample};
-use super::util::{self, Key};
+use super::util::{self, Key, Span};
 
 const ID: &str = "W3";
 const KEYS: usize = 1_000;
@@ -46,19 +46,19 @@ pub(crate) fn run(ctx: &Ctx<'_>) -> Vec<Sample> {
 fn ours(keys: &[Key], adds: usize) -> (f64, usize) {
     let queue: WorkQueue<Key> = WorkQueue::new();
     let per_producer = adds / PRODUCERS;
-    let barrier = Barrier::new(PRODUCERS + CONSUMERS + 1);
+    let barrier = Barrier::new(PRODUCERS + CONSUMERS);
     let remaining = AtomicUsize::new(PRODUCERS);
     thread::scope(|s| {
         let consumers: Vec<_> = (0..CONSUMERS)
             .map(|_| {
                 s.spawn(|| {
-                    barrier.wait();
+                    let start = util::go(&barrier);
                     let mut seen = 0usize;
                     while let Some(lease) = queue.blocking_get() {
                         black_box(&*lease);
                         seen += 1;
                     }
-                    seen
+                    (seen, start)
                 })
             })
             .collect();
@@ -66,7 +66,7 @@ fn ours(keys: &[Key], adds: usize) -> (f64, usize) {
             .map(|p| {
                 let (queue, barrier, remaining) = (&queue, &barrier, &remaining);
                 s.spawn(move || {
-                    barrier.wait();
+                    let start = util::go(barrier);
                     let offset = p * keys.len() / PRODUCERS;
                     let mut i = offset;
                     for _ in 0..per_producer {
@@ -80,23 +80,24 @@ fn ours(keys: &[Key], adds: usize) -> (f64, usize) {
                     if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                         queue.shut_down();
                     }
-                    end
+                    Span::new(start, end)
                 })
             })
             .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let end = producers
+        let adding = producers
             .into_iter()
             .map(|p| p.join().expect("producer"))
-            .fold(start, Instant::max);
-        let deliveries: usize = consumers
+            .reduce(Span::merge)
+            .expect("producers");
+        let (deliveries, adding) = consumers
             .into_iter()
             .map(|c| c.join().expect("consumer"))
-            .sum();
+            .fold((0, adding), |(n, span), (seen, start)| {
+                (n + seen, span.merge(Span::starting(start)))
+            });
         assert!(deliveries >= keys.len(), "W3: every key is handed out");
         (
-            util::rate(per_producer * PRODUCERS, end - start),
+            util::rate(per_producer * PRODUCERS, adding.elapsed()),
             deliveries,
         )
     })
