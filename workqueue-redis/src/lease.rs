@@ -174,6 +174,15 @@ impl<T> Lease<T> {
         self.queue.done(&self.raw, self.token).await
     }
 
+    /// Stops renewing and takes the item's key and token, for a `done` sent elsewhere.
+    pub(crate) fn finish(mut self) -> (String, u64) {
+        self.finished = true;
+        if let Some(renewer) = self.renewer.take() {
+            renewer.abort();
+        }
+        (std::mem::take(&mut self.raw), self.token)
+    }
+
     /// Lets go of the item without marking it done, as a crashed worker would: it is handed
     /// out again once the lease expires. For tests and for shutting a worker down fast.
     pub fn abandon(mut self) {

@@ -264,6 +264,51 @@ impl Inner {
         invocation
     }
 
+    /// An `EVALSHA` of `script` with the queue's keys, for pipelines.
+    pub(crate) fn evalsha(&self, script: &Script) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(self.keys.all.len());
+        for key in &self.keys.all {
+            cmd.arg(key.as_str());
+        }
+        cmd
+    }
+
+    /// Runs `calls` (script, arguments) as one pipeline of `EVALSHA`s, in one round trip.
+    /// Each call is atomic on its own. A call the server answered with `NOSCRIPT` (its script
+    /// cache was emptied, say by a restart) did not run; it is run again on its own, which
+    /// loads the script, after the calls that did run.
+    pub(crate) async fn pipeline(
+        &self,
+        calls: &[(&Script, Vec<String>)],
+    ) -> Result<Vec<Value>, Error> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (script, args) in calls {
+            let mut cmd = self.evalsha(script);
+            for arg in args {
+                cmd.arg(arg.as_str());
+            }
+            pipe.add_command(cmd);
+        }
+        let mut con = self.con.clone();
+        let mut replies: Vec<Value> = pipe.query_async(&mut con).await?;
+        for (reply, (script, args)) in replies.iter_mut().zip(calls) {
+            let Value::ServerError(error) = reply else {
+                continue;
+            };
+            if error.kind() != Some(redis::ServerErrorKind::NoScript) {
+                return Err(Error::Redis(error.clone().into()));
+            }
+            let mut invocation = self.invocation(script);
+            for arg in args {
+                invocation.arg(arg.as_str());
+            }
+            *reply = invocation.invoke_async(&mut con).await?;
+        }
+        Ok(replies)
+    }
+
     /// `renew`: `Ok(false)` if the lease is no longer this holder's.
     pub(crate) async fn renew(&self, raw: &str, token: u64) -> Result<bool, Error> {
         let renewed: i64 = self
@@ -645,6 +690,45 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         Ok(self.sizes().await?.2)
     }
 
+    /// Reads the answer of the `get` script; `None` if the item was moved to the dead letters.
+    async fn interpret(&self, value: Value, started: Instant) -> Result<Option<Attempt<T>>, Error> {
+        let mut parts = array(value)?.into_iter();
+        let tag = parts.next().as_ref().map(int).transpose()?;
+        match tag {
+            Some(1) => {
+                let raw = string(parts.next().unwrap_or(Value::Nil))?;
+                let token = int(&parts.next().unwrap_or(Value::Nil))?.max(0) as u64;
+                match serde_json::from_str::<T>(&raw) {
+                    Ok(item) => Ok(Some(Attempt::Leased(Lease::new(
+                        self.inner.clone(),
+                        item,
+                        raw,
+                        token,
+                        started,
+                    )))),
+                    Err(e) => {
+                        let error = e.to_string();
+                        tracing::warn!(
+                            queue = %self.inner.name,
+                            item = %raw,
+                            %error,
+                            "workqueue-redis: an item cannot be deserialized; moved to the dead-letter list"
+                        );
+                        self.inner.dead_letter(&raw, token, &error).await?;
+                        Ok(None)
+                    }
+                }
+            }
+            Some(2) => Ok(Some(Attempt::ShutDown)),
+            Some(0) => {
+                let wait = parts.next().as_ref().map(int).transpose()?.unwrap_or(-1);
+                let wait = (wait >= 0).then(|| Duration::from_micros(wait as u64));
+                Ok(Some(Attempt::Empty(wait)))
+            }
+            _ => Err(Error::Protocol("get: unknown reply".into())),
+        }
+    }
+
     async fn attempt(&self) -> Result<Attempt<T>, Error> {
         loop {
             let started = Instant::now();
@@ -654,43 +738,90 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 .arg(micros(self.inner.lease))
                 .invoke_async(&mut self.inner.con.clone())
                 .await?;
-            let mut parts = array(value)?.into_iter();
-            let tag = parts.next().as_ref().map(int).transpose()?;
-            match tag {
-                Some(1) => {
-                    let raw = string(parts.next().unwrap_or(Value::Nil))?;
-                    let token = int(&parts.next().unwrap_or(Value::Nil))?.max(0) as u64;
-                    match serde_json::from_str::<T>(&raw) {
-                        Ok(item) => {
-                            return Ok(Attempt::Leased(Lease::new(
-                                self.inner.clone(),
-                                item,
-                                raw,
-                                token,
-                                started,
-                            )));
-                        }
-                        Err(e) => {
-                            let error = e.to_string();
-                            tracing::warn!(
-                                queue = %self.inner.name,
-                                item = %raw,
-                                %error,
-                                "workqueue-redis: an item cannot be deserialized; moved to the dead-letter list"
-                            );
-                            self.inner.dead_letter(&raw, token, &error).await?;
-                        }
-                    }
-                }
-                Some(2) => return Ok(Attempt::ShutDown),
-                Some(0) => {
-                    let wait = parts.next().as_ref().map(int).transpose()?.unwrap_or(-1);
-                    let wait = (wait >= 0).then(|| Duration::from_micros(wait as u64));
-                    return Ok(Attempt::Empty(wait));
-                }
-                _ => return Err(Error::Protocol("get: unknown reply".into())),
+            if let Some(attempt) = self.interpret(value, started).await? {
+                return Ok(attempt);
             }
         }
+    }
+
+    /// Adds every item, as [`add`](Self::add) does one by one, in one round trip (a pipeline of
+    /// the `add` script: each add is still atomic on its own, and they apply in order).
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add); on an error, any prefix of the adds may have been applied.
+    pub async fn add_all<I>(&self, items: I) -> Result<Vec<Added>, Error>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<T>,
+    {
+        self.add_all_after(items.into_iter().map(|item| (item, Duration::ZERO)))
+            .await
+    }
+
+    /// Adds every item after its delay, as [`add_after`](Self::add_after) does one by one, in
+    /// one round trip.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add_all`](Self::add_all).
+    pub async fn add_all_after<I, B>(&self, items: I) -> Result<Vec<Added>, Error>
+    where
+        I: IntoIterator<Item = (B, Duration)>,
+        B: Borrow<T>,
+    {
+        let mut calls = Vec::new();
+        let mut delays = Vec::new();
+        for (item, delay) in items {
+            let raw = Self::encode(item.borrow())?;
+            calls.push((&SCRIPTS.add_after, vec![raw, micros(delay).to_string()]));
+            delays.push(delay);
+        }
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values = self.inner.pipeline(&calls).await?;
+        values
+            .into_iter()
+            .zip(delays)
+            .map(|(value, delay)| Added::parse(value, Some(delay)))
+            .collect()
+    }
+
+    /// Marks `lease`'s item done and hands out the next ready item, in one round trip (a
+    /// pipeline of `done` then `get`, each atomic on its own). The first result is the `done`'s
+    /// (see [`Lease::done`]); the second is the next lease, or `None` if nothing was ready
+    /// (call [`get`](Self::get) to wait) or the queue is shut down.
+    ///
+    /// # Errors
+    ///
+    /// A failure to talk to the server (then whether the `done` applied is unknown, and a lease
+    /// the `get` may have taken is reclaimed when it expires).
+    pub async fn done_and_get(
+        &self,
+        lease: Lease<T>,
+    ) -> Result<(Result<(), Error>, Option<Lease<T>>), Error> {
+        let (raw, token) = lease.finish();
+        let started = Instant::now();
+        let calls = [
+            (&SCRIPTS.done, vec![raw, token.to_string()]),
+            (&SCRIPTS.get, vec![micros(self.inner.lease).to_string()]),
+        ];
+        let mut replies = self.inner.pipeline(&calls).await?.into_iter();
+        let (done, next) = match (replies.next(), replies.next()) {
+            (Some(done), Some(next)) => (int(&done)?, next),
+            _ => return Err(Error::Protocol("done_and_get: short reply".into())),
+        };
+        let done = if done >= 1 {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost)
+        };
+        let next = match self.interpret(next, started).await? {
+            Some(Attempt::Leased(lease)) => Some(lease),
+            _ => None,
+        };
+        Ok((done, next))
     }
 
     /// Waits for the next item and hands it out under a [`Lease`]: client-go's `Get`.

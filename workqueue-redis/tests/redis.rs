@@ -531,3 +531,79 @@ async fn rediss_urls_with_a_password_work() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn pipelined_adds_and_done_and_get_keep_the_rules() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let q = queue(&server, "pipe", Duration::from_secs(10)).await;
+    // The scripts are not loaded yet on a fresh server: the pipeline loads them and retries.
+    let mut con = raw_connection(&server).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let added = q
+        .add_all(["a", "b", "a", "c"].map(String::from))
+        .await
+        .unwrap();
+    let kinds: Vec<AddKind> = added.iter().map(|a| a.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            AddKind::Queued,
+            AddKind::Queued,
+            AddKind::Duplicate,
+            AddKind::Queued
+        ]
+    );
+    assert!(added.windows(2).all(|w| w[0].seq < w[1].seq));
+    let delayed = q
+        .add_all_after([("d".to_string(), Duration::from_millis(100))])
+        .await
+        .unwrap();
+    assert_eq!(delayed[0].kind, AddKind::Delayed);
+
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let mut lease = q.get().await.unwrap().unwrap();
+    q.add("a".to_string()).await.unwrap(); // re-added while processing
+    let mut order = vec![lease.item().clone()];
+    loop {
+        let (done, next) = q.done_and_get(lease).await.unwrap();
+        done.unwrap();
+        match next {
+            Some(next) => {
+                order.push(next.item().clone());
+                lease = next;
+            }
+            None => break,
+        }
+    }
+    assert_eq!(order, ["a", "b", "c", "a"]);
+    let d = q.get().await.unwrap().unwrap();
+    assert_eq!(d.item(), "d");
+
+    // A stale holder's done in the pipeline is refused and changes nothing.
+    let stale_queue = RedisQueue::<String>::builder("pipe2")
+        .url(server.url())
+        .lease_duration(Duration::from_millis(100))
+        .auto_renew(false)
+        .build()
+        .await
+        .unwrap();
+    stale_queue.add("x".to_string()).await.unwrap();
+    let stale = stale_queue.try_get().await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let fresh = stale_queue.try_get().await.unwrap().unwrap();
+    let (done, next) = stale_queue.done_and_get(stale).await.unwrap();
+    assert!(done.unwrap_err().is_lease_lost());
+    assert!(next.is_none());
+    assert_eq!(stale_queue.processing_len().await.unwrap(), 1);
+    fresh.done().await.unwrap();
+}
