@@ -20,7 +20,7 @@ use crate::error::TryGetError;
 use crate::lease::Lease;
 use crate::metrics::{MetricsProvider, QueueMetrics, QueueProbe, QueueStats};
 use crate::rate_limiter::{self, RateLimiter};
-use crate::state::{Added, State};
+use crate::state::{Added, State, item_hash};
 use crate::sync::{self, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::waiters::{Signal, Waiters, Wakeups};
 
@@ -193,6 +193,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
         let provider = self.metrics;
         let shared = Arc::new_cyclic(|weak: &Weak<Shared<T>>| {
             let mut state = State::new();
+            let hasher = state.hasher().clone();
             let metrics = match (&name, provider) {
                 (Some(name), Some(provider)) => {
                     state.enable_times();
@@ -220,11 +221,16 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
                 }),
                 ready_hint: AtomicUsize::new(0),
                 handles: AtomicUsize::new(1),
+                spinners: AtomicUsize::new(0),
+                max_spinners: std::thread::available_parallelism()
+                    .map_or(1, |n| n.get().saturating_sub(1))
+                    .max(1),
                 timer_cv: Condvar::new(),
                 clock,
                 clock_driven,
                 epoch,
                 limiter,
+                hasher,
                 name,
                 metrics,
                 _clock_callback: clock_driven.then_some(callback),
@@ -267,6 +273,10 @@ pub(crate) struct Shared<T> {
     ready_hint: AtomicUsize,
     /// Live `WorkQueue` handles; the timer thread ends when this reaches 0.
     handles: AtomicUsize,
+    /// Getters spinning in `blocking_get` before they park.
+    spinners: AtomicUsize,
+    /// How many getters may spin at once: one fewer than the cores, at least one.
+    max_spinners: usize,
     /// Wakes the timer thread.
     timer_cv: Condvar,
     /// The queue's clock.
@@ -277,6 +287,8 @@ pub(crate) struct Shared<T> {
     epoch: Instant,
     /// Delays for `add_rate_limited`.
     limiter: Box<dyn RateLimiter<T>>,
+    /// A copy of the state's hasher: items are hashed before the lock is taken.
+    hasher: foldhash::fast::RandomState,
     /// The queue's name, if any.
     name: Option<String>,
     /// Where a named queue with a metrics provider reports; `None` records nothing.
@@ -651,21 +663,36 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// ```
     pub fn blocking_get(&self) -> Option<Lease<T>> {
         let shared = &self.shared;
+        match self.try_get() {
+            Ok(lease) => return Some(lease),
+            Err(TryGetError::ShutDown) => return None,
+            Err(TryGetError::Empty) => {}
+        }
         // Spin briefly before parking: under load the next item usually arrives within a few
-        // microseconds, and a park/unpark pair costs two system calls.
-        let backoff = Backoff::new();
-        loop {
-            match self.try_get() {
-                Ok(lease) => return Some(lease),
-                Err(TryGetError::ShutDown) => return None,
-                Err(TryGetError::Empty) => {}
+        // microseconds, and a park/unpark pair costs two system calls. Only while fewer
+        // getters spin than there are other cores: spinning beyond that only takes the CPU
+        // from the thread that would add the item.
+        if shared.spinners.fetch_add(1, Ordering::Relaxed) < shared.max_spinners {
+            let backoff = Backoff::new();
+            let outcome = loop {
+                while shared.ready_hint.load(Ordering::Relaxed) == 0 && !backoff.is_completed() {
+                    backoff.snooze();
+                }
+                if backoff.is_completed() {
+                    break None;
+                }
+                match self.try_get() {
+                    Ok(lease) => break Some(Some(lease)),
+                    Err(TryGetError::ShutDown) => break Some(None),
+                    Err(TryGetError::Empty) => {}
+                }
+            };
+            shared.spinners.fetch_sub(1, Ordering::Relaxed);
+            if let Some(outcome) = outcome {
+                return outcome;
             }
-            while shared.ready_hint.load(Ordering::Relaxed) == 0 && !backoff.is_completed() {
-                backoff.snooze();
-            }
-            if backoff.is_completed() {
-                break;
-            }
+        } else {
+            shared.spinners.fetch_sub(1, Ordering::Relaxed);
         }
         let mut inner = shared.inner.lock();
         let mut waiter: Option<u64> = None;
@@ -874,9 +901,12 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
 
     #[inline]
     fn add_now(&self, item: T, priority: Option<i32>, retry: bool) {
+        let hash = item_hash(&self.hasher, &item);
         let mut inner = self.inner.lock();
         let mut wake = self.promote(&mut inner);
-        let added = inner.state.add(item, priority, self.metrics_now());
+        let added = inner
+            .state
+            .add_hashed(item, hash, priority, self.metrics_now());
         if let Some(metrics) = &self.metrics {
             if retry && !inner.state.is_shutting_down() {
                 metrics.retry();
@@ -901,6 +931,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         if delay.is_zero() {
             return self.add_now(item, priority, retry);
         }
+        let hash = item_hash(&self.hasher, &item);
         let mut inner = self.inner.lock();
         if inner.state.is_shutting_down() {
             return;
@@ -914,7 +945,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         if inner.state.delayed_len() > 0 {
             wake = self.promote_at(&mut inner, now);
         }
-        let added: Added = inner.state.add_at(item, at, priority);
+        let added: Added = inner.state.add_at_hashed(item, hash, at, priority);
         let mut notify_timer = false;
         if added.new_head && !self.clock_driven {
             if inner.timer.thread.is_none() {

@@ -48,8 +48,27 @@ struct Entry<T> {
     /// Queued or delayed: the item's priority. Processing: the priority a re-add asked for
     /// (meaningful when [`PRIORITY_GIVEN`] is set, 0 otherwise).
     priority: i32,
+    /// The item's hash ([`item_hash`]), so that growing and shrinking the index and removing
+    /// the entry never read the item again. It fits in padding the entry has anyway.
+    hash: u32,
     /// [`QUEUED`], [`PROCESSING`], [`DIRTY`], [`PRIORITY_GIVEN`].
     flags: u8,
+}
+
+/// Hashes an item for the queue's index: 32 bits, folded from the hasher's 64, so that an
+/// entry can keep it in its padding. Callers hash before taking the queue's lock.
+#[inline]
+pub(crate) fn item_hash<T: Hash, S: BuildHasher>(hasher: &S, item: &T) -> u32 {
+    let full = hasher.hash_one(item);
+    (full ^ (full >> 32)) as u32
+}
+
+/// The 64-bit hash the index probes with, rebuilt from an entry's 32: the low bits pick the
+/// bucket and the top seven are hashbrown's tag, so both come from the stored bits.
+#[inline]
+fn table_hash(hash: u32) -> u64 {
+    let hash = u64::from(hash);
+    hash | (hash << 32)
 }
 
 /// A node of the delay heap.
@@ -320,6 +339,11 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         (self.processing, sum, longest)
     }
 
+    /// The hasher callers use for [`item_hash`] before taking the lock.
+    pub(crate) fn hasher(&self) -> &S {
+        &self.hasher
+    }
+
     pub(crate) fn with_hasher(hasher: S) -> Self {
         Self {
             entries: Slab::new(),
@@ -336,14 +360,15 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
 
     /// Looks `item` up, or reserves a slot for it. Returns (slot, existed).
     #[inline]
-    fn find_or_insert(&mut self, item: T, priority: i32) -> (u32, bool) {
-        let hash = self.hasher.hash_one(&item);
+    fn find_or_insert(&mut self, item: T, hash: u32, priority: i32) -> (u32, bool) {
         let entries = &self.entries;
-        let hasher = &self.hasher;
         match self.index.entry(
-            hash,
-            |&slot| entries[slot as usize].item == item,
-            |&slot| hasher.hash_one(&entries[slot as usize].item),
+            table_hash(hash),
+            |&slot| {
+                let entry = &entries[slot as usize];
+                entry.hash == hash && entry.item == item
+            },
+            |&slot| table_hash(entries[slot as usize].hash),
         ) {
             TableEntry::Occupied(occupied) => (*occupied.get(), true),
             TableEntry::Vacant(vacant) => {
@@ -354,6 +379,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
                     item,
                     heap_pos: NOT_IN_HEAP,
                     priority,
+                    hash,
                     flags: 0,
                 });
                 (slot32, false)
@@ -361,13 +387,27 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         }
     }
 
-    /// Adds `item` now (client-go's `Add`; `priority` is `AddOptions::priority`).
-    #[inline]
+    /// [`add_hashed`](Self::add_hashed), hashing `item` here.
+    #[cfg(test)]
     pub(crate) fn add(&mut self, item: T, priority: Option<i32>, now: u64) -> Added {
+        let hash = item_hash(&self.hasher, &item);
+        self.add_hashed(item, hash, priority, now)
+    }
+
+    /// Adds `item`, whose [`item_hash`] is `hash`, now (client-go's `Add`; `priority` is
+    /// `AddOptions::priority`).
+    #[inline]
+    pub(crate) fn add_hashed(
+        &mut self,
+        item: T,
+        hash: u32,
+        priority: Option<i32>,
+        now: u64,
+    ) -> Added {
         if self.shutting_down {
             return Added::default();
         }
-        let (slot, existed) = self.find_or_insert(item, priority.unwrap_or(0));
+        let (slot, existed) = self.find_or_insert(item, hash, priority.unwrap_or(0));
         if !existed {
             self.ready.push(priority.unwrap_or(0), slot);
             self.entries[slot as usize].flags = QUEUED;
@@ -424,13 +464,26 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         }
     }
 
-    /// Adds `item` once the time is `at` (client-go's `AddAfter`). The caller passes only
-    /// `at > now`; a due time is an [`add`](Self::add).
+    /// [`add_at_hashed`](Self::add_at_hashed), hashing `item` here.
+    #[cfg(test)]
     pub(crate) fn add_at(&mut self, item: T, at: u64, priority: Option<i32>) -> Added {
+        let hash = item_hash(&self.hasher, &item);
+        self.add_at_hashed(item, hash, at, priority)
+    }
+
+    /// Adds `item`, whose [`item_hash`] is `hash`, once the time is `at` (client-go's
+    /// `AddAfter`). The caller passes only `at > now`; a due time is an add.
+    pub(crate) fn add_at_hashed(
+        &mut self,
+        item: T,
+        hash: u32,
+        at: u64,
+        priority: Option<i32>,
+    ) -> Added {
         if self.shutting_down {
             return Added::default();
         }
-        let (slot, existed) = self.find_or_insert(item, priority.unwrap_or(0));
+        let (slot, existed) = self.find_or_insert(item, hash, priority.unwrap_or(0));
         if !existed {
             let pos = self.heap_push(at, slot);
             return Added {
@@ -600,8 +653,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
 
     fn remove_entry(&mut self, slot: u32) {
         let entry = self.entries.remove(slot as usize);
-        let hash = self.hasher.hash_one(&entry.item);
-        match self.index.find_entry(hash, |&s| s == slot) {
+        match self.index.find_entry(table_hash(entry.hash), |&s| s == slot) {
             Ok(found) => {
                 found.remove();
             }
@@ -698,7 +750,8 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         let mut queued = 0;
         let mut processing = 0;
         for (slot, entry) in &self.entries {
-            let hash = self.hasher.hash_one(&entry.item);
+            assert_eq!(entry.hash, item_hash(&self.hasher, &entry.item));
+            let hash = table_hash(entry.hash);
             assert!(self.index.find(hash, |&s| s as usize == slot).is_some());
             if entry.flags & QUEUED != 0 {
                 queued += 1;
