@@ -653,7 +653,10 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
 
     fn remove_entry(&mut self, slot: u32) {
         let entry = self.entries.remove(slot as usize);
-        match self.index.find_entry(table_hash(entry.hash), |&s| s == slot) {
+        match self
+            .index
+            .find_entry(table_hash(entry.hash), |&s| s == slot)
+        {
             Ok(found) => {
                 found.remove();
             }
