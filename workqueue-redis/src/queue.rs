@@ -460,6 +460,9 @@ impl<T> fmt::Debug for RedisQueue<T> {
     }
 }
 
+/// How late the server may time out a blocked client (one tick of its default `hz 10`).
+const SERVER_TICK: Duration = Duration::from_millis(100);
+
 /// A duration in whole microseconds, saturating.
 pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros())
@@ -850,7 +853,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 Ok(Attempt::ShutDown) => return Ok(None),
                 Ok(Attempt::Empty(wait)) => {
                     let wait = wait.map_or(self.inner.poll, |w| w.min(self.inner.poll));
-                    self.inner.wait(wait).await
+                    // The server times blocked clients out on its cron tick (10 Hz by
+                    // default), so a blocking wait can overshoot by up to ~100 ms. Block for
+                    // all but the last tick, and sleep the rest here, on a precise timer.
+                    if wait > SERVER_TICK {
+                        self.inner.wait(wait - SERVER_TICK).await
+                    } else {
+                        tokio::time::sleep(wait).await;
+                        Ok(())
+                    }
                 }
                 Err(e) => Err(e),
             };

@@ -70,11 +70,11 @@ async fn a_held_lease_renews_itself_past_its_duration() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let q = queue(&server, "renew", Duration::from_millis(300)).await;
+    let q = queue(&server, "renew", Duration::from_millis(900)).await;
     q.add("key".to_string()).await.unwrap();
     let lease = q.get().await.unwrap().unwrap();
     let other = q.clone();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(
         other.try_get().await.unwrap().err(),
         Some(TryGetError::Empty)

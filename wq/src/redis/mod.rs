@@ -3,6 +3,11 @@
 //! - `wq redis stats URL QUEUE`: depth, delayed, in flight (with lease ages), tracked failures,
 //!   stalls, dead letters, and whether the server's persistence settings keep the queue's
 //!   promise.
+//! - `wq redis demo URL [--workers-only]`: the demo's controller on Redis, shared by processes.
+//! - `wq redis bench URL`: W1, W3 and W4 on Redis beside BullMQ on the same server.
+
+pub(crate) mod bench;
+pub(crate) mod demo;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -20,6 +25,10 @@ pub(crate) struct RedisArgs {
 enum RedisCommand {
     /// Shows a queue: depth, delayed, in flight with lease ages, tracked failures.
     Stats(StatsArgs),
+    /// Runs W1, W3 and W4 on Redis beside BullMQ doing the same on the same server.
+    Bench(bench::BenchArgs),
+    /// Runs the demo's producers and workers on Redis; --workers-only joins another run.
+    Demo(demo::DemoArgs),
 }
 
 /// Options of `wq redis stats`.
@@ -39,7 +48,8 @@ struct StatsArgs {
 
 /// Runs `wq redis`.
 pub(crate) fn run(args: RedisArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
     {
@@ -57,6 +67,23 @@ pub(crate) fn run(args: RedisArgs) -> ExitCode {
             }
             Err(e) => {
                 eprintln!("wq redis stats: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        RedisCommand::Demo(args) => match runtime.block_on(demo::run(args)) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("wq redis demo: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        RedisCommand::Bench(args) => match runtime.block_on(bench::run(args)) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("wq redis bench: {e}");
                 ExitCode::FAILURE
             }
         },

@@ -1,0 +1,282 @@
+//! `wq redis demo URL`: the demo's controller on a queue on Redis, shared by processes.
+//!
+//! Producers emit change events for a set of objects (many duplicates, which the queue
+//! merges); workers reconcile with a random latency and fail at `--failure-rate`, retried
+//! with the queue's server-side rate limiter and given up after `--max-retries`. Run it once
+//! with producers and workers, and as many `--workers-only` processes (on any machine) as you
+//! like: they share one queue. Two checks are made across all processes, on the server:
+//!
+//! - no object was ever reconciled by two workers at once (a claim hash next to the queue);
+//! - every object's last event was reconciled after it arrived (its add's sequence number is
+//!   below the token of an accepted `done`), unless the object was given up.
+//!
+//! The producing process waits for the queue to drain, shuts it down (which ends the
+//! `--workers-only` processes) and prints the table. Exit code 0 if both checks hold.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use workqueue_redis::{Error, RateLimit, RedisQueue};
+
+/// Options of `wq redis demo`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DemoArgs {
+    /// The server: redis://[user:password@]host:port[/db], or rediss:// for TLS.
+    pub(crate) url: String,
+    /// The queue's name (all processes of one demo use the same).
+    #[arg(long, default_value = "demo")]
+    pub(crate) queue: String,
+    /// How many objects the simulated cluster holds.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) objects: u64,
+    /// How many change events the producers emit in all.
+    #[arg(long, default_value_t = 5000)]
+    pub(crate) events: u64,
+    /// How many workers this process runs.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) workers: usize,
+    /// The fraction of reconciles that fail and are retried with backoff.
+    #[arg(long, default_value_t = 0.05)]
+    pub(crate) failure_rate: f64,
+    /// Give an object up after this many failed reconciles in a row.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) max_retries: usize,
+    /// How long the producers emit events, in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub(crate) duration: f64,
+    /// Runs only workers, on a queue another `wq redis demo` process produces into; ends when
+    /// that process shuts the queue down.
+    #[arg(long)]
+    pub(crate) workers_only: bool,
+}
+
+/// A small generator, seeded per process.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 11
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() % 1_000_000) as f64 / 1_000_000.0
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    reconciles: AtomicU64,
+    failures: AtomicU64,
+    given_up: AtomicU64,
+    overlaps: AtomicU64,
+    refused: AtomicU64,
+}
+
+fn key(name: &str, suffix: &str) -> String {
+    format!("wq-demo:{{{name}}}:{suffix}")
+}
+
+async fn worker(
+    queue: RedisQueue<String>,
+    mut con: redis::aio::ConnectionManager,
+    args: Arc<DemoArgs>,
+    counters: Arc<Counters>,
+    seed: u64,
+) -> Result<(), Error> {
+    let mut rng = Rng(seed);
+    let (claims, done_tokens, given_up) = (
+        key(&args.queue, "claims"),
+        key(&args.queue, "done"),
+        key(&args.queue, "given-up"),
+    );
+    while let Some(lease) = queue.get().await? {
+        let item = lease.item().clone();
+        let token = lease.token();
+        // Claim the object: a second live claim means two workers at once.
+        let claimed: bool = con.hset_nx(&claims, &item, token).await?;
+        if !claimed {
+            counters.overlaps.fetch_add(1, Ordering::Relaxed);
+        }
+        tokio::time::sleep(Duration::from_micros(200 + rng.next() % 2000)).await;
+        counters.reconciles.fetch_add(1, Ordering::Relaxed);
+        let failed = rng.unit() < args.failure_rate;
+        if claimed {
+            let _: () = con.hdel(&claims, &item).await?;
+        }
+        if failed {
+            counters.failures.fetch_add(1, Ordering::Relaxed);
+            if queue.num_requeues(&item).await? >= args.max_retries {
+                counters.given_up.fetch_add(1, Ordering::Relaxed);
+                let _: () = con.sadd(&given_up, &item).await?;
+                queue.forget(&item).await?;
+            } else {
+                queue.add_rate_limited(&item).await?;
+            }
+        } else {
+            queue.forget(&item).await?;
+        }
+        match lease.done().await {
+            Ok(()) => {
+                let _: () = con.hset(&done_tokens, &item, token).await?;
+            }
+            Err(e) if e.is_lease_lost() => {
+                counters.refused.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Runs `wq redis demo`.
+pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
+    let args = Arc::new(args);
+    let queue: RedisQueue<String> = RedisQueue::builder(args.queue.as_str())
+        .url(args.url.as_str())
+        .lease_duration(Duration::from_secs(10))
+        .rate_limit(RateLimit::exponential(
+            Duration::from_millis(5),
+            Duration::from_secs(1),
+        ))
+        .build()
+        .await?;
+    let client = redis::Client::open(args.url.as_str())?;
+    let mut con = client.get_connection_manager().await?;
+    let started = Instant::now();
+    if args.workers_only {
+        // Wait for a producing process to (re)open the queue.
+        while queue.is_shutting_down().await? {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    } else {
+        queue.delete().await?;
+        let _: () = con
+            .del(&[
+                key(&args.queue, "claims"),
+                key(&args.queue, "done"),
+                key(&args.queue, "given-up"),
+            ])
+            .await?;
+    }
+    let counters = Arc::new(Counters::default());
+    let seed = u64::from(std::process::id()) << 20;
+    let workers: Vec<_> = (0..args.workers)
+        .map(|i| {
+            tokio::spawn(worker(
+                queue.clone(),
+                con.clone(),
+                args.clone(),
+                counters.clone(),
+                seed + i as u64,
+            ))
+        })
+        .collect();
+    let mut last_add: HashMap<String, u64> = HashMap::new();
+    let mut adds = 0_u64;
+    if !args.workers_only {
+        let mut rng = Rng(seed ^ 0x5eed);
+        let per_event = Duration::from_secs_f64(args.duration.max(0.0) / args.events.max(1) as f64);
+        let mut batch = Vec::new();
+        for n in 0..args.events {
+            // A few hot objects get most events.
+            let object = if rng.unit() < 0.5 {
+                rng.next() % (args.objects / 10).max(1)
+            } else {
+                rng.next() % args.objects.max(1)
+            };
+            batch.push(format!("default/object-{object}"));
+            if batch.len() == 50 || n + 1 == args.events {
+                for (item, added) in batch.iter().zip(queue.add_all(&batch).await?) {
+                    last_add.insert(item.clone(), added.seq);
+                }
+                adds += batch.len() as u64;
+                batch.clear();
+                let due = started + per_event * (n + 1) as u32;
+                tokio::time::sleep_until(due.into()).await;
+            }
+        }
+        // Drain: nothing queued, delayed or in flight in any process.
+        loop {
+            let stats = queue.stats(1).await?;
+            if stats.depth == 0 && stats.delayed == 0 && stats.in_flight == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        queue.shut_down().await?;
+    }
+    for w in workers {
+        w.await.expect("worker task")?;
+    }
+    let elapsed = started.elapsed();
+    let c = &counters;
+    println!(
+        "queue            {} ({})",
+        args.queue,
+        if args.workers_only {
+            "workers only"
+        } else {
+            "producers and workers"
+        }
+    );
+    if !args.workers_only {
+        println!("events added     {adds} for {} objects", last_add.len());
+    }
+    println!(
+        "reconciles       {} by this process's {} workers",
+        c.reconciles.load(Ordering::Relaxed),
+        args.workers
+    );
+    println!(
+        "failures         {} (given up: {})",
+        c.failures.load(Ordering::Relaxed),
+        c.given_up.load(Ordering::Relaxed)
+    );
+    println!(
+        "refused dones    {} (leases lost)",
+        c.refused.load(Ordering::Relaxed)
+    );
+    println!("elapsed          {:.1} s", elapsed.as_secs_f64());
+    let overlaps = c.overlaps.load(Ordering::Relaxed);
+    println!(
+        "check            never two workers at once: {}",
+        if overlaps == 0 {
+            "ok".to_string()
+        } else {
+            format!("FAILED ({overlaps})")
+        }
+    );
+    let mut ok = overlaps == 0;
+    if !args.workers_only {
+        let done: HashMap<String, u64> = con.hgetall(key(&args.queue, "done")).await?;
+        let given_up: Vec<String> = con.smembers(key(&args.queue, "given-up")).await?;
+        let missed: Vec<&String> = last_add
+            .iter()
+            .filter(|(item, seq)| {
+                !given_up.contains(item) && done.get(*item).is_none_or(|token| token <= seq)
+            })
+            .map(|(item, _)| item)
+            .collect();
+        println!(
+            "check            every last event reconciled after it arrived: {}",
+            if missed.is_empty() {
+                "ok".to_string()
+            } else {
+                format!("FAILED ({} objects)", missed.len())
+            }
+        );
+        ok &= missed.is_empty();
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
