@@ -978,6 +978,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
             wake = wake.merge(inner.drain_waiters.take_all());
         }
         drop(inner);
+        // The queue's copy of an item it no longer tracks is freed outside the lock.
+        drop(done.removed);
         wake.wake();
     }
 

@@ -202,12 +202,15 @@ pub(crate) struct Promoted {
 }
 
 /// What [`State::done`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Done {
+#[derive(Debug)]
+pub(crate) struct Done<T> {
     /// The item was queued again because it was re-added while processing.
     pub(crate) requeued: bool,
     /// How long the item was processed (only with timestamps on).
     pub(crate) worked_for: Option<u64>,
+    /// The queue's copy of the item, if the queue no longer tracks it: the caller drops it
+    /// after releasing the lock.
+    pub(crate) removed: Option<T>,
 }
 
 /// Per-slot timestamps for metrics, kept only for queues that report metrics.
@@ -603,7 +606,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     /// Ends the processing of the item in `slot` (client-go's `Done`). Returns `true` if the
     /// item was queued again because it was re-added while processing.
     #[inline]
-    pub(crate) fn done(&mut self, slot: u32, now: u64) -> Done {
+    pub(crate) fn done(&mut self, slot: u32, now: u64) -> Done<T> {
         let mut worked_for = None;
         if let Some(times) = &mut self.times {
             let started = std::mem::replace(Times::slot(&mut times.started, slot), UNSET);
@@ -624,15 +627,15 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             return Done {
                 requeued: true,
                 worked_for,
+                removed: None,
             };
         }
         entry.flags = 0;
-        if entry.heap_pos == NOT_IN_HEAP {
-            self.remove_entry(slot);
-        }
+        let removed = (entry.heap_pos == NOT_IN_HEAP).then(|| self.remove_entry(slot));
         Done {
             requeued: false,
             worked_for,
+            removed,
         }
     }
 
@@ -645,13 +648,14 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             let entry = &mut self.entries[node.slot as usize];
             entry.heap_pos = NOT_IN_HEAP;
             if entry.flags == 0 {
-                self.remove_entry(node.slot);
+                drop(self.remove_entry(node.slot));
             }
         }
         self.maybe_shrink();
     }
 
-    fn remove_entry(&mut self, slot: u32) {
+    /// Forgets the entry in `slot`; returns the item for the caller to drop.
+    fn remove_entry(&mut self, slot: u32) -> T {
         let entry = self.entries.remove(slot as usize);
         match self
             .index
@@ -665,6 +669,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         if self.entries.is_empty() {
             self.maybe_shrink();
         }
+        entry.item
     }
 
     /// Gives memory back once the queue holds nothing, so a burst does not pin its peak.
