@@ -19,6 +19,66 @@ use crate::rate_limit::RateLimit;
 use crate::scripts::{Keys, SCRIPTS};
 use crate::stats::{DeadLetter, Stats};
 
+/// A connection to a single server or to a cluster; every call goes through it.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    /// A single server, reconnecting by itself.
+    Manager(ConnectionManager),
+    /// A connection of its own (blocking waits).
+    Multiplexed(MultiplexedConnection),
+    /// A Redis Cluster: each call goes to the primary of its keys' slot.
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Conn::Manager(c) => c.req_packed_command(cmd),
+            Conn::Multiplexed(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Manager(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Manager(c) => c.get_db(),
+            Conn::Multiplexed(c) => c.get_db(),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Where connections come from.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per queue, never moved on a hot path"
+)]
+enum Source {
+    Single(Client),
+    #[cfg(feature = "cluster")]
+    Cluster {
+        /// For blocking waits: a response timeout longer than the longest wait.
+        blocking: redis::cluster::ClusterClient,
+    },
+}
+
 /// What an add did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -85,6 +145,8 @@ pub struct Builder<T> {
     name: String,
     url: Option<String>,
     client: Option<Client>,
+    #[cfg(feature = "cluster")]
+    cluster: Option<Vec<String>>,
     prefix: String,
     lease: Duration,
     renew_every: Option<Duration>,
@@ -119,6 +181,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     /// The server, as a client you configured yourself.
     pub fn client(mut self, client: Client) -> Self {
         self.client = Some(client);
+        self
+    }
+
+    /// A Redis Cluster, by the URLs of some of its nodes (feature `cluster`). Every key of the
+    /// queue carries the queue's hash tag, so the whole queue lives on the primary that owns
+    /// its slot and every script runs there.
+    #[cfg(feature = "cluster")]
+    pub fn cluster<S: Into<String>>(mut self, nodes: impl IntoIterator<Item = S>) -> Self {
+        self.cluster = Some(nodes.into_iter().map(Into::into).collect());
         self
     }
 
@@ -175,6 +246,38 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         self
     }
 
+    /// Opens the command connection; returns it, the source of more connections, and the
+    /// server's name for messages.
+    async fn connect(&self) -> Result<(Conn, Source, String), Error> {
+        #[cfg(feature = "cluster")]
+        if let Some(nodes) = &self.cluster {
+            let builder = |timeout: Duration| {
+                redis::cluster::ClusterClient::builder(nodes.clone())
+                    .connection_timeout(self.response_timeout)
+                    .response_timeout(timeout)
+                    .build()
+            };
+            let client = builder(self.response_timeout)?;
+            let blocking = builder(self.poll + self.response_timeout)?;
+            let con = client.get_async_connection().await?;
+            let server = nodes.first().cloned().unwrap_or_default();
+            return Ok((Conn::Cluster(con), Source::Cluster { blocking }, server));
+        }
+        let client = match (&self.client, &self.url) {
+            (Some(client), _) => client.clone(),
+            (None, Some(url)) => Client::open(url.as_str())?,
+            (None, None) => return Err(Error::Config("no server: give a url or a client".into())),
+        };
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.response_timeout))
+            .set_connection_timeout(Some(self.response_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let con = client.get_connection_manager_with_config(config).await?;
+        let server = client.get_connection_info().addr().to_string();
+        Ok((Conn::Manager(con), Source::Single(client), server))
+    }
+
     /// Connects and builds the queue.
     ///
     /// # Errors
@@ -191,23 +294,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         if self.lease < Duration::from_millis(10) {
             return Err(Error::Config("the lease must last at least 10 ms".into()));
         }
-        let client = match (self.client, self.url) {
-            (Some(client), _) => client,
-            (None, Some(url)) => Client::open(url.as_str())?,
-            (None, None) => return Err(Error::Config("no server: give a url or a client".into())),
-        };
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.response_timeout))
-            .set_connection_timeout(Some(self.response_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let mut con = client.get_connection_manager_with_config(config).await?;
+        let (mut con, source, server) = self.connect().await?;
         let persistence = if self.check_persistence {
             let persistence = Persistence::read(&mut con).await;
-            persistence::warn_once(
-                &client.get_connection_info().addr().to_string(),
-                &persistence,
-            );
+            persistence::warn_once(&server, &persistence);
             Some(persistence)
         } else {
             None
@@ -220,7 +310,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             inner: Arc::new(Inner {
                 keys: Keys::new(&self.prefix, &self.name),
                 name: self.name,
-                client,
+                source,
                 con,
                 blocking: Mutex::new(Vec::new()),
                 lease: self.lease,
@@ -240,11 +330,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
 pub(crate) struct Inner {
     pub(crate) name: String,
     pub(crate) keys: Keys,
-    client: Client,
+    source: Source,
     /// Commands (multiplexed, reconnecting).
-    pub(crate) con: ConnectionManager,
+    pub(crate) con: Conn,
     /// Idle connections for blocking waits, which must not stall the shared one.
-    blocking: Mutex<Vec<MultiplexedConnection>>,
+    blocking: Mutex<Vec<Conn>>,
     pub(crate) lease: Duration,
     pub(crate) renew_every: Duration,
     pub(crate) auto_renew: bool,
@@ -361,7 +451,7 @@ impl Inner {
     }
 
     /// A connection for a blocking wait.
-    async fn blocking_connection(&self) -> Result<MultiplexedConnection, Error> {
+    async fn blocking_connection(&self) -> Result<Conn, Error> {
         if let Some(con) = self
             .blocking
             .lock()
@@ -370,13 +460,22 @@ impl Inner {
         {
             return Ok(con);
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.response_timeout))
-            .set_response_timeout(Some(self.poll + self.response_timeout));
-        Ok(self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?)
+        match &self.source {
+            Source::Single(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.response_timeout))
+                    .set_response_timeout(Some(self.poll + self.response_timeout));
+                Ok(Conn::Multiplexed(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                ))
+            }
+            #[cfg(feature = "cluster")]
+            Source::Cluster { blocking } => {
+                Ok(Conn::Cluster(blocking.get_async_connection().await?))
+            }
+        }
     }
 
     /// Waits until a getter is woken (an add, a shut down, more work) or `wait` passes.
@@ -523,6 +622,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             name: name.into(),
             url: None,
             client: None,
+            #[cfg(feature = "cluster")]
+            cluster: None,
             prefix: "wq".to_owned(),
             lease: Duration::from_secs(30),
             renew_every: None,

@@ -32,6 +32,17 @@ macro_rules! behaviour_suite {
                 }
             )*
         }
+        /// Every rule, one after the other, on one three-node Redis Cluster.
+        #[cfg(feature = "cluster")]
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn redis_cluster_keeps_every_rule() {
+            let Some(factory) = support::RedisFactory::start_cluster() else {
+                return;
+            };
+            $(
+                rules::$rule(&factory).await;
+            )*
+        }
     };
 }
 

@@ -138,9 +138,11 @@ impl Backend for Memory {
 #[derive(Clone)]
 pub(crate) struct Redis(RedisQueue<String>);
 
-/// Queues on a server of this test's own.
+/// Queues on a server (or cluster) of this test's own.
 pub(crate) struct RedisFactory {
     pub(crate) server: Arc<RedisServer>,
+    /// Set for a cluster: the queues connect to its nodes.
+    cluster: Option<server::RedisCluster>,
     next: AtomicU64,
 }
 
@@ -150,6 +152,18 @@ impl RedisFactory {
     pub(crate) fn start() -> Option<Self> {
         Some(RedisFactory {
             server: Arc::new(RedisServer::start()?),
+            cluster: None,
+            next: AtomicU64::new(0),
+        })
+    }
+
+    /// Starts a three-node cluster (see [`server::RedisCluster`]).
+    pub(crate) fn start_cluster() -> Option<Self> {
+        let cluster = server::RedisCluster::start()?;
+        Some(RedisFactory {
+            // Unused for queues; kept so the type stays one.
+            server: Arc::new(RedisServer::start()?),
+            cluster: Some(cluster),
             next: AtomicU64::new(0),
         })
     }
@@ -164,8 +178,13 @@ impl Factory for RedisFactory {
         if let Some((qps, burst)) = opts.bucket {
             limit = limit.with_bucket(qps, burst);
         }
-        let queue = RedisQueue::builder(format!("suite-{n}"))
-            .url(self.server.url())
+        let builder = RedisQueue::builder(format!("suite-{n}")).url(self.server.url());
+        #[cfg(feature = "cluster")]
+        let builder = match &self.cluster {
+            Some(cluster) => builder.cluster(cluster.urls()),
+            None => builder,
+        };
+        let queue = builder
             .rate_limit(limit)
             .lease_duration(Duration::from_secs(10))
             .build()

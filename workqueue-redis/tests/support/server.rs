@@ -218,3 +218,78 @@ fn ping(port: u16) -> bool {
         Err(_) => false,
     }
 }
+
+/// A Redis Cluster of three primaries on loopback ports, made with `redis-cli --cluster
+/// create` (package redis-tools, which redis-server depends on).
+pub(crate) struct RedisCluster {
+    pub(crate) nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the nodes and joins them; `None` (after a note) without the binaries, unless CI.
+    pub(crate) fn start() -> Option<Self> {
+        let cli = Command::new("redis-cli")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !available() {
+            return None;
+        }
+        if !cli {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("redis-cli not found: CI must run the cluster tests");
+            }
+            eprintln!("note: redis-cli not found; skipping a cluster test");
+            return None;
+        }
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "5000",
+        ];
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::start_with(Durability::Always, &args).expect("a node"))
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(created, "redis-cli --cluster create failed");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for node in &nodes {
+            loop {
+                let info = Command::new("redis-cli")
+                    .args(["-p", &node.port().to_string(), "cluster", "info"])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the cluster did not become ready"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Some(RedisCluster { nodes })
+    }
+
+    /// The nodes' URLs.
+    pub(crate) fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
