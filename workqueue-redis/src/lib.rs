@@ -24,7 +24,9 @@
 //! A [`Lease`] lasts a [lease duration](Builder::lease_duration) on the server's clock and is
 //! renewed while held. A worker that dies (or stalls, or loses the network) past it loses the
 //! item to the next `get`. Its fencing token stops it from marking the item done or clearing
-//! the new holder's claim afterwards. With the server's `appendonly yes`,
+//! the new holder's claim afterwards. An item whose workers keep dying can be moved to the
+//! dead letters after [`max_stalls`](Builder::max_stalls) expired leases in a row. With the
+//! server's `appendonly yes`,
 //! `appendfsync always` and `maxmemory-policy noeviction`, nothing acknowledged is lost when
 //! the server crashes either; [`RedisQueue::persistence`] reports the settings, and the queue
 //! warns once at start when they cannot keep that promise.

@@ -155,6 +155,7 @@ pub struct Builder<T> {
     poll: Duration,
     response_timeout: Duration,
     check_persistence: bool,
+    max_stalls: u32,
     _item: PhantomData<fn() -> T>,
 }
 
@@ -216,6 +217,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     /// [`Lease::renew`] yourself.
     pub fn auto_renew(mut self, auto_renew: bool) -> Self {
         self.auto_renew = auto_renew;
+        self
+    }
+
+    /// Moves an item to the dead letters once its lease expired this many times in a row
+    /// (its workers died or stalled each time: a poison item), instead of handing it out
+    /// again. A `done` resets the count. Default 0: no limit.
+    pub fn max_stalls(mut self, max_stalls: u32) -> Self {
+        self.max_stalls = max_stalls;
         self
     }
 
@@ -319,6 +328,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
                 rate_limit: self.rate_limit,
                 poll: self.poll.max(Duration::from_millis(1)),
                 response_timeout: self.response_timeout,
+                max_stalls: self.max_stalls,
                 persistence,
             }),
             _item: PhantomData,
@@ -341,6 +351,7 @@ pub(crate) struct Inner {
     rate_limit: RateLimit,
     poll: Duration,
     response_timeout: Duration,
+    max_stalls: u32,
     persistence: Option<Persistence>,
 }
 
@@ -632,6 +643,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             poll: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
             check_persistence: true,
+            max_stalls: 0,
             _item: PhantomData,
         }
     }
@@ -752,6 +764,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let sizes: (usize, usize, usize) = self
             .inner
             .invocation(&SCRIPTS.len)
+            .arg(self.inner.max_stalls)
             .invoke_async(&mut self.inner.con.clone())
             .await?;
         Ok(sizes)
@@ -840,6 +853,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 .inner
                 .invocation(&SCRIPTS.get)
                 .arg(micros(self.inner.lease))
+                .arg(self.inner.max_stalls)
                 .invoke_async(&mut self.inner.con.clone())
                 .await?;
             if let Some(attempt) = self.interpret(value, started).await? {
@@ -909,7 +923,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let started = Instant::now();
         let calls = [
             (&SCRIPTS.done, vec![raw, token.to_string()]),
-            (&SCRIPTS.get, vec![micros(self.inner.lease).to_string()]),
+            (
+                &SCRIPTS.get,
+                vec![
+                    micros(self.inner.lease).to_string(),
+                    self.inner.max_stalls.to_string(),
+                ],
+            ),
         ];
         let mut replies = self.inner.pipeline(&calls).await?.into_iter();
         let (done, next) = match (replies.next(), replies.next()) {

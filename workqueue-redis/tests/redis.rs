@@ -607,3 +607,52 @@ async fn pipelined_adds_and_done_and_get_keep_the_rules() {
     assert_eq!(stale_queue.processing_len().await.unwrap(), 1);
     fresh.done().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_item_whose_workers_keep_dying_goes_to_the_dead_letters() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let q: RedisQueue<String> = RedisQueue::builder("poison")
+        .url(server.url())
+        .lease_duration(Duration::from_millis(100))
+        .auto_renew(false)
+        .max_stalls(2)
+        .build()
+        .await
+        .unwrap();
+    q.add("poison".to_string()).await.unwrap();
+    q.add("fine".to_string()).await.unwrap();
+    // "fine" stalls once, then is done: its count starts over.
+    for round in 0..2 {
+        let first = q.try_get().await.unwrap().unwrap();
+        let second = q.try_get().await.unwrap().unwrap();
+        assert_eq!(
+            (first.item().as_str(), second.item().as_str()),
+            ("poison", "fine")
+        );
+        first.abandon();
+        if round == 0 {
+            second.abandon();
+        } else {
+            second.done().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        if round == 0 {
+            // Reclaimed: both go back to the head, oldest lease first.
+            assert_eq!(q.len().await.unwrap(), 2);
+        }
+    }
+    // The second expiry of "poison" dead-letters it.
+    assert_eq!(q.len().await.unwrap(), 0);
+    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    let dead = q.dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].item, "\"poison\"");
+    assert!(
+        dead[0].error.contains("expired 2 times"),
+        "{}",
+        dead[0].error
+    );
+    assert_eq!(q.stats(10).await.unwrap().stalled, 0);
+}

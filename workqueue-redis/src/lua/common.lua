@@ -115,25 +115,37 @@ local function promote(now)
 end
 
 -- Ends leases whose deadline passed: their holders are presumed dead. The item
--- goes back to the head of the ready list (it was the oldest work), once.
-local function reclaim(now)
+-- goes back to the head of the ready list (it was the oldest work), once. An
+-- item whose leases expired `max_stalls` times in a row (0: no limit) is taken
+-- to be what kills its workers and goes to the dead letters instead.
+local function reclaim(now, max_stalls)
   local expired = redis.call('ZRANGEBYSCORE', K_PROC, '-inf', now, 'LIMIT', 0, BATCH)
   for i = #expired, 1, -1 do
     local x = expired[i]
     redis.call('ZREM', K_PROC, x)
     redis.call('HDEL', K_LEASE, x)
     redis.call('HDEL', K_SINCE, x)
-    redis.call('HINCRBY', K_STALLS, x, 1)
     redis.call('ZREM', K_DELAY, x)
-    redis.call('SADD', K_DIRTY, x)
-    redis.call('LPUSH', K_READY, x)
+    local stalls = redis.call('HINCRBY', K_STALLS, x, 1)
+    if max_stalls > 0 and stalls >= max_stalls then
+      redis.call('SREM', K_DIRTY, x)
+      redis.call('HDEL', K_STALLS, x)
+      redis.call('RPUSH', K_DEAD, cjson.encode({
+        item = x,
+        error = 'its lease expired ' .. stalls .. ' times in a row (the worker died or stalled each time)',
+        at_ms = math.floor(now / 1000),
+      }))
+    else
+      redis.call('SADD', K_DIRTY, x)
+      redis.call('LPUSH', K_READY, x)
+    end
   end
   return #expired
 end
 
 -- Promotion and reclaim, as every reader of the ready list runs them first.
-local function refresh(now)
-  local moved = promote(now) + reclaim(now)
+local function refresh(now, max_stalls)
+  local moved = promote(now) + reclaim(now, max_stalls)
   if moved > 0 then
     wake()
   end

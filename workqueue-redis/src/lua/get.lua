@@ -1,10 +1,10 @@
 -- get(lease): hands out the next ready item under a new lease.
--- ARGV[1] = lease duration in microseconds.
+-- ARGV[1] = lease duration in microseconds, ARGV[2] = max stalls (0: no limit).
 -- Returns {1, item, token} for an item, {2} when the queue is shut down and has
 -- nothing ready, or {0, wait} when nothing is ready: `wait` is the time in us
 -- until the next delayed item or lease deadline is due, or -1 if none is.
 local now = now_us()
-refresh(now)
+refresh(now, tonumber(ARGV[2]))
 local x = redis.call('LPOP', K_READY)
 if not x then
   if redis.call('EXISTS', K_SHUT) == 1 then
