@@ -6,6 +6,14 @@
 //! `parking_lot`-shaped API, so no code outside this file knows which is in use. `Arc` and
 //! `Weak` stay `std`'s in both: loom's `Arc` has no `Weak`, and reference counts are not
 //! what the models check.
+//!
+//! What loom sees is therefore the queue's lock, its `ready_hint` atomic, the timer's
+//! condition variable and every park and unpark of a waiting getter or drain, which is where
+//! a wake-up can be lost. What it does not see: the `parking_lot` locks inside
+//! [`FakeClock`](crate::clock::FakeClock) and the rate limiters (each held briefly, around
+//! no shimmed operation except a `FakeClock` step, which calls the queues with its step lock
+//! held, so a model steps a fake clock from one thread only), and the real-time timer thread
+//! (loom cannot model time; models use a fake clock, which starts no thread).
 
 #[cfg(not(all(test, loom)))]
 mod imp {
@@ -85,11 +93,15 @@ mod imp {
             guard.0 = Some(self.0.wait(inner).unwrap());
         }
 
+        /// Wakes one waiter. loom does not say whether there was one: the answer is always
+        /// `true` (nothing in the crate reads it).
         pub(crate) fn notify_one(&self) -> bool {
             self.0.notify_one();
             true
         }
 
+        /// Wakes every waiter. loom does not say how many there were: the answer is always 0
+        /// (nothing in the crate reads it).
         pub(crate) fn notify_all(&self) -> usize {
             self.0.notify_all();
             0
