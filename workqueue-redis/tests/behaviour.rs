@@ -387,11 +387,11 @@ mod rules {
         let start = Instant::now();
         queue.shut_down().await;
         for getter in getters {
-            let woke = tokio::time::timeout(Duration::from_secs(5), getter).await;
+            let woke = tokio::time::timeout(Duration::from_secs(8), getter).await;
             assert!(woke.expect("woken").unwrap(), "get returns None");
         }
         assert!(
-            start.elapsed() < Duration::from_secs(2),
+            start.elapsed() < Duration::from_secs(5),
             "{:?}",
             start.elapsed()
         );
@@ -425,10 +425,10 @@ mod rules {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let start = Instant::now();
         queue.add("key").await;
-        let got = tokio::time::timeout(Duration::from_secs(5), getter).await;
+        let got = tokio::time::timeout(Duration::from_secs(8), getter).await;
         assert_eq!(got.expect("woken").unwrap().as_deref(), Some("key"));
         assert!(
-            start.elapsed() < Duration::from_secs(1),
+            start.elapsed() < Duration::from_secs(5),
             "{:?}",
             start.elapsed()
         );

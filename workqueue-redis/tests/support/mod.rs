@@ -187,6 +187,8 @@ impl Factory for RedisFactory {
         let queue = builder
             .rate_limit(limit)
             .lease_duration(Duration::from_secs(10))
+            // Far above the wake-up bounds the rules assert: a wake-up is never a poll.
+            .poll_interval(Duration::from_secs(10))
             .build()
             .await
             .expect("connect to the test server");
