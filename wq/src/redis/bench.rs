@@ -30,19 +30,19 @@ const BULLMQ_VERSION: &str = "6.7.0";
 pub(crate) struct BenchArgs {
     /// The server: redis://[user:password@]host:port[/db]. The bench uses queues of its own
     /// and deletes them afterwards.
-    url: String,
+    pub(crate) url: String,
     /// Smaller workloads (a few seconds each).
     #[arg(long)]
-    quick: bool,
+    pub(crate) quick: bool,
     /// Workloads to run, comma separated (W1, W3, W4); all by default.
     #[arg(short = 'w', long = "workloads", value_delimiter = ',')]
-    workloads: Vec<String>,
+    pub(crate) workloads: Vec<String>,
     /// Skips BullMQ.
     #[arg(long)]
-    no_bullmq: bool,
+    pub(crate) no_bullmq: bool,
     /// Prints one JSON object per line and figure instead of the table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// One figure of one implementation.

@@ -48,6 +48,37 @@ struct StatsArgs {
 
 /// Runs `wq redis`.
 pub(crate) fn run(args: RedisArgs) -> ExitCode {
+    match args.command {
+        RedisCommand::Stats(args) => block_on("stats", async move {
+            let text = stats(&args).await?;
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }),
+        RedisCommand::Demo(args) => run_demo(args),
+        RedisCommand::Bench(args) => run_bench(args),
+    }
+}
+
+/// Runs the demo on Redis: `wq redis demo`, and the entry point for `wq demo --redis URL`.
+pub(crate) fn run_demo(args: demo::DemoArgs) -> ExitCode {
+    block_on("demo", demo::run(args))
+}
+
+/// Runs W1, W3 and W4 on Redis beside BullMQ: `wq redis bench`, and the entry point for
+/// `wq bench --redis URL`.
+pub(crate) fn run_bench(args: bench::BenchArgs) -> ExitCode {
+    block_on("bench", async move {
+        let text = bench::run(args).await?;
+        print!("{text}");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Runs `work` on a two-thread runtime; reports its error as `wq redis WHAT: ...`.
+fn block_on(
+    what: &str,
+    work: impl std::future::Future<Output = Result<ExitCode, workqueue_redis::Error>>,
+) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -55,38 +86,16 @@ pub(crate) fn run(args: RedisArgs) -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("wq redis: cannot start a runtime: {e}");
+            eprintln!("wq redis {what}: cannot start a runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match args.command {
-        RedisCommand::Stats(args) => match runtime.block_on(stats(&args)) {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("wq redis stats: {e}");
-                ExitCode::FAILURE
-            }
-        },
-        RedisCommand::Demo(args) => match runtime.block_on(demo::run(args)) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("wq redis demo: {e}");
-                ExitCode::FAILURE
-            }
-        },
-        RedisCommand::Bench(args) => match runtime.block_on(bench::run(args)) {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("wq redis bench: {e}");
-                ExitCode::FAILURE
-            }
-        },
+    match runtime.block_on(work) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("wq redis {what}: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
