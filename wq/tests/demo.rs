@@ -269,3 +269,16 @@ fn metrics_addr_serves_kubernetes_series_and_linger_keeps_serving_until_ctrl_c()
         "Ctrl-C ends the lingering with the run's result"
     );
 }
+
+#[test]
+fn redis_only_flags_need_redis() {
+    for flags in [&["--workers-only"][..], &["--queue", "other"][..]] {
+        let out = demo(flags);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}");
+        assert!(
+            text(&out.stderr).contains("--redis"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}

@@ -35,6 +35,16 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     quick: bool,
 
+    /// Runs W1, W3 and W4 against the Redis-backed queue at URL (a local server; the bench
+    /// uses queues of its own and deletes them) beside BullMQ on the same server, which it
+    /// installs with npm into a scratch directory unless --no-bullmq is given.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+
+    /// With --redis: skips BullMQ.
+    #[arg(long, requires = "redis")]
+    no_bullmq: bool,
+
     /// Workloads to run, comma separated (W1, P1, W2, W3, W4, W5, W6); all by default.
     #[arg(
         short = 'w',
@@ -177,6 +187,15 @@ impl Progress {
 
 /// Runs the benchmarks.
 pub(crate) fn run(args: BenchArgs) -> ExitCode {
+    if let Some(url) = args.redis {
+        return crate::redis::run_bench(crate::redis::bench::BenchArgs {
+            url,
+            quick: args.quick,
+            workloads: args.workloads,
+            no_bullmq: args.no_bullmq,
+            json: args.json,
+        });
+    }
     if let Some(case) = &args.w6_child {
         return w6_memory::child(case, args.w6_items);
     }

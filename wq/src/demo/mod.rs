@@ -109,6 +109,21 @@ pub(crate) struct DemoArgs {
     /// With --metrics-addr: keeps serving the metrics after the summary, until Ctrl-C.
     #[arg(long, requires = "metrics_addr")]
     linger: bool,
+
+    /// Runs the producers and workers against the Redis-backed queue at URL
+    /// (redis://[user:password@]host:port[/db], or rediss:// for TLS) instead of the
+    /// in-memory one. Several processes may share it (see --workers-only).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+
+    /// With --redis: the queue's name; every process of one demo uses the same.
+    #[arg(long, value_name = "NAME", default_value = "demo", requires = "redis")]
+    queue: String,
+
+    /// With --redis: runs only workers, on a queue another `wq demo --redis` process
+    /// produces into; ends when that process shuts the queue down.
+    #[arg(long, requires = "redis")]
+    workers_only: bool,
 }
 
 /// The rate limiters `--limiter` offers.
@@ -166,6 +181,19 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs the demo.
 pub(crate) fn run(args: DemoArgs) -> ExitCode {
+    if let Some(url) = args.redis {
+        return crate::redis::run_demo(crate::redis::demo::DemoArgs {
+            url,
+            queue: args.queue,
+            objects: args.objects as u64,
+            events: args.events,
+            workers: args.workers,
+            failure_rate: args.failure_rate,
+            max_retries: args.max_retries,
+            duration: args.duration.as_secs_f64(),
+            workers_only: args.workers_only,
+        });
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("wq-demo")
