@@ -111,7 +111,7 @@ pub(crate) struct DemoArgs {
     linger: bool,
 
     /// Runs the producers and workers against the Redis-backed queue at URL
-    /// (redis://[user:password@]host:port[/db], or rediss:// for TLS) instead of the
+    /// (redis://host:port/db (user:password@ before the host if needed), or rediss:// for TLS) instead of the
     /// in-memory one. Several processes may share it (see --workers-only).
     #[arg(long, value_name = "URL")]
     redis: Option<String>,

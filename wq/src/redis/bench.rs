@@ -28,7 +28,7 @@ const BULLMQ_VERSION: &str = "6.7.0";
 /// Options of `wq redis bench`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchArgs {
-    /// The server: redis://[user:password@]host:port[/db]. The bench uses queues of its own
+    /// The server: redis://host:port/db (user:password@ before the host if needed). The bench uses queues of its own
     /// and deletes them afterwards.
     pub(crate) url: String,
     /// Smaller workloads (a few seconds each).

@@ -25,7 +25,7 @@ use workqueue_redis::{Error, RateLimit, RedisQueue};
 /// Options of `wq redis demo`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct DemoArgs {
-    /// The server: redis://[user:password@]host:port[/db], or rediss:// for TLS.
+    /// The server: redis://host:port/db (user:password@ before the host if needed), or rediss:// for TLS.
     pub(crate) url: String,
     /// The queue's name (all processes of one demo use the same).
     #[arg(long, default_value = "demo")]

@@ -34,7 +34,7 @@ enum RedisCommand {
 /// Options of `wq redis stats`.
 #[derive(Debug, clap::Args)]
 struct StatsArgs {
-    /// The server: redis://[user:password@]host:port[/db], or rediss:// for TLS.
+    /// The server: redis://host:port/db (user:password@ before the host if needed), or rediss:// for TLS.
     url: String,
     /// The queue's name.
     queue: String,
