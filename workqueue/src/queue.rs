@@ -221,10 +221,6 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
                 }),
                 ready_hint: AtomicUsize::new(0),
                 handles: AtomicUsize::new(1),
-                spinners: AtomicUsize::new(0),
-                max_spinners: std::thread::available_parallelism()
-                    .map_or(1, |n| n.get().saturating_sub(1))
-                    .max(1),
                 timer_cv: Condvar::new(),
                 clock,
                 clock_driven,
@@ -273,10 +269,6 @@ pub(crate) struct Shared<T> {
     ready_hint: AtomicUsize,
     /// Live `WorkQueue` handles; the timer thread ends when this reaches 0.
     handles: AtomicUsize,
-    /// Getters spinning in `blocking_get` before they park.
-    spinners: AtomicUsize,
-    /// How many getters may spin at once: one fewer than the cores, at least one.
-    max_spinners: usize,
     /// Wakes the timer thread.
     timer_cv: Condvar,
     /// The queue's clock.
@@ -669,30 +661,24 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
             Err(TryGetError::Empty) => {}
         }
         // Spin briefly before parking: under load the next item usually arrives within a few
-        // microseconds, and a park/unpark pair costs two system calls. Only while fewer
-        // getters spin than there are other cores: spinning beyond that only takes the CPU
-        // from the thread that would add the item.
-        if shared.spinners.fetch_add(1, Ordering::Relaxed) < shared.max_spinners {
-            let backoff = Backoff::new();
-            let outcome = loop {
-                while shared.ready_hint.load(Ordering::Relaxed) == 0 && !backoff.is_completed() {
-                    backoff.snooze();
-                }
-                if backoff.is_completed() {
-                    break None;
-                }
-                match self.try_get() {
-                    Ok(lease) => break Some(Some(lease)),
-                    Err(TryGetError::ShutDown) => break Some(None),
-                    Err(TryGetError::Empty) => {}
-                }
-            };
-            shared.spinners.fetch_sub(1, Ordering::Relaxed);
-            if let Some(outcome) = outcome {
-                return outcome;
+        // microseconds, and a park/unpark pair costs two system calls. Every getter spins,
+        // even beyond the number of cores: measured on 2 cores with 4 producers and 4
+        // consumers (BENCH.md's W2), letting only one getter spin halved the throughput,
+        // because each add then had to unpark a parked getter, and the backoff's yields
+        // give the CPU to the producers anyway.
+        let backoff = Backoff::new();
+        loop {
+            while shared.ready_hint.load(Ordering::Relaxed) == 0 && !backoff.is_completed() {
+                backoff.snooze();
             }
-        } else {
-            shared.spinners.fetch_sub(1, Ordering::Relaxed);
+            if backoff.is_completed() {
+                break;
+            }
+            match self.try_get() {
+                Ok(lease) => return Some(lease),
+                Err(TryGetError::ShutDown) => return None,
+                Err(TryGetError::Empty) => {}
+            }
         }
         let mut inner = shared.inner.lock();
         let mut waiter: Option<u64> = None;
