@@ -1,14 +1,11 @@
 //! [`ExponentialFailure`]: client-go's `ItemExponentialFailureRateLimiter`.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
 use super::RateLimiter;
+use super::failures::Failures;
 
 /// How many items a per-item limiter ([`ExponentialFailure`], [`FastSlow`](super::FastSlow))
 /// tracks by default: 100,000.
@@ -22,18 +19,6 @@ use super::RateLimiter;
 /// roughly 70 bytes per short string key it caps the memory near 7 MB. Change it with
 /// `with_max_tracked`.
 pub const DEFAULT_MAX_TRACKED: usize = 100_000;
-
-/// Logs, once per limiter, that the limiter is full: almost always a missing `forget`.
-pub(super) fn warn_full(warned: &AtomicBool, limiter: &'static str, max_tracked: usize) {
-    if !warned.swap(true, Ordering::Relaxed) {
-        tracing::warn!(
-            limiter,
-            max_tracked,
-            "rate limiter is tracking its maximum number of items; new items get the longest \
-             delay (is `forget` called when an item succeeds?)"
-        );
-    }
-}
 
 /// Per-item exponential backoff: the `n`-th failure of an item since it was last forgotten
 /// waits `base_delay * 2^(n-1)`, never more than `max_delay`.
@@ -61,12 +46,8 @@ pub(super) fn warn_full(warned: &AtomicBool, limiter: &'static str, max_tracked:
 pub struct ExponentialFailure<T> {
     base_delay: Duration,
     max_delay: Duration,
-    /// Failures per item since it was last forgotten; never more than `max_tracked` entries.
-    failures: Mutex<HashMap<T, usize>>,
-    /// The most items `failures` may hold.
-    max_tracked: usize,
-    /// Set once the "limiter is full" warning has been logged.
-    warned_full: AtomicBool,
+    /// Failures per item since it was last forgotten, for at most `max_tracked` items.
+    failures: Failures<T>,
 }
 
 impl<T> ExponentialFailure<T> {
@@ -77,9 +58,7 @@ impl<T> ExponentialFailure<T> {
         Self {
             base_delay,
             max_delay,
-            failures: Mutex::new(HashMap::new()),
-            max_tracked: DEFAULT_MAX_TRACKED,
-            warned_full: AtomicBool::new(false),
+            failures: Failures::new("ExponentialFailure"),
         }
     }
 
@@ -107,18 +86,18 @@ impl<T> ExponentialFailure<T> {
     /// ```
     #[must_use]
     pub fn with_max_tracked(mut self, max_tracked: usize) -> Self {
-        self.max_tracked = max_tracked;
+        self.failures.set_max_tracked(max_tracked);
         self
     }
 
     /// The number of items whose failures are being counted.
     pub fn tracked(&self) -> usize {
-        self.failures.lock().len()
+        self.failures.tracked()
     }
 
     /// The most items this limiter tracks (see [`with_max_tracked`](Self::with_max_tracked)).
     pub fn max_tracked(&self) -> usize {
-        self.max_tracked
+        self.failures.max_tracked()
     }
 }
 
@@ -140,35 +119,19 @@ pub(crate) fn backoff(base: Duration, exponent: usize, max: Duration) -> Duratio
 
 impl<T: Eq + Hash + Clone + Send + Sync> RateLimiter<T> for ExponentialFailure<T> {
     fn when(&self, item: &T) -> Duration {
-        let exponent = {
-            let mut failures = self.failures.lock();
-            let full = failures.len() >= self.max_tracked;
-            match failures.get_mut(item) {
-                Some(count) => {
-                    let exponent = *count;
-                    *count = count.saturating_add(1);
-                    exponent
-                }
-                None if full => {
-                    drop(failures);
-                    warn_full(&self.warned_full, "ExponentialFailure", self.max_tracked);
-                    return self.max_delay;
-                }
-                None => {
-                    failures.insert(item.clone(), 1);
-                    0
-                }
-            }
-        };
-        backoff(self.base_delay, exponent, self.max_delay)
+        match self.failures.record(item) {
+            Some(before) => backoff(self.base_delay, before, self.max_delay),
+            // Untracked because the limiter is full: treated as having failed many times.
+            None => self.max_delay,
+        }
     }
 
     fn forget(&self, item: &T) {
-        self.failures.lock().remove(item);
+        self.failures.forget(item);
     }
 
     fn num_requeues(&self, item: &T) -> usize {
-        self.failures.lock().get(item).copied().unwrap_or(0)
+        self.failures.get(item)
     }
 }
 
@@ -178,7 +141,7 @@ impl<T> fmt::Debug for ExponentialFailure<T> {
             .field("base_delay", &self.base_delay)
             .field("max_delay", &self.max_delay)
             .field("tracked", &self.tracked())
-            .field("max_tracked", &self.max_tracked)
+            .field("max_tracked", &self.max_tracked())
             .finish()
     }
 }

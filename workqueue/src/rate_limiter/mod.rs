@@ -29,6 +29,7 @@
 //! ```
 
 mod exponential;
+mod failures;
 mod fast_slow;
 mod jitter;
 mod max_of;
