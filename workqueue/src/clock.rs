@@ -39,6 +39,10 @@ pub trait Clock: Send + Sync + 'static {
     /// [`ClockListener::notify`] after each step; the queue then needs no background thread
     /// at all and promotes due items inside the call that moved the clock.
     ///
+    /// A clock that returns `true` must call [`ClockListener::notify`] without holding any
+    /// lock that its [`now`](Clock::now) takes: the queue reads the clock under its own lock,
+    /// and the listener takes that lock.
+    ///
     /// The default implementation returns `false`.
     fn subscribe(&self, listener: ClockListener) -> bool {
         let _ = listener;
@@ -187,8 +191,10 @@ impl FakeClock {
 
     /// Moves the clock forward by `delta` and tells every queue on it.
     ///
-    /// A step that would overflow [`Instant`] stops at the latest instant it can represent
-    /// (at least a century ahead), so `step(Duration::MAX)` means "forever" and never panics.
+    /// A step that would overflow [`Instant`] moves as far as it can, at most a century, and
+    /// never panics. A queue counts time in nanoseconds for about 584 years after it was
+    /// built, so an item delayed by [`Duration::MAX`] comes due only after several such
+    /// steps.
     pub fn step(&self, delta: Duration) {
         let _serial = self.inner.step_lock.lock();
         {

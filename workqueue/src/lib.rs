@@ -149,7 +149,7 @@
 //! (reported, never silently dropped), and stopping drains in-flight items into a summary.
 //! See [`workers`] and the `controller` example.
 //!
-//! //! # Metrics
+//! # Metrics
 //!
 //! Name a queue and give it a [`metrics::MetricsProvider`]: it reports Kubernetes'
 //! workqueue metrics (depth, adds, queue and work durations, unfinished work, longest

@@ -199,7 +199,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
                     state.enable_times();
                     let weak = weak.clone();
                     let probe =
-                        QueueProbe::new(move || weak.upgrade().map(|shared| shared.stats()));
+                        QueueProbe::new(move || weak.upgrade().map(|shared| shared.probe_stats()));
                     Some(provider.new_queue(name, probe))
                 }
                 _ => None,
@@ -464,9 +464,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// ```
     pub fn add_rate_limited(&self, item: T) {
         let delay = self.shared.limiter.when(&item);
-        if let Some(metrics) = &self.shared.metrics {
-            metrics.rate_limited(delay);
-        }
+        self.shared.record(|metrics| metrics.rate_limited(delay));
         self.shared.add_delayed(item, delay, None, true);
     }
 
@@ -522,9 +520,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         let mut delay = options.after;
         if options.rate_limited {
             let limited = self.shared.limiter.when(&item);
-            if let Some(metrics) = &self.shared.metrics {
-                metrics.rate_limited(limited);
-            }
+            self.shared.record(|metrics| metrics.rate_limited(limited));
             if delay.is_zero() || limited < delay {
                 delay = limited;
             }
@@ -837,8 +833,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
 
     fn promote_at(&self, inner: &mut Inner<T>, now: u64) -> Wakeups {
         let promoted = inner.state.promote(now);
-        if let Some(metrics) = &self.metrics {
-            (0..promoted.counted).for_each(|_| metrics.add());
+        if promoted.counted > 0 {
+            self.record(|metrics| (0..promoted.counted).for_each(|_| metrics.add()));
         }
         if promoted.ready == 0 {
             return Wakeups::None;
@@ -847,20 +843,48 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         inner.waiters.take(promoted.ready)
     }
 
+    /// Reports to the queue's metrics, if it has any. A panic in the user's recorder is
+    /// contained and logged: it must not leave the queue's state half-applied (a lease never
+    /// built, a drain never woken) or abort a worker that is already unwinding.
+    #[inline]
+    fn record(&self, report: impl FnOnce(&dyn QueueMetrics)) {
+        if let Some(metrics) = &self.metrics
+            && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| report(&**metrics)))
+                .is_err()
+        {
+            tracing::error!(
+                queue = self.name.as_deref().unwrap_or(""),
+                "workqueue: the metrics recorder panicked; the event was dropped"
+            );
+        }
+    }
+
+    /// The stats, promoting due items first (what [`WorkQueue::stats`] returns).
     fn stats(&self) -> QueueStats {
         let mut inner = self.inner.lock();
         let wake = self.promote(&mut inner);
+        let stats = self.stats_locked(&inner);
+        drop(inner);
+        wake.wake();
+        stats
+    }
+
+    /// The stats as they stand, without promoting: what a [`QueueProbe`] reads, so that a
+    /// scrape never calls the metrics recorder back (items that are due but not yet promoted
+    /// count as delayed).
+    fn probe_stats(&self) -> QueueStats {
+        self.stats_locked(&self.inner.lock())
+    }
+
+    fn stats_locked(&self, inner: &Inner<T>) -> QueueStats {
         let (processing, unfinished, longest) = inner.state.in_flight(self.now_ns());
-        let stats = QueueStats {
+        QueueStats {
             len: inner.state.len(),
             delayed: inner.state.delayed_len(),
             processing,
             unfinished_work: nanos_to_duration(unfinished),
             longest_running: Duration::from_nanos(longest),
-        };
-        drop(inner);
-        wake.wake();
-        stats
+        }
     }
 
     /// Pops an item under the lock: `Some(Ok)` with a lease, `Some(Err)` if shut down and
@@ -870,8 +894,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         match inner.state.pop(self.metrics_now()) {
             Some(popped) => {
                 self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-                if let (Some(metrics), Some(waited)) = (&self.metrics, popped.queued_for) {
-                    metrics.get(Duration::from_nanos(waited));
+                if let Some(waited) = popped.queued_for {
+                    self.record(|metrics| metrics.get(Duration::from_nanos(waited)));
                 }
                 Some(Ok(Lease::new(
                     self.clone(),
@@ -893,13 +917,16 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         let added = inner
             .state
             .add_hashed(item, hash, priority, self.metrics_now());
-        if let Some(metrics) = &self.metrics {
-            if retry && !inner.state.is_shutting_down() {
-                metrics.retry();
-            }
-            if added.counted {
-                metrics.add();
-            }
+        if self.metrics.is_some() {
+            let retried = retry && !inner.state.is_shutting_down();
+            self.record(|metrics| {
+                if retried {
+                    metrics.retry();
+                }
+                if added.counted {
+                    metrics.add();
+                }
+            });
         }
         if added.ready {
             self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
@@ -922,8 +949,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         if inner.state.is_shutting_down() {
             return;
         }
-        if let (Some(metrics), true) = (&self.metrics, retry) {
-            metrics.retry();
+        if retry {
+            self.record(|metrics| metrics.retry());
         }
         let now = self.now_ns();
         let at = now.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
@@ -953,8 +980,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         let mut inner = self.inner.lock();
         let mut wake = Wakeups::None;
         let done = inner.state.done(slot, self.metrics_now());
-        if let (Some(metrics), Some(worked)) = (&self.metrics, done.worked_for) {
-            metrics.done(Duration::from_nanos(worked));
+        if let Some(worked) = done.worked_for {
+            self.record(|metrics| metrics.done(Duration::from_nanos(worked)));
         }
         if done.requeued {
             self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
@@ -1003,8 +1030,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         let spawned = std::thread::Builder::new()
             .name(name)
             .spawn(move || timer_loop(weak));
-        // If the system cannot give us a thread, getters still see due items on every call;
-        // only waiting getters would not be woken in time, so say so loudly.
+        // Without the thread, getters waiting for a delayed item would never be woken: fail
+        // loudly rather than hang quietly.
         match spawned {
             Ok(handle) => inner.timer.thread = Some(handle),
             Err(err) => panic!("workqueue: cannot start the delay timer thread: {err}"),

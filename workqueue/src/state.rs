@@ -150,6 +150,13 @@ impl Ready {
                 continue;
             }
             self.len -= 1;
+            if self.len == 0 && !self.stale.is_empty() {
+                // Every reference left is stale: drop them now, or a queue whose items are
+                // all raised before they are handed out would keep them forever.
+                self.zero.clear();
+                self.others.clear();
+                self.stale.clear();
+            }
             return Some((priority, slot));
         }
     }
@@ -583,10 +590,11 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         let (priority, slot) = self.ready.pop()?;
         let entry = &mut self.entries[slot as usize];
         debug_assert_eq!(entry.flags & (QUEUED | PROCESSING), QUEUED);
+        // Clone first: a panicking `Clone` then leaves the entry as it was.
+        let item = entry.item.clone();
         entry.flags = PROCESSING;
         entry.priority = 0;
         self.processing += 1;
-        let item = entry.item.clone();
         let mut queued_for = None;
         if let Some(times) = &mut self.times {
             let added = std::mem::replace(Times::slot(&mut times.added, slot), UNSET);
@@ -921,6 +929,21 @@ mod tests {
         s.add("c", None, 0); // reuses a's slot
         s.check();
         assert_eq!(drain(&mut s), ["b", "c"]);
+    }
+
+    #[test]
+    fn stale_references_are_dropped_once_nothing_is_ready() {
+        let mut s = State::new();
+        for round in 0..100 {
+            let item = ["a", "b"][round % 2];
+            s.add(item, Some(-100), 0);
+            s.add(item, Some(0), 0); // raised: a stale reference stays at -100
+            let p = s.pop(0).unwrap();
+            s.done(p.slot, 0);
+        }
+        s.check();
+        assert!(s.ready.stale.is_empty());
+        assert!(s.ready.others.is_empty());
     }
 
     #[test]

@@ -442,3 +442,44 @@ mod prometheus {
         assert_eq!(depth_series, 2);
     }
 }
+
+/// A recorder that panics on every event.
+struct Panicking;
+
+impl QueueMetrics for Panicking {
+    fn add(&self) {
+        panic!("recorder bug");
+    }
+    fn get(&self, _: Duration) {
+        panic!("recorder bug");
+    }
+    fn done(&self, _: Duration) {
+        panic!("recorder bug");
+    }
+}
+
+struct PanickingProvider;
+
+impl MetricsProvider for PanickingProvider {
+    fn new_queue(&self, _: &str, _: QueueProbe) -> Box<dyn QueueMetrics> {
+        Box::new(Panicking)
+    }
+}
+
+#[test]
+fn a_panicking_recorder_loses_no_item_and_blocks_no_drain() {
+    let queue = WorkQueue::builder()
+        .name("buggy")
+        .metrics(PanickingProvider)
+        .build();
+    queue.add("a");
+    let lease = queue.try_get().expect("handed out despite the recorder");
+    queue.add("a"); // re-added while processing
+    drop(lease); // done: re-queued despite the recorder
+    let lease = queue.try_get().expect("handed out again");
+    assert_eq!(queue.processing_len(), 1);
+    drop(lease);
+    assert_eq!(queue.processing_len(), 0);
+    queue.blocking_shut_down_with_drain(); // returns: nothing is left in flight
+    assert_eq!(queue.tracked_len(), 0);
+}

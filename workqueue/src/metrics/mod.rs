@@ -145,6 +145,10 @@ impl QueueProbe {
     }
 
     /// The queue's stats now, or `None` if the queue has been dropped.
+    ///
+    /// It reads without changing the queue: items that are due but not yet moved to the
+    /// ready queue count as delayed, and no [`QueueMetrics`] method is called, so a
+    /// provider may call it while holding its own locks.
     pub fn stats(&self) -> Option<QueueStats> {
         (self.read)()
     }

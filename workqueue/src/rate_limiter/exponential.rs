@@ -101,7 +101,7 @@ impl<T> ExponentialFailure<T> {
     }
 }
 
-/// `base * 2^exponent`, or `None` if that exceeds `max`.
+/// `base * 2^exponent`, or `max` if that is more (client-go's overflow rule included).
 pub(crate) fn backoff(base: Duration, exponent: usize, max: Duration) -> Duration {
     if base.is_zero() {
         return Duration::ZERO;
