@@ -51,8 +51,10 @@ pub(crate) struct Core<T> {
     counters: Counters,
     /// The item each worker is processing, by worker index.
     slots: Box<[Mutex<Option<T>>]>,
-    /// Queued and delayed items when the stop shut the queue down.
-    left_in_queue: AtomicUsize,
+    /// Delayed items the stop dropped when it shut the queue down.
+    delayed_at_stop: AtomicUsize,
+    /// Items a worker was handed while the stop shut the queue down, and left unprocessed.
+    unprocessed: AtomicUsize,
     /// Workers still running; guarded so that waiters and the stop hook cannot miss a change.
     running: Mutex<usize>,
     /// Notified when a worker exits and when the pool is stopped.
@@ -79,7 +81,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
             shutdown_timeout,
             counters: Counters::default(),
             slots: (0..count).map(|_| Mutex::new(None)).collect(),
-            left_in_queue: AtomicUsize::new(0),
+            delayed_at_stop: AtomicUsize::new(0),
+            unprocessed: AtomicUsize::new(0),
             running: Mutex::new(count),
             changed: Condvar::new(),
             stop_key: Mutex::new(None),
@@ -100,11 +103,19 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
         self.slots.len()
     }
 
+    /// Records that a worker was handed an item as the stop shut the queue down and leaves
+    /// it unprocessed (it is counted in the summary's `left_in_queue`).
+    pub(crate) fn leave_unprocessed(&self) {
+        self.unprocessed.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The stop hook: record what is left, shut the queue down (waking every getter), and
     /// wake whoever waits for the pool.
     fn on_stop(&self) {
-        let left = self.queue.len() + self.queue.delayed_len();
-        self.left_in_queue.store(left, Ordering::Relaxed);
+        // Shutting down drops the delayed items: count them first. Queued items stay in the
+        // queue and are counted when a summary is taken.
+        self.delayed_at_stop
+            .store(self.queue.delayed_len(), Ordering::Relaxed);
         self.queue.shut_down();
         let _running = self.running.lock();
         self.changed.notify_all();
@@ -254,7 +265,13 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
                 .iter()
                 .filter_map(|slot| slot.lock().clone())
                 .collect(),
-            left_in_queue: self.left_in_queue.load(Ordering::Relaxed),
+            left_in_queue: if self.stop.is_stopped() {
+                self.delayed_at_stop.load(Ordering::Relaxed)
+                    + self.queue.len()
+                    + self.unprocessed.load(Ordering::Relaxed)
+            } else {
+                0
+            },
         }
     }
 

@@ -129,8 +129,9 @@ where
             break;
         };
         if core.stop.is_stopped() {
-            // Handed out as the stop shut the queue down: intake has stopped, so leave it
-            // (it is counted in `left_in_queue`).
+            // Handed out as the stop shut the queue down: intake has stopped, so leave it,
+            // and count it in `left_in_queue`.
+            core.leave_unprocessed();
             break;
         }
         let span = core.span(&lease);
