@@ -243,8 +243,9 @@ pub struct Summary<T> {
     /// Items still being processed when the summary was taken: empty once the workers
     /// drained, listed if the [`shutdown_timeout`](Workers::shutdown_timeout) passed first.
     pub in_flight: Vec<T>,
-    /// Items queued or waiting for a delay when the workers were stopped, which they did not
-    /// take (the queue was shut down, so they were dropped).
+    /// Items the workers did not process because they were stopped: the delayed items the
+    /// stop dropped when it shut the queue down, the items still queued, and items a worker
+    /// was handed during the stop and left. Zero while the workers run.
     pub left_in_queue: usize,
 }
 
