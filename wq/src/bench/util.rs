@@ -7,8 +7,12 @@
 //! implementation receives the same clones.
 
 use std::fmt;
+use std::hint::black_box;
 use std::sync::{Arc, Barrier};
+use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
+
+use workqueue::WorkQueue;
 
 /// The item type of every workload.
 pub(crate) type Key = Arc<str>;
@@ -84,6 +88,36 @@ impl Span {
 }
 
 /// `count` per second of `elapsed`.
+/// Gets and drops leases until `queue` is shut down and empty; returns how many it got.
+pub(crate) fn drain_blocking(queue: &WorkQueue<Key>) -> usize {
+    let mut seen = 0;
+    while let Some(lease) = queue.blocking_get() {
+        black_box(&*lease);
+        seen += 1;
+    }
+    seen
+}
+
+/// [`drain_blocking`] for an async consumer.
+pub(crate) async fn drain_async(queue: &WorkQueue<Key>) -> usize {
+    let mut seen = 0;
+    while let Some(lease) = queue.get().await {
+        black_box(&*lease);
+        seen += 1;
+    }
+    seen
+}
+
+/// Joins producer threads; returns the span from the first one's start to the last one's
+/// end.
+pub(crate) fn join_producers(producers: Vec<ScopedJoinHandle<'_, Span>>) -> Span {
+    producers
+        .into_iter()
+        .map(|p| p.join().expect("producer"))
+        .reduce(Span::merge)
+        .expect("producers")
+}
+
 pub(crate) fn rate(count: usize, elapsed: Duration) -> f64 {
     count as f64 / elapsed.as_secs_f64().max(1e-9)
 }

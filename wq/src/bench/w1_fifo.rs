@@ -63,11 +63,7 @@ fn ours_sync(keys: &[Key]) -> f64 {
     thread::scope(|s| {
         let consumer = s.spawn(|| {
             let start = util::go(&barrier);
-            let mut seen = 0usize;
-            while let Some(lease) = queue.blocking_get() {
-                black_box(&*lease);
-                seen += 1;
-            }
+            let seen = util::drain_blocking(&queue);
             (seen, Span::new(start, Instant::now()))
         });
         let producer = s.spawn(|| {
@@ -92,11 +88,7 @@ fn ours_async(keys: &[Key]) -> f64 {
     let consumer = {
         let queue = queue.clone();
         rt.spawn(async move {
-            let mut seen = 0usize;
-            while let Some(lease) = queue.get().await {
-                black_box(&*lease);
-                seen += 1;
-            }
+            let seen = util::drain_async(&queue).await;
             (seen, Instant::now())
         })
     };

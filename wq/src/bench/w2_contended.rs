@@ -96,21 +96,13 @@ fn ours_sync(keys: &[Key]) -> f64 {
             .map(|_| {
                 s.spawn(|| {
                     let start = util::go(&barrier);
-                    let mut seen = 0usize;
-                    while let Some(lease) = queue.blocking_get() {
-                        black_box(&*lease);
-                        seen += 1;
-                    }
+                    let seen = util::drain_blocking(&queue);
                     (seen, Span::new(start, Instant::now()))
                 })
             })
             .collect();
         let producers = spawn_producers(s, keys, &queue, &barrier, &remaining);
-        let started = producers
-            .into_iter()
-            .map(|p| p.join().expect("producer"))
-            .reduce(Span::merge)
-            .expect("producers");
+        let started = util::join_producers(producers);
         let (seen, span) = join_all(consumers);
         assert_eq!(seen, keys.len(), "W2: every key is handed out once");
         util::rate(seen, started.merge(span.expect("consumers")).elapsed())
@@ -125,11 +117,7 @@ fn ours_async(keys: &[Key]) -> f64 {
         .map(|_| {
             let queue = queue.clone();
             rt.spawn(async move {
-                let mut seen = 0usize;
-                while let Some(lease) = queue.get().await {
-                    black_box(&*lease);
-                    seen += 1;
-                }
+                let seen = util::drain_async(&queue).await;
                 (seen, Instant::now())
             })
         })
@@ -139,11 +127,7 @@ fn ours_async(keys: &[Key]) -> f64 {
     let remaining = AtomicUsize::new(producers);
     thread::scope(|s| {
         let producers = spawn_producers(s, keys, &queue, &barrier, &remaining);
-        let started = producers
-            .into_iter()
-            .map(|p| p.join().expect("producer"))
-            .reduce(Span::merge)
-            .expect("producers");
+        let started = util::join_producers(producers);
         let (seen, end) = rt.block_on(async {
             let mut total = (0, started);
             for c in consumers {
@@ -192,11 +176,7 @@ fn crossbeam(keys: &[Key]) -> f64 {
             })
             .collect();
         drop(tx);
-        let started = producers
-            .into_iter()
-            .map(|p| p.join().expect("producer"))
-            .reduce(Span::merge)
-            .expect("producers");
+        let started = util::join_producers(producers);
         let (seen, span) = join_all(consumers);
         assert_eq!(seen, keys.len());
         util::rate(seen, started.merge(span.expect("consumers")).elapsed())

@@ -15,7 +15,6 @@
 //! processed (marked dirty); the share of each depends on how the threads are scheduled, so
 //! deliveries vary from run to run. 6 busy threads share 2 cores.
 
-use std::hint::black_box;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
@@ -53,11 +52,7 @@ fn ours(keys: &[Key], adds: usize) -> (f64, usize) {
             .map(|_| {
                 s.spawn(|| {
                     let start = util::go(&barrier);
-                    let mut seen = 0usize;
-                    while let Some(lease) = queue.blocking_get() {
-                        black_box(&*lease);
-                        seen += 1;
-                    }
+                    let seen = util::drain_blocking(&queue);
                     (seen, start)
                 })
             })
@@ -84,11 +79,7 @@ fn ours(keys: &[Key], adds: usize) -> (f64, usize) {
                 })
             })
             .collect();
-        let adding = producers
-            .into_iter()
-            .map(|p| p.join().expect("producer"))
-            .reduce(Span::merge)
-            .expect("producers");
+        let adding = util::join_producers(producers);
         let (deliveries, adding) = consumers
             .into_iter()
             .map(|c| c.join().expect("consumer"))
