@@ -126,6 +126,18 @@ impl Ready {
         }
     }
 
+    /// Puts back a live reference [`pop`](Self::pop) just returned, at the head of its
+    /// queue. No stale reference to the same (priority, slot) is left in that queue (they
+    /// all sit before the live one, so `pop` consumed them), so the ordering rule holds.
+    fn unpop(&mut self, priority: i32, slot: u32) {
+        self.len += 1;
+        if priority == 0 {
+            self.zero.push_front(slot);
+        } else {
+            self.others.entry(priority).or_default().push_front(slot);
+        }
+    }
+
     /// Records that the reference (priority, slot) is no longer live.
     fn mark_stale(&mut self, priority: i32, slot: u32) {
         self.len -= 1;
@@ -368,9 +380,10 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         }
     }
 
-    /// Looks `item` up, or reserves a slot for it. Returns (slot, existed).
+    /// Looks `item` up, or reserves a slot for it. Returns the slot, and `item` back if an
+    /// equal item was there already (the caller drops it once the lock is released).
     #[inline]
-    fn find_or_insert(&mut self, item: T, hash: u32, priority: i32) -> (u32, bool) {
+    fn find_or_insert(&mut self, item: T, hash: u32, priority: i32) -> (u32, Option<T>) {
         let entries = &self.entries;
         match self.index.entry(
             table_hash(hash),
@@ -380,7 +393,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             },
             |&slot| table_hash(entries[slot as usize].hash),
         ) {
-            TableEntry::Occupied(occupied) => (*occupied.get(), true),
+            TableEntry::Occupied(occupied) => (*occupied.get(), Some(item)),
             TableEntry::Vacant(vacant) => {
                 let slot = self.entries.vacant_key();
                 let slot32 = u32::try_from(slot).expect("more than 4 billion items in one queue");
@@ -392,7 +405,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
                     hash,
                     flags: 0,
                 });
-                (slot32, false)
+                (slot32, None)
             }
         }
     }
@@ -401,7 +414,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     #[cfg(test)]
     pub(crate) fn add(&mut self, item: T, priority: Option<i32>, now: u64) -> Added {
         let hash = item_hash(&self.hasher, &item);
-        self.add_hashed(item, hash, priority, now)
+        self.add_hashed(item, hash, priority, now).0
     }
 
     /// Adds `item`, whose [`item_hash`] is `hash`, now (client-go's `Add`; `priority` is
@@ -413,11 +426,17 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         hash: u32,
         priority: Option<i32>,
         now: u64,
-    ) -> Added {
+    ) -> (Added, Option<T>) {
         if self.shutting_down {
-            return Added::default();
+            return (Added::default(), Some(item));
         }
-        let (slot, existed) = self.find_or_insert(item, hash, priority.unwrap_or(0));
+        let (slot, unused) = self.find_or_insert(item, hash, priority.unwrap_or(0));
+        (self.add_slot(slot, unused.is_some(), priority, now), unused)
+    }
+
+    /// [`add_hashed`](Self::add_hashed) once the item has its slot.
+    #[inline]
+    fn add_slot(&mut self, slot: u32, existed: bool, priority: Option<i32>, now: u64) -> Added {
         if !existed {
             self.ready.push(priority.unwrap_or(0), slot);
             self.entries[slot as usize].flags = QUEUED;
@@ -478,7 +497,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     #[cfg(test)]
     pub(crate) fn add_at(&mut self, item: T, at: u64, priority: Option<i32>) -> Added {
         let hash = item_hash(&self.hasher, &item);
-        self.add_at_hashed(item, hash, at, priority)
+        self.add_at_hashed(item, hash, at, priority).0
     }
 
     /// Adds `item`, whose [`item_hash`] is `hash`, once the time is `at` (client-go's
@@ -489,11 +508,19 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         hash: u32,
         at: u64,
         priority: Option<i32>,
-    ) -> Added {
+    ) -> (Added, Option<T>) {
         if self.shutting_down {
-            return Added::default();
+            return (Added::default(), Some(item));
         }
-        let (slot, existed) = self.find_or_insert(item, hash, priority.unwrap_or(0));
+        let (slot, unused) = self.find_or_insert(item, hash, priority.unwrap_or(0));
+        (
+            self.add_slot_at(slot, unused.is_some(), at, priority),
+            unused,
+        )
+    }
+
+    /// [`add_at_hashed`](Self::add_at_hashed) once the item has its slot.
+    fn add_slot_at(&mut self, slot: u32, existed: bool, at: u64, priority: Option<i32>) -> Added {
         if !existed {
             let pos = self.heap_push(at, slot);
             return Added {
@@ -590,8 +617,15 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         let (priority, slot) = self.ready.pop()?;
         let entry = &mut self.entries[slot as usize];
         debug_assert_eq!(entry.flags & (QUEUED | PROCESSING), QUEUED);
-        // Clone first: a panicking `Clone` then leaves the entry as it was.
+        // Clone before any change to the entry, and put the reference back if the clone
+        // panics: the item then stays queued at the head, as if never popped.
+        let unpop = Unpop {
+            ready: &mut self.ready,
+            priority,
+            slot,
+        };
         let item = entry.item.clone();
+        std::mem::forget(unpop);
         entry.flags = PROCESSING;
         entry.priority = 0;
         self.processing += 1;
@@ -650,16 +684,34 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     /// Stops intake (client-go's `ShutDown`). Delayed items are dropped, as client-go's
     /// delaying queue drops its waiting heap; queued items stay to be handed out, and items
     /// being processed may still be re-queued by their `done` if they were re-added before.
-    pub(crate) fn shut_down(&mut self) {
+    ///
+    /// Returns the delayed items it dropped, for the caller to drop (or keep) once the lock is
+    /// released. With `clone_processing`, the list also holds a clone of each item being
+    /// processed whose delayed re-add was dropped (the queue keeps its own copy until the
+    /// lease drops); the clones are made before anything changes, so a panicking `Clone`
+    /// leaves the queue as it was.
+    pub(crate) fn shut_down(&mut self, clone_processing: bool) -> Vec<T> {
+        let mut dropped = Vec::new();
+        if clone_processing {
+            for node in &self.heap {
+                let entry = &self.entries[node.slot as usize];
+                if entry.flags != 0 {
+                    dropped.push(entry.item.clone());
+                }
+            }
+        }
         self.shutting_down = true;
+        dropped.reserve(self.heap.len());
         while let Some(node) = self.heap.pop() {
             let entry = &mut self.entries[node.slot as usize];
             entry.heap_pos = NOT_IN_HEAP;
             if entry.flags == 0 {
-                drop(self.remove_entry(node.slot));
+                dropped.push(self.remove_entry(node.slot));
             }
         }
+        self.heap = Vec::new();
         self.maybe_shrink();
+        dropped
     }
 
     /// Forgets the entry in `slot`; returns the item for the caller to drop.
@@ -795,6 +847,20 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
                 assert!(!node.before(&self.heap[(pos - 1) / ARITY]));
             }
         }
+    }
+}
+
+/// Puts a popped reference back if dropped, which happens only when `T::clone` unwinds
+/// (a successful pop forgets it).
+struct Unpop<'a> {
+    ready: &'a mut Ready,
+    priority: i32,
+    slot: u32,
+}
+
+impl Drop for Unpop<'_> {
+    fn drop(&mut self) {
+        self.ready.unpop(self.priority, self.slot);
     }
 }
 
@@ -953,7 +1019,7 @@ mod tests {
         s.add_at("b", 10, None);
         let a = s.pop(0).unwrap();
         s.add_at("a", 10, None);
-        s.shut_down();
+        assert_eq!(s.shut_down(true), ["a", "b"]);
         s.check();
         assert_eq!(s.delayed_len(), 0);
         assert!(!s.add("c", None, 0).ready);
