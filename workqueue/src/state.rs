@@ -90,6 +90,25 @@ impl Node {
     }
 }
 
+/// Below this capacity (in items) nothing is shrunk: small queues keep what they have.
+const SHRINK_FLOOR: usize = 1024;
+
+/// Whether a container of `capacity` holding `live` items should give memory back: more
+/// than four times what it holds, above the floor. Shrinking to [`shrink_target`] (twice
+/// what it holds) leaves a factor of two either way before the next grow or shrink, so a
+/// queue that hovers at one size never thrashes, and each shrink's O(n) copy is paid for by
+/// the n removals that made it due (amortised O(1) per call).
+#[inline]
+fn oversized(capacity: usize, live: usize) -> bool {
+    capacity > 4 * live.max(SHRINK_FLOOR)
+}
+
+/// The capacity to shrink to: see [`oversized`].
+#[inline]
+fn shrink_target(live: usize) -> usize {
+    (2 * live).max(SHRINK_FLOOR)
+}
+
 /// Arity of the delay heap: a 4-ary heap is shallower than a binary one, and its four
 /// children share a cache line (see PEERS.md's timer study).
 const ARITY: usize = 4;
@@ -111,6 +130,8 @@ struct Ready {
     others: BTreeMap<i32, VecDeque<u32>>,
     /// Stale references per (priority, slot).
     stale: HashMap<(i32, u32), u32>,
+    /// Stale references in all, the sum of `stale`'s counts.
+    stale_refs: usize,
     /// Live references, which is the number of queued items.
     len: usize,
 }
@@ -142,6 +163,61 @@ impl Ready {
     fn mark_stale(&mut self, priority: i32, slot: u32) {
         self.len -= 1;
         *self.stale.entry((priority, slot)).or_insert(0) += 1;
+        self.stale_refs += 1;
+        // A starved priority's queue is never popped, so its stale references would pile
+        // up: drop them all once they outnumber the live ones (amortised O(1): the walk is
+        // paid for by the raises that made them).
+        if self.stale_refs > self.len.max(SHRINK_FLOOR / 16) {
+            self.compact();
+        }
+    }
+
+    /// Drops every stale reference from the queues, keeping the live ones in order, and
+    /// gives back the capacity the queues and the stale map no longer need.
+    fn compact(&mut self) {
+        let mut stale = std::mem::take(&mut self.stale);
+        let mut keep = |priority: i32, lane: &mut VecDeque<u32>| {
+            if !stale.is_empty() {
+                // Stale references of a (priority, slot) come before its live one, so the
+                // first ones met are the stale ones.
+                lane.retain(|&slot| match stale.get_mut(&(priority, slot)) {
+                    Some(count) => {
+                        *count -= 1;
+                        if *count == 0 {
+                            stale.remove(&(priority, slot));
+                        }
+                        false
+                    }
+                    None => true,
+                });
+            }
+            if oversized(lane.capacity(), lane.len()) {
+                lane.shrink_to(shrink_target(lane.len()));
+            }
+        };
+        keep(0, &mut self.zero);
+        for (&priority, lane) in &mut self.others {
+            keep(priority, lane);
+        }
+        self.others.retain(|_, lane| !lane.is_empty());
+        debug_assert!(
+            stale.is_empty(),
+            "stale references not found in their queues"
+        );
+        self.stale = HashMap::new();
+        self.stale_refs = 0;
+    }
+
+    /// Renumbers every live reference (after [`compact`](Self::compact)).
+    fn remap(&mut self, map: &[u32]) {
+        debug_assert!(self.stale.is_empty());
+        for slot in self
+            .zero
+            .iter_mut()
+            .chain(self.others.values_mut().flat_map(|lane| lane.iter_mut()))
+        {
+            *slot = map[*slot as usize];
+        }
     }
 
     /// Pops the next live reference.
@@ -159,6 +235,7 @@ impl Ready {
                 if *count == 0 {
                     self.stale.remove(&(priority, slot));
                 }
+                self.stale_refs -= 1;
                 continue;
             }
             self.len -= 1;
@@ -167,7 +244,8 @@ impl Ready {
                 // all raised before they are handed out would keep them forever.
                 self.zero.clear();
                 self.others.clear();
-                self.stale.clear();
+                self.stale = HashMap::new();
+                self.stale_refs = 0;
             }
             return Some((priority, slot));
         }
@@ -181,13 +259,20 @@ impl Ready {
             && (*top.key() > 0 || self.zero.is_empty())
         {
             let priority = *top.key();
-            let slot = top.get_mut().pop_front();
-            if top.get().is_empty() {
+            let lane = top.get_mut();
+            let slot = lane.pop_front();
+            if lane.is_empty() {
                 top.remove();
+            } else if oversized(lane.capacity(), lane.len()) {
+                lane.shrink_to(shrink_target(lane.len()));
             }
             return slot.map(|slot| (priority, slot));
         }
-        self.zero.pop_front().map(|slot| (0, slot))
+        let slot = self.zero.pop_front();
+        if oversized(self.zero.capacity(), self.zero.len()) {
+            self.zero.shrink_to(shrink_target(self.zero.len()));
+        }
+        slot.map(|slot| (0, slot))
     }
 
     fn shrink(&mut self) {
@@ -195,6 +280,7 @@ impl Ready {
             self.zero = VecDeque::new();
             self.others = BTreeMap::new();
             self.stale = HashMap::new();
+            self.stale_refs = 0;
         }
     }
 }
@@ -294,6 +380,9 @@ pub(crate) struct State<T, S = foldhash::fast::RandomState> {
     shutting_down: bool,
     /// Timestamps for metrics, if enabled.
     times: Option<Box<Times>>,
+    /// Set when a renumbering could not shrink the slab because an item being processed
+    /// holds a high slot: the slot, so the next attempt waits until that lease is done.
+    pinned: Option<u32>,
 }
 
 impl<T: Eq + Hash + Clone> State<T> {
@@ -377,6 +466,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             processing: 0,
             shutting_down: false,
             times: None,
+            pinned: None,
         }
     }
 
@@ -662,6 +752,9 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             "done on an item not processing"
         );
         self.processing -= 1;
+        if self.pinned == Some(slot) {
+            self.pinned = None;
+        }
         if entry.flags & DIRTY != 0 {
             entry.flags = QUEUED;
             let prio = entry.priority;
@@ -728,8 +821,94 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         }
         if self.entries.is_empty() {
             self.maybe_shrink();
+        } else if self.pinned.is_none() && oversized(self.entries.capacity(), self.entries.len()) {
+            self.renumber();
         }
         entry.item
+    }
+
+    /// Gives a burst's memory back while the queue still holds items: moves every entry
+    /// that is not being processed to the lowest free slots (a lease holds its slot, so
+    /// those stay), rebuilds the index, renumbers the heap, the ready queues (dropping
+    /// their stale references) and the timestamps, and shrinks them all. O(slots), run
+    /// only once the slab is [`oversized`], so amortised O(1) per removal.
+    ///
+    /// A lease on an item in a high slot keeps the slab at least that long: if that leaves
+    /// less than half to give back, nothing moves and the next attempt waits until that lease
+    /// is done (`pinned`). Leases out at a renumbering are few (one per
+    /// worker), so a burst pays at most that many extra scans.
+    fn renumber(&mut self) {
+        let fixed: Vec<u32> = self
+            .entries
+            .iter()
+            .filter(|(_, entry)| entry.flags & PROCESSING != 0)
+            .map(|(slot, _)| slot as u32)
+            .collect();
+        let reachable = fixed
+            .last()
+            .map_or(0, |&slot| slot as usize + 1)
+            .max(self.entries.len());
+        if reachable.saturating_mul(2) > self.entries.capacity() {
+            self.pinned = fixed.last().copied();
+            return;
+        }
+        let old = std::mem::take(&mut self.entries);
+        let mut map = vec![u32::MAX; old.capacity()];
+        let mut next = 0u32;
+        let mut fixed_at = 0;
+        let mut moved = Vec::with_capacity(old.len());
+        for (slot, entry) in old {
+            let new = if entry.flags & PROCESSING != 0 {
+                slot as u32
+            } else {
+                // The lowest slot no lease holds. Slots come in increasing order, so `new`
+                // never passes `slot`.
+                while fixed_at < fixed.len() && fixed[fixed_at] <= next {
+                    if fixed[fixed_at] == next {
+                        next += 1;
+                    }
+                    fixed_at += 1;
+                }
+                next += 1;
+                next - 1
+            };
+            map[slot] = new;
+            moved.push((new as usize, entry));
+        }
+        self.entries = moved.into_iter().collect();
+        self.entries.shrink_to_fit();
+        let entries = &self.entries;
+        let mut index = HashTable::with_capacity(entries.len());
+        for (slot, entry) in entries {
+            index.insert_unique(table_hash(entry.hash), slot as u32, |&s| {
+                table_hash(entries[s as usize].hash)
+            });
+        }
+        self.index = index;
+        for node in &mut self.heap {
+            node.slot = map[node.slot as usize];
+        }
+        if oversized(self.heap.capacity(), self.heap.len()) {
+            self.heap.shrink_to(shrink_target(self.heap.len()));
+        }
+        self.ready.compact();
+        self.ready.remap(&map);
+        if let Some(times) = &mut self.times {
+            let size = self.entries.capacity().next_power_of_two();
+            let mut added = vec![UNSET; size.min(times.added.len())];
+            for (old_slot, &at) in times.added.iter().enumerate() {
+                let new = map.get(old_slot).copied().unwrap_or(u32::MAX);
+                if at != UNSET && new != u32::MAX {
+                    added[new as usize] = at;
+                }
+            }
+            times.added = added;
+            times.started.truncate(size);
+            times.started.shrink_to_fit();
+        }
+        if oversized(self.entries.capacity(), self.entries.len()) {
+            self.pinned = fixed.last().copied();
+        }
     }
 
     /// Gives memory back once the queue holds nothing, so a burst does not pin its peak.
@@ -760,6 +939,9 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     fn heap_remove(&mut self, pos: usize) {
         let removed = self.heap.swap_remove(pos);
         self.entries[removed.slot as usize].heap_pos = NOT_IN_HEAP;
+        if oversized(self.heap.capacity(), self.heap.len()) {
+            self.heap.shrink_to(shrink_target(self.heap.len()));
+        }
         if pos < self.heap.len() {
             let moved = self.heap[pos].slot;
             self.entries[moved as usize].heap_pos = pos as u32;
@@ -881,7 +1063,7 @@ fn raise_pending<T>(entry: &mut Entry<T>, priority: Option<i32>) {
 mod tests {
     use super::*;
 
-    fn drain(state: &mut State<&'static str>) -> Vec<&'static str> {
+    fn drain<T: Eq + Hash + Clone>(state: &mut State<T>) -> Vec<T> {
         let mut out = Vec::new();
         while let Some(p) = state.pop(0) {
             out.push(p.item);
@@ -1010,6 +1192,99 @@ mod tests {
         s.check();
         assert!(s.ready.stale.is_empty());
         assert!(s.ready.others.is_empty());
+    }
+
+    #[test]
+    fn a_burst_is_renumbered_down_around_a_lease_and_keeps_every_rule() {
+        let mut s: State<u32> = State::new();
+        s.enable_times();
+        s.add_at(u32::MAX, 1_000_000, None); // the resync key, always delayed
+        for item in 0..100_000 {
+            match item % 3 {
+                0 => s.add_at(item, 10 + u64::from(item % 7), Some(1)),
+                1 => s.add(item, Some(-1), 0),
+                _ => s.add(item, None, 0),
+            };
+            if item % 5 == 0 {
+                s.add(item, Some(2), 0); // a raise: stale references
+            }
+        }
+        s.promote(100);
+        // Hold a lease on an item in a high slot while most of the burst drains.
+        let mut held = None;
+        let mut order = Vec::new();
+        while let Some(p) = s.pop(7) {
+            order.push(p.item);
+            if held.is_none() && p.slot > 90_000 {
+                held = Some(p);
+                continue;
+            }
+            s.done(p.slot, 9);
+            if order.len() % 10_000 == 0 {
+                s.check();
+            }
+        }
+        s.check();
+        let held = held.expect("a high slot was handed out");
+        assert!(
+            s.entries.capacity() > held.slot as usize,
+            "a leased slot never moves"
+        );
+        s.add(held.item, None, 0); // dirty while processing
+        assert!(s.done(held.slot, 9).requeued);
+        let again = s.pop(9).unwrap();
+        assert_eq!(again.item, held.item);
+        s.done(again.slot, 9);
+        s.check();
+        assert_eq!(s.tracked(), 1);
+        assert!(
+            s.entries.capacity() <= 4 * SHRINK_FLOOR,
+            "slab {}",
+            s.entries.capacity()
+        );
+        assert!(
+            s.index.capacity() <= 4 * SHRINK_FLOOR,
+            "index {}",
+            s.index.capacity()
+        );
+        assert!(
+            s.heap.capacity() <= 4 * SHRINK_FLOOR,
+            "heap {}",
+            s.heap.capacity()
+        );
+        assert!(s.ready.zero.capacity() <= 4 * SHRINK_FLOOR);
+        assert!(s.ready.stale.is_empty());
+        let times = s.times.as_ref().unwrap();
+        assert!(
+            times.added.len() <= 8 * SHRINK_FLOOR,
+            "times {}",
+            times.added.len()
+        );
+        // Every item came out once.
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 100_000);
+        assert_eq!(s.promote(1_000_000).ready, 1);
+        assert_eq!(drain(&mut s), [u32::MAX]);
+    }
+
+    #[test]
+    fn stale_references_are_compacted_once_they_outnumber_live_ones() {
+        let mut s = State::new();
+        s.add("keep", None, 0);
+        for round in 0..10_000 {
+            let item = ["a", "b", "c"][round % 3];
+            s.add(item, Some(-100), 0);
+            s.add(item, Some(5), 0);
+            let p = s.pop(0).unwrap();
+            assert_eq!(p.item, item);
+            s.done(p.slot, 0);
+        }
+        s.check();
+        assert!(s.ready.stale_refs <= SHRINK_FLOOR / 16 + 1);
+        assert!(s.ready.others.values().map(VecDeque::len).sum::<usize>() <= SHRINK_FLOOR / 16 + 1);
+        assert_eq!(drain(&mut s), ["keep"]);
     }
 
     #[test]
