@@ -176,13 +176,13 @@
 //! | `TypedRateLimiter` | [`rate_limiter::RateLimiter`] | methods take `&T` |
 //! | `ItemExponentialFailureRateLimiter` | [`rate_limiter::ExponentialFailure`] | same formula, including the overflow to `max_delay` |
 //! | `ItemFastSlowRateLimiter` | [`rate_limiter::FastSlow`] | same |
-//! | `BucketRateLimiter` (`rate.NewLimiter`) | [`rate_limiter::TokenBucket`] | runs on the queue's clock, so it is testable with [`FakeClock`](clock::FakeClock); invalid parameters panic at construction |
+//! | `BucketRateLimiter` (`rate.NewLimiter`) | [`rate_limiter::TokenBucket`] | runs on the queue's clock, so it is testable with [`FakeClock`](clock::FakeClock); `f64::INFINITY` never delays whatever the burst (`rate.Inf`); NaN, negative rates and a zero burst with a finite rate panic at construction |
 //! | `MaxOfRateLimiter`, `WithMaxWaitRateLimiter` | [`rate_limiter::MaxOf`], [`rate_limiter::WithMaxWait`] | same |
 //! | `DefaultControllerRateLimiter`, `DefaultItemBasedRateLimiter` | [`rate_limiter::default_controller`], [`rate_limiter::default_item_based`] | same parameters |
-//! | `MetricsProvider`, `SetProvider` | [`Builder::metrics`] with a [`metrics::MetricsProvider`] | per queue, not a process-wide global; unfinished work and longest running processor are read at scrape time (no 500 ms ticker goroutine); also delayed items and rate-limiter delays |
+//! | `MetricsProvider`, `SetProvider` | [`Builder::metrics`] with a [`metrics::MetricsProvider`] | per queue, not a process-wide global; unfinished work and longest running processor are read at scrape time (no 500 ms ticker goroutine); also delayed items and rate-limiter delays; the recorder is called after the queue's lock is released, so it may read the queue |
 //! | `ParallelizeUntil` | [`parallelize_until`], [`Parallelizer`] | the stop signal is a [`StopToken`]; returns how many pieces ran |
 //! | (none) | [`rate_limiter::Jitter`] | spreads retries so items that fail together do not retry in lockstep |
-//! | per-item limiters' unbounded failure maps (kubernetes#138743) | [`rate_limiter::ExponentialFailure::with_max_tracked`], [`rate_limiter::FastSlow::with_max_tracked`] | tracking is bounded (default [`rate_limiter::DEFAULT_MAX_TRACKED`]); untracked items get the maximum delay |
+//! | per-item limiters' unbounded failure maps (kubernetes#138743) | [`rate_limiter::ExponentialFailure::with_max_tracked`], [`rate_limiter::FastSlow::with_max_tracked`] | tracking is bounded (default [`rate_limiter::DEFAULT_MAX_TRACKED`]); past the bound the least recently failed item is forgotten, so every item still gets client-go's delays |
 //! | `clock.RealClock`, `testing.FakeClock` | [`clock::RealClock`], [`clock::FakeClock`] | a queue on a fake clock promotes due items inside `step`, and starts no thread |
 //!
 //! Items are any `T: Eq + Hash + Clone + Send + Sync + 'static`; the queue clones an item to

@@ -438,6 +438,27 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         self.shared.add_delayed(item, delay, None, true);
     }
 
+    /// [`add_after`](Self::add_after), returning `false` if the queue was shut down and
+    /// refused the item.
+    pub(crate) fn add_after_accepted(&self, item: T, delay: Duration) -> bool {
+        self.shared.add_delayed(item, delay, None, true)
+    }
+
+    /// [`add_rate_limited`](Self::add_rate_limited), returning `false` if the queue was shut
+    /// down and refused the item.
+    pub(crate) fn add_rate_limited_accepted(&self, item: T) -> bool {
+        let delay = self.shared.limiter.when(&item);
+        self.shared.record(|metrics| metrics.rate_limited(delay));
+        self.shared.add_delayed(item, delay, None, true)
+    }
+
+    /// Shuts the queue down as [`shut_down`](Self::shut_down) does, and returns the delayed
+    /// items it dropped (and a clone of each item being processed whose delayed re-add it
+    /// dropped), so that the caller can keep them.
+    pub(crate) fn shut_down_taking_delayed(&self) -> Vec<T> {
+        self.shared.shut_down(false, true)
+    }
+
     /// Adds `item` after the delay the queue's rate limiter gives it
     /// (`add_after(item, limiter.when(&item))`).
     ///
@@ -463,9 +484,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// assert_eq!(queue.len(), 1);
     /// ```
     pub fn add_rate_limited(&self, item: T) {
-        let delay = self.shared.limiter.when(&item);
-        self.shared.record(|metrics| metrics.rate_limited(delay));
-        self.shared.add_delayed(item, delay, None, true);
+        self.add_rate_limited_accepted(item);
     }
 
     /// Adds `item` with any combination of a delay, rate limiting and a priority.
@@ -552,10 +571,10 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// threads may change it at once.
     pub fn len(&self) -> usize {
         let mut inner = self.shared.inner.lock();
-        let wake = self.shared.promote(&mut inner);
+        let after = self.shared.promote(&mut inner);
         let len = inner.state.len();
         drop(inner);
-        wake.wake();
+        after.run(&self.shared);
         len
     }
 
@@ -568,10 +587,10 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// being processed).
     pub fn delayed_len(&self) -> usize {
         let mut inner = self.shared.inner.lock();
-        let wake = self.shared.promote(&mut inner);
+        let after = self.shared.promote(&mut inner);
         let len = inner.state.delayed_len();
         drop(inner);
-        wake.wake();
+        after.run(&self.shared);
         len
     }
 
@@ -679,20 +698,20 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         let mut inner = shared.inner.lock();
         let mut waiter: Option<u64> = None;
         loop {
-            let wake = shared.promote(&mut inner);
+            let mut after = shared.promote(&mut inner);
             if let Some(id) = waiter.take() {
                 inner.waiters.cancel(id);
             }
-            let outcome = shared.pop_locked(&mut inner);
+            let outcome = shared.pop_locked(&mut inner, &mut after);
             match outcome {
                 Some(Ok(lease)) => {
                     drop(inner);
-                    wake.wake();
+                    after.run(shared);
                     return Some(lease);
                 }
                 Some(Err(())) => {
                     drop(inner);
-                    wake.wake();
+                    after.run(shared);
                     return None;
                 }
                 None => {}
@@ -703,7 +722,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
                     .register(Signal::Thread(sync::thread::current())),
             );
             sync::unlocked(&mut inner, || {
-                wake.wake();
+                after.run(shared);
                 sync::thread::park();
             });
         }
@@ -729,10 +748,10 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     #[inline]
     pub fn try_get(&self) -> Result<Lease<T>, TryGetError> {
         let mut inner = self.shared.inner.lock();
-        let wake = self.shared.promote(&mut inner);
-        let outcome = self.shared.pop_locked(&mut inner);
+        let mut after = self.shared.promote(&mut inner);
+        let outcome = self.shared.pop_locked(&mut inner, &mut after);
         drop(inner);
-        wake.wake();
+        after.run(&self.shared);
         match outcome {
             Some(Ok(lease)) => Ok(lease),
             Some(Err(())) => Err(TryGetError::ShutDown),
@@ -748,7 +767,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     ///
     /// This is client-go's `ShutDown`.
     pub fn shut_down(&self) {
-        self.shared.shut_down(false);
+        drop(self.shared.shut_down(false, false));
     }
 
     /// Shuts the queue down, then waits until no item is being processed.
@@ -762,7 +781,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     ///
     /// Dropping the future stops waiting; the queue stays shut down.
     pub fn shut_down_with_drain(&self) -> Drain<'_, T> {
-        self.shared.shut_down(true);
+        drop(self.shared.shut_down(true, false));
         Drain {
             queue: self,
             waiter: None,
@@ -779,7 +798,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// thread cuts it short.
     pub fn blocking_shut_down_with_drain(&self) {
         let shared = &self.shared;
-        shared.shut_down(true);
+        drop(shared.shut_down(true, false));
         let mut inner = shared.inner.lock();
         let mut waiter: Option<u64> = None;
         loop {
@@ -822,30 +841,34 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         }
     }
 
-    /// Moves due delayed items to the ready queue; returns the waiters to wake for them.
+    /// Moves due delayed items to the ready queue; returns the waiters to wake and the
+    /// metrics to record for them, once the lock is released.
     #[inline]
-    fn promote(&self, inner: &mut Inner<T>) -> Wakeups {
+    fn promote(&self, inner: &mut Inner<T>) -> After<T> {
         if inner.state.delayed_len() == 0 {
-            return Wakeups::None;
+            return After::default();
         }
         self.promote_at(inner, self.now_ns())
     }
 
-    fn promote_at(&self, inner: &mut Inner<T>, now: u64) -> Wakeups {
+    fn promote_at(&self, inner: &mut Inner<T>, now: u64) -> After<T> {
         let promoted = inner.state.promote(now);
-        if promoted.counted > 0 {
-            self.record(|metrics| (0..promoted.counted).for_each(|_| metrics.add()));
+        let mut after = After {
+            adds: promoted.counted,
+            ..After::default()
+        };
+        if promoted.ready > 0 {
+            self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+            after.wake = inner.waiters.take(promoted.ready);
         }
-        if promoted.ready == 0 {
-            return Wakeups::None;
-        }
-        self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-        inner.waiters.take(promoted.ready)
+        after
     }
 
-    /// Reports to the queue's metrics, if it has any. A panic in the user's recorder is
-    /// contained and logged: it must not leave the queue's state half-applied (a lease never
-    /// built, a drain never woken) or abort a worker that is already unwinding.
+    /// Reports to the queue's metrics, if it has any. Never called with the queue's lock
+    /// held (DESIGN.md: release, then record), so a recorder may read the queue. A panic in
+    /// the user's recorder is contained and logged: it must not leave the queue's state
+    /// half-applied (a lease never built, a drain never woken) or abort a worker that is
+    /// already unwinding.
     #[inline]
     fn record(&self, report: impl FnOnce(&dyn QueueMetrics)) {
         if let Some(metrics) = &self.metrics
@@ -862,10 +885,10 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     /// The stats, promoting due items first (what [`WorkQueue::stats`] returns).
     fn stats(&self) -> QueueStats {
         let mut inner = self.inner.lock();
-        let wake = self.promote(&mut inner);
+        let after = self.promote(&mut inner);
         let stats = self.stats_locked(&inner);
         drop(inner);
-        wake.wake();
+        after.run(self);
         stats
     }
 
@@ -888,15 +911,17 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     }
 
     /// Pops an item under the lock: `Some(Ok)` with a lease, `Some(Err)` if shut down and
-    /// empty, `None` if nothing is ready.
+    /// empty, `None` if nothing is ready. The get's metric goes in `after`.
     #[inline]
-    fn pop_locked(self: &Arc<Self>, inner: &mut Inner<T>) -> Option<Result<Lease<T>, ()>> {
+    fn pop_locked(
+        self: &Arc<Self>,
+        inner: &mut Inner<T>,
+        after: &mut After<T>,
+    ) -> Option<Result<Lease<T>, ()>> {
         match inner.state.pop(self.metrics_now()) {
             Some(popped) => {
                 self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-                if let Some(waited) = popped.queued_for {
-                    self.record(|metrics| metrics.get(Duration::from_nanos(waited)));
-                }
+                after.got = popped.queued_for;
                 Some(Ok(Lease::new(
                     self.clone(),
                     popped.item,
@@ -909,56 +934,60 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         }
     }
 
+    /// Adds `item` now; returns `false` if the queue is shut down and refused it. `retry`
+    /// counts it in the retries metric.
     #[inline]
-    fn add_now(&self, item: T, priority: Option<i32>, retry: bool) {
+    fn add_now(&self, item: T, priority: Option<i32>, retry: bool) -> bool {
         let hash = item_hash(&self.hasher, &item);
         let mut inner = self.inner.lock();
-        let mut wake = self.promote(&mut inner);
-        let added = inner
+        let mut after = self.promote(&mut inner);
+        let accepted = !inner.state.is_shutting_down();
+        let (added, unused) = inner
             .state
             .add_hashed(item, hash, priority, self.metrics_now());
-        if self.metrics.is_some() {
-            let retried = retry && !inner.state.is_shutting_down();
-            self.record(|metrics| {
-                if retried {
-                    metrics.retry();
-                }
-                if added.counted {
-                    metrics.add();
-                }
-            });
-        }
+        after.retry = retry && accepted;
+        after.adds += usize::from(added.counted);
+        after.unused = unused;
         if added.ready {
             self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
             if !inner.waiters.is_empty() {
-                wake = wake.merge(inner.waiters.take_one());
+                after.wake = std::mem::take(&mut after.wake).merge(inner.waiters.take_one());
             }
         }
         drop(inner);
-        wake.wake();
+        after.run(self);
+        accepted
     }
 
-    /// Adds `item` after `delay`; `retry` counts it in the retries metric (client-go counts
-    /// every `AddAfter`, even with a zero delay).
-    fn add_delayed(self: &Arc<Self>, item: T, delay: Duration, priority: Option<i32>, retry: bool) {
+    /// Adds `item` after `delay`; returns `false` if the queue is shut down and refused it.
+    /// `retry` counts it in the retries metric (client-go counts every `AddAfter`, even with
+    /// a zero delay).
+    fn add_delayed(
+        self: &Arc<Self>,
+        item: T,
+        delay: Duration,
+        priority: Option<i32>,
+        retry: bool,
+    ) -> bool {
         if delay.is_zero() {
             return self.add_now(item, priority, retry);
         }
         let hash = item_hash(&self.hasher, &item);
         let mut inner = self.inner.lock();
         if inner.state.is_shutting_down() {
-            return;
-        }
-        if retry {
-            self.record(|metrics| metrics.retry());
+            drop(inner);
+            drop(item);
+            return false;
         }
         let now = self.now_ns();
         let at = now.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
-        let mut wake = Wakeups::None;
+        let mut after = After::default();
         if inner.state.delayed_len() > 0 {
-            wake = self.promote_at(&mut inner, now);
+            after = self.promote_at(&mut inner, now);
         }
-        let added: Added = inner.state.add_at_hashed(item, hash, at, priority);
+        after.retry = retry;
+        let (added, unused): (Added, _) = inner.state.add_at_hashed(item, hash, at, priority);
+        after.unused = unused;
         let mut notify_timer = false;
         if added.new_head && !self.clock_driven {
             if inner.timer.thread.is_none() {
@@ -971,34 +1000,36 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         if notify_timer {
             self.timer_cv.notify_one();
         }
-        wake.wake();
+        after.run(self);
+        true
     }
 
-    /// Drops a lease: client-go's `Done`.
+    /// Drops a lease: client-go's `Done`. Due items are promoted first, as by every other
+    /// call, so an item re-queued here goes behind them.
     #[inline]
     pub(crate) fn done(&self, slot: u32) {
         let mut inner = self.inner.lock();
-        let mut wake = Wakeups::None;
+        let mut after = self.promote(&mut inner);
         let done = inner.state.done(slot, self.metrics_now());
-        if let Some(worked) = done.worked_for {
-            self.record(|metrics| metrics.done(Duration::from_nanos(worked)));
-        }
+        after.worked = done.worked_for;
         if done.requeued {
             self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-            wake = inner.waiters.take_one();
+            after.wake = std::mem::take(&mut after.wake).merge(inner.waiters.take_one());
         }
         if inner.state.processing() == 0 && inner.drain {
-            wake = wake.merge(inner.drain_waiters.take_all());
+            after.wake = std::mem::take(&mut after.wake).merge(inner.drain_waiters.take_all());
         }
-        drop(inner);
         // The queue's copy of an item it no longer tracks is freed outside the lock.
-        drop(done.removed);
-        wake.wake();
+        after.unused = done.removed;
+        drop(inner);
+        after.run(self);
     }
 
-    fn shut_down(&self, drain: bool) {
+    /// Shuts the queue down; returns the delayed items it dropped (see [`State::shut_down`]
+    /// for `clone_processing`), which the caller drops or keeps, outside the lock.
+    fn shut_down(&self, drain: bool, clone_processing: bool) -> Vec<T> {
         let mut inner = self.inner.lock();
-        inner.state.shut_down();
+        let dropped = inner.state.shut_down(clone_processing);
         inner.drain = drain;
         let mut wake = inner.waiters.take_all();
         if !drain {
@@ -1010,14 +1041,15 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         self.timer_cv.notify_all();
         wake.wake();
         join_unless_current(thread);
+        dropped
     }
 
     /// Called by a driving clock (a [`FakeClock`](crate::clock::FakeClock)) after it moved.
     fn on_clock_advance(&self) {
         let mut inner = self.inner.lock();
-        let wake = self.promote(&mut inner);
+        let after = self.promote(&mut inner);
         drop(inner);
-        wake.wake();
+        after.run(self);
     }
 
     fn start_timer(self: &Arc<Self>, inner: &mut Inner<T>) {
@@ -1039,22 +1071,107 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     }
 }
 
+/// What a call decided under the lock and does once it is released: wake waiters, report
+/// metrics, drop an item the queue did not keep (user code all three: a waker, a
+/// recorder, `T`'s `Drop`, none of which may run under the queue's lock).
+pub(crate) struct After<T> {
+    /// Waiters to wake.
+    wake: Wakeups,
+    /// Items that became dirty: the adds metric.
+    adds: usize,
+    /// Count one retry.
+    retry: bool,
+    /// An item was handed out after waiting this long (nanoseconds).
+    got: Option<u64>,
+    /// An item was done after being processed this long (nanoseconds).
+    worked: Option<u64>,
+    /// An item given to an add and not kept, or an item the queue stopped tracking.
+    unused: Option<T>,
+}
+
+impl<T> Default for After<T> {
+    fn default() -> Self {
+        Self {
+            wake: Wakeups::None,
+            adds: 0,
+            retry: false,
+            got: None,
+            worked: None,
+            unused: None,
+        }
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> After<T> {
+    /// Records the metrics, wakes the waiters and drops the unused item; call it without the
+    /// queue's lock. Metrics come first, so a woken getter sees them recorded.
+    #[inline]
+    fn run(self, shared: &Shared<T>) {
+        let After {
+            wake,
+            adds,
+            retry,
+            got,
+            worked,
+            unused,
+        } = self;
+        if shared.metrics.is_some() && (adds > 0 || retry || got.is_some() || worked.is_some()) {
+            shared.record(|metrics| {
+                if retry {
+                    metrics.retry();
+                }
+                (0..adds).for_each(|_| metrics.add());
+                if let Some(waited) = got {
+                    metrics.get(Duration::from_nanos(waited));
+                }
+                if let Some(worked) = worked {
+                    metrics.done(Duration::from_nanos(worked));
+                }
+            });
+        }
+        drop(unused);
+        wake.wake();
+    }
+}
+
 /// The delay timer: sleeps until the earliest delayed item is due, promotes it and wakes
 /// getters. One per queue, started by the first delayed add, ended by shut down or when the
 /// last handle drops.
+///
+/// A panic in user code it runs (a clock's `now`, a waker, a metrics recorder's panic is
+/// contained already) would end the thread and leave getters of delayed items waiting
+/// forever: it is caught and logged, and the loop starts again after a short pause (so that
+/// a clock that always panics does not spin a core).
 fn timer_loop<T: Eq + Hash + Clone + Send + Sync + 'static>(weak: Weak<Shared<T>>) {
     let Some(shared) = weak.upgrade() else {
         return;
     };
     drop(weak);
+    loop {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| timer_run(&shared))) {
+            Ok(()) => return,
+            Err(_) => {
+                tracing::error!(
+                    queue = shared.name.as_deref().unwrap_or(""),
+                    "workqueue: a clock or waker panicked on the delay timer thread; \
+                     the timer goes on"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// The body of [`timer_loop`]; returns when the timer should end.
+fn timer_run<T: Eq + Hash + Clone + Send + Sync + 'static>(shared: &Shared<T>) {
     let mut inner = shared.inner.lock();
     loop {
         if inner.state.is_shutting_down() || shared.handles.load(Ordering::Acquire) == 0 {
             return;
         }
-        let wake = shared.promote(&mut inner);
-        if !matches!(wake, Wakeups::None) {
-            sync::unlocked(&mut inner, || wake.wake());
+        let after = shared.promote(&mut inner);
+        if !after.is_idle() {
+            sync::unlocked(&mut inner, || after.run(shared));
             continue;
         }
         match inner.state.next_deadline() {
@@ -1070,6 +1187,13 @@ fn timer_loop<T: Eq + Hash + Clone + Send + Sync + 'static>(weak: Weak<Shared<T>
                 }
             }
         }
+    }
+}
+
+impl<T> After<T> {
+    /// Nothing to do after the lock.
+    fn is_idle(&self) -> bool {
+        matches!(self.wake, Wakeups::None) && self.adds == 0
     }
 }
 
@@ -1095,8 +1219,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Future for Get<'_, T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let shared = &self.queue.shared;
         let mut inner = shared.inner.lock();
-        let wake = shared.promote(&mut inner);
-        let outcome = shared.pop_locked(&mut inner);
+        let mut after = shared.promote(&mut inner);
+        let outcome = shared.pop_locked(&mut inner, &mut after);
         let result = match outcome {
             Some(done) => {
                 if let Some(id) = self.waiter.take() {
@@ -1117,7 +1241,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Future for Get<'_, T> {
             }
         };
         drop(inner);
-        wake.wake();
+        after.run(shared);
         result
     }
 }

@@ -90,6 +90,25 @@ impl Node {
     }
 }
 
+/// Below this capacity (in items) nothing is shrunk: small queues keep what they have.
+const SHRINK_FLOOR: usize = 1024;
+
+/// Whether a container of `capacity` holding `live` items should give memory back: more
+/// than four times what it holds, above the floor. Shrinking to [`shrink_target`] (twice
+/// what it holds) leaves a factor of two either way before the next grow or shrink, so a
+/// queue that hovers at one size never thrashes, and each shrink's O(n) copy is paid for by
+/// the n removals that made it due (amortised O(1) per call).
+#[inline]
+fn oversized(capacity: usize, live: usize) -> bool {
+    capacity > 4 * live.max(SHRINK_FLOOR)
+}
+
+/// The capacity to shrink to: see [`oversized`].
+#[inline]
+fn shrink_target(live: usize) -> usize {
+    (2 * live).max(SHRINK_FLOOR)
+}
+
 /// Arity of the delay heap: a 4-ary heap is shallower than a binary one, and its four
 /// children share a cache line (see PEERS.md's timer study).
 const ARITY: usize = 4;
@@ -111,6 +130,8 @@ struct Ready {
     others: BTreeMap<i32, VecDeque<u32>>,
     /// Stale references per (priority, slot).
     stale: HashMap<(i32, u32), u32>,
+    /// Stale references in all, the sum of `stale`'s counts.
+    stale_refs: usize,
     /// Live references, which is the number of queued items.
     len: usize,
 }
@@ -126,10 +147,77 @@ impl Ready {
         }
     }
 
+    /// Puts back a live reference [`pop`](Self::pop) just returned, at the head of its
+    /// queue. No stale reference to the same (priority, slot) is left in that queue (they
+    /// all sit before the live one, so `pop` consumed them), so the ordering rule holds.
+    fn unpop(&mut self, priority: i32, slot: u32) {
+        self.len += 1;
+        if priority == 0 {
+            self.zero.push_front(slot);
+        } else {
+            self.others.entry(priority).or_default().push_front(slot);
+        }
+    }
+
     /// Records that the reference (priority, slot) is no longer live.
     fn mark_stale(&mut self, priority: i32, slot: u32) {
         self.len -= 1;
         *self.stale.entry((priority, slot)).or_insert(0) += 1;
+        self.stale_refs += 1;
+        // A starved priority's queue is never popped, so its stale references would pile
+        // up: drop them all once they outnumber the live ones (amortised O(1): the walk is
+        // paid for by the raises that made them).
+        if self.stale_refs > self.len.max(SHRINK_FLOOR / 16) {
+            self.compact();
+        }
+    }
+
+    /// Drops every stale reference from the queues, keeping the live ones in order, and
+    /// gives back the capacity the queues and the stale map no longer need.
+    fn compact(&mut self) {
+        let mut stale = std::mem::take(&mut self.stale);
+        let mut keep = |priority: i32, lane: &mut VecDeque<u32>| {
+            if !stale.is_empty() {
+                // Stale references of a (priority, slot) come before its live one, so the
+                // first ones met are the stale ones.
+                lane.retain(|&slot| match stale.get_mut(&(priority, slot)) {
+                    Some(count) => {
+                        *count -= 1;
+                        if *count == 0 {
+                            stale.remove(&(priority, slot));
+                        }
+                        false
+                    }
+                    None => true,
+                });
+            }
+            if oversized(lane.capacity(), lane.len()) {
+                lane.shrink_to(shrink_target(lane.len()));
+            }
+        };
+        keep(0, &mut self.zero);
+        for (&priority, lane) in &mut self.others {
+            keep(priority, lane);
+        }
+        self.others.retain(|_, lane| !lane.is_empty());
+        debug_assert!(
+            stale.is_empty(),
+            "stale references not found in their queues"
+        );
+        self.stale = HashMap::new();
+        self.stale_refs = 0;
+    }
+
+    /// Renumbers every live reference (after [`compact`](Self::compact)).
+    fn remap(&mut self, map: &[u32]) {
+        debug_assert!(self.stale.is_empty());
+        for slot in self
+            .zero
+            .iter_mut()
+            .chain(self.others.values_mut().flat_map(|lane| lane.iter_mut()))
+        {
+            *slot = map[*slot as usize];
+        }
     }
 
     /// Pops the next live reference.
@@ -147,6 +235,7 @@ impl Ready {
                 if *count == 0 {
                     self.stale.remove(&(priority, slot));
                 }
+                self.stale_refs -= 1;
                 continue;
             }
             self.len -= 1;
@@ -155,7 +244,8 @@ impl Ready {
                 // all raised before they are handed out would keep them forever.
                 self.zero.clear();
                 self.others.clear();
-                self.stale.clear();
+                self.stale = HashMap::new();
+                self.stale_refs = 0;
             }
             return Some((priority, slot));
         }
@@ -169,13 +259,20 @@ impl Ready {
             && (*top.key() > 0 || self.zero.is_empty())
         {
             let priority = *top.key();
-            let slot = top.get_mut().pop_front();
-            if top.get().is_empty() {
+            let lane = top.get_mut();
+            let slot = lane.pop_front();
+            if lane.is_empty() {
                 top.remove();
+            } else if oversized(lane.capacity(), lane.len()) {
+                lane.shrink_to(shrink_target(lane.len()));
             }
             return slot.map(|slot| (priority, slot));
         }
-        self.zero.pop_front().map(|slot| (0, slot))
+        let slot = self.zero.pop_front();
+        if oversized(self.zero.capacity(), self.zero.len()) {
+            self.zero.shrink_to(shrink_target(self.zero.len()));
+        }
+        slot.map(|slot| (0, slot))
     }
 
     fn shrink(&mut self) {
@@ -183,6 +280,7 @@ impl Ready {
             self.zero = VecDeque::new();
             self.others = BTreeMap::new();
             self.stale = HashMap::new();
+            self.stale_refs = 0;
         }
     }
 }
@@ -282,6 +380,9 @@ pub(crate) struct State<T, S = foldhash::fast::RandomState> {
     shutting_down: bool,
     /// Timestamps for metrics, if enabled.
     times: Option<Box<Times>>,
+    /// Set when a renumbering could not shrink the slab because an item being processed
+    /// holds a high slot: the slot, so the next attempt waits until that lease is done.
+    pinned: Option<u32>,
 }
 
 impl<T: Eq + Hash + Clone> State<T> {
@@ -365,12 +466,14 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             processing: 0,
             shutting_down: false,
             times: None,
+            pinned: None,
         }
     }
 
-    /// Looks `item` up, or reserves a slot for it. Returns (slot, existed).
+    /// Looks `item` up, or reserves a slot for it. Returns the slot, and `item` back if an
+    /// equal item was there already (the caller drops it once the lock is released).
     #[inline]
-    fn find_or_insert(&mut self, item: T, hash: u32, priority: i32) -> (u32, bool) {
+    fn find_or_insert(&mut self, item: T, hash: u32, priority: i32) -> (u32, Option<T>) {
         let entries = &self.entries;
         match self.index.entry(
             table_hash(hash),
@@ -380,7 +483,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             },
             |&slot| table_hash(entries[slot as usize].hash),
         ) {
-            TableEntry::Occupied(occupied) => (*occupied.get(), true),
+            TableEntry::Occupied(occupied) => (*occupied.get(), Some(item)),
             TableEntry::Vacant(vacant) => {
                 let slot = self.entries.vacant_key();
                 let slot32 = u32::try_from(slot).expect("more than 4 billion items in one queue");
@@ -392,7 +495,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
                     hash,
                     flags: 0,
                 });
-                (slot32, false)
+                (slot32, None)
             }
         }
     }
@@ -401,7 +504,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     #[cfg(test)]
     pub(crate) fn add(&mut self, item: T, priority: Option<i32>, now: u64) -> Added {
         let hash = item_hash(&self.hasher, &item);
-        self.add_hashed(item, hash, priority, now)
+        self.add_hashed(item, hash, priority, now).0
     }
 
     /// Adds `item`, whose [`item_hash`] is `hash`, now (client-go's `Add`; `priority` is
@@ -413,11 +516,17 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         hash: u32,
         priority: Option<i32>,
         now: u64,
-    ) -> Added {
+    ) -> (Added, Option<T>) {
         if self.shutting_down {
-            return Added::default();
+            return (Added::default(), Some(item));
         }
-        let (slot, existed) = self.find_or_insert(item, hash, priority.unwrap_or(0));
+        let (slot, unused) = self.find_or_insert(item, hash, priority.unwrap_or(0));
+        (self.add_slot(slot, unused.is_some(), priority, now), unused)
+    }
+
+    /// [`add_hashed`](Self::add_hashed) once the item has its slot.
+    #[inline]
+    fn add_slot(&mut self, slot: u32, existed: bool, priority: Option<i32>, now: u64) -> Added {
         if !existed {
             self.ready.push(priority.unwrap_or(0), slot);
             self.entries[slot as usize].flags = QUEUED;
@@ -478,7 +587,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     #[cfg(test)]
     pub(crate) fn add_at(&mut self, item: T, at: u64, priority: Option<i32>) -> Added {
         let hash = item_hash(&self.hasher, &item);
-        self.add_at_hashed(item, hash, at, priority)
+        self.add_at_hashed(item, hash, at, priority).0
     }
 
     /// Adds `item`, whose [`item_hash`] is `hash`, once the time is `at` (client-go's
@@ -489,11 +598,19 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         hash: u32,
         at: u64,
         priority: Option<i32>,
-    ) -> Added {
+    ) -> (Added, Option<T>) {
         if self.shutting_down {
-            return Added::default();
+            return (Added::default(), Some(item));
         }
-        let (slot, existed) = self.find_or_insert(item, hash, priority.unwrap_or(0));
+        let (slot, unused) = self.find_or_insert(item, hash, priority.unwrap_or(0));
+        (
+            self.add_slot_at(slot, unused.is_some(), at, priority),
+            unused,
+        )
+    }
+
+    /// [`add_at_hashed`](Self::add_at_hashed) once the item has its slot.
+    fn add_slot_at(&mut self, slot: u32, existed: bool, at: u64, priority: Option<i32>) -> Added {
         if !existed {
             let pos = self.heap_push(at, slot);
             return Added {
@@ -590,8 +707,15 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         let (priority, slot) = self.ready.pop()?;
         let entry = &mut self.entries[slot as usize];
         debug_assert_eq!(entry.flags & (QUEUED | PROCESSING), QUEUED);
-        // Clone first: a panicking `Clone` then leaves the entry as it was.
+        // Clone before any change to the entry, and put the reference back if the clone
+        // panics: the item then stays queued at the head, as if never popped.
+        let unpop = Unpop {
+            ready: &mut self.ready,
+            priority,
+            slot,
+        };
         let item = entry.item.clone();
+        std::mem::forget(unpop);
         entry.flags = PROCESSING;
         entry.priority = 0;
         self.processing += 1;
@@ -628,6 +752,9 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             "done on an item not processing"
         );
         self.processing -= 1;
+        if self.pinned == Some(slot) {
+            self.pinned = None;
+        }
         if entry.flags & DIRTY != 0 {
             entry.flags = QUEUED;
             let prio = entry.priority;
@@ -650,16 +777,34 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     /// Stops intake (client-go's `ShutDown`). Delayed items are dropped, as client-go's
     /// delaying queue drops its waiting heap; queued items stay to be handed out, and items
     /// being processed may still be re-queued by their `done` if they were re-added before.
-    pub(crate) fn shut_down(&mut self) {
+    ///
+    /// Returns the delayed items it dropped, for the caller to drop (or keep) once the lock is
+    /// released. With `clone_processing`, the list also holds a clone of each item being
+    /// processed whose delayed re-add was dropped (the queue keeps its own copy until the
+    /// lease drops); the clones are made before anything changes, so a panicking `Clone`
+    /// leaves the queue as it was.
+    pub(crate) fn shut_down(&mut self, clone_processing: bool) -> Vec<T> {
+        let mut dropped = Vec::new();
+        if clone_processing {
+            for node in &self.heap {
+                let entry = &self.entries[node.slot as usize];
+                if entry.flags != 0 {
+                    dropped.push(entry.item.clone());
+                }
+            }
+        }
         self.shutting_down = true;
+        dropped.reserve(self.heap.len());
         while let Some(node) = self.heap.pop() {
             let entry = &mut self.entries[node.slot as usize];
             entry.heap_pos = NOT_IN_HEAP;
             if entry.flags == 0 {
-                drop(self.remove_entry(node.slot));
+                dropped.push(self.remove_entry(node.slot));
             }
         }
+        self.heap = Vec::new();
         self.maybe_shrink();
+        dropped
     }
 
     /// Forgets the entry in `slot`; returns the item for the caller to drop.
@@ -676,8 +821,94 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         }
         if self.entries.is_empty() {
             self.maybe_shrink();
+        } else if self.pinned.is_none() && oversized(self.entries.capacity(), self.entries.len()) {
+            self.renumber();
         }
         entry.item
+    }
+
+    /// Gives a burst's memory back while the queue still holds items: moves every entry
+    /// that is not being processed to the lowest free slots (a lease holds its slot, so
+    /// those stay), rebuilds the index, renumbers the heap, the ready queues (dropping
+    /// their stale references) and the timestamps, and shrinks them all. O(slots), run
+    /// only once the slab is [`oversized`], so amortised O(1) per removal.
+    ///
+    /// A lease on an item in a high slot keeps the slab at least that long: if that leaves
+    /// less than half to give back, nothing moves and the next attempt waits until that lease
+    /// is done (`pinned`). Leases out at a renumbering are few (one per
+    /// worker), so a burst pays at most that many extra scans.
+    fn renumber(&mut self) {
+        let fixed: Vec<u32> = self
+            .entries
+            .iter()
+            .filter(|(_, entry)| entry.flags & PROCESSING != 0)
+            .map(|(slot, _)| slot as u32)
+            .collect();
+        let reachable = fixed
+            .last()
+            .map_or(0, |&slot| slot as usize + 1)
+            .max(self.entries.len());
+        if reachable.saturating_mul(2) > self.entries.capacity() {
+            self.pinned = fixed.last().copied();
+            return;
+        }
+        let old = std::mem::take(&mut self.entries);
+        let mut map = vec![u32::MAX; old.capacity()];
+        let mut next = 0u32;
+        let mut fixed_at = 0;
+        let mut moved = Vec::with_capacity(old.len());
+        for (slot, entry) in old {
+            let new = if entry.flags & PROCESSING != 0 {
+                slot as u32
+            } else {
+                // The lowest slot no lease holds. Slots come in increasing order, so `new`
+                // never passes `slot`.
+                while fixed_at < fixed.len() && fixed[fixed_at] <= next {
+                    if fixed[fixed_at] == next {
+                        next += 1;
+                    }
+                    fixed_at += 1;
+                }
+                next += 1;
+                next - 1
+            };
+            map[slot] = new;
+            moved.push((new as usize, entry));
+        }
+        self.entries = moved.into_iter().collect();
+        self.entries.shrink_to_fit();
+        let entries = &self.entries;
+        let mut index = HashTable::with_capacity(entries.len());
+        for (slot, entry) in entries {
+            index.insert_unique(table_hash(entry.hash), slot as u32, |&s| {
+                table_hash(entries[s as usize].hash)
+            });
+        }
+        self.index = index;
+        for node in &mut self.heap {
+            node.slot = map[node.slot as usize];
+        }
+        if oversized(self.heap.capacity(), self.heap.len()) {
+            self.heap.shrink_to(shrink_target(self.heap.len()));
+        }
+        self.ready.compact();
+        self.ready.remap(&map);
+        if let Some(times) = &mut self.times {
+            let size = self.entries.capacity().next_power_of_two();
+            let mut added = vec![UNSET; size.min(times.added.len())];
+            for (old_slot, &at) in times.added.iter().enumerate() {
+                let new = map.get(old_slot).copied().unwrap_or(u32::MAX);
+                if at != UNSET && new != u32::MAX {
+                    added[new as usize] = at;
+                }
+            }
+            times.added = added;
+            times.started.truncate(size);
+            times.started.shrink_to_fit();
+        }
+        if oversized(self.entries.capacity(), self.entries.len()) {
+            self.pinned = fixed.last().copied();
+        }
     }
 
     /// Gives memory back once the queue holds nothing, so a burst does not pin its peak.
@@ -708,6 +939,9 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     fn heap_remove(&mut self, pos: usize) {
         let removed = self.heap.swap_remove(pos);
         self.entries[removed.slot as usize].heap_pos = NOT_IN_HEAP;
+        if oversized(self.heap.capacity(), self.heap.len()) {
+            self.heap.shrink_to(shrink_target(self.heap.len()));
+        }
         if pos < self.heap.len() {
             let moved = self.heap[pos].slot;
             self.entries[moved as usize].heap_pos = pos as u32;
@@ -798,6 +1032,20 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     }
 }
 
+/// Puts a popped reference back if dropped, which happens only when `T::clone` unwinds
+/// (a successful pop forgets it).
+struct Unpop<'a> {
+    ready: &'a mut Ready,
+    priority: i32,
+    slot: u32,
+}
+
+impl Drop for Unpop<'_> {
+    fn drop(&mut self) {
+        self.ready.unpop(self.priority, self.slot);
+    }
+}
+
 /// Records the priority a re-add of a processing item asked for: the highest one wins.
 #[inline]
 fn raise_pending<T>(entry: &mut Entry<T>, priority: Option<i32>) {
@@ -815,7 +1063,7 @@ fn raise_pending<T>(entry: &mut Entry<T>, priority: Option<i32>) {
 mod tests {
     use super::*;
 
-    fn drain(state: &mut State<&'static str>) -> Vec<&'static str> {
+    fn drain<T: Eq + Hash + Clone>(state: &mut State<T>) -> Vec<T> {
         let mut out = Vec::new();
         while let Some(p) = state.pop(0) {
             out.push(p.item);
@@ -947,13 +1195,106 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_is_renumbered_down_around_a_lease_and_keeps_every_rule() {
+        let mut s: State<u32> = State::new();
+        s.enable_times();
+        s.add_at(u32::MAX, 1_000_000, None); // the resync key, always delayed
+        for item in 0..100_000 {
+            match item % 3 {
+                0 => s.add_at(item, 10 + u64::from(item % 7), Some(1)),
+                1 => s.add(item, Some(-1), 0),
+                _ => s.add(item, None, 0),
+            };
+            if item % 5 == 0 {
+                s.add(item, Some(2), 0); // a raise: stale references
+            }
+        }
+        s.promote(100);
+        // Hold a lease on an item in a high slot while most of the burst drains.
+        let mut held = None;
+        let mut order = Vec::new();
+        while let Some(p) = s.pop(7) {
+            order.push(p.item);
+            if held.is_none() && p.slot > 90_000 {
+                held = Some(p);
+                continue;
+            }
+            s.done(p.slot, 9);
+            if order.len() % 10_000 == 0 {
+                s.check();
+            }
+        }
+        s.check();
+        let held = held.expect("a high slot was handed out");
+        assert!(
+            s.entries.capacity() > held.slot as usize,
+            "a leased slot never moves"
+        );
+        s.add(held.item, None, 0); // dirty while processing
+        assert!(s.done(held.slot, 9).requeued);
+        let again = s.pop(9).unwrap();
+        assert_eq!(again.item, held.item);
+        s.done(again.slot, 9);
+        s.check();
+        assert_eq!(s.tracked(), 1);
+        assert!(
+            s.entries.capacity() <= 4 * SHRINK_FLOOR,
+            "slab {}",
+            s.entries.capacity()
+        );
+        assert!(
+            s.index.capacity() <= 4 * SHRINK_FLOOR,
+            "index {}",
+            s.index.capacity()
+        );
+        assert!(
+            s.heap.capacity() <= 4 * SHRINK_FLOOR,
+            "heap {}",
+            s.heap.capacity()
+        );
+        assert!(s.ready.zero.capacity() <= 4 * SHRINK_FLOOR);
+        assert!(s.ready.stale.is_empty());
+        let times = s.times.as_ref().unwrap();
+        assert!(
+            times.added.len() <= 8 * SHRINK_FLOOR,
+            "times {}",
+            times.added.len()
+        );
+        // Every item came out once.
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 100_000);
+        assert_eq!(s.promote(1_000_000).ready, 1);
+        assert_eq!(drain(&mut s), [u32::MAX]);
+    }
+
+    #[test]
+    fn stale_references_are_compacted_once_they_outnumber_live_ones() {
+        let mut s = State::new();
+        s.add("keep", None, 0);
+        for round in 0..10_000 {
+            let item = ["a", "b", "c"][round % 3];
+            s.add(item, Some(-100), 0);
+            s.add(item, Some(5), 0);
+            let p = s.pop(0).unwrap();
+            assert_eq!(p.item, item);
+            s.done(p.slot, 0);
+        }
+        s.check();
+        assert!(s.ready.stale_refs <= SHRINK_FLOOR / 16 + 1);
+        assert!(s.ready.others.values().map(VecDeque::len).sum::<usize>() <= SHRINK_FLOOR / 16 + 1);
+        assert_eq!(drain(&mut s), ["keep"]);
+    }
+
+    #[test]
     fn shut_down_drops_delayed_and_ignores_adds() {
         let mut s = State::new();
         s.add("a", None, 0);
         s.add_at("b", 10, None);
         let a = s.pop(0).unwrap();
         s.add_at("a", 10, None);
-        s.shut_down();
+        assert_eq!(s.shut_down(true), ["a", "b"]);
         s.check();
         assert_eq!(s.delayed_len(), 0);
         assert!(!s.add("c", None, 0).ready);

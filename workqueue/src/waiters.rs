@@ -64,7 +64,21 @@ impl Wakeups {
         match self {
             Wakeups::None => {}
             Wakeups::One(signal) => signal.wake(),
-            Wakeups::Many(signals) => signals.into_iter().for_each(Signal::wake),
+            Wakeups::Many(signals) => {
+                // A waker is user code: if one panics, the others must still be woken (they
+                // were taken off the list), then the first panic goes on.
+                let mut panicked = None;
+                for signal in signals {
+                    if let Err(payload) =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| signal.wake()))
+                    {
+                        panicked.get_or_insert(payload);
+                    }
+                }
+                if let Some(payload) = panicked {
+                    std::panic::resume_unwind(payload);
+                }
+            }
         }
     }
 

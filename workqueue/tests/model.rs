@@ -69,10 +69,13 @@ fn backoff_ns(base: u64, exponent: usize, max: u64) -> u64 {
     u64::try_from(nanos).map_or(max, |nanos| nanos.min(max))
 }
 
-/// The per-item limiters' bookkeeping: failures per item, at most `max_tracked` items.
+/// The per-item limiters' bookkeeping: failures per item, for the `max_tracked` items that
+/// failed most recently.
 #[derive(Debug, Clone)]
 struct Failures {
     counts: BTreeMap<Key, usize>,
+    /// Tracked keys, least recently failed first.
+    recency: Vec<Key>,
     max_tracked: usize,
 }
 
@@ -80,26 +83,36 @@ impl Failures {
     fn new(max_tracked: usize) -> Self {
         Self {
             counts: BTreeMap::new(),
+            recency: Vec::new(),
             max_tracked,
         }
     }
 
-    /// Counts one more failure of `key`: `Some(failures before this one)`, or `None` if the
-    /// limiter is full and `key` is not tracked.
-    fn fail(&mut self, key: Key) -> Option<usize> {
+    /// Counts one more failure of `key` and returns the failures before this one. A new key
+    /// failing while `max_tracked` keys are counted evicts the least recently failed key;
+    /// with `max_tracked == 0` nothing is counted.
+    fn fail(&mut self, key: Key) -> usize {
         if let Some(count) = self.counts.get_mut(&key) {
             *count += 1;
-            return Some(*count - 1);
+            self.recency.retain(|&k| k != key);
+            self.recency.push(key);
+            return *count - 1;
+        }
+        if self.max_tracked == 0 {
+            return 0;
         }
         if self.counts.len() >= self.max_tracked {
-            return None;
+            let oldest = self.recency.remove(0);
+            self.counts.remove(&oldest);
         }
         self.counts.insert(key, 1);
-        Some(0)
+        self.recency.push(key);
+        0
     }
 
     fn forget(&mut self, key: Key) {
         self.counts.remove(&key);
+        self.recency.retain(|&k| k != key);
     }
 
     fn num_requeues(&self, key: Key) -> usize {
@@ -110,14 +123,15 @@ impl Failures {
 /// A per-item limiter's formula.
 #[derive(Debug, Clone)]
 enum LimiterModel {
-    /// `ExponentialFailure`: `base * 2^failures`, capped; a full limiter answers `max`.
+    /// `ExponentialFailure`: `base * 2^failures`, capped; a full limiter evicts the least
+    /// recently failed key.
     Exponential {
         base: u64,
         max: u64,
         failures: Failures,
     },
     /// `FastSlow`: `fast` for the first `attempts` failures, then `slow`; a full limiter
-    /// answers `slow`.
+    /// evicts the least recently failed key.
     FastSlow {
         fast: u64,
         slow: u64,
@@ -133,19 +147,19 @@ impl LimiterModel {
                 base,
                 max,
                 failures,
-            } => match failures.fail(key) {
-                Some(before) => backoff_ns(*base, before, *max),
-                None => *max,
-            },
+            } => backoff_ns(*base, failures.fail(key), *max),
             LimiterModel::FastSlow {
                 fast,
                 slow,
                 attempts,
                 failures,
-            } => match failures.fail(key) {
-                Some(before) if before < *attempts => *fast,
-                _ => *slow,
-            },
+            } => {
+                if failures.fail(key) < *attempts {
+                    *fast
+                } else {
+                    *slow
+                }
+            }
         };
         Duration::from_nanos(nanos)
     }

@@ -491,3 +491,65 @@ fn add_with_rate_limited_and_a_delay_takes_the_shorter() {
     clock.step(ms(5));
     assert_eq!(*queue.try_get().unwrap(), "short");
 }
+
+// ===== bounded failure tracking =====
+
+#[test]
+fn a_full_exponential_limiter_evicts_the_least_recently_failed_item() {
+    let ms = Duration::from_millis;
+    let limiter = ExponentialFailure::new(ms(1), Duration::from_secs(1000)).with_max_tracked(2);
+    assert_eq!(limiter.when(&"a"), ms(1));
+    assert_eq!(limiter.when(&"b"), ms(1));
+    assert_eq!(limiter.when(&"a"), ms(2)); // "b" is now the least recently failed
+    // Full: a new item still gets client-go's delay and a true count; "b" makes room.
+    assert_eq!(limiter.when(&"c"), ms(1));
+    assert_eq!(limiter.num_requeues(&"c"), 1);
+    assert_eq!(limiter.when(&"c"), ms(2));
+    assert_eq!(limiter.num_requeues(&"c"), 2);
+    assert_eq!(limiter.num_requeues(&"b"), 0, "evicted");
+    assert_eq!(limiter.tracked(), 2);
+    // "a" failed before "c": it goes next, and starts again from the base delay.
+    assert_eq!(limiter.when(&"d"), ms(1));
+    assert_eq!(limiter.num_requeues(&"a"), 0);
+    assert_eq!(limiter.when(&"a"), ms(1));
+    assert_eq!(
+        limiter.num_requeues(&"c"),
+        0,
+        "c was the least recently failed"
+    );
+    assert_eq!(limiter.num_requeues(&"d"), 1);
+    assert_eq!(limiter.tracked(), 2);
+}
+
+#[test]
+fn a_full_fast_slow_limiter_evicts_and_keeps_its_formula() {
+    let fast = Duration::from_millis(5);
+    let slow = Duration::from_secs(10);
+    let limiter = FastSlow::new(fast, slow, 2).with_max_tracked(1);
+    assert_eq!(limiter.when(&"a"), fast);
+    assert_eq!(limiter.when(&"a"), fast);
+    assert_eq!(limiter.when(&"a"), slow);
+    assert_eq!(limiter.when(&"b"), fast, "a new item gets the fast delay");
+    assert_eq!(limiter.num_requeues(&"b"), 1);
+    assert_eq!(limiter.num_requeues(&"a"), 0);
+    assert_eq!(limiter.tracked(), 1);
+}
+
+#[test]
+fn a_limiter_failing_many_items_without_forget_stays_bounded() {
+    let limiter = ExponentialFailure::new(Duration::from_millis(1), Duration::from_secs(1000))
+        .with_max_tracked(100);
+    for round in 0..3u32 {
+        for item in 0..1_000u32 {
+            assert_eq!(
+                limiter.when(&item),
+                Duration::from_millis(1),
+                "round {round}: item {item} (evicted since its last failure) starts again at the base"
+            );
+        }
+    }
+    assert_eq!(limiter.tracked(), 100);
+    for item in 900..1_000u32 {
+        assert_eq!(limiter.num_requeues(&item), 1);
+    }
+}

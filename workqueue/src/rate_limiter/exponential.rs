@@ -12,12 +12,15 @@ use super::failures::Failures;
 ///
 /// A per-item limiter remembers every item that failed until it is
 /// [`forget`](RateLimiter::forget)-ten. A caller that never forgets would grow that memory
-/// without limit (kubernetes/kubernetes#138743), so the limiters stop tracking new items at
-/// this bound; an item they cannot track is treated as having failed many times (it gets
-/// the longest delay) until room frees up. The bound sits far above the number of objects a
-/// controller normally has failing at once, so callers who do forget never reach it; at
-/// roughly 70 bytes per short string key it caps the memory near 7 MB. Change it with
-/// `with_max_tracked`.
+/// without limit (kubernetes/kubernetes#138743), so the limiters count the failures of at
+/// most this many items: when a new item fails while that many are counted, the item whose
+/// latest failure is the oldest is forgotten (as if `forget` had been called for it) to make
+/// room. Every failing item therefore gets its formula's delay and a true `num_requeues`
+/// as long as it is among the `max_tracked` most recently failed items; an item evicted
+/// before it fails again starts again from its first delay, with `num_requeues` 0. The
+/// bound sits far above the number of objects a controller normally has failing at once,
+/// so callers who do forget never reach it; at roughly 100 bytes per short string key it
+/// caps the memory near 10 MB. Change it with `with_max_tracked`.
 pub const DEFAULT_MAX_TRACKED: usize = 100_000;
 
 /// Per-item exponential backoff: the `n`-th failure of an item since it was last forgotten
@@ -26,8 +29,9 @@ pub const DEFAULT_MAX_TRACKED: usize = 100_000;
 /// The computation cannot overflow: after thousands of failures the delay is `max_delay`.
 /// This is client-go's `ItemExponentialFailureRateLimiter`, with one addition: it tracks at
 /// most [`DEFAULT_MAX_TRACKED`] items (change it with
-/// [`with_max_tracked`](Self::with_max_tracked)). While that many are tracked, an item it
-/// does not know yet waits `max_delay` and is not tracked (its `num_requeues` stays 0).
+/// [`with_max_tracked`](Self::with_max_tracked)). While that many are tracked, a new failing
+/// item takes the place of the least recently failed one, which starts again from
+/// `base_delay` if it fails later.
 ///
 /// All items failing together get the same delays and so retry together; wrap the limiter
 /// in [`Jitter`](super::Jitter) to spread them.
@@ -64,10 +68,12 @@ impl<T> ExponentialFailure<T> {
 
     /// Tracks at most `max_tracked` items (default [`DEFAULT_MAX_TRACKED`]).
     ///
-    /// While the limiter is full, an item it does not track yet waits `max_delay` and stays
-    /// untracked; items already tracked keep their counts, and each
-    /// [`forget`](RateLimiter::forget) frees a place. The first time the limiter is full it
-    /// logs a `tracing` warning. `usize::MAX` means no bound (client-go's behaviour).
+    /// When a new item fails while `max_tracked` items are counted, the item whose latest
+    /// failure is the oldest is forgotten to make room: the new item gets `base_delay` and a
+    /// `num_requeues` of 1, as in client-go, and the evicted one starts again from
+    /// `base_delay` if it fails later. Each [`forget`](RateLimiter::forget) frees a place.
+    /// The first eviction logs a `tracing` warning. `usize::MAX` means no bound (client-go's
+    /// behaviour); 0 counts nothing, so every failure waits `base_delay`.
     ///
     /// # Examples
     ///
@@ -78,11 +84,10 @@ impl<T> ExponentialFailure<T> {
     /// let limiter = ExponentialFailure::new(Duration::from_millis(5), Duration::from_secs(60))
     ///     .with_max_tracked(1);
     /// assert_eq!(limiter.when(&"default/web-0"), Duration::from_millis(5));
-    /// // Full: an unknown item gets the longest delay and is not tracked.
-    /// assert_eq!(limiter.when(&"default/web-1"), Duration::from_secs(60));
-    /// assert_eq!(limiter.num_requeues(&"default/web-1"), 0);
-    /// limiter.forget(&"default/web-0");
+    /// // Full: the new item takes the place of the least recently failed one.
     /// assert_eq!(limiter.when(&"default/web-1"), Duration::from_millis(5));
+    /// assert_eq!(limiter.num_requeues(&"default/web-1"), 1);
+    /// assert_eq!(limiter.num_requeues(&"default/web-0"), 0);
     /// ```
     #[must_use]
     pub fn with_max_tracked(mut self, max_tracked: usize) -> Self {
@@ -119,11 +124,7 @@ pub(crate) fn backoff(base: Duration, exponent: usize, max: Duration) -> Duratio
 
 impl<T: Eq + Hash + Clone + Send + Sync> RateLimiter<T> for ExponentialFailure<T> {
     fn when(&self, item: &T) -> Duration {
-        match self.failures.record(item) {
-            Some(before) => backoff(self.base_delay, before, self.max_delay),
-            // Untracked because the limiter is full: treated as having failed many times.
-            None => self.max_delay,
-        }
+        backoff(self.base_delay, self.failures.record(item), self.max_delay)
     }
 
     fn forget(&self, item: &T) {
@@ -159,28 +160,37 @@ mod tests {
     }
 
     #[test]
-    fn full_limiter_gives_untracked_items_max_delay_and_keeps_tracked_counts() {
+    fn full_limiter_evicts_the_least_recently_failed_and_keeps_the_formula() {
         let limiter = ExponentialFailure::new(MS, Duration::from_secs(1)).with_max_tracked(2);
         assert_eq!(limiter.when(&1), MS);
         assert_eq!(limiter.when(&2), MS);
-        // Full: a third item is not tracked and waits the maximum, every time.
-        assert_eq!(limiter.when(&3), Duration::from_secs(1));
-        assert_eq!(limiter.when(&3), Duration::from_secs(1));
-        assert_eq!(limiter.num_requeues(&3), 0);
-        assert_eq!(limiter.tracked(), 2);
-        // Tracked items keep client-go's sequence.
-        assert_eq!(limiter.when(&1), 2 * MS);
-        assert_eq!(limiter.num_requeues(&1), 2);
-        // Forgetting one frees a place.
-        limiter.forget(&2);
+        // Full: a third item takes item 1's place and gets client-go's sequence.
         assert_eq!(limiter.when(&3), MS);
-        assert_eq!(limiter.num_requeues(&3), 1);
+        assert_eq!(limiter.when(&3), 2 * MS);
+        assert_eq!(limiter.num_requeues(&3), 2);
+        assert_eq!(limiter.num_requeues(&1), 0);
+        assert_eq!(limiter.tracked(), 2);
+        // Forgetting one frees a place: nothing is evicted for the next one.
+        limiter.forget(&2);
+        assert_eq!(limiter.when(&4), MS);
+        assert_eq!(limiter.num_requeues(&3), 2);
+        assert_eq!(limiter.tracked(), 2);
+    }
+
+    #[test]
+    fn stale_order_entries_are_compacted() {
+        let limiter = ExponentialFailure::new(MS, Duration::from_secs(1)).with_max_tracked(4);
+        for _ in 0..10_000 {
+            limiter.when(&1);
+        }
+        assert!(limiter.failures.order_len() <= 2 + 32 + 1);
     }
 
     #[test]
     fn zero_bound_tracks_nothing() {
         let limiter = ExponentialFailure::new(MS, Duration::from_secs(5)).with_max_tracked(0);
-        assert_eq!(limiter.when(&1), Duration::from_secs(5));
+        assert_eq!(limiter.when(&1), MS);
+        assert_eq!(limiter.when(&1), MS);
         assert_eq!(limiter.tracked(), 0);
     }
 }

@@ -11,8 +11,9 @@ use super::failures::Failures;
 ///
 /// This is client-go's `ItemFastSlowRateLimiter`, with one addition: it tracks at most
 /// [`DEFAULT_MAX_TRACKED`](super::DEFAULT_MAX_TRACKED) items (change it with [`with_max_tracked`](Self::with_max_tracked)).
-/// While that many are tracked, an item it does not know yet waits `slow_delay` and is not
-/// tracked (its `num_requeues` stays 0).
+/// While that many are tracked, a new failing item takes the place of the least recently
+/// failed one (see [`DEFAULT_MAX_TRACKED`](super::DEFAULT_MAX_TRACKED)), which starts again
+/// from `fast_delay` if it fails later.
 ///
 /// # Examples
 ///
@@ -45,10 +46,13 @@ impl<T> FastSlow<T> {
 
     /// Tracks at most `max_tracked` items (default [`DEFAULT_MAX_TRACKED`](super::DEFAULT_MAX_TRACKED)).
     ///
-    /// While the limiter is full, an item it does not track yet waits `slow_delay` and stays
-    /// untracked; items already tracked keep their counts, and each
-    /// [`forget`](RateLimiter::forget) frees a place. The first time the limiter is full it
-    /// logs a `tracing` warning. `usize::MAX` means no bound (client-go's behaviour).
+    /// When a new item fails while `max_tracked` items are counted, the item whose latest
+    /// failure is the oldest is forgotten to make room: the new item gets `fast_delay` (if
+    /// `max_fast_attempts > 0`) and a `num_requeues` of 1, as in client-go, and the evicted
+    /// one starts again from its first failure if it fails later. Each
+    /// [`forget`](RateLimiter::forget) frees a place. The first eviction logs a `tracing`
+    /// warning. `usize::MAX` means no bound (client-go's behaviour); 0 counts nothing, so
+    /// every failure is a first one.
     ///
     /// # Examples
     ///
@@ -59,7 +63,9 @@ impl<T> FastSlow<T> {
     /// let limiter = FastSlow::new(Duration::from_millis(5), Duration::from_secs(10), 3)
     ///     .with_max_tracked(1);
     /// assert_eq!(limiter.when(&"default/web-0"), Duration::from_millis(5));
-    /// assert_eq!(limiter.when(&"default/web-1"), Duration::from_secs(10)); // full
+    /// // Full: "default/web-1" takes the place of "default/web-0".
+    /// assert_eq!(limiter.when(&"default/web-1"), Duration::from_millis(5));
+    /// assert_eq!(limiter.num_requeues(&"default/web-0"), 0);
     /// ```
     #[must_use]
     pub fn with_max_tracked(mut self, max_tracked: usize) -> Self {
@@ -80,10 +86,10 @@ impl<T> FastSlow<T> {
 
 impl<T: Eq + Hash + Clone + Send + Sync> RateLimiter<T> for FastSlow<T> {
     fn when(&self, item: &T) -> Duration {
-        match self.failures.record(item) {
-            Some(before) if before < self.max_fast_attempts => self.fast_delay,
-            // Past the fast attempts, or untracked because the limiter is full.
-            _ => self.slow_delay,
+        if self.failures.record(item) < self.max_fast_attempts {
+            self.fast_delay
+        } else {
+            self.slow_delay
         }
     }
 
@@ -125,15 +131,14 @@ mod tests {
     }
 
     #[test]
-    fn full_limiter_gives_untracked_items_the_slow_delay() {
+    fn full_limiter_evicts_to_give_new_items_the_fast_delay() {
         let limiter = FastSlow::new(FAST, SLOW, 3).with_max_tracked(1);
         assert_eq!(limiter.when(&1), FAST);
-        assert_eq!(limiter.when(&2), SLOW);
-        assert_eq!(limiter.num_requeues(&2), 0);
-        assert_eq!(limiter.when(&1), FAST);
-        assert_eq!(limiter.num_requeues(&1), 2);
-        limiter.forget(&1);
         assert_eq!(limiter.when(&2), FAST);
+        assert_eq!(limiter.num_requeues(&2), 1);
+        assert_eq!(limiter.num_requeues(&1), 0);
+        assert_eq!(limiter.when(&1), FAST);
+        assert_eq!(limiter.num_requeues(&1), 1);
         assert_eq!(limiter.tracked(), 1);
     }
 }

@@ -25,10 +25,13 @@ use crate::clock::{Clock, RealClock};
 ///
 /// # Panics
 ///
-/// [`new`](Self::new) and [`with_clock`](Self::with_clock) panic if `qps` is negative or
-/// NaN, or if `burst` is 0 while `qps` is positive (no call could ever get a token).
-/// `qps == f64::INFINITY` never delays. `qps == 0.0` gives the first `burst` calls no delay
-/// and every later call [`Duration::MAX`] ("never", as `rate.Limiter` answers
+/// [`new`](Self::new) and [`with_clock`](Self::with_clock) panic if `qps` is negative
+/// (including `f64::NEG_INFINITY`) or NaN, or if `burst` is 0 while `qps` is positive and
+/// finite (no call could ever get a token); the message names the bad value.
+///
+/// `qps == f64::INFINITY` never delays, whatever the burst (0 included): Go's
+/// `rate.NewLimiter(rate.Inf, 0)`, "no limit". `qps == 0.0` gives the first `burst` calls no
+/// delay and every later call [`Duration::MAX`] ("never", as `rate.Limiter` answers
 /// `InfDuration`).
 ///
 /// # Examples
@@ -80,8 +83,9 @@ impl TokenBucket {
             "TokenBucket: qps must be zero or positive, got {qps}"
         );
         assert!(
-            burst > 0 || qps == 0.0,
-            "TokenBucket: burst must be at least 1 when qps is positive (got qps {qps}, burst 0)"
+            burst > 0 || qps == 0.0 || qps == f64::INFINITY,
+            "TokenBucket: burst must be at least 1 when qps is positive and finite \
+             (got qps {qps}, burst 0)"
         );
         let last = clock.now();
         Self {

@@ -5,7 +5,7 @@ use std::any::Any;
 use std::fmt;
 use std::hash::Hash;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,14 @@ pub(crate) enum Handled {
     /// It ran past the per-item timeout and was cancelled (async workers only).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     TimedOut(Duration),
+}
+
+/// How a failed item goes back to the queue.
+enum Requeue {
+    /// With the rate limiter's delay.
+    RateLimited,
+    /// After this delay.
+    After(Duration),
 }
 
 /// The counters behind [`Summary`].
@@ -51,10 +59,10 @@ pub(crate) struct Core<T> {
     counters: Counters,
     /// The item each worker is processing, by worker index.
     slots: Box<[Mutex<Option<T>>]>,
-    /// Delayed items the stop dropped when it shut the queue down.
-    delayed_at_stop: AtomicUsize,
-    /// Items a worker was handed while the stop shut the queue down, and left unprocessed.
-    unprocessed: AtomicUsize,
+    /// Items touched and not finished that the queue no longer holds: delayed items the stop
+    /// dropped, retries the shut-down queue refused, items handed to a worker as the stop
+    /// came (see [`Summary::unfinished`]).
+    unfinished: Mutex<Vec<T>>,
     /// Workers still running; guarded so that waiters and the stop hook cannot miss a change.
     running: Mutex<usize>,
     /// Notified when a worker exits and when the pool is stopped.
@@ -81,8 +89,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
             shutdown_timeout,
             counters: Counters::default(),
             slots: (0..count).map(|_| Mutex::new(None)).collect(),
-            delayed_at_stop: AtomicUsize::new(0),
-            unprocessed: AtomicUsize::new(0),
+            unfinished: Mutex::new(Vec::new()),
             running: Mutex::new(count),
             changed: Condvar::new(),
             stop_key: Mutex::new(None),
@@ -103,20 +110,24 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
         self.slots.len()
     }
 
-    /// Records that a worker was handed an item as the stop shut the queue down and leaves
-    /// it unprocessed (it is counted in the summary's `left_in_queue`).
-    pub(crate) fn leave_unprocessed(&self) {
-        self.unprocessed.fetch_add(1, Ordering::Relaxed);
+    /// Records that a worker was handed `lease` as the stop shut the queue down and leaves
+    /// it unprocessed (it is listed in the summary's `unfinished`).
+    pub(crate) fn leave_unprocessed(&self, lease: Lease<T>) {
+        let item = lease.item().clone();
+        drop(lease);
+        self.unfinished.lock().push(item);
     }
 
-    /// The stop hook: record what is left, shut the queue down (waking every getter), and
-    /// wake whoever waits for the pool.
+    /// The stop hook: shut the queue down (waking every getter), keeping the delayed items
+    /// it drops, and wake whoever waits for the pool.
     fn on_stop(&self) {
-        // Shutting down drops the delayed items: count them first. Queued items stay in the
-        // queue and are counted when a summary is taken.
-        self.delayed_at_stop
-            .store(self.queue.delayed_len(), Ordering::Relaxed);
-        self.queue.shut_down();
+        // The shut down hands back what it dropped, in the same critical section: a delayed
+        // add cannot land between a count and the shut down. Queued items stay in the queue
+        // and are counted when a summary is taken.
+        let dropped = self.queue.shut_down_taking_delayed();
+        if !dropped.is_empty() {
+            self.unfinished.lock().extend(dropped);
+        }
         let _running = self.running.lock();
         self.changed.notify_all();
     }
@@ -151,28 +162,34 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
     }
 
     /// Applies what the handler did with the item of `lease`, then drops the lease.
+    ///
+    /// A retry is added back after the lease is dropped (client-go adds, then marks done;
+    /// the queue's rules give the same result either way), so that a shut down cannot fall
+    /// between an accepted re-add and the summary: either the add is refused and the item is
+    /// listed in `unfinished`, or it is accepted and the stop's shut down hands it back.
     pub(crate) fn finish(&self, slot: usize, lease: Lease<T>, handled: Handled) {
         let item = lease.item();
-        match handled {
+        let requeue = match handled {
             Handled::Outcome(Outcome::Done) => {
                 self.queue.forget(item);
                 self.counters.succeeded.fetch_add(1, Ordering::Relaxed);
+                None
             }
             Handled::Outcome(Outcome::Retry) => self.retry(item, None),
             Handled::Outcome(Outcome::RetryAfter(delay)) => {
                 self.queue.forget(item);
-                self.queue.add_after(item.clone(), delay);
-                self.counters.retried.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
                     queue = self.queue.name(),
                     item = ?item,
                     ?delay,
                     "processing item again after a delay"
                 );
+                Some(Requeue::After(delay))
             }
             Handled::Outcome(Outcome::GiveUp) => {
                 let retries = self.queue.num_requeues(item);
                 self.give_up(item, GiveUpReason::Handler, retries, None);
+                None
             }
             Handled::Failed(error) => self.retry(item, Some(error)),
             Handled::Panicked(message) => {
@@ -183,7 +200,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
                     panic = %message,
                     "handler panicked; handling it as a failure"
                 );
-                self.retry(item, Some(format!("handler panicked: {message}")));
+                self.retry(item, Some(format!("handler panicked: {message}")))
             }
             Handled::TimedOut(timeout) => {
                 self.counters.timed_out.fetch_add(1, Ordering::Relaxed);
@@ -193,23 +210,38 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
                     ?timeout,
                     "handler timed out; handling it as a failure"
                 );
-                self.retry(item, Some(format!("handler timed out after {timeout:?}")));
+                self.retry(item, Some(format!("handler timed out after {timeout:?}")))
+            }
+        };
+        let requeue = requeue.map(|how| (how, item.clone()));
+        drop(lease);
+        if let Some((how, item)) = requeue {
+            let accepted = match how {
+                Requeue::RateLimited => self.queue.add_rate_limited_accepted(item.clone()),
+                Requeue::After(delay) => self.queue.add_after_accepted(item.clone(), delay),
+            };
+            if accepted {
+                self.counters.retried.fetch_add(1, Ordering::Relaxed);
+            } else {
+                tracing::debug!(
+                    queue = self.queue.name(),
+                    item = ?item,
+                    "the queue is shut down: the retry is left unfinished"
+                );
+                self.unfinished.lock().push(item);
             }
         }
-        drop(lease);
         *self.slots[slot].lock() = None;
         self.counters.processed.fetch_add(1, Ordering::Release);
     }
 
     /// A failure: retry with the rate limiter's delay, or give up after `max_retries`.
-    fn retry(&self, item: &T, error: Option<String>) {
+    fn retry(&self, item: &T, error: Option<String>) -> Option<Requeue> {
         let retries = self.queue.num_requeues(item);
         if self.max_retries.is_some_and(|max| retries >= max) {
             self.give_up(item, GiveUpReason::MaxRetries, retries, error);
-            return;
+            return None;
         }
-        self.queue.add_rate_limited(item.clone());
-        self.counters.retried.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             queue = self.queue.name(),
             item = ?item,
@@ -217,6 +249,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
             error = error.as_deref(),
             "retrying item"
         );
+        Some(Requeue::RateLimited)
     }
 
     /// Forgets `item`, logs the give-up and tells the callback.
@@ -253,6 +286,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
     pub(crate) fn summary(&self) -> Summary<T> {
         let counters = &self.counters;
         let processed = counters.processed.load(Ordering::Acquire);
+        let unfinished = self.unfinished.lock().clone();
         Summary {
             processed,
             succeeded: counters.succeeded.load(Ordering::Relaxed),
@@ -265,13 +299,13 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
                 .iter()
                 .filter_map(|slot| slot.lock().clone())
                 .collect(),
-            left_in_queue: if self.stop.is_stopped() {
-                self.delayed_at_stop.load(Ordering::Relaxed)
-                    + self.queue.len()
-                    + self.unprocessed.load(Ordering::Relaxed)
-            } else {
-                0
-            },
+            left_in_queue: unfinished.len()
+                + if self.stop.is_stopped() {
+                    self.queue.len()
+                } else {
+                    0
+                },
+            unfinished,
         }
     }
 

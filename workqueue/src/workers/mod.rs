@@ -231,8 +231,11 @@ pub struct Summary<T> {
     pub processed: u64,
     /// Calls whose outcome was [`Outcome::Done`].
     pub succeeded: u64,
-    /// Calls after which the item was put back: [`Outcome::Retry`],
-    /// [`Outcome::RetryAfter`], an error, a panic or a timeout.
+    /// Calls after which the item was put back in the queue: [`Outcome::Retry`],
+    /// [`Outcome::RetryAfter`], an error, a panic or a timeout, when the queue accepted the
+    /// re-add. A retry the shut-down queue refused is not counted here but listed in
+    /// [`unfinished`](Self::unfinished); a retry accepted and then dropped by the stop's shut
+    /// down is counted here and listed there too.
     pub retried: u64,
     /// Calls after which the item was given up.
     pub given_up: u64,
@@ -243,10 +246,18 @@ pub struct Summary<T> {
     /// Items still being processed when the summary was taken: empty once the workers
     /// drained, listed if the [`shutdown_timeout`](Workers::shutdown_timeout) passed first.
     pub in_flight: Vec<T>,
-    /// Items the workers did not process because they were stopped: the delayed items the
-    /// stop dropped when it shut the queue down, the items still queued, and items a worker
-    /// was handed during the stop and left. Zero while the workers run.
+    /// Items the workers did not process because they were stopped: the items still queued
+    /// (once the pool is stopped) plus every item in [`unfinished`](Self::unfinished). Zero
+    /// while the workers run and the queue accepts adds.
     pub left_in_queue: usize,
+    /// The items the workers touched and did not finish that the queue no longer holds, so
+    /// that a caller can persist them and process them later: the delayed items the stop
+    /// dropped when it shut the queue down (delayed retries among them), retries the queue
+    /// refused because it was already shut down, and items a worker was handed during the
+    /// stop and left unprocessed. Items still queued are not listed: they are in the queue
+    /// (take them with [`WorkQueue::try_get`]). Each item appears once per time it was
+    /// dropped.
+    pub unfinished: Vec<T>,
 }
 
 impl<T> Summary<T> {

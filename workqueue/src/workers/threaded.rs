@@ -130,8 +130,8 @@ where
         };
         if core.stop.is_stopped() {
             // Handed out as the stop shut the queue down: intake has stopped, so leave it,
-            // and count it in `left_in_queue`.
-            core.leave_unprocessed();
+            // and list it in `unfinished`.
+            core.leave_unprocessed(lease);
             break;
         }
         let span = core.span(&lease);
