@@ -133,6 +133,32 @@ impl Added {
     }
 }
 
+/// A deliberate bug, switched on by [`Builder::mutation`].
+///
+/// These exist only to prove that the crate's fault tests can fail: a test turns one on and
+/// checks that its history checker reports the loss or overlap the bug causes. Never use them
+/// in a deployment.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mutation {
+    /// `done`, renewals and releases accept a holder whatever its fencing token: a stale
+    /// holder's `done` is accepted as if it were the current holder's.
+    NoFencing,
+    /// A `done` of an item that was re-added while it was processed does not queue it again:
+    /// the re-add is lost.
+    NoDirtyRequeue,
+}
+
+impl Mutation {
+    /// The flag the scripts test (`NO_FENCING`, `NO_DIRTY_REQUEUE` in `common.lua`).
+    fn bit(self) -> u32 {
+        match self {
+            Mutation::NoFencing => 1,
+            Mutation::NoDirtyRequeue => 2,
+        }
+    }
+}
+
 /// The options of a [`RedisQueue`]; start with [`RedisQueue::builder`].
 ///
 /// # Defaults
@@ -156,6 +182,7 @@ pub struct Builder<T> {
     response_timeout: Duration,
     check_persistence: bool,
     max_stalls: u32,
+    mutations: u32,
     _item: PhantomData<fn() -> T>,
 }
 
@@ -255,6 +282,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         self
     }
 
+    /// Switches on a deliberate bug (see [`Mutation`]); may be called more than once to
+    /// combine them. It exists only to prove that the fault tests can fail.
+    #[doc(hidden)]
+    pub fn mutation(mut self, mutation: Mutation) -> Self {
+        self.mutations |= mutation.bit();
+        self
+    }
+
     /// Opens the command connection; returns it, the source of more connections, and the
     /// server's name for messages.
     async fn connect(&self) -> Result<(Conn, Source, String), Error> {
@@ -329,6 +364,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
                 poll: self.poll.max(Duration::from_millis(1)),
                 response_timeout: self.response_timeout,
                 max_stalls: self.max_stalls,
+                mutations: self.mutations,
                 persistence,
             }),
             _item: PhantomData,
@@ -352,6 +388,8 @@ pub(crate) struct Inner {
     poll: Duration,
     response_timeout: Duration,
     max_stalls: u32,
+    /// [`Mutation`] bits, passed to the fenced scripts; 0 outside the fault tests.
+    pub(crate) mutations: u32,
     persistence: Option<Persistence>,
 }
 
@@ -417,6 +455,7 @@ impl Inner {
             .arg(raw)
             .arg(token)
             .arg(micros(self.lease))
+            .arg(self.mutations)
             .invoke_async(&mut self.con.clone())
             .await?;
         Ok(renewed == 1)
@@ -431,6 +470,7 @@ impl Inner {
                 .invocation(&SCRIPTS.done)
                 .arg(raw)
                 .arg(token)
+                .arg(self.mutations)
                 .invoke_async(&mut self.con.clone())
                 .await;
             match outcome {
@@ -644,6 +684,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             response_timeout: Duration::from_secs(5),
             check_persistence: true,
             max_stalls: 0,
+            mutations: 0,
             _item: PhantomData,
         }
     }
@@ -922,7 +963,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let (raw, token) = lease.finish();
         let started = Instant::now();
         let calls = [
-            (&SCRIPTS.done, vec![raw, token.to_string()]),
+            (
+                &SCRIPTS.done,
+                vec![raw, token.to_string(), self.inner.mutations.to_string()],
+            ),
             (
                 &SCRIPTS.get,
                 vec![

@@ -656,3 +656,60 @@ async fn an_item_whose_workers_keep_dying_goes_to_the_dead_letters() {
     );
     assert_eq!(q.stats(10).await.unwrap().stalled, 0);
 }
+
+/// The mutations exist to prove the fault tests can fail: each must really break its rule.
+#[tokio::test]
+async fn mutations_break_the_rules_they_name() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    // NoFencing: a stale holder's done is accepted and clears the new holder's claim.
+    let q = RedisQueue::<String>::builder("mut-fence")
+        .url(server.url())
+        .lease_duration(Duration::from_millis(200))
+        .auto_renew(false)
+        .mutation(workqueue_redis::Mutation::NoFencing)
+        .build()
+        .await
+        .unwrap();
+    q.add("a".to_string()).await.unwrap();
+    let stale = q.try_get().await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fresh = q.try_get().await.unwrap().unwrap();
+    assert!(fresh.token() > stale.token());
+    stale
+        .done()
+        .await
+        .expect("the mutation accepts a stale done");
+    assert_eq!(
+        q.processing_len().await.unwrap(),
+        0,
+        "the fresh claim is gone"
+    );
+    fresh.abandon();
+
+    // NoDirtyRequeue: a re-add while processing is lost at done.
+    let q = RedisQueue::<String>::builder("mut-dirty")
+        .url(server.url())
+        .mutation(workqueue_redis::Mutation::NoDirtyRequeue)
+        .mutation(workqueue_redis::Mutation::NoFencing)
+        .build()
+        .await
+        .unwrap();
+    q.add("b".to_string()).await.unwrap();
+    let lease = q.try_get().await.unwrap().unwrap();
+    assert_eq!(
+        q.add("b".to_string()).await.unwrap().kind,
+        AddKind::Deferred
+    );
+    lease.done().await.unwrap();
+    assert_eq!(q.len().await.unwrap(), 0, "the re-add was lost");
+
+    // Without mutations the same sequence keeps the re-add.
+    let q = queue(&server, "mut-none", Duration::from_secs(10)).await;
+    q.add("b".to_string()).await.unwrap();
+    let lease = q.try_get().await.unwrap().unwrap();
+    q.add("b".to_string()).await.unwrap();
+    lease.done().await.unwrap();
+    assert_eq!(q.len().await.unwrap(), 1);
+}
