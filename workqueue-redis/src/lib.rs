@@ -76,7 +76,7 @@ mod stats;
 pub use error::Error;
 pub use lease::Lease;
 pub use persistence::Persistence;
-pub use queue::{AddKind, Added, Builder, Mutation, RedisQueue};
+pub use queue::{AddKind, Added, Builder, MIN_REDIS_VERSION, Mutation, RedisQueue};
 pub use rate_limit::RateLimit;
 pub use stats::{DeadLetter, InFlight, Stats};
 pub use workqueue::TryGetError;

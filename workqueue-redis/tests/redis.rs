@@ -393,7 +393,8 @@ async fn many_handles_in_one_process_never_share_an_item() {
     while q.len().await.unwrap() > 0 || q.processing_len().await.unwrap() > 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    q.shut_down().await.unwrap();
+    // Stops every handle's getters (a handle's own shut_down would stop only `q`).
+    q.shut_down_fleet().await.unwrap();
     let mut all = Vec::new();
     for worker in workers {
         all.extend(worker.await.unwrap());

@@ -223,9 +223,12 @@ impl Backend for Redis {
     async fn try_get(&self) -> Result<Self::Lease, TryGetError> {
         self.0.try_get().await.unwrap()
     }
+    /// client-go's `ShutDown` of the shared queue: the fleet-wide one (a handle's own
+    /// `shut_down` stops only that handle, and has tests of its own).
     async fn shut_down(&self) {
-        self.0.shut_down().await.unwrap();
+        self.0.shut_down_fleet().await.unwrap();
     }
+    /// This handle's drain: it waits for the leases this handle handed out.
     async fn shut_down_with_drain(&self) {
         self.0.shut_down_with_drain().await.unwrap();
     }
