@@ -635,7 +635,8 @@ impl Inner {
             let Some(transient) = Transient::of(&error) else {
                 return Err(error);
             };
-            if Instant::now() + backoff >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 return Err(error);
             }
             if !warned {
@@ -645,7 +646,8 @@ impl Inner {
             if transient == Transient::ReadOnly {
                 self.reconnect().await;
             }
-            tokio::time::sleep(backoff).await;
+            // The last attempt is made at the deadline.
+            tokio::time::sleep(backoff.min(deadline - now)).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
@@ -1755,5 +1757,37 @@ struct LeaseOut<'a>(&'a Inner);
 impl Drop for LeaseOut<'_> {
     fn drop(&mut self) {
         self.0.lease_ended();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_floor_is_7_0() {
+        for ok in ["7.0.0", "7.0.15", "7.2.4", "8.0.1", "10.0.0"] {
+            assert!(supported(ok), "{ok}");
+        }
+        for old in ["6.2.14", "5.0.7", "", "garbage"] {
+            assert!(!supported(old), "{old}");
+        }
+        let mut found = Vec::new();
+        versions(
+            &Value::Array(vec![Value::BulkString(
+                b"# Server\r\nredis_version:6.2.1\r\nredis_mode:standalone\r\n".to_vec(),
+            )]),
+            &mut found,
+        );
+        assert_eq!(found, ["6.2.1"]);
+    }
+
+    #[test]
+    fn names_with_braces_or_spaces_are_refused() {
+        assert!(validate("queue name", "pods").is_ok());
+        for bad in ["", "a{b", "a}b", "a b", "a\tb"] {
+            let error = validate("queue name", bad).unwrap_err();
+            assert!(matches!(error, Error::Config(_)), "{bad:?}");
+        }
     }
 }

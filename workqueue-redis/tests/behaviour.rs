@@ -1,6 +1,6 @@
 //! One behaviour suite for both backends: every rule below runs, unchanged, against the
 //! in-memory `workqueue::WorkQueue` and against `RedisQueue` on a `redis-server` the test
-//! starts itself (skipped with a note when the binary is missing, unless `CI=true`).
+//! starts itself (a missing binary fails the test; see TESTING.md for the opt-out).
 
 mod support;
 
