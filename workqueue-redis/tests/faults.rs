@@ -352,6 +352,45 @@ async fn busy_is_waited_out_up_to_the_retry_deadline() {
     script.await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readonly_after_a_demotion_is_waited_out() {
+    let Some(server) = require() else { return };
+    let Some(primary) = require() else { return };
+    let q = builder(&server, "ro")
+        .retry_deadline(Duration::from_secs(20))
+        .build()
+        .await
+        .unwrap();
+    q.add("warm".to_string()).await.unwrap();
+    // The server is demoted to a replica, as in a failover: writes answer READONLY.
+    let mut con = raw(&server).await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port())
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let add = {
+        let q = q.clone();
+        tokio::spawn(async move { q.add("a".to_string()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!add.is_finished(), "waits while the server is read-only");
+    // Promoted again (the address now reaches a primary): the add goes through.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let added = tokio::time::timeout(Duration::from_secs(15), add)
+        .await
+        .expect("applied once the server is a primary")
+        .unwrap()
+        .unwrap();
+    assert_eq!(added.kind, AddKind::Queued);
+}
+
 // ===== 5. nothing pinned, nothing looping =====
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -50,11 +50,12 @@ end
 -- hand-outs per second on average to track the clock, which Redis cannot
 -- exceed; a clock stepped back only slows the tokens down to the counter.
 local function next_seq(now)
-  local s = redis.call('INCR', K_SEQ)
+  -- One read and one write, as INCR alone would be.
+  local s = (tonumber(redis.call('GET', K_SEQ)) or 0) + 1
   if s < now then
-    redis.call('SET', K_SEQ, int(now))
-    return now
+    s = now
   end
+  redis.call('SET', K_SEQ, int(s))
   return s
 end
 
