@@ -391,6 +391,100 @@ async fn readonly_after_a_demotion_is_waited_out() {
     assert_eq!(added.kind, AddKind::Queued);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loading_a_large_aof_after_a_restart_is_waited_out() {
+    let Some(server) = require_with(Durability::EverySec, &["--enable-debug-command", "yes"])
+    else {
+        return;
+    };
+    let q = builder(&server, "loading")
+        .retry_deadline(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    q.add("before".to_string()).await.unwrap();
+    // A big data set, rewritten into the AOF so that a restart takes a while to load it.
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new().set_response_timeout(None),
+        )
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEBUG")
+        .arg("POPULATE")
+        .arg(1_500_000)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let _: String = redis::cmd("BGREWRITEAOF")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        if info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the AOF rewrite did not finish");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(con);
+    let port = server.port();
+    // The restart (which waits for the load to end) runs on a thread of its own...
+    let mut server = server;
+    let restarted = std::thread::spawn(move || {
+        server.restart();
+        server
+    });
+    // ...while a get and an add go on here, through refused connections and LOADING.
+    let worker = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            let lease = q.get().await?.expect("an item");
+            let item = lease.item().clone();
+            lease.done().await?;
+            Ok::<_, Error>(item)
+        })
+    };
+    let mut saw_loading = false;
+    let watch_deadline = Instant::now() + Duration::from_secs(60);
+    while !restarted.is_finished() && Instant::now() < watch_deadline {
+        if let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            && let Ok(mut c) = client.get_multiplexed_async_connection().await
+        {
+            let ping: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut c).await;
+            if let Err(e) = ping
+                && e.code() == Some("LOADING")
+            {
+                saw_loading = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let added = q.add("during".to_string()).await.expect("waited out");
+    let _server = tokio::task::spawn_blocking(move || restarted.join().unwrap())
+        .await
+        .unwrap();
+    assert_ne!(added.kind, AddKind::Ignored);
+    let got = tokio::time::timeout(Duration::from_secs(30), worker)
+        .await
+        .expect("the get returns")
+        .unwrap()
+        .expect("no error through the restart");
+    assert_eq!(got, "before");
+    assert!(
+        saw_loading,
+        "the restart never answered LOADING: the data set is too small"
+    );
+}
+
 // ===== 5. nothing pinned, nothing looping =====
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
