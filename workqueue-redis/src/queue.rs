@@ -351,7 +351,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             let client = builder(self.response_timeout)?;
             let blocking = builder(self.poll + self.response_timeout)?;
             let con = client.get_async_connection().await?;
-            let server = nodes.first().cloned().unwrap_or_default();
+            let server = nodes.first().map(|url| host_of(url)).unwrap_or_default();
             return Ok((Conn::Cluster(con), Source::Cluster { blocking }, server));
         }
         let client = match (&self.client, &self.url) {
@@ -421,6 +421,17 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             _item: PhantomData,
         })
     }
+}
+
+/// The `host:port` of a URL, for messages: never its user name or password.
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+fn host_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host)
+        .to_owned()
 }
 
 /// The oldest Redis this crate runs on: 7.0, for the `allow-oom` script flag that keeps
@@ -1780,6 +1791,14 @@ mod tests {
             &mut found,
         );
         assert_eq!(found, ["6.2.1"]);
+    }
+
+    #[test]
+    fn messages_name_the_host_without_credentials() {
+        assert_eq!(host_of("redis://:pw@h:6379/0"), "h:6379");
+        assert_eq!(host_of("rediss://user:p@ss@h:1"), "h:1");
+        assert_eq!(host_of("redis://h:2"), "h:2");
+        assert_eq!(host_of("h:3"), "h:3");
     }
 
     #[test]
