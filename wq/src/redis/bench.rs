@@ -28,7 +28,7 @@ const BULLMQ_VERSION: &str = "6.7.0";
 /// Options of `wq redis bench`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchArgs {
-    /// The server: redis://[user:password@]host:port[/db], or rediss:// for TLS. Default
+    /// The server: `redis://[user:password@]host:port[/db]`, or rediss:// for TLS. Default
     /// $WQ_REDIS_URL; put a URL with a password there, not on the command line, where every
     /// user of the machine can read it.
     #[arg(long, env = "WQ_REDIS_URL", hide_env_values = true)]

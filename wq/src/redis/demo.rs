@@ -25,7 +25,7 @@ use workqueue_redis::{Error, RateLimit, RedisQueue};
 /// Options of `wq redis demo`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct DemoArgs {
-    /// The server: redis://[user:password@]host:port[/db], or rediss:// for TLS. Default
+    /// The server: `redis://[user:password@]host:port[/db]`, or rediss:// for TLS. Default
     /// $WQ_REDIS_URL; put a URL with a password there, not on the command line, where every
     /// user of the machine can read it.
     #[arg(long, env = "WQ_REDIS_URL", hide_env_values = true)]

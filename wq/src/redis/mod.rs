@@ -48,7 +48,7 @@ enum RedisCommand {
 /// The queue an operator command works on.
 #[derive(Debug, clap::Args)]
 struct QueueArgs {
-    /// The server: redis://[user:password@]host:port[/db], or rediss:// for TLS. Default
+    /// The server: `redis://[user:password@]host:port[/db]`, or rediss:// for TLS. Default
     /// $WQ_REDIS_URL; put a URL with a password there, not on the command line, where every
     /// user of the machine can read it.
     #[arg(long, env = "WQ_REDIS_URL", hide_env_values = true)]
