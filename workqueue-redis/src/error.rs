@@ -21,6 +21,9 @@ pub enum Error {
     Config(String),
     /// The server answered something this crate does not understand.
     Protocol(String),
+    /// The server is older than [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION), or its
+    /// version could not be read: the queue needs features it lacks (script flags).
+    UnsupportedServer(String),
 }
 
 impl Error {
@@ -54,7 +57,39 @@ impl fmt::Display for Error {
             }
             Error::Config(msg) => write!(f, "invalid configuration: {msg}"),
             Error::Protocol(msg) => write!(f, "unexpected reply: {msg}"),
+            Error::UnsupportedServer(msg) => write!(f, "unsupported server: {msg}"),
         }
+    }
+}
+
+/// A server state that passes by itself: an operation waits it out (with backoff, up to the
+/// queue's [retry deadline](crate::Builder::retry_deadline)) instead of failing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transient {
+    /// The connection failed or timed out; the connection manager reconnects. The call may or
+    /// may not have been applied.
+    Connection,
+    /// The server refused the call without running it: `LOADING` (replaying its AOF or RDB),
+    /// `BUSY` (a script runs), `TRYAGAIN`, `MASTERDOWN`, `CLUSTERDOWN`.
+    Refused,
+    /// `READONLY`: the server is a replica now (a failover): reconnect, to find the primary.
+    ReadOnly,
+}
+
+impl Transient {
+    /// The transient state behind `error`, if it is one.
+    pub(crate) fn of(error: &Error) -> Option<Self> {
+        let Error::Redis(e) = error else {
+            return None;
+        };
+        match e.code() {
+            Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "CLUSTERDOWN") => {
+                return Some(Transient::Refused);
+            }
+            Some("READONLY") => return Some(Transient::ReadOnly),
+            _ => {}
+        }
+        error.is_connection().then_some(Transient::Connection)
     }
 }
 

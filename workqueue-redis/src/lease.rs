@@ -66,8 +66,22 @@ impl LeaseState {
 /// or the lease may have run out on the server (renewals failed until the last deadline this
 /// process knows of); [`lost`](Self::lost) is a future for `select!`ing the work against.
 ///
-/// Dropping a lease marks the item done in the background (as dropping the in-memory queue's
-/// lease does); [`done`](Self::done) does it and reports the outcome.
+/// # Only `done` marks an item done
+///
+/// [`done`](Self::done) is the one way to mark the item done. **Dropping a lease without
+/// `done` releases the item**: it is handed out again at once (at the head of the queue), its
+/// re-adds while processing fold into that hand-out, and no stall is counted. So an aborted
+/// task, a `select!` or `timeout` around the handler, an early `?` return or a panic never
+/// turns unfinished work into finished work. (The in-memory queue's lease keeps client-go's
+/// deferred `Done` on drop; a shared queue cannot tell a finished handler from a failed one.)
+///
+/// The release is sent in the background on the tokio runtime the lease was handed out on.
+/// If that runtime is gone (the lease outlived it), nothing can be sent, and the item is
+/// handed out again when the lease expires on the server, as after a crash.
+/// [`abandon`](Self::abandon) lets go without a release, as a crashed worker would.
+///
+/// Renewal stops after the queue's [`max_hold`](crate::Builder::max_hold), so a lease that is
+/// leaked or held by a deadlocked handler expires then.
 pub struct Lease<T> {
     item: T,
     raw: String,
@@ -75,6 +89,8 @@ pub struct Lease<T> {
     queue: Arc<Inner>,
     state: Arc<LeaseState>,
     renewer: Option<JoinHandle<()>>,
+    /// The runtime the lease was handed out on: a drop sends the release there.
+    runtime: Option<tokio::runtime::Handle>,
     finished: bool,
 }
 
@@ -85,9 +101,16 @@ impl<T> Lease<T> {
             valid_until: Mutex::new(sent + margin(queue.lease)),
             notify: Notify::new(),
         });
-        let renewer = queue
-            .auto_renew
-            .then(|| tokio::spawn(renew_loop(queue.clone(), raw.clone(), token, state.clone())));
+        let renewer = queue.auto_renew.then(|| {
+            tokio::spawn(renew_loop(
+                queue.clone(),
+                raw.clone(),
+                token,
+                state.clone(),
+                sent + queue.max_hold,
+            ))
+        });
+        queue.lease_started();
         Lease {
             item,
             raw,
@@ -95,6 +118,7 @@ impl<T> Lease<T> {
             queue,
             state,
             renewer,
+            runtime: tokio::runtime::Handle::try_current().ok(),
             finished: false,
         }
     }
@@ -154,24 +178,40 @@ impl<T> Lease<T> {
     ///
     /// [`Error::LeaseLost`] if the lease is no longer this holder's; a connection error.
     pub async fn renew(&self) -> Result<(), Error> {
-        renew_once(&self.queue, &self.raw, self.token, &self.state).await
+        let deadline = Instant::now() + self.queue.lease;
+        renew_once(&self.queue, &self.raw, self.token, &self.state, deadline).await
     }
 
     /// Marks the item done: client-go's `Done`. If it was re-added while processing it is
-    /// queued again.
+    /// queued again. The only way to mark an item done (dropping a lease releases it).
     ///
     /// # Errors
     ///
     /// [`Error::LeaseLost`] if the lease was lost: the server changed nothing (the item was
     /// reclaimed and is, or will be, processed again). [`Error::OutcomeUnknown`] if the
-    /// connection failed and a retry found the lease gone. Connection errors are retried while
+    /// connection failed and a retry found the lease gone. Transient errors are retried while
     /// the lease may still be valid.
     pub async fn done(mut self) -> Result<(), Error> {
         self.finished = true;
         if let Some(renewer) = self.renewer.take() {
             renewer.abort();
         }
-        self.queue.done(&self.raw, self.token).await
+        self.queue.finish(&self.raw, self.token, false).await
+    }
+
+    /// Lets go of the item without marking it done, and waits for the server to take it back:
+    /// what dropping the lease does in the background. The item is handed out again at once
+    /// (no stall is counted) and its re-adds while processing fold into that hand-out.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease was lost already; as for [`done`](Self::done).
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.finished = true;
+        if let Some(renewer) = self.renewer.take() {
+            renewer.abort();
+        }
+        self.queue.finish(&self.raw, self.token, true).await
     }
 
     /// Stops renewing and takes the item's key and token, for a `done` sent elsewhere.
@@ -199,9 +239,15 @@ fn margin(lease: Duration) -> Duration {
     lease - lease / 20
 }
 
-async fn renew_once(queue: &Inner, raw: &str, token: u64, state: &LeaseState) -> Result<(), Error> {
+async fn renew_once(
+    queue: &Inner,
+    raw: &str,
+    token: u64,
+    state: &LeaseState,
+    deadline: Instant,
+) -> Result<(), Error> {
     let sent = Instant::now();
-    if queue.renew(raw, token).await? {
+    if queue.renew(raw, token, deadline).await? {
         state.extend(sent + margin(queue.lease));
         Ok(())
     } else {
@@ -210,8 +256,15 @@ async fn renew_once(queue: &Inner, raw: &str, token: u64, state: &LeaseState) ->
     }
 }
 
-/// Renews every `renew_every` until the lease is lost; retries failed renewals sooner.
-async fn renew_loop(queue: Arc<Inner>, raw: String, token: u64, state: Arc<LeaseState>) {
+/// Renews every `renew_every` until the lease is lost or `stop` (the maximum hold time) is
+/// reached; retries failed renewals sooner.
+async fn renew_loop(
+    queue: Arc<Inner>,
+    raw: String,
+    token: u64,
+    state: Arc<LeaseState>,
+    stop: Instant,
+) {
     let mut wait = queue.renew_every;
     loop {
         tokio::time::sleep(wait).await;
@@ -219,9 +272,19 @@ async fn renew_loop(queue: Arc<Inner>, raw: String, token: u64, state: Arc<Lease
             state.lose();
             return;
         }
+        if Instant::now() >= stop {
+            tracing::warn!(
+                queue = %queue.name,
+                item = %raw,
+                max_hold = ?queue.max_hold,
+                "workqueue-redis: a lease was held for the maximum hold time; renewal stops and it will expire"
+            );
+            return;
+        }
+        let limit = queue.renew_every.max(Duration::from_millis(100));
         let attempt = tokio::time::timeout(
-            queue.renew_every.max(Duration::from_millis(100)),
-            renew_once(&queue, &raw, token, &state),
+            limit,
+            renew_once(&queue, &raw, token, &state, Instant::now() + limit),
         )
         .await;
         match attempt {
@@ -256,15 +319,32 @@ impl<T> Drop for Lease<T> {
             renewer.abort();
         }
         if self.finished {
+            self.queue.lease_ended();
             return;
         }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let queue = self.queue.clone();
-            let raw = std::mem::take(&mut self.raw);
-            let token = self.token;
-            runtime.spawn(async move {
-                let _ = queue.done(&raw, token).await;
-            });
+        // Released, not done: see "Only `done` marks an item done" above. Without a runtime
+        // the lease expires on the server instead.
+        let runtime = self
+            .runtime
+            .take()
+            .or_else(|| tokio::runtime::Handle::try_current().ok());
+        match runtime {
+            Some(runtime) => {
+                let queue = self.queue.clone();
+                let raw = std::mem::take(&mut self.raw);
+                let token = self.token;
+                // A runtime that is shutting down drops the task (and so the release): the
+                // lease then expires as after a crash.
+                runtime.spawn(async move {
+                    if let Err(error) = queue.finish(&raw, token, true).await
+                        && !error.is_lease_lost()
+                    {
+                        tracing::warn!(queue = %queue.name, item = %raw, %error, "workqueue-redis: releasing a dropped lease failed; it will expire");
+                    }
+                    queue.lease_ended();
+                });
+            }
+            None => self.queue.lease_ended(),
         }
     }
 }

@@ -13,7 +13,9 @@
 //! - **Re-add while processing**: the item is handed out once more after its holder is done.
 //! - **Earliest-wins delays** and **rate-limited retries** (the failure counts and the token
 //!   bucket live on the server, so every process sees the same ones).
-//! - **Shutdown**, for the whole queue.
+//! - **Shutdown**: [`shut_down`](RedisQueue::shut_down) stops one handle (one process's
+//!   share), [`shut_down_fleet`](RedisQueue::shut_down_fleet) every process, until
+//!   [`resume_fleet`](RedisQueue::resume_fleet).
 //!
 //! Each operation is one Lua script run on the server (`EVALSHA`), so each is atomic; every
 //! key of a queue carries the queue's hash tag (`wq:{name}:...`), so a queue lives in one
@@ -25,7 +27,13 @@
 //! renewed while held. A worker that dies (or stalls, or loses the network) past it loses the
 //! item to the next `get`. Its fencing token stops it from marking the item done or clearing
 //! the new holder's claim afterwards. An item whose workers keep dying can be moved to the
-//! dead letters after [`max_stalls`](Builder::max_stalls) expired leases in a row. With the
+//! dead letters after [`max_stalls`](Builder::max_stalls) expired leases in a row (default
+//! 5). Only [`Lease::done`] marks an item done: a lease dropped without it is released, and the
+//! item is handed out again at once. Fencing tokens follow the server's clock, so they keep
+//! growing across a restart from an older snapshot or a failover. Transient server states
+//! (a restart, `LOADING`, `BUSY`, `READONLY`, ...) are waited out for up to
+//! [`retry_deadline`](Builder::retry_deadline), and a full server still renews, finishes and
+//! releases leases. The server must be Redis [`MIN_REDIS_VERSION`] (7.0) or newer. With the
 //! server's `appendonly yes`,
 //! `appendfsync always` and `maxmemory-policy noeviction`, nothing acknowledged is lost when
 //! the server crashes either; [`RedisQueue::persistence`] reports the settings, and the queue
@@ -35,8 +43,9 @@
 //!
 //! Items are any `T: Serialize + DeserializeOwned`, stored as JSON text; the text is the
 //! item's identity for dedup. A stored item that no longer deserializes (a changed type, a
-//! hand-written entry) is moved to a dead-letter list with its error
-//! ([`RedisQueue::dead_letters`]) instead of being handed out or dropped.
+//! hand-written entry, bytes that are not UTF-8) is moved to a dead-letter list with its error
+//! ([`RedisQueue::dead_letters`], capped by [`Builder::dead_letter_cap`]) instead of being
+//! handed out or dropped.
 //!
 //! # Example
 //!
@@ -76,7 +85,7 @@ mod stats;
 pub use error::Error;
 pub use lease::Lease;
 pub use persistence::Persistence;
-pub use queue::{AddKind, Added, Builder, RedisQueue};
+pub use queue::{AddKind, Added, Builder, MIN_REDIS_VERSION, Mutation, RedisQueue};
 pub use rate_limit::RateLimit;
 pub use stats::{DeadLetter, InFlight, Stats};
 pub use workqueue::TryGetError;

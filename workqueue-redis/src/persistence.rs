@@ -79,14 +79,13 @@ impl Persistence {
             )),
             None => problems.push("cannot read maxmemory-policy (CONFIG GET refused)".to_owned()),
         }
-        if let Some(version) = &self.version {
-            let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-            let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-            if (major, minor) < (6, 2) {
-                problems.push(format!(
-                    "server version {version} is older than 6.2 (ZADD LT/GT are needed)"
-                ));
-            }
+        if let Some(version) = &self.version
+            && !crate::queue::supported(version)
+        {
+            problems.push(format!(
+                "server version {version} is older than {}, the oldest this crate runs on",
+                crate::MIN_REDIS_VERSION
+            ));
         }
         problems
     }

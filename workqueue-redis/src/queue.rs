@@ -2,8 +2,10 @@
 
 use std::borrow::Borrow;
 use std::fmt;
+use std::future::Future;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
@@ -12,7 +14,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use workqueue::TryGetError;
 
-use crate::error::Error;
+use crate::error::{Error, Transient};
 use crate::lease::Lease;
 use crate::persistence::{self, Persistence};
 use crate::rate_limit::RateLimit;
@@ -133,13 +135,40 @@ impl Added {
     }
 }
 
+/// A deliberate bug, switched on by [`Builder::mutation`].
+///
+/// These exist only to prove that the crate's fault tests can fail: a test turns one on and
+/// checks that its history checker reports the loss or overlap the bug causes. Never use them
+/// in a deployment.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mutation {
+    /// `done`, renewals and releases accept a holder whatever its fencing token: a stale
+    /// holder's `done` is accepted as if it were the current holder's.
+    NoFencing,
+    /// A `done` of an item that was re-added while it was processed does not queue it again:
+    /// the re-add is lost.
+    NoDirtyRequeue,
+}
+
+impl Mutation {
+    /// The flag the scripts test (`NO_FENCING`, `NO_DIRTY_REQUEUE` in `common.lua`).
+    fn bit(self) -> u32 {
+        match self {
+            Mutation::NoFencing => 1,
+            Mutation::NoDirtyRequeue => 2,
+        }
+    }
+}
+
 /// The options of a [`RedisQueue`]; start with [`RedisQueue::builder`].
 ///
 /// # Defaults
 ///
-/// Key prefix `wq`, leases of 30 s renewed every 10 s while held, client-go's
-/// [`RateLimit::default_controller`], blocked getters looking again at least every 2 s, and a
-/// persistence check at start.
+/// Key prefix `wq`, leases of 30 s renewed every 10 s while held for at most an hour, an item
+/// moved to the dead letters after 5 expired leases in a row, at most 10,000 dead letters,
+/// client-go's [`RateLimit::default_controller`], blocked getters looking again at least every
+/// 2 s, transient server states waited out for up to 30 s, and a persistence check at start.
 #[must_use]
 pub struct Builder<T> {
     name: String,
@@ -156,6 +185,10 @@ pub struct Builder<T> {
     response_timeout: Duration,
     check_persistence: bool,
     max_stalls: u32,
+    max_hold: Duration,
+    dead_letter_cap: usize,
+    retry_deadline: Duration,
+    mutations: u32,
     _item: PhantomData<fn() -> T>,
 }
 
@@ -166,6 +199,10 @@ impl<T> fmt::Debug for Builder<T> {
             .field("prefix", &self.prefix)
             .field("lease", &self.lease)
             .field("auto_renew", &self.auto_renew)
+            .field("max_hold", &self.max_hold)
+            .field("max_stalls", &self.max_stalls)
+            .field("dead_letter_cap", &self.dead_letter_cap)
+            .field("retry_deadline", &self.retry_deadline)
             .field("rate_limit", &self.rate_limit)
             .finish_non_exhaustive()
     }
@@ -222,9 +259,37 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
 
     /// Moves an item to the dead letters once its lease expired this many times in a row
     /// (its workers died or stalled each time: a poison item), instead of handing it out
-    /// again. A `done` resets the count. Default 0: no limit.
+    /// again; the dead letter records the count and the item's failure count, and both are
+    /// cleared. A `done` resets the count; a released lease (dropped without `done`) does not
+    /// count. Default 5; 0 means no limit.
     pub fn max_stalls(mut self, max_stalls: u32) -> Self {
         self.max_stalls = max_stalls;
+        self
+    }
+
+    /// The longest a lease is renewed automatically. After it, renewal stops and the lease
+    /// expires on the server a lease duration later, so a deadlocked handler or a leaked lease
+    /// cannot hold an item forever (the expiry counts as a stall, see
+    /// [`max_stalls`](Self::max_stalls)). Default 1 hour.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = max_hold;
+        self
+    }
+
+    /// The most dead letters kept; beyond it the oldest are dropped and counted
+    /// ([`Stats::dead_dropped`]). Default 10,000; 0 means no cap.
+    pub fn dead_letter_cap(mut self, cap: usize) -> Self {
+        self.dead_letter_cap = cap;
+        self
+    }
+
+    /// How long an operation keeps retrying, with backoff, through transient server states
+    /// (a lost connection, a restart replaying its AOF (`LOADING`), `BUSY`, `TRYAGAIN`,
+    /// `MASTERDOWN`, `READONLY` after a failover, which also reconnects) before it returns
+    /// the error. [`get`](RedisQueue::get) restarts the deadline each time the server
+    /// answers. Default 30 s.
+    pub fn retry_deadline(mut self, deadline: Duration) -> Self {
+        self.retry_deadline = deadline;
         self
     }
 
@@ -255,6 +320,23 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         self
     }
 
+    /// Switches on a deliberate bug (see [`Mutation`]); may be called more than once to
+    /// combine them. It exists only to prove that the fault tests can fail.
+    #[doc(hidden)]
+    pub fn mutation(mut self, mutation: Mutation) -> Self {
+        self.mutations |= mutation.bit();
+        self
+    }
+
+    /// The configuration of the command connection.
+    fn client_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.response_timeout))
+            .set_connection_timeout(Some(self.response_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500))
+    }
+
     /// Opens the command connection; returns it, the source of more connections, and the
     /// server's name for messages.
     async fn connect(&self) -> Result<(Conn, Source, String), Error> {
@@ -269,7 +351,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             let client = builder(self.response_timeout)?;
             let blocking = builder(self.poll + self.response_timeout)?;
             let con = client.get_async_connection().await?;
-            let server = nodes.first().cloned().unwrap_or_default();
+            let server = nodes.first().map(|url| host_of(url)).unwrap_or_default();
             return Ok((Conn::Cluster(con), Source::Cluster { blocking }, server));
         }
         let client = match (&self.client, &self.url) {
@@ -277,12 +359,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             (None, Some(url)) => Client::open(url.as_str())?,
             (None, None) => return Err(Error::Config("no server: give a url or a client".into())),
         };
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.response_timeout))
-            .set_connection_timeout(Some(self.response_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let con = client.get_connection_manager_with_config(config).await?;
+        let con = client
+            .get_connection_manager_with_config(self.client_config())
+            .await?;
         let server = client.get_connection_info().addr().to_string();
         Ok((Conn::Manager(con), Source::Single(client), server))
     }
@@ -291,19 +370,18 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a name with `{` or `}` (the queue's hash tag) or a zero lease;
+    /// [`Error::Config`] for an empty name or prefix, or one with braces (the queue's hash
+    /// tag), white space or control characters, or a lease under 10 ms;
+    /// [`Error::UnsupportedServer`] for a server older than [`MIN_REDIS_VERSION`];
     /// [`Error::Redis`] if the server cannot be reached.
     pub async fn build(self) -> Result<RedisQueue<T>, Error> {
-        if self.name.is_empty() || self.name.contains(['{', '}']) {
-            return Err(Error::Config(format!(
-                "queue name {:?} must be non-empty and contain no braces",
-                self.name
-            )));
-        }
+        validate("queue name", &self.name)?;
+        validate("key prefix", &self.prefix)?;
         if self.lease < Duration::from_millis(10) {
             return Err(Error::Config("the lease must last at least 10 ms".into()));
         }
         let (mut con, source, server) = self.connect().await?;
+        check_version(&mut con).await?;
         let persistence = if self.check_persistence {
             let persistence = Persistence::read(&mut con).await;
             persistence::warn_once(&server, &persistence);
@@ -311,6 +389,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         } else {
             None
         };
+        let client_config = self.client_config();
         let renew_every = self
             .renew_every
             .unwrap_or(self.lease / 3)
@@ -320,7 +399,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
                 keys: Keys::new(&self.prefix, &self.name),
                 name: self.name,
                 source,
-                con,
+                con: RwLock::new(con),
                 blocking: Mutex::new(Vec::new()),
                 lease: self.lease,
                 renew_every,
@@ -329,10 +408,158 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
                 poll: self.poll.max(Duration::from_millis(1)),
                 response_timeout: self.response_timeout,
                 max_stalls: self.max_stalls,
+                max_hold: self.max_hold,
+                dead_letter_cap: self.dead_letter_cap,
+                retry_deadline: self.retry_deadline,
+                mutations: self.mutations,
                 persistence,
+                client_config,
+                shut: AtomicBool::new(false),
+                leases_out: AtomicUsize::new(0),
+                wake: Wakeups::new(),
             }),
             _item: PhantomData,
         })
+    }
+}
+
+/// The `host:port` of a URL, for messages: never its user name or password.
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+fn host_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host)
+        .to_owned()
+}
+
+/// The oldest Redis this crate runs on: 7.0, for the `allow-oom` script flag that keeps
+/// renewals, `done` and releases working on a full server. [`Builder::build`] checks it.
+pub const MIN_REDIS_VERSION: &str = "7.0";
+
+/// Checks a queue name or key prefix: it becomes part of every key, inside or before the
+/// Redis Cluster hash tag, and of log lines.
+fn validate(what: &str, value: &str) -> Result<(), Error> {
+    if value.is_empty() {
+        return Err(Error::Config(format!("the {what} must not be empty")));
+    }
+    if let Some(c) = value
+        .chars()
+        .find(|c| matches!(c, '{' | '}') || c.is_whitespace() || c.is_control())
+    {
+        return Err(Error::Config(format!(
+            "the {what} {value:?} contains {c:?}: braces (the hash tag), white space and \
+             control characters are not allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// The `redis_version`s in an `INFO server` reply (one per node for a cluster).
+fn versions(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::BulkString(bytes) => {
+            let text = String::from_utf8_lossy(bytes);
+            out.extend(
+                text.lines()
+                    .filter_map(|line| line.strip_prefix("redis_version:"))
+                    .map(|v| v.trim().to_owned()),
+            );
+        }
+        Value::VerbatimString { text, .. } => {
+            versions(&Value::BulkString(text.clone().into()), out)
+        }
+        Value::SimpleString(text) => versions(&Value::BulkString(text.clone().into()), out),
+        Value::Array(values) | Value::Set(values) => {
+            values.iter().for_each(|v| versions(v, out));
+        }
+        Value::Map(pairs) => pairs.iter().for_each(|(_, v)| versions(v, out)),
+        _ => {}
+    }
+}
+
+/// Whether `version` (`major.minor.patch`) is at least [`MIN_REDIS_VERSION`].
+pub(crate) fn supported(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (7, 0)
+}
+
+/// Fails with [`Error::UnsupportedServer`] unless every server is at least
+/// [`MIN_REDIS_VERSION`].
+async fn check_version(con: &mut Conn) -> Result<(), Error> {
+    let info: Value = redis::cmd("INFO").arg("server").query_async(con).await?;
+    let mut found = Vec::new();
+    versions(&info, &mut found);
+    if found.is_empty() {
+        return Err(Error::UnsupportedServer(format!(
+            "cannot read redis_version from INFO server; workqueue-redis needs Redis \
+             {MIN_REDIS_VERSION} or newer"
+        )));
+    }
+    if let Some(old) = found.iter().find(|v| !supported(v)) {
+        return Err(Error::UnsupportedServer(format!(
+            "Redis {old} is older than {MIN_REDIS_VERSION}, the oldest workqueue-redis runs on \
+             (it needs script flags such as allow-oom)"
+        )));
+    }
+    Ok(())
+}
+
+/// Local wake-ups of one handle's getters: one blocking wait on the server at a time, shared
+/// by all of them, so a getter that is cancelled costs no connection and no wake-up.
+pub(crate) struct Wakeups {
+    /// A generation count; every wake-up bumps it.
+    tx: tokio::sync::watch::Sender<u64>,
+    /// Getters inside [`RedisQueue::get`]: a wake-up popped with none left is passed on.
+    waiting: AtomicUsize,
+    /// Whether the waiting task runs.
+    running: AtomicBool,
+}
+
+impl Wakeups {
+    fn new() -> Self {
+        Wakeups {
+            tx: tokio::sync::watch::channel(0).0,
+            waiting: AtomicUsize::new(0),
+            running: AtomicBool::new(false),
+        }
+    }
+
+    /// Wakes every local getter (and drain).
+    pub(crate) fn wake_all(&self) {
+        self.tx.send_modify(|g| *g = g.wrapping_add(1));
+    }
+}
+
+/// Counts a getter in [`Wakeups::waiting`] while it lives.
+struct Waiting<'a>(&'a Wakeups);
+
+impl<'a> Waiting<'a> {
+    fn new(wake: &'a Wakeups) -> Self {
+        wake.waiting.fetch_add(1, Ordering::SeqCst);
+        Waiting(wake)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Set while a getter that was woken has not yet looked at the queue: if it is cancelled
+/// then, the wake-up is passed on to another getter (in any process).
+struct Owed<'a> {
+    inner: &'a Arc<Inner>,
+    owed: bool,
+}
+
+impl Drop for Owed<'_> {
+    fn drop(&mut self) {
+        if self.owed {
+            self.inner.pass_on_wake();
+        }
     }
 }
 
@@ -341,8 +568,10 @@ pub(crate) struct Inner {
     pub(crate) name: String,
     pub(crate) keys: Keys,
     source: Source,
-    /// Commands (multiplexed, reconnecting).
-    pub(crate) con: Conn,
+    /// Commands (multiplexed, reconnecting); replaced after a `READONLY`.
+    con: RwLock<Conn>,
+    /// The configuration `con` was made with, for a reconnect.
+    client_config: ConnectionManagerConfig,
     /// Idle connections for blocking waits, which must not stall the shared one.
     blocking: Mutex<Vec<Conn>>,
     pub(crate) lease: Duration,
@@ -352,10 +581,98 @@ pub(crate) struct Inner {
     poll: Duration,
     response_timeout: Duration,
     max_stalls: u32,
+    pub(crate) max_hold: Duration,
+    pub(crate) dead_letter_cap: usize,
+    retry_deadline: Duration,
+    /// [`Mutation`] bits, passed to the fenced scripts; 0 outside the fault tests.
+    pub(crate) mutations: u32,
     persistence: Option<Persistence>,
+    /// This handle (and its clones) is shut down: no more gets or adds here.
+    shut: AtomicBool,
+    /// Leases handed out by this handle that are not finished yet.
+    leases_out: AtomicUsize,
+    pub(crate) wake: Wakeups,
 }
 
 impl Inner {
+    /// The command connection.
+    pub(crate) fn con(&self) -> Conn {
+        self.con.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the command connection (after `READONLY`: the server became a replica, and a
+    /// new connection may reach the new primary).
+    async fn reconnect(&self) {
+        #[allow(
+            irrefutable_let_patterns,
+            reason = "refutable with the cluster feature"
+        )]
+        let Source::Single(client) = &self.source else {
+            // The cluster client follows failovers by itself.
+            return;
+        };
+        match client
+            .get_connection_manager_with_config(self.client_config.clone())
+            .await
+        {
+            Ok(con) => {
+                *self.con.write().unwrap_or_else(|e| e.into_inner()) = Conn::Manager(con);
+            }
+            Err(error) => {
+                tracing::warn!(queue = %self.name, %error, "workqueue-redis: reconnect failed");
+            }
+        }
+    }
+
+    /// Runs `op` on the command connection, waiting out transient server states (see
+    /// [`Builder::retry_deadline`]) until `deadline`.
+    pub(crate) async fn call_until<R, F, Fut>(
+        &self,
+        what: &'static str,
+        deadline: Instant,
+        mut op: F,
+    ) -> Result<R, Error>
+    where
+        F: FnMut(Conn) -> Fut,
+        Fut: Future<Output = redis::RedisResult<R>>,
+    {
+        let mut backoff = Duration::from_millis(20);
+        let mut warned = false;
+        loop {
+            let error = match op(self.con()).await {
+                Ok(reply) => return Ok(reply),
+                Err(e) => Error::from(e),
+            };
+            let Some(transient) = Transient::of(&error) else {
+                return Err(error);
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(error);
+            }
+            if !warned {
+                tracing::warn!(queue = %self.name, op = what, %error, "workqueue-redis: retrying");
+                warned = true;
+            }
+            if transient == Transient::ReadOnly {
+                self.reconnect().await;
+            }
+            // The last attempt is made at the deadline.
+            tokio::time::sleep(backoff.min(deadline - now)).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// [`call_until`](Self::call_until) the queue's retry deadline from now.
+    pub(crate) async fn call<R, F, Fut>(&self, what: &'static str, op: F) -> Result<R, Error>
+    where
+        F: FnMut(Conn) -> Fut,
+        Fut: Future<Output = redis::RedisResult<R>>,
+    {
+        self.call_until(what, Instant::now() + self.retry_deadline, op)
+            .await
+    }
+
     /// An invocation of `script` with the queue's keys.
     pub(crate) fn invocation<'a>(&'a self, script: &'a Script) -> ScriptInvocation<'a> {
         let mut invocation = script.prepare_invoke();
@@ -392,7 +709,7 @@ impl Inner {
             }
             pipe.add_command(cmd);
         }
-        let mut con = self.con.clone();
+        let mut con = self.con();
         let mut replies: Vec<Value> = pipe.query_async(&mut con).await?;
         for (reply, (script, args)) in replies.iter_mut().zip(calls) {
             let Value::ServerError(error) = reply else {
@@ -410,55 +727,114 @@ impl Inner {
         Ok(replies)
     }
 
-    /// `renew`: `Ok(false)` if the lease is no longer this holder's.
-    pub(crate) async fn renew(&self, raw: &str, token: u64) -> Result<bool, Error> {
+    /// `renew`: `Ok(false)` if the lease is no longer this holder's. Waits out transient
+    /// states until `deadline`.
+    pub(crate) async fn renew(
+        &self,
+        raw: &str,
+        token: u64,
+        deadline: Instant,
+    ) -> Result<bool, Error> {
         let renewed: i64 = self
-            .invocation(&SCRIPTS.renew)
-            .arg(raw)
-            .arg(token)
-            .arg(micros(self.lease))
-            .invoke_async(&mut self.con.clone())
+            .call_until("renew", deadline, |mut con| async move {
+                self.invocation(&SCRIPTS.renew)
+                    .arg(raw)
+                    .arg(token)
+                    .arg(micros(self.lease))
+                    .arg(self.mutations)
+                    .invoke_async(&mut con)
+                    .await
+            })
             .await?;
         Ok(renewed == 1)
     }
 
-    /// `done`, retried on connection errors while the lease could still be ours.
-    pub(crate) async fn done(&self, raw: &str, token: u64) -> Result<(), Error> {
-        let give_up = Instant::now() + self.lease + self.response_timeout;
-        let mut failed = false;
+    /// `done` (or `release`), retried through transient states while the lease could still
+    /// be ours.
+    pub(crate) async fn finish(&self, raw: &str, token: u64, release: bool) -> Result<(), Error> {
+        let give_up = Instant::now() + self.lease.max(self.retry_deadline) + self.response_timeout;
+        let script = if release {
+            &SCRIPTS.release
+        } else {
+            &SCRIPTS.done
+        };
+        // Whether an attempt may have been applied without our seeing the answer.
+        let mut unsure = false;
+        let mut backoff = Duration::from_millis(20);
         loop {
             let outcome: Result<i64, redis::RedisError> = self
-                .invocation(&SCRIPTS.done)
+                .invocation(script)
                 .arg(raw)
                 .arg(token)
-                .invoke_async(&mut self.con.clone())
+                .arg(self.mutations)
+                .invoke_async(&mut self.con())
                 .await;
             match outcome {
                 Ok(1) | Ok(2) => return Ok(()),
-                Ok(_) if failed => return Err(Error::OutcomeUnknown),
+                Ok(_) if unsure => return Err(Error::OutcomeUnknown),
                 Ok(_) => return Err(Error::LeaseLost),
                 Err(e) => {
                     let e = Error::from(e);
-                    if !e.is_connection() || Instant::now() >= give_up {
-                        return Err(if failed { Error::OutcomeUnknown } else { e });
+                    let transient = Transient::of(&e);
+                    if transient.is_none() || Instant::now() + backoff >= give_up {
+                        return Err(if unsure { Error::OutcomeUnknown } else { e });
                     }
-                    failed = true;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    if transient == Some(Transient::Connection) {
+                        unsure = true;
+                    }
+                    if transient == Some(Transient::ReadOnly) {
+                        self.reconnect().await;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
             }
         }
     }
 
     /// Moves an item that cannot be deserialized to the dead-letter list.
-    async fn dead_letter(&self, raw: &str, token: u64, error: &str) -> Result<(), Error> {
+    async fn dead_letter(&self, raw: &[u8], token: u64, error: &str) -> Result<(), Error> {
         let _: i64 = self
-            .invocation(&SCRIPTS.dead_letter)
-            .arg(raw)
-            .arg(token)
-            .arg(error)
-            .invoke_async(&mut self.con.clone())
+            .call("dead letter", |mut con| async move {
+                self.invocation(&SCRIPTS.dead_letter)
+                    .arg(raw)
+                    .arg(token)
+                    .arg(error)
+                    .arg(self.dead_letter_cap)
+                    .invoke_async(&mut con)
+                    .await
+            })
             .await?;
         Ok(())
+    }
+
+    /// A lease of this handle was handed out.
+    pub(crate) fn lease_started(&self) {
+        self.leases_out.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A lease of this handle was finished (done, released or abandoned).
+    pub(crate) fn lease_ended(&self) {
+        if self.leases_out.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.wake.wake_all();
+        }
+    }
+
+    /// Puts the wake-up marker back for another getter, in the background.
+    fn pass_on_wake(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut con = self.con();
+        let marker = self.keys.marker().to_owned();
+        runtime.spawn(async move {
+            let _: redis::RedisResult<Value> = redis::cmd("ZADD")
+                .arg(marker)
+                .arg(0)
+                .arg("m")
+                .query_async(&mut con)
+                .await;
+        });
     }
 
     /// A connection for a blocking wait.
@@ -489,21 +865,77 @@ impl Inner {
         }
     }
 
-    /// Waits until a getter is woken (an add, a shut down, more work) or `wait` passes.
-    async fn wait(&self, wait: Duration) -> Result<(), Error> {
-        let mut con = self.blocking_connection().await?;
-        let seconds = wait.as_secs_f64().max(0.001);
-        let _: Value = redis::cmd("BZPOPMIN")
-            .arg(self.keys.marker())
-            .arg(format!("{seconds:.3}"))
-            .query_async(&mut con)
-            .await?;
-        // Only a connection that answered goes back to the pool.
-        self.blocking
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(con);
-        Ok(())
+    /// Starts the waiting task unless it runs.
+    fn ensure_waiter(self: &Arc<Self>) {
+        if self
+            .wake
+            .running
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            let inner = self.clone();
+            tokio::spawn(async move { inner.wait_loop().await });
+        }
+    }
+
+    /// The waiting task: blocks on the wake-up marker (`BZPOPMIN`, on a connection of its own)
+    /// while any getter of this handle waits, and wakes them all when it pops it. A wake-up
+    /// popped when no getter is left is put back for the getters of other handles.
+    async fn wait_loop(self: Arc<Self>) {
+        let mut con: Option<Conn> = None;
+        let seconds = format!("{:.3}", self.poll.as_secs_f64().max(0.001));
+        loop {
+            if self.wake.waiting.load(Ordering::SeqCst) == 0 {
+                self.wake.running.store(false, Ordering::SeqCst);
+                if self.wake.waiting.load(Ordering::SeqCst) == 0
+                    || self
+                        .wake
+                        .running
+                        .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_err()
+                {
+                    break;
+                }
+            }
+            let mut c = match con.take() {
+                Some(c) => c,
+                None => match self.blocking_connection().await {
+                    Ok(c) => c,
+                    Err(_) => {
+                        // Let the getters meet the error (and back off) themselves.
+                        self.wake.wake_all();
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let reply: redis::RedisResult<Value> = redis::cmd("BZPOPMIN")
+                .arg(self.keys.marker())
+                .arg(seconds.as_str())
+                .query_async(&mut c)
+                .await;
+            match reply {
+                Ok(Value::Nil) => con = Some(c),
+                Ok(_) => {
+                    con = Some(c);
+                    if self.wake.waiting.load(Ordering::SeqCst) == 0 {
+                        self.pass_on_wake();
+                    } else {
+                        self.wake.wake_all();
+                    }
+                }
+                Err(_) => {
+                    self.wake.wake_all();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        if let Some(c) = con {
+            self.blocking
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(c);
+        }
     }
 }
 
@@ -570,9 +1002,6 @@ impl<T> fmt::Debug for RedisQueue<T> {
     }
 }
 
-/// How late the server may time out a blocked client (one tick of its default `hz 10`).
-const SERVER_TICK: Duration = Duration::from_millis(100);
-
 /// A duration in whole microseconds, saturating.
 pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros())
@@ -599,12 +1028,10 @@ fn int(value: &Value) -> Result<i64, Error> {
     }
 }
 
-fn string(value: Value) -> Result<String, Error> {
+fn bytes(value: Value) -> Result<Vec<u8>, Error> {
     match value {
-        Value::BulkString(bytes) => {
-            String::from_utf8(bytes).map_err(|e| Error::Protocol(e.to_string()))
-        }
-        Value::SimpleString(s) => Ok(s),
+        Value::BulkString(bytes) => Ok(bytes),
+        Value::SimpleString(s) => Ok(s.into_bytes()),
         other => Err(Error::Protocol(format!("expected a string, got {other:?}"))),
     }
 }
@@ -616,6 +1043,13 @@ enum Attempt<T> {
     /// Nothing ready; something may be due after this long.
     Empty(Option<Duration>),
 }
+
+/// The reply of an add that this handle ignored because it is shut down.
+const IGNORED: Added = Added {
+    kind: AddKind::Ignored,
+    seq: 0,
+    delay: Duration::ZERO,
+};
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// Connects to `url` and opens queue `name` with the default options.
@@ -643,7 +1077,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             poll: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
             check_persistence: true,
-            max_stalls: 0,
+            max_stalls: 5,
+            max_hold: Duration::from_secs(3600),
+            dead_letter_cap: 10_000,
+            retry_deadline: Duration::from_secs(30),
+            mutations: 0,
             _item: PhantomData,
         }
     }
@@ -667,19 +1105,29 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// A new item joins the tail; an item already queued stays where it is; an item waiting
     /// for a delay becomes ready now (once); an item being processed is queued again when its
-    /// lease ends; after [`shut_down`](Self::shut_down) adds are ignored.
+    /// lease ends; after [`shut_down`](Self::shut_down) (of this handle) or
+    /// [`shut_down_fleet`](Self::shut_down_fleet) adds are ignored.
     ///
     /// # Errors
     ///
-    /// A connection error leaves it unknown whether the add was applied; adding again is
-    /// harmless.
+    /// A connection error (after the [retry deadline](Builder::retry_deadline)) leaves it
+    /// unknown whether the add was applied; adding again is harmless. A full server
+    /// (`maxmemory` under `noeviction`) refuses adds at once with an `OOM` error.
     pub async fn add(&self, item: impl Borrow<T>) -> Result<Added, Error> {
+        if self.is_closed() {
+            return Ok(IGNORED);
+        }
         let raw = Self::encode(item.borrow())?;
+        let raw = &raw;
         let value: Value = self
             .inner
-            .invocation(&SCRIPTS.add)
-            .arg(raw)
-            .invoke_async(&mut self.inner.con.clone())
+            .call("add", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.add)
+                    .arg(raw)
+                    .invoke_async(&mut con)
+                    .await
+            })
             .await?;
         Added::parse(value, Some(Duration::ZERO))
     }
@@ -693,37 +1141,53 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// As for [`add`](Self::add).
     pub async fn add_after(&self, item: impl Borrow<T>, delay: Duration) -> Result<Added, Error> {
+        if self.is_closed() {
+            return Ok(IGNORED);
+        }
         let raw = Self::encode(item.borrow())?;
+        let raw = &raw;
         let value: Value = self
             .inner
-            .invocation(&SCRIPTS.add_after)
-            .arg(raw)
-            .arg(micros(delay))
-            .invoke_async(&mut self.inner.con.clone())
+            .call("add_after", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.add_after)
+                    .arg(raw)
+                    .arg(micros(delay))
+                    .invoke_async(&mut con)
+                    .await
+            })
             .await?;
         Added::parse(value, Some(delay))
     }
 
     /// Adds `item` after the delay the queue's [`RateLimit`] gives it: client-go's
-    /// `AddRateLimited`. The item's failure count goes up by one (even after shut down, as in
-    /// client-go); [`forget`](Self::forget) resets it.
+    /// `AddRateLimited`. The item's failure count goes up by one (even after a fleet-wide shut
+    /// down, as in client-go); [`forget`](Self::forget) resets it.
     ///
     /// # Errors
     ///
-    /// As for [`add`](Self::add).
+    /// As for [`add`](Self::add); a retry after a connection error may count a failure twice.
     pub async fn add_rate_limited(&self, item: impl Borrow<T>) -> Result<Added, Error> {
+        if self.is_closed() {
+            return Ok(IGNORED);
+        }
         let raw = Self::encode(item.borrow())?;
+        let raw = &raw;
         let limit = &self.inner.rate_limit;
         let (qps, burst) = limit.bucket().unwrap_or((0.0, 0));
         let value: Value = self
             .inner
-            .invocation(&SCRIPTS.add_rate_limited)
-            .arg(raw)
-            .arg(micros(limit.base_delay()))
-            .arg(micros(limit.max_delay()))
-            .arg(qps)
-            .arg(burst)
-            .invoke_async(&mut self.inner.con.clone())
+            .call("add_rate_limited", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.add_rate_limited)
+                    .arg(raw)
+                    .arg(micros(limit.base_delay()))
+                    .arg(micros(limit.max_delay()))
+                    .arg(qps)
+                    .arg(burst)
+                    .invoke_async(&mut con)
+                    .await
+            })
             .await?;
         Added::parse(value, None)
     }
@@ -736,10 +1200,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// A connection error.
     pub async fn forget(&self, item: impl Borrow<T>) -> Result<(), Error> {
         let raw = Self::encode(item.borrow())?;
-        let _: i64 = redis::cmd("HDEL")
-            .arg(self.inner.keys.fail())
-            .arg(raw)
-            .query_async(&mut self.inner.con.clone())
+        let raw = &raw;
+        let _: i64 = self
+            .inner
+            .call("forget", |mut con| async move {
+                redis::cmd("HDEL")
+                    .arg(self.inner.keys.fail())
+                    .arg(raw)
+                    .query_async(&mut con)
+                    .await
+            })
             .await?;
         Ok(())
     }
@@ -752,22 +1222,31 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// A connection error.
     pub async fn num_requeues(&self, item: impl Borrow<T>) -> Result<usize, Error> {
         let raw = Self::encode(item.borrow())?;
-        let count: Option<u64> = redis::cmd("HGET")
-            .arg(self.inner.keys.fail())
-            .arg(raw)
-            .query_async(&mut self.inner.con.clone())
+        let raw = &raw;
+        let count: Option<u64> = self
+            .inner
+            .call("num_requeues", |mut con| async move {
+                redis::cmd("HGET")
+                    .arg(self.inner.keys.fail())
+                    .arg(raw)
+                    .query_async(&mut con)
+                    .await
+            })
             .await?;
         Ok(count.unwrap_or(0) as usize)
     }
 
     async fn sizes(&self) -> Result<(usize, usize, usize), Error> {
-        let sizes: (usize, usize, usize) = self
-            .inner
-            .invocation(&SCRIPTS.len)
-            .arg(self.inner.max_stalls)
-            .invoke_async(&mut self.inner.con.clone())
-            .await?;
-        Ok(sizes)
+        self.inner
+            .call("len", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.len)
+                    .arg(self.inner.max_stalls)
+                    .arg(self.inner.dead_letter_cap)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await
     }
 
     /// The number of items ready to hand out now (not delayed ones, not the ones being
@@ -807,27 +1286,41 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         Ok(self.sizes().await?.2)
     }
 
+    /// Whether this handle (or a clone of it) was shut down.
+    fn is_closed(&self) -> bool {
+        self.inner.shut.load(Ordering::SeqCst)
+    }
+
     /// Reads the answer of the `get` script; `None` if the item was moved to the dead letters.
     async fn interpret(&self, value: Value, started: Instant) -> Result<Option<Attempt<T>>, Error> {
         let mut parts = array(value)?.into_iter();
         let tag = parts.next().as_ref().map(int).transpose()?;
         match tag {
             Some(1) => {
-                let raw = string(parts.next().unwrap_or(Value::Nil))?;
+                let raw = bytes(parts.next().unwrap_or(Value::Nil))?;
                 let token = int(&parts.next().unwrap_or(Value::Nil))?.max(0) as u64;
-                match serde_json::from_str::<T>(&raw) {
-                    Ok(item) => Ok(Some(Attempt::Leased(Lease::new(
+                let decoded = match String::from_utf8(raw) {
+                    Ok(text) => serde_json::from_str::<T>(&text)
+                        .map(|item| (item, text.clone()))
+                        .map_err(|e| (text.into_bytes(), e.to_string())),
+                    Err(e) => {
+                        let error =
+                            format!("the stored item is not valid UTF-8: {}", e.utf8_error());
+                        Err((e.into_bytes(), error))
+                    }
+                };
+                match decoded {
+                    Ok((item, text)) => Ok(Some(Attempt::Leased(Lease::new(
                         self.inner.clone(),
                         item,
-                        raw,
+                        text,
                         token,
                         started,
                     )))),
-                    Err(e) => {
-                        let error = e.to_string();
+                    Err((raw, error)) => {
                         tracing::warn!(
                             queue = %self.inner.name,
-                            item = %raw,
+                            item = %String::from_utf8_lossy(&raw),
                             %error,
                             "workqueue-redis: an item cannot be deserialized; moved to the dead-letter list"
                         );
@@ -846,15 +1339,24 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         }
     }
 
-    async fn attempt(&self) -> Result<Attempt<T>, Error> {
+    /// One look at the queue (the `get` script), until `deadline` for transient states.
+    async fn attempt(&self, deadline: Instant) -> Result<Attempt<T>, Error> {
         loop {
+            if self.is_closed() {
+                return Ok(Attempt::ShutDown);
+            }
             let started = Instant::now();
             let value: Value = self
                 .inner
-                .invocation(&SCRIPTS.get)
-                .arg(micros(self.inner.lease))
-                .arg(self.inner.max_stalls)
-                .invoke_async(&mut self.inner.con.clone())
+                .call_until("get", deadline, |mut con| async move {
+                    self.inner
+                        .invocation(&SCRIPTS.get)
+                        .arg(micros(self.inner.lease))
+                        .arg(self.inner.max_stalls)
+                        .arg(self.inner.dead_letter_cap)
+                        .invoke_async(&mut con)
+                        .await
+                })
                 .await?;
             if let Some(attempt) = self.interpret(value, started).await? {
                 return Ok(attempt);
@@ -895,10 +1397,28 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             calls.push((&SCRIPTS.add_after, vec![raw, micros(delay).to_string()]));
             delays.push(delay);
         }
+        if self.is_closed() {
+            return Ok(delays.iter().map(|_| IGNORED).collect());
+        }
         if calls.is_empty() {
             return Ok(Vec::new());
         }
-        let values = self.inner.pipeline(&calls).await?;
+        let deadline = Instant::now() + self.inner.retry_deadline;
+        let mut backoff = Duration::from_millis(20);
+        let values = loop {
+            match self.inner.pipeline(&calls).await {
+                // Only a refusal (nothing ran) is retried: after a connection error some adds
+                // may have applied, and the caller decides.
+                Err(e)
+                    if Transient::of(&e) == Some(Transient::Refused)
+                        && Instant::now() + backoff < deadline =>
+                {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                other => break other?,
+            }
+        };
         values
             .into_iter()
             .zip(delays)
@@ -909,7 +1429,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// Marks `lease`'s item done and hands out the next ready item, in one round trip (a
     /// pipeline of `done` then `get`, each atomic on its own). The first result is the `done`'s
     /// (see [`Lease::done`]); the second is the next lease, or `None` if nothing was ready
-    /// (call [`get`](Self::get) to wait) or the queue is shut down.
+    /// (call [`get`](Self::get) to wait) or the queue (or this handle) is shut down.
     ///
     /// # Errors
     ///
@@ -919,15 +1439,25 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         &self,
         lease: Lease<T>,
     ) -> Result<(Result<(), Error>, Option<Lease<T>>), Error> {
+        // Counts as out until the done is through, for a drain.
+        self.inner.lease_started();
+        let _out = LeaseOut(&self.inner);
         let (raw, token) = lease.finish();
+        if self.is_closed() {
+            return Ok((self.inner.finish(&raw, token, false).await, None));
+        }
         let started = Instant::now();
         let calls = [
-            (&SCRIPTS.done, vec![raw, token.to_string()]),
+            (
+                &SCRIPTS.done,
+                vec![raw, token.to_string(), self.inner.mutations.to_string()],
+            ),
             (
                 &SCRIPTS.get,
                 vec![
                     micros(self.inner.lease).to_string(),
                     self.inner.max_stalls.to_string(),
+                    self.inner.dead_letter_cap.to_string(),
                 ],
             ),
         ];
@@ -950,50 +1480,54 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 
     /// Waits for the next item and hands it out under a [`Lease`]: client-go's `Get`.
     ///
-    /// Returns `Ok(None)` once the queue is shut down and has nothing ready. Promotes delayed
-    /// items that are due and reclaims expired leases of dead workers first. While nothing is
-    /// ready it blocks on the server (`BZPOPMIN` on a wake-up marker, on a connection of its
-    /// own), so an add in any process wakes one waiting getter.
+    /// Returns `Ok(None)` once this handle is shut down ([`shut_down`](Self::shut_down)), or
+    /// the queue is shut down for every process ([`shut_down_fleet`](Self::shut_down_fleet))
+    /// and has nothing ready. Promotes delayed items that are due and reclaims expired leases
+    /// of dead workers first. While nothing is ready it waits for a wake-up from the server
+    /// (one `BZPOPMIN` on a wake-up marker per handle, shared by its getters, on a
+    /// connection of its own), so an add in any process wakes a waiting getter.
     ///
-    /// Connection errors are retried (with a warning) until the server answers again: a
+    /// Transient server states (a lost connection, a restart, `LOADING`, `BUSY`, `TRYAGAIN`,
+    /// `MASTERDOWN`, `READONLY`) are waited out with backoff for up to the
+    /// [retry deadline](Builder::retry_deadline), counted from the server's last answer: a
     /// worker loop rides out a server restart.
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future loses no item: an item leased by a call whose answer never arrived
-    /// is reclaimed when that lease expires.
+    /// Dropping the future loses no item and costs nothing: the shared wait goes on for the
+    /// other getters (or ends), a wake-up this getter received but did not use is passed on,
+    /// and an item leased by a call whose answer never arrived is reclaimed when that lease
+    /// expires.
     ///
     /// # Errors
     ///
-    /// Errors other than connection errors (for example a server refusing scripts).
+    /// Errors that are not transient (for example a server refusing scripts), and transient
+    /// ones that outlast the retry deadline.
     pub async fn get(&self) -> Result<Option<Lease<T>>, Error> {
-        let mut backoff = Duration::from_millis(50);
+        let _waiting = Waiting::new(&self.inner.wake);
+        let mut rx = self.inner.wake.tx.subscribe();
+        let mut owed = Owed {
+            inner: &self.inner,
+            owed: false,
+        };
         loop {
-            let outcome = match self.attempt().await {
-                Ok(Attempt::Leased(lease)) => return Ok(Some(lease)),
-                Ok(Attempt::ShutDown) => return Ok(None),
-                Ok(Attempt::Empty(wait)) => {
+            rx.borrow_and_update();
+            let deadline = Instant::now() + self.inner.retry_deadline;
+            let attempt = self.attempt(deadline).await;
+            owed.owed = false;
+            match attempt? {
+                Attempt::Leased(lease) => return Ok(Some(lease)),
+                Attempt::ShutDown => return Ok(None),
+                Attempt::Empty(wait) => {
                     let wait = wait.map_or(self.inner.poll, |w| w.min(self.inner.poll));
-                    // The server times blocked clients out on its cron tick (10 Hz by
-                    // default), so a blocking wait can overshoot by up to ~100 ms. Block for
-                    // all but the last tick, and sleep the rest here, on a precise timer.
-                    if wait > SERVER_TICK {
-                        self.inner.wait(wait - SERVER_TICK).await
-                    } else {
-                        tokio::time::sleep(wait).await;
-                        Ok(())
+                    self.inner.ensure_waiter();
+                    tokio::select! {
+                        changed = rx.changed() => {
+                            owed.owed = changed.is_ok();
+                        }
+                        () = tokio::time::sleep(wait) => {}
                     }
                 }
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Ok(()) => backoff = Duration::from_millis(50),
-                Err(e) if e.is_connection() => {
-                    tracing::warn!(queue = %self.inner.name, error = %e, "workqueue-redis: get is retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-                Err(e) => return Err(e),
             }
         }
     }
@@ -1002,57 +1536,120 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// # Errors
     ///
-    /// The outer error is a failure to talk to the server; the inner one is
-    /// [`TryGetError::Empty`] or [`TryGetError::ShutDown`].
+    /// The outer error is a failure to talk to the server (after the retry deadline); the
+    /// inner one is [`TryGetError::Empty`] or [`TryGetError::ShutDown`].
     pub async fn try_get(&self) -> Result<Result<Lease<T>, TryGetError>, Error> {
-        Ok(match self.attempt().await? {
+        let deadline = Instant::now() + self.inner.retry_deadline;
+        Ok(match self.attempt(deadline).await? {
             Attempt::Leased(lease) => Ok(lease),
             Attempt::ShutDown => Err(TryGetError::ShutDown),
             Attempt::Empty(_) => Err(TryGetError::Empty),
         })
     }
 
-    /// Shuts the queue down for every process: client-go's `ShutDown`. Adds are ignored from
-    /// now on, delayed items are dropped, queued items are still handed out and then `get`
-    /// returns `None`; blocked getters wake. The flag stays until [`delete`](Self::delete).
+    /// Shuts this handle (and its clones) down: client-go's `ShutDown`, for this process's
+    /// share of the queue. Its `get`s return `None` from now on (waiting ones wake), its adds
+    /// are ignored, and its leases can still be renewed, finished or released. Other
+    /// processes, and other handles built separately, go on: the queue on the server is not
+    /// touched, so the next deployment picks it up as it is. To stop every process, see
+    /// [`shut_down_fleet`](Self::shut_down_fleet).
     ///
     /// # Errors
     ///
-    /// A connection error.
+    /// None today; the `Result` keeps the signature of the other operations.
     pub async fn shut_down(&self) -> Result<(), Error> {
-        let _: i64 = self
-            .inner
-            .invocation(&SCRIPTS.shut_down)
-            .invoke_async(&mut self.inner.con.clone())
-            .await?;
+        self.inner.shut.store(true, Ordering::SeqCst);
+        self.inner.wake.wake_all();
         Ok(())
     }
 
-    /// Shuts the queue down, then waits until no item is under a lease in any process:
-    /// client-go's `ShutDownWithDrain`. Leases of dead workers end when they expire.
+    /// Shuts this handle down ([`shut_down`](Self::shut_down)), then waits until every lease
+    /// it handed out is finished (done, released or dropped): client-go's
+    /// `ShutDownWithDrain`, for this process's share.
     ///
     /// # Errors
     ///
-    /// A connection error.
+    /// None today.
     pub async fn shut_down_with_drain(&self) -> Result<(), Error> {
         self.shut_down().await?;
-        while self.processing_len().await? > 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut rx = self.inner.wake.tx.subscribe();
+        while self.inner.leases_out.load(Ordering::SeqCst) > 0 {
+            // A lease ending wakes this; the timeout only bounds a missed wake-up.
+            let _ = tokio::time::timeout(Duration::from_millis(200), rx.changed()).await;
         }
         Ok(())
     }
 
-    /// Whether the queue is shut down: client-go's `ShuttingDown`.
+    /// Shuts the queue down for every process, until [`resume_fleet`](Self::resume_fleet):
+    /// client-go's `ShutDown` applied to the shared queue. Adds from every process are ignored,
+    /// delayed items wait (they are kept, and come due after the resume), queued items are
+    /// still handed out, and then every `get` returns `None`; blocked getters wake. Use it to
+    /// stop a whole fleet (`wq redis shutdown`); a process that only stops itself calls
+    /// [`shut_down`](Self::shut_down).
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn shut_down_fleet(&self) -> Result<(), Error> {
+        let _: i64 = self
+            .inner
+            .call("shut_down_fleet", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.shut_down)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Ends a [`shut_down_fleet`](Self::shut_down_fleet): adds count again and delayed items
+    /// come due. Returns whether the queue was shut down. Handles shut down with
+    /// [`shut_down`](Self::shut_down) stay shut down.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn resume_fleet(&self) -> Result<bool, Error> {
+        let was: i64 = self
+            .inner
+            .call("resume_fleet", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.resume)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(was == 1)
+    }
+
+    /// Whether the queue is shut down for every process ([`shut_down_fleet`](Self::shut_down_fleet)).
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn is_fleet_shut_down(&self) -> Result<bool, Error> {
+        self.inner
+            .call("is_fleet_shut_down", |mut con| async move {
+                redis::cmd("EXISTS")
+                    .arg(self.inner.keys.shut())
+                    .query_async(&mut con)
+                    .await
+            })
+            .await
+    }
+
+    /// Whether this handle is shut down, or the queue for every process: client-go's
+    /// `ShuttingDown`.
     ///
     /// # Errors
     ///
     /// A connection error.
     pub async fn is_shutting_down(&self) -> Result<bool, Error> {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(self.inner.keys.shut())
-            .query_async(&mut self.inner.con.clone())
-            .await?;
-        Ok(exists)
+        if self.is_closed() {
+            return Ok(true);
+        }
+        self.is_fleet_shut_down().await
     }
 
     /// A snapshot of the queue for operators (see [`Stats`]), listing at most `limit`
@@ -1065,13 +1662,80 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         crate::stats::read(&self.inner, limit).await
     }
 
-    /// The dead letters: items that could not be deserialized, oldest first, at most `limit`.
+    /// The dead letters, oldest first, at most `limit`: items that could not be deserialized
+    /// (or were not valid UTF-8), and items whose workers kept dying
+    /// ([`max_stalls`](Builder::max_stalls)).
     ///
     /// # Errors
     ///
     /// A connection error.
     pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, Error> {
         crate::stats::dead_letters(&self.inner, limit).await
+    }
+
+    /// Moves one dead letter back to the queue as a fresh item (no failures, no stalls), as an
+    /// add would. Returns `false` if it is no longer among the dead letters.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn requeue_dead_letter(&self, letter: &DeadLetter) -> Result<bool, Error> {
+        let entry = letter.entry.as_slice();
+        let n: i64 = self
+            .inner
+            .call("requeue_dead_letter", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.dead_requeue)
+                    .arg(entry)
+                    .arg(1)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Moves every dead letter back to the queue, oldest first, as
+    /// [`requeue_dead_letter`](Self::requeue_dead_letter) does. Returns how many.
+    ///
+    /// # Errors
+    ///
+    /// A connection error; the dead letters moved until then stay moved.
+    pub async fn requeue_dead_letters(&self) -> Result<usize, Error> {
+        let mut total = 0;
+        loop {
+            let n: usize = self
+                .inner
+                .call("requeue_dead_letters", |mut con| async move {
+                    self.inner
+                        .invocation(&SCRIPTS.dead_requeue)
+                        .arg("")
+                        .arg(DEAD_BATCH)
+                        .invoke_async(&mut con)
+                        .await
+                })
+                .await?;
+            total += n;
+            if n < DEAD_BATCH {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Deletes every dead letter. Returns how many there were.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn purge_dead_letters(&self) -> Result<usize, Error> {
+        self.inner
+            .call("purge_dead_letters", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.dead_purge)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await
     }
 
     /// Deletes every key of the queue: its items, leases, failure counts, dead letters and
@@ -1081,11 +1745,68 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// A connection error.
     pub async fn delete(&self) -> Result<(), Error> {
-        let mut cmd = redis::cmd("DEL");
-        for key in &self.inner.keys.all {
-            cmd.arg(key.as_str());
-        }
-        let _: i64 = cmd.query_async(&mut self.inner.con.clone()).await?;
+        let _: i64 = self
+            .inner
+            .call("delete", |mut con| async move {
+                let mut cmd = redis::cmd("DEL");
+                for key in &self.inner.keys.all {
+                    cmd.arg(key.as_str());
+                }
+                cmd.query_async(&mut con).await
+            })
+            .await?;
         Ok(())
+    }
+}
+
+/// How many dead letters one call of `requeue_dead_letters` moves (keeps each script short).
+const DEAD_BATCH: usize = 500;
+
+/// Ends a lease count taken by `done_and_get` when dropped.
+struct LeaseOut<'a>(&'a Inner);
+
+impl Drop for LeaseOut<'_> {
+    fn drop(&mut self) {
+        self.0.lease_ended();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_floor_is_7_0() {
+        for ok in ["7.0.0", "7.0.15", "7.2.4", "8.0.1", "10.0.0"] {
+            assert!(supported(ok), "{ok}");
+        }
+        for old in ["6.2.14", "5.0.7", "", "garbage"] {
+            assert!(!supported(old), "{old}");
+        }
+        let mut found = Vec::new();
+        versions(
+            &Value::Array(vec![Value::BulkString(
+                b"# Server\r\nredis_version:6.2.1\r\nredis_mode:standalone\r\n".to_vec(),
+            )]),
+            &mut found,
+        );
+        assert_eq!(found, ["6.2.1"]);
+    }
+
+    #[test]
+    fn messages_name_the_host_without_credentials() {
+        assert_eq!(host_of("redis://:pw@h:6379/0"), "h:6379");
+        assert_eq!(host_of("rediss://user:p@ss@h:1"), "h:1");
+        assert_eq!(host_of("redis://h:2"), "h:2");
+        assert_eq!(host_of("h:3"), "h:3");
+    }
+
+    #[test]
+    fn names_with_braces_or_spaces_are_refused() {
+        assert!(validate("queue name", "pods").is_ok());
+        for bad in ["", "a{b", "a}b", "a b", "a\tb"] {
+            let error = validate("queue name", bad).unwrap_err();
+            assert!(matches!(error, Error::Config(_)), "{bad:?}");
+        }
     }
 }

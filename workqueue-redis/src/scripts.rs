@@ -12,9 +12,9 @@ pub(crate) struct Keys {
 }
 
 /// Suffixes of the keys, in the order of `KEYS` in `common.lua`.
-const SUFFIXES: [&str; 13] = [
+const SUFFIXES: [&str; 14] = [
     "ready", "dirty", "proc", "lease", "since", "delay", "fail", "stalls", "bucket", "marker",
-    "seq", "shut", "dead",
+    "seq", "shut", "dead", "meta",
 ];
 
 /// Index of the marker key in [`Keys::all`].
@@ -58,9 +58,26 @@ impl Keys {
     }
 }
 
+/// Whether a script may run while the server is out of memory (`maxmemory` reached under
+/// `noeviction`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Oom {
+    /// The script grows the data (adds): the server refuses it when full, which is the
+    /// back-pressure producers get.
+    Refuse,
+    /// The script moves or removes data (get, renew, done, release, dead letters, reads), so it
+    /// must keep working on a full server: renewals keep leases alive and dones free memory.
+    /// Declared with the `allow-oom` script flag (Redis 7.0).
+    Allow,
+}
+
 /// Builds the script of one operation: the shared prelude, then the operation.
-fn script(op: &str) -> Script {
-    let mut source = String::with_capacity(COMMON.len() + op.len() + 1);
+fn script(op: &str, oom: Oom) -> Script {
+    const SHEBANG: &str = "#!lua flags=allow-oom\n";
+    let mut source = String::with_capacity(SHEBANG.len() + COMMON.len() + op.len() + 1);
+    if oom == Oom::Allow {
+        source.push_str(SHEBANG);
+    }
     source.push_str(COMMON);
     source.push('\n');
     source.push_str(op);
@@ -78,22 +95,30 @@ pub(crate) struct Scripts {
     pub(crate) get: Script,
     pub(crate) renew: Script,
     pub(crate) done: Script,
+    pub(crate) release: Script,
     pub(crate) dead_letter: Script,
+    pub(crate) dead_requeue: Script,
+    pub(crate) dead_purge: Script,
     pub(crate) len: Script,
     pub(crate) shut_down: Script,
+    pub(crate) resume: Script,
     pub(crate) stats: Script,
 }
 
 /// The scripts, built once per process.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    add: script(include_str!("lua/add.lua")),
-    add_after: script(include_str!("lua/add_after.lua")),
-    add_rate_limited: script(include_str!("lua/add_rate_limited.lua")),
-    get: script(include_str!("lua/get.lua")),
-    renew: script(include_str!("lua/renew.lua")),
-    done: script(include_str!("lua/done.lua")),
-    dead_letter: script(include_str!("lua/dead_letter.lua")),
-    len: script(include_str!("lua/len.lua")),
-    shut_down: script(include_str!("lua/shut_down.lua")),
-    stats: script(include_str!("lua/stats.lua")),
+    add: script(include_str!("lua/add.lua"), Oom::Refuse),
+    add_after: script(include_str!("lua/add_after.lua"), Oom::Refuse),
+    add_rate_limited: script(include_str!("lua/add_rate_limited.lua"), Oom::Refuse),
+    get: script(include_str!("lua/get.lua"), Oom::Allow),
+    renew: script(include_str!("lua/renew.lua"), Oom::Allow),
+    done: script(include_str!("lua/done.lua"), Oom::Allow),
+    release: script(include_str!("lua/release.lua"), Oom::Allow),
+    dead_letter: script(include_str!("lua/dead_letter.lua"), Oom::Allow),
+    dead_requeue: script(include_str!("lua/dead_requeue.lua"), Oom::Refuse),
+    dead_purge: script(include_str!("lua/dead_purge.lua"), Oom::Allow),
+    len: script(include_str!("lua/len.lua"), Oom::Allow),
+    shut_down: script(include_str!("lua/shut_down.lua"), Oom::Allow),
+    resume: script(include_str!("lua/resume.lua"), Oom::Allow),
+    stats: script(include_str!("lua/stats.lua"), Oom::Allow),
 });

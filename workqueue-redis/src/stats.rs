@@ -41,6 +41,9 @@ pub struct Stats {
     pub stalled: usize,
     /// Dead letters.
     pub dead: usize,
+    /// Dead letters dropped by the cap ([`Builder::dead_letter_cap`](crate::Builder::dead_letter_cap)),
+    /// oldest first, since the queue was created.
+    pub dead_dropped: u64,
     /// Whether the queue is shut down.
     pub shut_down: bool,
     /// Time until the next delayed item is due, if any.
@@ -77,9 +80,13 @@ fn micros(us: i64) -> Duration {
 
 pub(crate) async fn read(inner: &Inner, limit: usize) -> Result<Stats, Error> {
     let value: Value = inner
-        .invocation(&SCRIPTS.stats)
-        .arg(limit.max(1))
-        .invoke_async(&mut inner.con.clone())
+        .call("stats", |mut con| async move {
+            inner
+                .invocation(&SCRIPTS.stats)
+                .arg(limit.max(1))
+                .invoke_async(&mut con)
+                .await
+        })
         .await?;
     let Value::Array(parts) = value else {
         return Err(Error::Protocol("stats: expected an array".into()));
@@ -122,6 +129,7 @@ pub(crate) async fn read(inner: &Inner, limit: usize) -> Result<Stats, Error> {
         failing: int(&parts[5]).max(0) as usize,
         stalled: int(&parts[6]).max(0) as usize,
         dead: int(&parts[7]).max(0) as usize,
+        dead_dropped: parts.get(12).map_or(0, |v| int(v).max(0) as u64),
         shut_down: int(&parts[8]) == 1,
         next_delayed_in: (next >= 0).then(|| micros(next - now)),
         leases,
@@ -129,38 +137,69 @@ pub(crate) async fn read(inner: &Inner, limit: usize) -> Result<Stats, Error> {
     })
 }
 
-/// An item that could not be deserialized, moved aside with its error.
+/// An item moved aside instead of being handed out again: it could not be deserialized (or
+/// was not valid UTF-8), or its workers kept dying ([`max_stalls`](crate::Builder::max_stalls)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DeadLetter {
-    /// The item as stored (the text that failed to deserialize).
+    /// The item as stored (its JSON text; invalid UTF-8 shown with replacement characters).
     pub item: String,
-    /// The deserialization error.
+    /// Why it was moved: the deserialization error, or the expired leases.
     pub error: String,
     /// When it was moved, in milliseconds since the Unix epoch (server clock).
     pub at_ms: u64,
+    /// Its leases that had expired in a row when it was moved.
+    pub stalls: u64,
+    /// Its failure count (`add_rate_limited` since the last `forget`) when it was moved; the
+    /// queue's count was cleared.
+    pub failures: u64,
+    /// The fencing token of its last lease.
+    pub token: u64,
+    /// The stored entry, byte for byte: what `requeue_dead_letter` finds it by.
+    pub(crate) entry: Vec<u8>,
+}
+
+/// A number field of a dead letter (numbers or decimal strings).
+fn number(value: &serde_json::Value) -> u64 {
+    match value {
+        serde_json::Value::Number(n) => n.as_u64().or_else(|| n.as_f64().map(|f| f as u64)),
+        serde_json::Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+    .unwrap_or(0)
 }
 
 pub(crate) async fn dead_letters(inner: &Inner, limit: usize) -> Result<Vec<DeadLetter>, Error> {
     if limit == 0 {
         return Ok(Vec::new());
     }
-    let entries: Vec<String> = redis::cmd("LRANGE")
-        .arg(inner.keys.dead())
-        .arg(0)
-        .arg(limit as i64 - 1)
-        .query_async(&mut inner.con.clone())
-        .await?;
-    entries
-        .iter()
-        .map(|entry| {
-            let value: serde_json::Value = serde_json::from_str(entry)
-                .map_err(|e| Error::Protocol(format!("dead letter {entry:?}: {e}")))?;
-            Ok(DeadLetter {
-                item: value["item"].as_str().unwrap_or_default().to_owned(),
-                error: value["error"].as_str().unwrap_or_default().to_owned(),
-                at_ms: value["at_ms"].as_f64().unwrap_or(0.0) as u64,
-            })
+    let entries: Vec<Vec<u8>> = inner
+        .call("dead_letters", |mut con| async move {
+            redis::cmd("LRANGE")
+                .arg(inner.keys.dead())
+                .arg(0)
+                .arg(limit as i64 - 1)
+                .query_async(&mut con)
+                .await
         })
-        .collect()
+        .await?;
+    Ok(entries
+        .into_iter()
+        .map(|entry| {
+            // Entries are JSON written by the scripts, but an item that was not valid UTF-8
+            // makes one invalid too: read it leniently.
+            let text = String::from_utf8_lossy(&entry);
+            let value: serde_json::Value =
+                serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+            DeadLetter {
+                item: value["item"].as_str().unwrap_or(&text).to_owned(),
+                error: value["error"].as_str().unwrap_or_default().to_owned(),
+                at_ms: number(&value["at_ms"]),
+                stalls: number(&value["stalls"]),
+                failures: number(&value["failures"]),
+                token: number(&value["token"]),
+                entry,
+            }
+        })
+        .collect())
 }

@@ -1,6 +1,6 @@
 //! Rules only a shared queue has: leases that expire, fencing tokens, reclaim, the server's
 //! clock, restarts, dead letters, persistence checks, namespacing and auth. Each test starts
-//! its own `redis-server` (skipped with a note when the binary is missing, unless `CI=true`).
+//! its own `redis-server` (a missing binary fails the test; see TESTING.md for the opt-out).
 
 mod support;
 
@@ -30,7 +30,7 @@ async fn raw_connection(server: &RedisServer) -> redis::aio::MultiplexedConnecti
 
 #[tokio::test]
 async fn an_expired_lease_is_reclaimed_and_its_holder_fenced() {
-    let Some(server) = RedisServer::start() else {
+    let Some(server) = support::server::require() else {
         return;
     };
     let q = RedisQueue::<String>::builder("fence")
@@ -67,7 +67,7 @@ async fn an_expired_lease_is_reclaimed_and_its_holder_fenced() {
 
 #[tokio::test]
 async fn a_held_lease_renews_itself_past_its_duration() {
-    let Some(server) = RedisServer::start() else {
+    let Some(server) = support::server::require() else {
         return;
     };
     let q = queue(&server, "renew", Duration::from_millis(900)).await;
@@ -87,7 +87,7 @@ async fn a_held_lease_renews_itself_past_its_duration() {
 
 #[tokio::test]
 async fn an_abandoned_item_is_handed_out_again_after_its_lease() {
-    let Some(server) = RedisServer::start() else {
+    let Some(server) = support::server::require() else {
         return;
     };
     let q = queue(&server, "abandon", Duration::from_millis(200)).await;
@@ -106,7 +106,7 @@ async fn an_abandoned_item_is_handed_out_again_after_its_lease() {
 
 #[tokio::test]
 async fn lost_completes_when_the_lease_is_taken() {
-    let Some(server) = RedisServer::start() else {
+    let Some(server) = support::server::require() else {
         return;
     };
     let q = queue(&server, "lost", Duration::from_millis(300)).await;
@@ -123,7 +123,7 @@ async fn lost_completes_when_the_lease_is_taken() {
 
 #[tokio::test]
 async fn deadlines_are_on_the_server_clock() {
-    let Some(server) = RedisServer::start() else {
+    let Some(server) = support::server::require() else {
         return;
     };
     let q = queue(&server, "clock", Duration::from_secs(10)).await;
@@ -142,7 +142,7 @@ async fn deadlines_are_on_the_server_clock() {
 
 #[tokio::test]
 async fn tokens_keep_growing_when_the_server_lost_its_counter() {
-    let Some(mut server) = RedisServer::start_with(Durability::None, &[]) else {
+    let Some(mut server) = support::server::require_with(Durability::None, &[]) else {
         return;
     };
     let q = queue(&server, "tokens", Duration::from_secs(5)).await;
@@ -173,7 +173,7 @@ async fn tokens_keep_growing_when_the_server_lost_its_counter() {
 
 #[tokio::test]
 async fn a_restart_with_aof_keeps_the_queue_and_its_leases() {
-    let Some(mut server) = RedisServer::start() else {
+    let Some(mut server) = support::server::require() else {
         return;
     };
     let q = queue(&server, "restart", Duration::from_secs(10)).await;
@@ -211,7 +211,7 @@ struct Pod {
 
 #[tokio::test]
 async fn an_item_that_does_not_deserialize_goes_to_the_dead_letters() {
-    let Some(server) = RedisServer::start() else {
+    let Some(server) = support::server::require() else {
         return;
     };
     let q: RedisQueue<Pod> = RedisQueue::connect(&server.url(), "pods").await.unwrap();
@@ -238,7 +238,7 @@ async fn an_item_that_does_not_deserialize_goes_to_the_dead_letters() {
 
 #[tokio::test]
 async fn the_persistence_check_reports_what_cannot_keep_the_promise() {
-    let Some(durable) = RedisServer::start() else {
+    let Some(durable) = support::server::require() else {
         return;
     };
     let q = queue(&durable, "p", Duration::from_secs(1)).await;
@@ -246,7 +246,7 @@ async fn the_persistence_check_reports_what_cannot_keep_the_promise() {
     assert!(report.is_durable(), "{report}: {:?}", report.problems());
 
     let Some(volatile) =
-        RedisServer::start_with(Durability::None, &["--maxmemory-policy", "allkeys-lru"])
+        support::server::require_with(Durability::None, &["--maxmemory-policy", "allkeys-lru"])
     else {
         return;
     };
@@ -264,7 +264,7 @@ async fn the_persistence_check_reports_what_cannot_keep_the_promise() {
 
 #[tokio::test]
 async fn keys_are_namespaced_per_queue_with_one_hash_tag() {
-    let Some(server) = RedisServer::start() else {
+    let Some(server) = support::server::require() else {
         return;
     };
     let a = queue(&server, "orders", Duration::from_secs(5)).await;
@@ -310,7 +310,8 @@ async fn keys_are_namespaced_per_queue_with_one_hash_tag() {
 
 #[tokio::test]
 async fn a_password_in_the_url_is_used() {
-    let Some(server) = RedisServer::start_with(Durability::Always, &["--requirepass", "s3cret"])
+    let Some(server) =
+        support::server::require_with(Durability::Always, &["--requirepass", "s3cret"])
     else {
         return;
     };
@@ -328,7 +329,7 @@ async fn a_password_in_the_url_is_used() {
 
 #[tokio::test]
 async fn stats_show_depth_delays_leases_and_failures() {
-    let Some(server) = RedisServer::start() else {
+    let Some(server) = support::server::require() else {
         return;
     };
     let q: RedisQueue<String> = RedisQueue::builder("stats")
@@ -369,7 +370,7 @@ async fn stats_show_depth_delays_leases_and_failures() {
 
 #[tokio::test]
 async fn many_handles_in_one_process_never_share_an_item() {
-    let Some(server) = RedisServer::start() else {
+    let Some(server) = support::server::require() else {
         return;
     };
     let q = queue(&server, "many", Duration::from_secs(5)).await;
@@ -393,7 +394,8 @@ async fn many_handles_in_one_process_never_share_an_item() {
     while q.len().await.unwrap() > 0 || q.processing_len().await.unwrap() > 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    q.shut_down().await.unwrap();
+    // Stops every handle's getters (a handle's own shut_down would stop only `q`).
+    q.shut_down_fleet().await.unwrap();
     let mut all = Vec::new();
     for worker in workers {
         all.extend(worker.await.unwrap());
@@ -491,7 +493,7 @@ async fn rediss_urls_with_a_password_work() {
         cert.display().to_string(),
         key.display().to_string(),
     );
-    let Some(server) = RedisServer::start_with(
+    let Some(server) = support::server::require_with(
         Durability::Always,
         &[
             "--tls-port",
@@ -534,7 +536,7 @@ async fn rediss_urls_with_a_password_work() {
 
 #[tokio::test]
 async fn pipelined_adds_and_done_and_get_keep_the_rules() {
-    let Some(server) = RedisServer::start() else {
+    let Some(server) = support::server::require() else {
         return;
     };
     let q = queue(&server, "pipe", Duration::from_secs(10)).await;
@@ -610,7 +612,7 @@ async fn pipelined_adds_and_done_and_get_keep_the_rules() {
 
 #[tokio::test]
 async fn an_item_whose_workers_keep_dying_goes_to_the_dead_letters() {
-    let Some(server) = RedisServer::start() else {
+    let Some(server) = support::server::require() else {
         return;
     };
     let q: RedisQueue<String> = RedisQueue::builder("poison")
@@ -655,4 +657,61 @@ async fn an_item_whose_workers_keep_dying_goes_to_the_dead_letters() {
         dead[0].error
     );
     assert_eq!(q.stats(10).await.unwrap().stalled, 0);
+}
+
+/// The mutations exist to prove the fault tests can fail: each must really break its rule.
+#[tokio::test]
+async fn mutations_break_the_rules_they_name() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    // NoFencing: a stale holder's done is accepted and clears the new holder's claim.
+    let q = RedisQueue::<String>::builder("mut-fence")
+        .url(server.url())
+        .lease_duration(Duration::from_millis(200))
+        .auto_renew(false)
+        .mutation(workqueue_redis::Mutation::NoFencing)
+        .build()
+        .await
+        .unwrap();
+    q.add("a".to_string()).await.unwrap();
+    let stale = q.try_get().await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fresh = q.try_get().await.unwrap().unwrap();
+    assert!(fresh.token() > stale.token());
+    stale
+        .done()
+        .await
+        .expect("the mutation accepts a stale done");
+    assert_eq!(
+        q.processing_len().await.unwrap(),
+        0,
+        "the fresh claim is gone"
+    );
+    fresh.abandon();
+
+    // NoDirtyRequeue: a re-add while processing is lost at done.
+    let q = RedisQueue::<String>::builder("mut-dirty")
+        .url(server.url())
+        .mutation(workqueue_redis::Mutation::NoDirtyRequeue)
+        .mutation(workqueue_redis::Mutation::NoFencing)
+        .build()
+        .await
+        .unwrap();
+    q.add("b".to_string()).await.unwrap();
+    let lease = q.try_get().await.unwrap().unwrap();
+    assert_eq!(
+        q.add("b".to_string()).await.unwrap().kind,
+        AddKind::Deferred
+    );
+    lease.done().await.unwrap();
+    assert_eq!(q.len().await.unwrap(), 0, "the re-add was lost");
+
+    // Without mutations the same sequence keeps the re-add.
+    let q = queue(&server, "mut-none", Duration::from_secs(10)).await;
+    q.add("b".to_string()).await.unwrap();
+    let lease = q.try_get().await.unwrap().unwrap();
+    q.add("b".to_string()).await.unwrap();
+    lease.done().await.unwrap();
+    assert_eq!(q.len().await.unwrap(), 1);
 }

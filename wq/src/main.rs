@@ -2,7 +2,7 @@
 //!
 //! - `wq demo`: a simulated controller on the in-memory queue (the main job).
 //! - `wq bench`: the standard workloads of BENCH.md beside their references.
-//! - `wq redis stats`: a queue on Redis, for operators.
+//! - `wq redis stats|shutdown|resume|dead-letters|demo|bench`: a queue on Redis, for operators.
 
 use std::process::ExitCode;
 
@@ -27,7 +27,7 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Runs the standard workloads beside their references and prints one table.
     Bench(bench::BenchArgs),
-    /// Operates a queue on Redis: `wq redis stats URL QUEUE`.
+    /// Operates a queue on Redis: stats, fleet shutdown and resume, dead letters, demo, bench.
     Redis(redis::RedisArgs),
 }
 

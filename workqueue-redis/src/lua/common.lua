@@ -14,8 +14,9 @@
 --   bucket  HASH  the shared token bucket: tokens, last
 --   marker  ZSET  one member: present when a blocked getter should look again
 --   seq     STRING the counter behind fencing tokens and add sequence numbers
---   shut    STRING present once the queue is shut down
---   dead    LIST  dead letters: payloads that could not be deserialized
+--   shut    STRING present while the queue is shut down for every process
+--   dead    LIST  dead letters (JSON entries), oldest first, capped
+--   meta    HASH  counters: dead_dropped (dead letters dropped by the cap)
 --
 -- Invariants: an item is in `ready` exactly when it is in `dirty` and not in
 -- `proc`, and then it is in `ready` once and not in `delay`.
@@ -23,6 +24,7 @@
 local K_READY, K_DIRTY, K_PROC, K_LEASE, K_SINCE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_DELAY, K_FAIL, K_STALLS, K_BUCKET = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local K_MARKER, K_SEQ, K_SHUT, K_DEAD = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local K_META = KEYS[14]
 
 -- Items moved per call by promotion and by reclaim: keeps every call short.
 local BATCH = 100
@@ -39,19 +41,45 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- The next fencing token / sequence number. A counter that was lost (a server
--- restarted without persistence) starts again from the clock, so tokens keep
--- growing and a token from before the loss is never handed out again.
+-- The next fencing token / sequence number: the larger of the counter plus one
+-- and the server's clock in microseconds, written back. A counter that went
+-- back (a restart from an older AOF or RDB, a failover to a lagging replica,
+-- or a server without persistence) is overtaken by the clock, which moved on
+-- since the tokens it forgot were handed out, so no token is handed out twice
+-- and a later hand-out always has a larger token. Needs fewer than a million
+-- hand-outs per second on average to track the clock, which Redis cannot
+-- exceed; a clock stepped back only slows the tokens down to the counter.
 local function next_seq(now)
-  if redis.call('EXISTS', K_SEQ) == 0 then
-    redis.call('SET', K_SEQ, int(now))
+  -- One read and one write, as INCR alone would be.
+  local s = (tonumber(redis.call('GET', K_SEQ)) or 0) + 1
+  if s < now then
+    s = now
   end
-  return redis.call('INCR', K_SEQ)
+  redis.call('SET', K_SEQ, int(s))
+  return s
 end
 
 -- Wakes one blocked getter (it pops the marker, then calls `get`).
 local function wake()
   redis.call('ZADD', K_MARKER, 0, 'm')
+end
+
+-- Mutations: deliberate bugs, switched on only by tests that must prove their
+-- checker notices them (Builder::mutation). 0 in every real deployment.
+local NO_FENCING, NO_DIRTY_REQUEUE = 1, 2
+
+local function mutated(flags, bit)
+  local f = tonumber(flags) or 0
+  return math.floor(f / bit) % 2 == 1
+end
+
+-- Whether `holder` (the item's current token, or false) is the caller's
+-- `token`: the fencing check of done, renew and release.
+local function holds(holder, token, flags)
+  if holder == token then
+    return true
+  end
+  return holder ~= false and mutated(flags, NO_FENCING)
 end
 
 local function is_processing(x)
@@ -114,27 +142,55 @@ local function promote(now)
   return pushed
 end
 
+-- Dead letters keep the newest `cap` entries (0: no cap); older ones are
+-- dropped and counted in meta.dead_dropped.
+local function trim_dead(cap)
+  if cap > 0 then
+    local over = redis.call('LLEN', K_DEAD) - cap
+    if over > 0 then
+      redis.call('LTRIM', K_DEAD, over, -1)
+      redis.call('HINCRBY', K_META, 'dead_dropped', over)
+    end
+  end
+end
+
+-- Moves item `x` (not under a lease any more) to the dead letters with
+-- `reason` and its history, and forgets everything else about it: it is not
+-- queued, delayed, failing or stalled any more.
+local function bury(x, reason, now, cap, token)
+  local stalls = tonumber(redis.call('HGET', K_STALLS, x)) or 0
+  local failures = tonumber(redis.call('HGET', K_FAIL, x)) or 0
+  redis.call('SREM', K_DIRTY, x)
+  redis.call('ZREM', K_DELAY, x)
+  redis.call('HDEL', K_FAIL, x)
+  redis.call('HDEL', K_STALLS, x)
+  redis.call('RPUSH', K_DEAD, cjson.encode({
+    item = x,
+    error = string.sub(reason, 1, 1000),
+    at_ms = math.floor(now / 1000),
+    stalls = stalls,
+    failures = failures,
+    token = int(token),
+  }))
+  trim_dead(cap)
+end
+
 -- Ends leases whose deadline passed: their holders are presumed dead. The item
 -- goes back to the head of the ready list (it was the oldest work), once. An
 -- item whose leases expired `max_stalls` times in a row (0: no limit) is taken
 -- to be what kills its workers and goes to the dead letters instead.
-local function reclaim(now, max_stalls)
+local function reclaim(now, max_stalls, cap)
   local expired = redis.call('ZRANGEBYSCORE', K_PROC, '-inf', now, 'LIMIT', 0, BATCH)
   for i = #expired, 1, -1 do
     local x = expired[i]
+    local token = tonumber(redis.call('HGET', K_LEASE, x)) or 0
     redis.call('ZREM', K_PROC, x)
     redis.call('HDEL', K_LEASE, x)
     redis.call('HDEL', K_SINCE, x)
     redis.call('ZREM', K_DELAY, x)
     local stalls = redis.call('HINCRBY', K_STALLS, x, 1)
     if max_stalls > 0 and stalls >= max_stalls then
-      redis.call('SREM', K_DIRTY, x)
-      redis.call('HDEL', K_STALLS, x)
-      redis.call('RPUSH', K_DEAD, cjson.encode({
-        item = x,
-        error = 'its lease expired ' .. stalls .. ' times in a row (the worker died or stalled each time)',
-        at_ms = math.floor(now / 1000),
-      }))
+      bury(x, 'its lease expired ' .. stalls .. ' times in a row (the worker died or stalled each time)', now, cap, token)
     else
       redis.call('SADD', K_DIRTY, x)
       redis.call('LPUSH', K_READY, x)
@@ -144,8 +200,13 @@ local function reclaim(now, max_stalls)
 end
 
 -- Promotion and reclaim, as every reader of the ready list runs them first.
-local function refresh(now, max_stalls)
-  local moved = promote(now) + reclaim(now, max_stalls)
+-- While the queue is shut down for every process, delayed items wait (they are
+-- kept, and promoted once it resumes).
+local function refresh(now, max_stalls, cap)
+  local moved = reclaim(now, max_stalls, cap)
+  if redis.call('EXISTS', K_SHUT) == 0 then
+    moved = moved + promote(now)
+  end
   if moved > 0 then
     wake()
   end

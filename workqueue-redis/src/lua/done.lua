@@ -1,11 +1,11 @@
 -- done(item, token): client-go's Done, fenced by the lease's token.
--- ARGV[1] = item, ARGV[2] = token.
+-- ARGV[1] = item, ARGV[2] = token, ARGV[3] = test mutations (see mutated()).
 -- Returns 1 when done, 2 when done and queued again (it was re-added while
 -- processing), 0 when another holder has the item now, -1 when nobody does.
 -- A stale holder changes nothing.
 local x = ARGV[1]
 local holder = redis.call('HGET', K_LEASE, x)
-if holder ~= ARGV[2] then
+if not holds(holder, ARGV[2], ARGV[3]) then
   if holder then
     return 0
   end
@@ -17,6 +17,11 @@ redis.call('HDEL', K_SINCE, x)
 -- Processed to the end: whatever stalled it before is not fatal.
 redis.call('HDEL', K_STALLS, x)
 if redis.call('SISMEMBER', K_DIRTY, x) == 1 then
+  if mutated(ARGV[3], NO_DIRTY_REQUEUE) then
+    -- Test mutation only: the re-add while processing is lost.
+    redis.call('SREM', K_DIRTY, x)
+    return 1
+  end
   redis.call('RPUSH', K_READY, x)
   wake()
   return 2

@@ -1,10 +1,11 @@
 -- get(lease): hands out the next ready item under a new lease.
--- ARGV[1] = lease duration in microseconds, ARGV[2] = max stalls (0: no limit).
+-- ARGV[1] = lease duration in microseconds, ARGV[2] = max stalls (0: no limit),
+-- ARGV[3] = dead-letter cap (0: none).
 -- Returns {1, item, token} for an item, {2} when the queue is shut down and has
 -- nothing ready, or {0, wait} when nothing is ready: `wait` is the time in us
 -- until the next delayed item or lease deadline is due, or -1 if none is.
 local now = now_us()
-refresh(now, tonumber(ARGV[2]))
+refresh(now, tonumber(ARGV[2]), tonumber(ARGV[3]) or 0)
 local x = redis.call('LPOP', K_READY)
 if not x then
   if redis.call('EXISTS', K_SHUT) == 1 then
@@ -14,7 +15,7 @@ if not x then
   end
   local wait = -1
   local d = redis.call('ZRANGE', K_DELAY, 0, 0, 'WITHSCORES')
-  if d[2] then
+  if d[2] and redis.call('EXISTS', K_SHUT) == 0 then
     wait = tonumber(d[2]) - now
   end
   local p = redis.call('ZRANGE', K_PROC, 0, 0, 'WITHSCORES')

@@ -2,7 +2,7 @@
 -- ARGV[1] = how many in-flight items and failure counts to list.
 -- Returns {now, ready, delayed, processing, dirty, failures, stalls, dead, shut,
 --          in_flight = {item, since, deadline, token, ...},
---          failing = {item, count, ...}, next_delayed}.
+--          failing = {item, count, ...}, next_delayed, dead_dropped}.
 local now = now_us()
 local limit = tonumber(ARGV[1])
 local inflight = {}
@@ -45,4 +45,5 @@ return {
   inflight,
   failing,
   next_delayed,
+  tonumber(redis.call('HGET', K_META, 'dead_dropped')) or 0,
 }

@@ -147,11 +147,11 @@ pub(crate) struct RedisFactory {
 }
 
 impl RedisFactory {
-    /// Starts a server, or returns `None` (after a note) when `redis-server` is missing and
-    /// this is not CI.
+    /// Starts a server. A missing `redis-server` fails the test (naming the package), unless
+    /// `WQ_SKIP_REDIS_TESTS=1` outside CI: then `None`.
     pub(crate) fn start() -> Option<Self> {
         Some(RedisFactory {
-            server: Arc::new(RedisServer::start()?),
+            server: Arc::new(server::require()?),
             cluster: None,
             next: AtomicU64::new(0),
         })
@@ -159,10 +159,13 @@ impl RedisFactory {
 
     /// Starts a three-node cluster (see [`server::RedisCluster`]).
     pub(crate) fn start_cluster() -> Option<Self> {
+        if !server::require_binary() {
+            return None;
+        }
         let cluster = server::RedisCluster::start()?;
         Some(RedisFactory {
             // Unused for queues; kept so the type stays one.
-            server: Arc::new(RedisServer::start()?),
+            server: Arc::new(server::require()?),
             cluster: Some(cluster),
             next: AtomicU64::new(0),
         })
@@ -223,9 +226,12 @@ impl Backend for Redis {
     async fn try_get(&self) -> Result<Self::Lease, TryGetError> {
         self.0.try_get().await.unwrap()
     }
+    /// client-go's `ShutDown` of the shared queue: the fleet-wide one (a handle's own
+    /// `shut_down` stops only that handle, and has tests of its own).
     async fn shut_down(&self) {
-        self.0.shut_down().await.unwrap();
+        self.0.shut_down_fleet().await.unwrap();
     }
+    /// This handle's drain: it waits for the leases this handle handed out.
     async fn shut_down_with_drain(&self) {
         self.0.shut_down_with_drain().await.unwrap();
     }

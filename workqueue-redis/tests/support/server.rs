@@ -293,3 +293,48 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 }
+
+/// The opt-out of the Redis tests on a machine without `redis-server`.
+pub(crate) const SKIP_VAR: &str = "WQ_SKIP_REDIS_TESTS";
+
+/// Checks that the server binary runs. Without it a test fails with a message naming the
+/// Debian package to install, so `cargo test` never reports a pass it did not run; only with
+/// `WQ_SKIP_REDIS_TESTS=1`, outside CI, does it return `false` (the caller returns early).
+pub(crate) fn require_binary() -> bool {
+    let found = Command::new(binary())
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if found {
+        return true;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if !ci && std::env::var(SKIP_VAR).is_ok_and(|v| v == "1") {
+        eprintln!(
+            "note: {} not found; {SKIP_VAR}=1, so this Redis test does not run",
+            binary()
+        );
+        return false;
+    }
+    panic!(
+        "{} not found: the Redis tests start their own server. Install the Debian package \
+         redis-server (apt-get install redis-server), or set {SKIP_VAR}=1 to skip them \
+         knowingly (never under CI=true)",
+        binary()
+    );
+}
+
+/// [`RedisServer::start_with`], failing (see [`require_binary`]) when the binary is missing.
+pub(crate) fn require_with(durability: Durability, extra: &[&str]) -> Option<RedisServer> {
+    if !require_binary() {
+        return None;
+    }
+    RedisServer::start_with(durability, extra)
+}
+
+/// [`RedisServer::start`], failing (see [`require_binary`]) when the binary is missing.
+pub(crate) fn require() -> Option<RedisServer> {
+    require_with(Durability::Always, &[])
+}

@@ -38,7 +38,8 @@ pub(crate) struct BenchArgs {
     /// Runs W1, W3 and W4 against the Redis-backed queue at URL (a local server; the bench
     /// uses queues of its own and deletes them) beside BullMQ on the same server, which it
     /// installs with npm into a scratch directory unless --no-bullmq is given.
-    #[arg(long, value_name = "URL")]
+    /// `--redis` alone takes the URL from $WQ_REDIS_URL (keep a password off the command line).
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     redis: Option<String>,
 
     /// With --redis: skips BullMQ.
@@ -188,6 +189,9 @@ impl Progress {
 /// Runs the benchmarks.
 pub(crate) fn run(args: BenchArgs) -> ExitCode {
     if let Some(url) = args.redis {
+        let Some(url) = crate::redis::url_or_env(url) else {
+            return ExitCode::FAILURE;
+        };
         return crate::redis::run_bench(crate::redis::bench::BenchArgs {
             url,
             quick: args.quick,

@@ -113,7 +113,8 @@ pub(crate) struct DemoArgs {
     /// Runs the producers and workers against the Redis-backed queue at URL
     /// (redis://host:port/db (user:password@ before the host if needed), or rediss:// for TLS) instead of the
     /// in-memory one. Several processes may share it (see --workers-only).
-    #[arg(long, value_name = "URL")]
+    /// `--redis` alone takes the URL from $WQ_REDIS_URL (keep a password off the command line).
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     redis: Option<String>,
 
     /// With --redis: the queue's name; every process of one demo uses the same.
@@ -182,6 +183,9 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Runs the demo.
 pub(crate) fn run(args: DemoArgs) -> ExitCode {
     if let Some(url) = args.redis {
+        let Some(url) = crate::redis::url_or_env(url) else {
+            return ExitCode::FAILURE;
+        };
         return crate::redis::run_demo(crate::redis::demo::DemoArgs {
             url,
             queue: args.queue,

@@ -7,9 +7,9 @@
 //! workqueue-redis does more per item: fenced leases on the server clock, renewed while held,
 //! exact client-go dedup (a re-add while processing is delivered once more after `done`).
 //!
-//! BullMQ runs in `node` from a scratch directory where `npm install bullmq ioredis` puts it
-//! (`$WQ_BULLMQ_DIR`, default the system temporary directory); without `node`/`npm` its column
-//! stays empty and says why.
+//! BullMQ runs in `node` from a private directory of this user (`$WQ_BULLMQ_DIR`, default
+//! `~/.cache/wq/bullmq-VERSION`, mode 0700, owner checked) where npm installs one pinned
+//! version and keeps its lockfile; without `node`/`npm` its column stays empty and says why.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,8 +28,10 @@ const BULLMQ_VERSION: &str = "6.7.0";
 /// Options of `wq redis bench`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchArgs {
-    /// The server: redis://host:port/db (user:password@ before the host if needed). The bench uses queues of its own
-    /// and deletes them afterwards.
+    /// The server: `redis://[user:password@]host:port[/db]`, or rediss:// for TLS. Default
+    /// $WQ_REDIS_URL; put a URL with a password there, not on the command line, where every
+    /// user of the machine can read it.
+    #[arg(long, env = "WQ_REDIS_URL", hide_env_values = true)]
     pub(crate) url: String,
     /// Smaller workloads (a few seconds each).
     #[arg(long)]
@@ -232,22 +234,91 @@ async fn w4(url: &str, n: usize) -> Result<Figures, Error> {
     ])
 }
 
-/// Installs BullMQ in the scratch directory if needed; returns the script's path.
-fn bullmq_ready() -> Result<PathBuf, String> {
-    let dir = std::env::var_os("WQ_BULLMQ_DIR")
+/// The `package.json` of the BullMQ directory: one exact version; npm writes the lockfile
+/// (`package-lock.json`) at the first install, and later installs follow it (`npm ci`).
+fn package_json() -> String {
+    format!(
+        "{{\n  \"name\": \"wq-bullmq-bench\",\n  \"private\": true,\n  \"dependencies\": {{ \"bullmq\": \"{BULLMQ_VERSION}\" }}\n}}\n"
+    )
+}
+
+/// The directory BullMQ is installed in: `$WQ_BULLMQ_DIR`, or a directory of this user's
+/// cache (`$XDG_CACHE_HOME` or `~/.cache`), never a shared temporary directory where another
+/// user could plant code that `node` would run.
+fn bullmq_dir() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("WQ_BULLMQ_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("wq-bullmq-{BULLMQ_VERSION}")));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .ok_or("neither XDG_CACHE_HOME nor HOME is set; set WQ_BULLMQ_DIR")?;
+    Ok(cache.join("wq").join(format!("bullmq-{BULLMQ_VERSION}")))
+}
+
+/// Creates `dir` (mode 0700) if needed and checks that it is this user's and private: code
+/// installed there is run.
+#[cfg(unix)]
+fn private_dir(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // This process's user: the owner of its /proc entry (Linux), else of a file it creates.
+    let me = match std::fs::metadata("/proc/self") {
+        Ok(own) => own.uid(),
+        Err(_) => {
+            let probe = dir.join(".owner-probe");
+            std::fs::write(&probe, b"").map_err(|e| format!("{}: {e}", probe.display()))?;
+            let uid = std::fs::metadata(&probe).map(|m| m.uid());
+            let _ = std::fs::remove_file(&probe);
+            uid.map_err(|e| e.to_string())?
+        }
+    };
+    if !meta.is_dir() || meta.uid() != me {
+        return Err(format!(
+            "{} is not a directory of this user; refusing to run code from it",
+            dir.display()
+        ));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} is open to other users (mode {:o}); make it 0700 or remove it",
+            dir.display(),
+            meta.permissions().mode() & 0o777
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn private_dir(dir: &std::path::Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+/// Installs BullMQ in its private directory if needed; returns the script's path.
+fn bullmq_ready() -> Result<PathBuf, String> {
+    let dir = bullmq_dir()?;
+    private_dir(&dir)?;
     let node = Command::new("node").arg("--version").output();
     if !node.is_ok_and(|o| o.status.success()) {
         return Err("node is not installed".into());
     }
+    let manifest = dir.join("package.json");
+    if std::fs::read_to_string(&manifest).ok() != Some(package_json()) {
+        std::fs::write(&manifest, package_json()).map_err(|e| e.to_string())?;
+        let _ = std::fs::remove_dir_all(dir.join("node_modules"));
+    }
     if !dir.join("node_modules/bullmq").exists() || !dir.join("node_modules/ioredis").exists() {
+        // With a lockfile, exactly what it pins; the first time, npm writes it.
+        let locked = dir.join("package-lock.json").exists();
         eprintln!("installing bullmq@{BULLMQ_VERSION} into {}", dir.display());
         let status = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--silent"])
-            .arg(format!("bullmq@{BULLMQ_VERSION}"))
-            .arg("ioredis@5")
+            .arg(if locked { "ci" } else { "install" })
+            .args(["--no-audit", "--no-fund", "--silent", "--ignore-scripts"])
             .current_dir(&dir)
             .stdout(Stdio::null())
             .status()
@@ -267,9 +338,10 @@ fn bullmq(
     workload: &'static str,
     size: usize,
 ) -> Result<Vec<Figure>, String> {
+    // The URL goes through the environment: a password in it stays out of the process list.
     let output = Command::new("node")
         .arg(script)
-        .arg(url)
+        .env("WQ_REDIS_URL", url)
         .arg(workload)
         .arg(size.to_string())
         .stderr(Stdio::inherit())

@@ -1,9 +1,11 @@
 // BullMQ doing what `wq redis bench` does with workqueue-redis, on the same server:
-// node bullmq_bench.mjs URL WORKLOAD SIZE  ->  one JSON object per line and figure.
+// WQ_REDIS_URL=URL node bullmq_bench.mjs WORKLOAD SIZE  ->  one JSON object per line and
+// figure. The URL comes through the environment, so a password is not in the process list.
 import { Queue, Worker } from 'bullmq';
 import IORedis from 'ioredis';
 
-const [url, workload, sizeText] = process.argv.slice(2);
+const url = process.env.WQ_REDIS_URL;
+const [workload, sizeText] = process.argv.slice(2);
 const size = Number(sizeText);
 const connection = new IORedis(url, { maxRetriesPerRequest: null });
 const emit = (metric, value) =>

@@ -25,7 +25,10 @@ use workqueue_redis::{Error, RateLimit, RedisQueue};
 /// Options of `wq redis demo`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct DemoArgs {
-    /// The server: redis://host:port/db (user:password@ before the host if needed), or rediss:// for TLS.
+    /// The server: `redis://[user:password@]host:port[/db]`, or rediss:// for TLS. Default
+    /// $WQ_REDIS_URL; put a URL with a password there, not on the command line, where every
+    /// user of the machine can read it.
+    #[arg(long, env = "WQ_REDIS_URL", hide_env_values = true)]
     pub(crate) url: String,
     /// The queue's name (all processes of one demo use the same).
     #[arg(long, default_value = "demo")]
@@ -152,7 +155,7 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
     let started = Instant::now();
     if args.workers_only {
         // Wait for a producing process to (re)open the queue.
-        while queue.is_shutting_down().await? {
+        while queue.is_fleet_shut_down().await? {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     } else {
@@ -210,7 +213,8 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        queue.shut_down().await?;
+        // Stops the workers of every process, including --workers-only ones.
+        queue.shut_down_fleet().await?;
     }
     for w in workers {
         w.await.expect("worker task")?;

@@ -1,10 +1,16 @@
 //! `wq redis ...`: operating a queue on Redis (crate `workqueue-redis`).
 //!
-//! - `wq redis stats URL QUEUE`: depth, delayed, in flight (with lease ages), tracked failures,
+//! Every subcommand takes the server from `--url` or, better for a URL with a password (a
+//! command line is visible to every user of the machine), from `$WQ_REDIS_URL`.
+//!
+//! - `wq redis stats QUEUE`: depth, delayed, in flight (with lease ages), tracked failures,
 //!   stalls, dead letters, and whether the server's persistence settings keep the queue's
 //!   promise.
-//! - `wq redis demo URL [--workers-only]`: the demo's controller on Redis, shared by processes.
-//! - `wq redis bench URL`: W1, W3 and W4 on Redis beside BullMQ on the same server.
+//! - `wq redis shutdown QUEUE` / `wq redis resume QUEUE`: shuts the queue down for every
+//!   process, and back.
+//! - `wq redis dead-letters {list,requeue,requeue-all,purge} QUEUE`: the dead letters.
+//! - `wq redis demo [--workers-only]`: the demo's controller on Redis, shared by processes.
+//! - `wq redis bench`: W1, W3 and W4 on Redis beside BullMQ on the same server.
 
 pub(crate) mod bench;
 pub(crate) mod demo;
@@ -25,25 +31,100 @@ pub(crate) struct RedisArgs {
 enum RedisCommand {
     /// Shows a queue: depth, delayed, in flight with lease ages, tracked failures.
     Stats(StatsArgs),
+    /// Shuts the queue down for every process: adds are ignored, queued items are still
+    /// handed out, then every worker's get returns None. Undo with `resume`.
+    Shutdown(QueueArgs),
+    /// Ends a `shutdown`: adds count again and delayed items come due.
+    Resume(QueueArgs),
+    /// Lists, requeues or purges the queue's dead letters.
+    #[command(subcommand)]
+    DeadLetters(DeadLettersCommand),
     /// Runs W1, W3 and W4 on Redis beside BullMQ doing the same on the same server.
     Bench(bench::BenchArgs),
     /// Runs the demo's producers and workers on Redis; --workers-only joins another run.
     Demo(demo::DemoArgs),
 }
 
-/// Options of `wq redis stats`.
+/// The queue an operator command works on.
 #[derive(Debug, clap::Args)]
-struct StatsArgs {
-    /// The server: redis://host:port/db (user:password@ before the host if needed), or rediss:// for TLS.
+struct QueueArgs {
+    /// The server: `redis://[user:password@]host:port[/db]`, or rediss:// for TLS. Default
+    /// $WQ_REDIS_URL; put a URL with a password there, not on the command line, where every
+    /// user of the machine can read it.
+    #[arg(long, env = "WQ_REDIS_URL", hide_env_values = true)]
     url: String,
     /// The queue's name.
     queue: String,
     /// The prefix of the queue's keys.
     #[arg(long, default_value = "wq")]
     prefix: String,
+}
+
+/// Options of `wq redis stats`.
+#[derive(Debug, clap::Args)]
+struct StatsArgs {
+    #[command(flatten)]
+    queue: QueueArgs,
     /// How many in-flight items, failure counts and dead letters to list.
     #[arg(long, default_value_t = 20)]
     limit: usize,
+}
+
+/// `wq redis dead-letters ...`.
+#[derive(Debug, clap::Subcommand)]
+enum DeadLettersCommand {
+    /// Lists the dead letters, oldest first: item, reason, stalls, failures.
+    List {
+        #[command(flatten)]
+        queue: QueueArgs,
+        /// How many to list.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Moves the dead letter of one item (its stored JSON text, as `list` shows it) back to
+    /// the queue.
+    Requeue {
+        #[command(flatten)]
+        queue: QueueArgs,
+        /// The item's stored text, for example "default/web-0" with its JSON quotes.
+        item: String,
+    },
+    /// Moves every dead letter back to the queue.
+    RequeueAll {
+        #[command(flatten)]
+        queue: QueueArgs,
+    },
+    /// Deletes every dead letter.
+    Purge {
+        #[command(flatten)]
+        queue: QueueArgs,
+    },
+}
+
+/// The URL given to `--redis`, or `$WQ_REDIS_URL` for `--redis` alone; `None` (after a
+/// message) if neither is there.
+pub(crate) fn url_or_env(given: String) -> Option<String> {
+    if !given.is_empty() {
+        return Some(given);
+    }
+    match std::env::var("WQ_REDIS_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!("wq: --redis without a URL needs WQ_REDIS_URL");
+            None
+        }
+    }
+}
+
+/// Opens the queue of an operator command (payloads of any shape: they show as stored).
+async fn open(args: &QueueArgs) -> Result<RedisQueue<serde_json::Value>, workqueue_redis::Error> {
+    RedisQueue::builder(args.queue.as_str())
+        .url(args.url.as_str())
+        .prefix(args.prefix.as_str())
+        .response_timeout(Duration::from_secs(5))
+        .retry_deadline(Duration::from_secs(10))
+        .build()
+        .await
 }
 
 /// Runs `wq redis`.
@@ -54,6 +135,24 @@ pub(crate) fn run(args: RedisArgs) -> ExitCode {
             print!("{text}");
             Ok(ExitCode::SUCCESS)
         }),
+        RedisCommand::Shutdown(args) => block_on("shutdown", async move {
+            open(&args).await?.shut_down_fleet().await?;
+            println!(
+                "queue {} is shut down for every process (wq redis resume undoes it)",
+                args.queue
+            );
+            Ok(ExitCode::SUCCESS)
+        }),
+        RedisCommand::Resume(args) => block_on("resume", async move {
+            let was = open(&args).await?.resume_fleet().await?;
+            println!(
+                "queue {} {}",
+                args.queue,
+                if was { "resumed" } else { "was not shut down" }
+            );
+            Ok(ExitCode::SUCCESS)
+        }),
+        RedisCommand::DeadLetters(command) => block_on("dead-letters", dead_letters(command)),
         RedisCommand::Demo(args) => run_demo(args),
         RedisCommand::Bench(args) => run_bench(args),
     }
@@ -99,17 +198,45 @@ fn block_on(
     }
 }
 
+async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workqueue_redis::Error> {
+    match command {
+        DeadLettersCommand::List { queue, limit } => {
+            let letters = open(&queue).await?.dead_letters(limit).await?;
+            for letter in &letters {
+                println!(
+                    "{}  {}  (stalls {}, failures {}, at {} ms)",
+                    letter.item, letter.error, letter.stalls, letter.failures, letter.at_ms
+                );
+            }
+            eprintln!("{} dead letters listed", letters.len());
+        }
+        DeadLettersCommand::Requeue { queue, item } => {
+            let q = open(&queue).await?;
+            let letters = q.dead_letters(usize::MAX / 2).await?;
+            let Some(letter) = letters.iter().find(|l| l.item == item) else {
+                eprintln!("wq redis dead-letters: no dead letter for {item}");
+                return Ok(ExitCode::FAILURE);
+            };
+            let moved = q.requeue_dead_letter(letter).await?;
+            println!("{}", if moved { "requeued" } else { "already gone" });
+        }
+        DeadLettersCommand::RequeueAll { queue } => {
+            let n = open(&queue).await?.requeue_dead_letters().await?;
+            println!("{n} dead letters requeued");
+        }
+        DeadLettersCommand::Purge { queue } => {
+            let n = open(&queue).await?.purge_dead_letters().await?;
+            println!("{n} dead letters purged");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn stats(args: &StatsArgs) -> Result<String, workqueue_redis::Error> {
-    // Payloads of any shape: the stats show the stored JSON text.
-    let queue: RedisQueue<serde_json::Value> = RedisQueue::builder(args.queue.as_str())
-        .url(args.url.as_str())
-        .prefix(args.prefix.as_str())
-        .response_timeout(Duration::from_secs(5))
-        .build()
-        .await?;
+    let queue = open(&args.queue).await?;
     let stats = queue.stats(args.limit).await?;
     let dead = queue.dead_letters(args.limit).await?;
-    let mut out = render(&args.queue, &stats);
+    let mut out = render(&args.queue.queue, &stats);
     if !dead.is_empty() {
         out.push_str("  dead letters (oldest first):\n");
         for letter in &dead {
@@ -168,10 +295,17 @@ fn render(name: &str, stats: &Stats) -> String {
         "stalled        {} items (leases reclaimed)\n",
         stats.stalled
     ));
-    out.push_str(&format!("dead letters   {}\n", stats.dead));
+    out.push_str(&format!(
+        "dead letters   {} ({} dropped by the cap)\n",
+        stats.dead, stats.dead_dropped
+    ));
     out.push_str(&format!(
         "shut down      {}\n",
-        if stats.shut_down { "yes" } else { "no" }
+        if stats.shut_down {
+            "yes, for every process (wq redis resume)"
+        } else {
+            "no"
+        }
     ));
     out
 }

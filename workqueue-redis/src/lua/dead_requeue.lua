@@ -1,0 +1,30 @@
+-- dead_requeue(entry, max): moves dead letters back to the queue as fresh
+-- items (no failures, no stalls). ARGV[1] = the exact entry to requeue, or ''
+-- for the oldest ones; ARGV[2] = how many at most (for '').
+-- Returns how many were requeued.
+local function requeue(entry)
+  local ok, letter = pcall(cjson.decode, entry)
+  if not ok or type(letter) ~= 'table' or type(letter.item) ~= 'string' then
+    return 0
+  end
+  local x = letter.item
+  redis.call('HDEL', K_FAIL, x)
+  redis.call('HDEL', K_STALLS, x)
+  add_now(x)
+  return 1
+end
+if ARGV[1] ~= '' then
+  if redis.call('LREM', K_DEAD, 1, ARGV[1]) == 0 then
+    return 0
+  end
+  return requeue(ARGV[1])
+end
+local n = 0
+for _ = 1, tonumber(ARGV[2]) do
+  local entry = redis.call('LPOP', K_DEAD)
+  if not entry then
+    break
+  end
+  n = n + requeue(entry)
+end
+return n

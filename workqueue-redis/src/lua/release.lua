@@ -1,0 +1,19 @@
+-- release(item, token): the holder lets go of the item without finishing it
+-- (its lease was dropped). The item is queued again at the head at once, as a
+-- reclaim would do it but without counting a stall; a re-add while processing
+-- folds into this one hand-out.
+-- ARGV[1] = item, ARGV[2] = token, ARGV[3] = test mutations (see mutated()).
+-- Returns 1 when released, 0 when the lease is not this holder's.
+local x = ARGV[1]
+if not holds(redis.call('HGET', K_LEASE, x), ARGV[2], ARGV[3]) then
+  return 0
+end
+redis.call('ZREM', K_PROC, x)
+redis.call('HDEL', K_LEASE, x)
+redis.call('HDEL', K_SINCE, x)
+-- Its work is still to do: sooner than any delayed add of it.
+redis.call('ZREM', K_DELAY, x)
+redis.call('SADD', K_DIRTY, x)
+redis.call('LPUSH', K_READY, x)
+wake()
+return 1

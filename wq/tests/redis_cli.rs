@@ -1,0 +1,130 @@
+//! `wq redis` as an operator uses it, on a `redis-server` with a password that this test starts
+//! on a free loopback port: the URL comes from `WQ_REDIS_URL`, and the password shows up
+//! nowhere in the output.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PASSWORD: &str = "Op3rator-Secret";
+
+struct Server {
+    child: Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts `redis-server`; fails naming the Debian package when it is missing, unless
+/// `WQ_SKIP_REDIS_TESTS=1` outside CI.
+fn server() -> Option<Server> {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        if !ci && std::env::var("WQ_SKIP_REDIS_TESTS").is_ok_and(|v| v == "1") {
+            eprintln!(
+                "note: redis-server not found; WQ_SKIP_REDIS_TESTS=1, so this test does not run"
+            );
+            return None;
+        }
+        panic!(
+            "redis-server not found: install the Debian package redis-server, or set \
+             WQ_SKIP_REDIS_TESTS=1 to skip the Redis tests knowingly"
+        );
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = std::env::temp_dir().join(format!("wq-cli-redis-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--dir", &dir.display().to_string(), "--save", ""])
+        .args(["--requirepass", PASSWORD, "--appendonly", "yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run redis-server");
+    let server = Server { child, port, dir };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(server)
+}
+
+fn wq(url: &str, args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_wq"))
+        .args(args)
+        .env("WQ_REDIS_URL", url)
+        .output()
+        .expect("run wq");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!all.contains("Secret"), "a password in the output: {all}");
+    out
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn operator_commands_take_the_url_from_the_environment_and_never_print_the_password() {
+    let Some(server) = server() else { return };
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port);
+
+    let stats = stdout(&wq(&url, &["redis", "stats", "jobs"]));
+    assert!(stats.contains("queue          jobs"), "{stats}");
+    assert!(stats.contains("shut down      no"), "{stats}");
+
+    stdout(&wq(&url, &["redis", "shutdown", "jobs"]));
+    let stats = stdout(&wq(&url, &["redis", "stats", "jobs"]));
+    assert!(stats.contains("shut down      yes"), "{stats}");
+    let resumed = stdout(&wq(&url, &["redis", "resume", "jobs"]));
+    assert!(resumed.contains("resumed"), "{resumed}");
+    let stats = stdout(&wq(&url, &["redis", "stats", "jobs"]));
+    assert!(stats.contains("shut down      no"), "{stats}");
+
+    let listed = stdout(&wq(&url, &["redis", "dead-letters", "list", "jobs"]));
+    assert_eq!(listed, "");
+    let purged = stdout(&wq(&url, &["redis", "dead-letters", "purge", "jobs"]));
+    assert!(purged.contains("0 dead letters purged"), "{purged}");
+    let requeued = stdout(&wq(&url, &["redis", "dead-letters", "requeue-all", "jobs"]));
+    assert!(requeued.contains("0 dead letters requeued"), "{requeued}");
+
+    // A wrong password fails without showing it.
+    let wrong = format!("redis://:Wrong-Secret@127.0.0.1:{}/", server.port);
+    let out = wq(&wrong, &["redis", "stats", "jobs"]);
+    assert!(!out.status.success());
+    // A queue name the library refuses.
+    let out = wq(&url, &["redis", "stats", "bad name"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("white space"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
