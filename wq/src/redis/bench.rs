@@ -8,8 +8,9 @@
 //! exact client-go dedup (a re-add while processing is delivered once more after `done`).
 //!
 //! BullMQ runs in `node` from a private directory of this user (`$WQ_BULLMQ_DIR`, default
-//! `~/.cache/wq/bullmq-VERSION`, mode 0700, owner checked) where npm installs one pinned
-//! version and keeps its lockfile; without `node`/`npm` its column stays empty and says why.
+//! `~/.cache/wq/bullmq-VERSION`, mode 0700, owner checked) where npm installs exactly what
+//! the manifest and lockfile in `wq/benchmarks/bullmq/` pin (both compiled into `wq`); without
+//! `node`/`npm` its column stays empty and says why.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,9 +22,14 @@ use std::time::{Duration, Instant};
 use workqueue_redis::{Error, Lease, RedisQueue};
 
 /// The BullMQ side, run by `node`.
-const BULLMQ_SCRIPT: &str = include_str!("bullmq_bench.mjs");
-/// The BullMQ release measured.
+const BULLMQ_SCRIPT: &str = include_str!("../../benchmarks/bullmq/bench.mjs");
+/// The BullMQ release measured (pinned by the manifest below).
 const BULLMQ_VERSION: &str = "6.7.0";
+/// The manifest of the BullMQ directory: one exact version of `bullmq`.
+const BULLMQ_MANIFEST: &str = include_str!("../../benchmarks/bullmq/package.json");
+/// The lockfile committed beside it: every transitive package at an exact version with its
+/// integrity hash.
+const BULLMQ_LOCKFILE: &str = include_str!("../../benchmarks/bullmq/package-lock.json");
 
 /// Options of `wq redis bench`.
 #[derive(Debug, clap::Args)]
@@ -234,14 +240,6 @@ async fn w4(url: &str, n: usize) -> Result<Figures, Error> {
     ])
 }
 
-/// The `package.json` of the BullMQ directory: one exact version; npm writes the lockfile
-/// (`package-lock.json`) at the first install, and later installs follow it (`npm ci`).
-fn package_json() -> String {
-    format!(
-        "{{\n  \"name\": \"wq-bullmq-bench\",\n  \"private\": true,\n  \"dependencies\": {{ \"bullmq\": \"{BULLMQ_VERSION}\" }}\n}}\n"
-    )
-}
-
 /// The directory BullMQ is installed in: `$WQ_BULLMQ_DIR`, or a directory of this user's
 /// cache (`$XDG_CACHE_HOME` or `~/.cache`), never a shared temporary directory where another
 /// user could plant code that `node` would run.
@@ -307,27 +305,41 @@ fn bullmq_ready() -> Result<PathBuf, String> {
     if !node.is_ok_and(|o| o.status.success()) {
         return Err("node is not installed".into());
     }
+    // The committed manifest and lockfile decide what is installed: when either differs from
+    // what the directory holds, the directory is reinstalled from them.
     let manifest = dir.join("package.json");
-    if std::fs::read_to_string(&manifest).ok() != Some(package_json()) {
-        std::fs::write(&manifest, package_json()).map_err(|e| e.to_string())?;
+    let lockfile = dir.join("package-lock.json");
+    let current = std::fs::read_to_string(&manifest).ok().as_deref() == Some(BULLMQ_MANIFEST)
+        && std::fs::read_to_string(&lockfile).ok().as_deref() == Some(BULLMQ_LOCKFILE);
+    if !current {
+        std::fs::write(&manifest, BULLMQ_MANIFEST).map_err(|e| e.to_string())?;
+        std::fs::write(&lockfile, BULLMQ_LOCKFILE).map_err(|e| e.to_string())?;
         let _ = std::fs::remove_dir_all(dir.join("node_modules"));
     }
     if !dir.join("node_modules/bullmq").exists() || !dir.join("node_modules/ioredis").exists() {
-        // With a lockfile, exactly what it pins; the first time, npm writes it.
-        let locked = dir.join("package-lock.json").exists();
         eprintln!("installing bullmq@{BULLMQ_VERSION} into {}", dir.display());
+        // `npm install --no-save` follows the lockfile's versions and integrity hashes and
+        // writes nothing back. (`npm ci` would be the usual choice, but it refuses a lockfile
+        // that lists only the native builds of msgpackr-extract for the platforms the
+        // registry served when it was written.)
         let status = Command::new("npm")
-            .arg(if locked { "ci" } else { "install" })
-            .args(["--no-audit", "--no-fund", "--silent", "--ignore-scripts"])
+            .args([
+                "install",
+                "--no-save",
+                "--no-audit",
+                "--no-fund",
+                "--silent",
+            ])
+            .arg("--ignore-scripts")
             .current_dir(&dir)
             .stdout(Stdio::null())
             .status()
             .map_err(|e| format!("npm: {e}"))?;
         if !status.success() {
-            return Err("npm install bullmq failed".into());
+            return Err("npm install of bullmq from its lockfile failed".into());
         }
     }
-    let script = dir.join("bullmq_bench.mjs");
+    let script = dir.join("bench.mjs");
     std::fs::write(&script, BULLMQ_SCRIPT).map_err(|e| e.to_string())?;
     Ok(script)
 }
