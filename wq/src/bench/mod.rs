@@ -37,7 +37,8 @@ pub(crate) struct BenchArgs {
 
     /// Runs W1, W3 and W4 against the Redis-backed queue at URL (a local server; the bench
     /// uses queues of its own and deletes them) beside BullMQ on the same server, which it
-    /// installs with npm into a scratch directory unless --no-bullmq is given.
+    /// installs with npm (the versions pinned in wq/benchmarks/bullmq) into a private directory
+    /// of this user's unless --no-bullmq is given.
     /// `--redis` alone takes the URL from $WQ_REDIS_URL (keep a password off the command line).
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     redis: Option<String>,
