@@ -67,6 +67,7 @@
 
 mod error;
 mod lease;
+mod pause;
 mod persistence;
 mod queue;
 mod rate_limit;
