@@ -95,8 +95,8 @@ pub struct QueueView {
     pub adds_total: Option<u64>,
     /// Completed leases since the source started counting, where it counts them.
     pub completions_total: Option<u64>,
-    /// Retries (delayed and rate-limited adds) since the source started counting, where it
-    /// counts them.
+    /// Retries since the source started counting, where it counts them: delayed and
+    /// rate-limited adds in process, `add_rate_limited` calls (failures) on Redis.
     pub retries_total: Option<u64>,
 }
 

@@ -48,6 +48,11 @@ pub(crate) fn encode_queues(queues: &[QueueView]) -> String {
         "retries",
         "Total number of retries handled by workqueue",
     );
+    let completions = counter(
+        &mut registry,
+        "completions",
+        "Total number of leases marked done",
+    );
     let delayed = gauge(&mut registry, "delayed", "Items waiting for a delay");
     let in_flight = gauge(&mut registry, "in_flight", "Items under a lease");
     let failing = gauge(&mut registry, "failing_items", "Items with a failure count");
@@ -74,6 +79,9 @@ pub(crate) fn encode_queues(queues: &[QueueView]) -> String {
         longest.get_or_create(&l).set(q.longest_running_s);
         if let Some(n) = q.adds_total {
             adds.get_or_create(&l).inc_by(n);
+        }
+        if let Some(n) = q.completions_total {
+            completions.get_or_create(&l).inc_by(n);
         }
         if let Some(n) = q.retries_total {
             retries.get_or_create(&l).inc_by(n);

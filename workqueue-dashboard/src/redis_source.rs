@@ -169,6 +169,7 @@ impl RedisSource {
             .await
             .map_err(|e| self.backend(e))?;
         let paused = queue.is_paused().await.map_err(|e| self.backend(e))?;
+        let counters = queue.counters().await.map_err(|e| self.backend(e))?;
         let dead_letters = queue
             .dead_letters(limit)
             .await
@@ -190,7 +191,9 @@ impl RedisSource {
                 shut_down: stats.shut_down,
                 longest_running_s: longest.as_secs_f64(),
                 unfinished_work_s: unfinished.as_secs_f64(),
-                ..QueueView::default()
+                adds_total: Some(counters.adds),
+                completions_total: Some(counters.completions),
+                retries_total: Some(counters.failures),
             },
             leases: stats
                 .leases

@@ -95,7 +95,13 @@ async fn queues_are_listed_with_their_figures() {
         get(&app, "/api/queues/nope").await.status,
         StatusCode::NOT_FOUND
     );
+    // Server-side totals: three adds that queued (the delays are not due), one failure.
+    assert_eq!(alpha["adds_total"], 3);
+    assert_eq!(alpha["completions_total"], 0);
+    assert_eq!(alpha["retries_total"], 1);
     lease.done().await.unwrap();
+    let all = get(&app, "/api/queues").await.json();
+    assert_eq!(find(&all, "alpha")["completions_total"], 1);
 
     let page = get(&app, "/").await;
     assert!(page.body.contains("assets/app.js"), "{}", page.body);
@@ -365,6 +371,10 @@ async fn metrics_and_history_follow_the_queues() {
     );
     assert!(
         text.contains("workqueue_stalled_items{name=\"jobs\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("workqueue_adds_total{name=\"jobs\"} 4"),
         "{text}"
     );
     assert!(text.ends_with("# EOF\n"));

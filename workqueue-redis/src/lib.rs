@@ -65,6 +65,7 @@
 //! # async fn reconcile(_: &str) -> Result<(), ()> { Ok(()) }
 //! ```
 
+mod counters;
 mod error;
 mod lease;
 mod pause;
@@ -74,6 +75,7 @@ mod rate_limit;
 mod scripts;
 mod stats;
 
+pub use counters::Counters;
 pub use error::Error;
 pub use lease::Lease;
 pub use persistence::Persistence;

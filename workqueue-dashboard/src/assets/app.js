@@ -120,15 +120,15 @@ function rate(samples, field) {
 
 function renderCharts(history) {
   const s = history.queues[selected] || [];
-  const figs = [
-    chart("depth", s.map((p) => [p.t, p.depth])),
-    chart("in flight", s.map((p) => [p.t, p.in_flight])),
-    chart("failures (sum of counts)", s.map((p) => [p.t, p.failures])),
-    chart("dead letters", s.map((p) => [p.t, p.dead])),
-  ];
-  if (s.some((p) => p.adds != null)) {
-    figs.push(chart("adds / s", rate(s, "adds")), chart("completions / s", rate(s, "completions")));
+  const counted = s.some((p) => p.adds != null);
+  const figs = [chart("depth", s.map((p) => [p.t, p.depth]))];
+  if (counted) {
+    figs.push(chart("adds / s", rate(s, "adds")), chart("completions / s", rate(s, "completions")),
+      chart("failures / s", rate(s, "retries")));
+  } else {
+    figs.push(chart("failures (sum of counts)", s.map((p) => [p.t, p.failures])));
   }
+  figs.push(chart("in flight", s.map((p) => [p.t, p.in_flight])), chart("dead letters", s.map((p) => [p.t, p.dead])));
   document.getElementById("charts").replaceChildren(...figs);
 }
 
