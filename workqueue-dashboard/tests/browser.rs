@@ -222,7 +222,20 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
             .is_ok_and(|p| p.len() >= 4)
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Some traffic for the charts: adds, completions and failures over three seconds.
+    for i in 0..30u32 {
+        q.add(100 + i).await.unwrap();
+        if i % 3 == 0 {
+            q.add_rate_limited(200 + i).await.unwrap();
+        }
+        if i % 2 == 0
+            && let Ok(done) = q.try_get().await.unwrap()
+        {
+            done.done().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let png = browser.screenshot().await.unwrap();
     assert!(png.starts_with(b"\x89PNG"));
     std::fs::write(screenshots_dir().join("dashboard.png"), &png).unwrap();
