@@ -618,16 +618,13 @@ async fn act_forget<S: Source>(
     run_action(&s, &n, Action::Forget(body.item)).await
 }
 
-async fn metrics_text<S: Source>(State(state): State<AppState<S>>) -> Response {
+async fn metrics_text<S: Source>(State(state): State<AppState<S>>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     match state.source.queues().await {
-        Ok(queues) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            metrics::encode_queues(&queues),
-        )
-            .into_response(),
+        Ok(queues) => {
+            let (content_type, body) = metrics::encode_queues(&queues, accept);
+            ([(header::CONTENT_TYPE, content_type)], body).into_response()
+        }
         Err(e) => error_response(e),
     }
 }

@@ -3,7 +3,6 @@
 
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -14,8 +13,10 @@ use crate::QueueView;
 type Labels = Vec<(&'static str, String)>;
 type FloatGauge = Family<Labels, Gauge<f64, AtomicU64>>;
 
-/// A fresh registry per scrape: the figures are read from the queues at scrape time.
-pub(crate) fn encode_queues(queues: &[QueueView]) -> String {
+/// A fresh registry per scrape: the figures are read from the queues at scrape time. The
+/// format follows `accept` (OpenMetrics when asked for, else Prometheus text); returns the
+/// content type and the body.
+pub(crate) fn encode_queues(queues: &[QueueView], accept: Option<&str>) -> (&'static str, String) {
     let mut registry = Registry::with_prefix("workqueue");
     let gauge = |registry: &mut Registry, name: &str, help: &str| {
         let family = FloatGauge::default();
@@ -94,8 +95,7 @@ pub(crate) fn encode_queues(queues: &[QueueView]) -> String {
         dropped.get_or_create(&l).inc_by(q.dead_dropped);
         paused.get_or_create(&l).set(f64::from(u8::from(q.paused)));
     }
-    let mut text = String::new();
     // Writing to a String cannot fail.
-    let _ = encode(&mut text, &registry);
-    text
+    workqueue::metrics::prometheus::encode_for_accept(&registry, accept)
+        .unwrap_or(("text/plain", String::new()))
 }

@@ -365,6 +365,13 @@ async fn metrics_and_history_follow_the_queues() {
     let app = dashboard(&server, config);
     let text = get(&app, "/metrics").await.body;
     assert!(text.contains("workqueue_depth{name=\"jobs\"} 4"), "{text}");
+    // Kept for CI's `promtool check metrics`.
+    let target = std::env::var("CARGO_TARGET_DIR").map_or_else(
+        |_| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        std::path::PathBuf::from,
+    );
+    std::fs::create_dir_all(&target).unwrap();
+    std::fs::write(target.join("dashboard-metrics.txt"), &text).unwrap();
     assert!(
         text.contains("workqueue_dead_letters{name=\"other\"} 1"),
         "{text}"
@@ -377,7 +384,16 @@ async fn metrics_and_history_follow_the_queues() {
         text.contains("workqueue_adds_total{name=\"jobs\"} 4"),
         "{text}"
     );
-    assert!(text.ends_with("# EOF\n"));
+    let open = support::send(
+        &app,
+        Request::get("/metrics")
+            .header("host", "localhost")
+            .header("accept", "application/openmetrics-text;version=1.0.0")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(open.body.ends_with("# EOF\n"), "{}", open.body);
 
     let mut samples = 0;
     for _ in 0..100 {

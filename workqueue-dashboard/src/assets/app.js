@@ -103,7 +103,8 @@ function chart(title, points) {
   svg.append(svgEl("line", { x1: P, y1: y(0), x2: W - 4, y2: y(0) }), svgEl("line", { x1: P, y1: y(max), x2: W - 4, y2: y(max) }));
   const top = svgEl("text", { x: 2, y: y(max) + 3 }); top.textContent = String(Math.round(max * 100) / 100);
   const zero = svgEl("text", { x: 2, y: y(0) + 3 }); zero.textContent = "0";
-  const span = svgEl("text", { x: P, y: H - 2 }); span.textContent = points.length ? Math.round((t1 - t0) / 60000) + " min" : "no data yet";
+  const span = svgEl("text", { x: P, y: H - 2 }); const secs = Math.round((t1 - t0) / 1000);
+  span.textContent = !points.length ? "no data yet" : secs < 120 ? "last " + secs + " s" : "last " + Math.round(secs / 60) + " min";
   svg.append(top, zero, span, svgEl("polyline", { points: points.map((p) => x(p[0]).toFixed(1) + "," + y(p[1]).toFixed(1)).join(" ") }));
   return el("figure", {}, el("figcaption", {}, title), svg);
 }
