@@ -112,7 +112,16 @@ impl RedisSource {
     /// A connection error.
     pub async fn names(&self) -> Result<Vec<String>, SourceError> {
         let mut con = self.con().await?;
-        let pattern = format!("{}:{{*}}:*", self.prefix);
+        // The prefix is matched literally: its glob characters are escaped.
+        let literal: String = self
+            .prefix
+            .chars()
+            .flat_map(|c| {
+                let escape = matches!(c, '*' | '?' | '[' | ']' | '\\');
+                escape.then_some('\\').into_iter().chain([c])
+            })
+            .collect();
+        let pattern = format!("{literal}:{{*}}:*");
         let head = format!("{}:{{", self.prefix);
         let mut names = BTreeSet::new();
         let mut cursor: u64 = 0;

@@ -460,3 +460,37 @@ async fn in_process_queues_show_through_their_probes() {
     drop(queue);
     assert_eq!(get(&app, "/api/queues").await.json()["queues"], json!([]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_queues_under_the_prefix_are_listed() {
+    let Some(server) = RedisServer::require(&[]) else {
+        return;
+    };
+    for (prefix, name) in [("wq", "mine"), ("team", "theirs"), ("team", "also")] {
+        let q: RedisQueue<u32> = RedisQueue::builder(name)
+            .url(server.url())
+            .prefix(prefix)
+            .check_persistence(false)
+            .build()
+            .await
+            .unwrap();
+        q.add(1).await.unwrap();
+    }
+    let app = router(
+        RedisSource::new(&server.url(), "team").unwrap(),
+        Config::default(),
+    );
+    let names: Vec<String> = get(&app, "/api/queues").await.json()["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["also", "theirs"]);
+    let other = post(&app, "/api/queues/mine/pause", json!({})).await;
+    assert_eq!(
+        other.status,
+        StatusCode::NOT_FOUND,
+        "a queue of another prefix"
+    );
+}
