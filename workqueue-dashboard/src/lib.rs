@@ -16,7 +16,7 @@
 //!     workqueue::WorkQueue::builder().name("pods").metrics(source.clone()).build();
 //! let app = axum::Router::new()
 //!     .route("/healthz", axum::routing::get(|| async { "ok" }))
-//!     .nest("/dashboard", workqueue_dashboard::router(source, Config::default()));
+//!     .nest_service("/dashboard", workqueue_dashboard::router(source, Config::default()));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await.unwrap();
 //! axum::serve(listener, app).await.unwrap();
 //! # }
@@ -42,7 +42,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{OriginalUri, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -286,7 +286,8 @@ fn now_ms() -> u64 {
 }
 
 /// The dashboard for `source`: the page at `/`, the API under `/api/`, metrics at
-/// `/metrics`. Mount it with [`Router::nest`] or serve it alone. It samples the figures
+/// `/metrics`. Serve it alone, or mount it with [`Router::nest_service`] (which also routes
+/// `/prefix/` to the page; `nest` would not). It samples the figures
 /// every [`Config::sample_every`] for the charts, in a task spawned on the current Tokio
 /// runtime (so call it inside one) that ends when the router is dropped.
 pub fn router<S: Source>(source: S, config: Config) -> Router {
@@ -496,11 +497,20 @@ fn error_response(e: SourceError) -> Response {
     refuse(status, &e.to_string())
 }
 
-async fn page() -> impl IntoResponse {
+/// The page. Its links are relative, so that it works wherever the router is mounted: mounted
+/// with `nest_service("/dashboard", ...)`, a request for `/dashboard` is sent on to
+/// `/dashboard/`.
+async fn page(OriginalUri(uri): OriginalUri) -> Response {
+    let path = uri.path();
+    if !path.ends_with('/') {
+        let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+        return Redirect::permanent(&format!("{path}/{query}")).into_response();
+    }
     (
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
         include_str!("assets/index.html"),
     )
+        .into_response()
 }
 
 async fn app_js() -> impl IntoResponse {

@@ -494,3 +494,28 @@ async fn only_the_queues_under_the_prefix_are_listed() {
         "a queue of another prefix"
     );
 }
+
+#[tokio::test]
+async fn the_router_mounts_under_a_path_beside_other_routes() {
+    let source = MemorySource::new();
+    let queue: workqueue::WorkQueue<u32> = workqueue::WorkQueue::builder()
+        .name("pods")
+        .metrics(source.clone())
+        .build();
+    queue.add(7);
+    let app = axum::Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .nest_service("/dashboard", router(source, Config::default()));
+    assert_eq!(get(&app, "/healthz").await.body, "ok");
+    let bare = get(&app, "/dashboard").await;
+    assert_eq!(bare.status, StatusCode::PERMANENT_REDIRECT);
+    let page = get(&app, "/dashboard/").await;
+    assert_eq!(page.status, StatusCode::OK);
+    // Relative links: they resolve under the mount point.
+    assert!(page.body.contains("src=\"assets/app.js\""), "{}", page.body);
+    let script = get(&app, "/dashboard/assets/app.js").await;
+    assert_eq!(script.status, StatusCode::OK);
+    assert!(script.body.contains("X-Wq-Csrf"));
+    let all = get(&app, "/dashboard/api/queues").await.json();
+    assert_eq!(find(&all, "pods")["depth"], 1);
+}
