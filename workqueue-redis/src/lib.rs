@@ -74,14 +74,17 @@
 //! # async fn reconcile(_: &str) -> Result<(), ()> { Ok(()) }
 //! ```
 
+mod counters;
 mod error;
 mod lease;
+mod pause;
 mod persistence;
 mod queue;
 mod rate_limit;
 mod scripts;
 mod stats;
 
+pub use counters::Counters;
 pub use error::Error;
 pub use lease::Lease;
 pub use persistence::Persistence;

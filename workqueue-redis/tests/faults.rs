@@ -206,14 +206,21 @@ async fn oom_a_full_server_keeps_renew_done_and_release_working() {
     let b = q.try_get().await.unwrap().unwrap();
     // Fill the server until it refuses writes.
     let mut con = raw(&server).await;
-    let blob = "x".repeat(64 * 1024);
+    // Large blobs first, then small ones: a refused large write frees its own buffer, which
+    // could leave room for a small add.
     let mut full = false;
-    for i in 0..400 {
-        let set: redis::RedisResult<()> = con.set(format!("filler:{i}"), &blob).await;
-        if let Err(e) = set {
-            assert_eq!(e.code(), Some("OOM"), "{e}");
-            full = true;
-            break;
+    let mut i = 0;
+    for size in [64 * 1024, 1024, 64] {
+        let blob = "x".repeat(size);
+        full = false;
+        for _ in 0..5000 {
+            i += 1;
+            let set: redis::RedisResult<()> = con.set(format!("filler:{i}"), &blob).await;
+            if let Err(e) = set {
+                assert_eq!(e.code(), Some("OOM"), "{e}");
+                full = true;
+                break;
+            }
         }
     }
     assert!(full, "the server never filled up");

@@ -11,6 +11,7 @@ local now = now_us()
 
 -- client-go's ItemExponentialFailureRateLimiter: read the count, then count.
 local exp = redis.call('HINCRBY', K_FAIL, x, 1) - 1
+redis.call('HINCRBY', K_META, 'failures', 1)
 local delay = base * math.pow(2, exp)
 if delay ~= delay or delay > max then
   delay = max

@@ -16,7 +16,8 @@
 --   seq     STRING the counter behind fencing tokens and add sequence numbers
 --   shut    STRING present while the queue is shut down for every process
 --   dead    LIST  dead letters (JSON entries), oldest first, capped
---   meta    HASH  counters: dead_dropped (dead letters dropped by the cap)
+--   meta    HASH  counters: dead_dropped (dead letters dropped by the cap), adds,
+--                 done, failures (see counters.rs); flag: paused (see pause.rs)
 --
 -- Invariants: an item is in `ready` exactly when it is in `dirty` and not in
 -- `proc`, and then it is in `ready` once and not in `delay`.
@@ -96,6 +97,7 @@ local function add_now(x)
     -- delayed add is moot now: this one is sooner.
     redis.call('ZREM', K_DELAY, x)
     if redis.call('SADD', K_DIRTY, x) == 1 then
+      redis.call('HINCRBY', K_META, 'adds', 1)
       return DEFERRED
     end
     return DUPLICATE
@@ -104,6 +106,7 @@ local function add_now(x)
     return DUPLICATE
   end
   -- New, or waiting for a delay: ready now, and the delayed add goes.
+  redis.call('HINCRBY', K_META, 'adds', 1)
   redis.call('ZREM', K_DELAY, x)
   redis.call('RPUSH', K_READY, x)
   wake()
@@ -132,12 +135,19 @@ end
 local function promote(now)
   local due = redis.call('ZRANGEBYSCORE', K_DELAY, '-inf', now, 'LIMIT', 0, BATCH)
   local pushed = 0
+  local added = 0
   for _, x in ipairs(due) do
     redis.call('ZREM', K_DELAY, x)
-    if redis.call('SADD', K_DIRTY, x) == 1 and not is_processing(x) then
-      redis.call('RPUSH', K_READY, x)
-      pushed = pushed + 1
+    if redis.call('SADD', K_DIRTY, x) == 1 then
+      added = added + 1
+      if not is_processing(x) then
+        redis.call('RPUSH', K_READY, x)
+        pushed = pushed + 1
+      end
     end
+  end
+  if added > 0 then
+    redis.call('HINCRBY', K_META, 'adds', added)
   end
   return pushed
 end

@@ -14,6 +14,7 @@ end
 redis.call('ZREM', K_PROC, x)
 redis.call('HDEL', K_LEASE, x)
 redis.call('HDEL', K_SINCE, x)
+redis.call('HINCRBY', K_META, 'done', 1)
 -- Processed to the end: whatever stalled it before is not fatal.
 redis.call('HDEL', K_STALLS, x)
 if redis.call('SISMEMBER', K_DIRTY, x) == 1 then

@@ -6,6 +6,11 @@
 -- until the next delayed item or lease deadline is due, or -1 if none is.
 local now = now_us()
 refresh(now, tonumber(ARGV[2]), tonumber(ARGV[3]) or 0)
+if redis.call('HEXISTS', K_META, 'paused') == 1 then
+  -- Paused (pause.rs): hand out nothing; wait for the resume's wake-up.
+  if redis.call('EXISTS', K_SHUT) == 1 then wake() return {2} end
+  return {0, -1}
+end
 local x = redis.call('LPOP', K_READY)
 if not x then
   if redis.call('EXISTS', K_SHUT) == 1 then

@@ -1,0 +1,101 @@
+//! `/metrics`: the Kubernetes workqueue series of every queue (label `name`), plus the
+//! dashboard's own figures (stalls, dead letters, pauses), in the OpenMetrics text format.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::QueueView;
+
+type Labels = Vec<(&'static str, String)>;
+type FloatGauge = Family<Labels, Gauge<f64, AtomicU64>>;
+
+/// A fresh registry per scrape: the figures are read from the queues at scrape time. The
+/// format follows `accept` (OpenMetrics when asked for, else Prometheus text); returns the
+/// content type and the body.
+pub(crate) fn encode_queues(queues: &[QueueView], accept: Option<&str>) -> (&'static str, String) {
+    let mut registry = Registry::with_prefix("workqueue");
+    let gauge = |registry: &mut Registry, name: &str, help: &str| {
+        let family = FloatGauge::default();
+        registry.register(name, help, family.clone());
+        family
+    };
+    let counter = |registry: &mut Registry, name: &str, help: &str| {
+        let family = Family::<Labels, Counter>::default();
+        registry.register(name, help, family.clone());
+        family
+    };
+    let depth = gauge(&mut registry, "depth", "Current depth of workqueue");
+    let unfinished = gauge(
+        &mut registry,
+        "unfinished_work_seconds",
+        "Seconds of work in progress not yet observed by work_duration",
+    );
+    let longest = gauge(
+        &mut registry,
+        "longest_running_processor_seconds",
+        "Seconds the longest running processor has been running",
+    );
+    let adds = counter(
+        &mut registry,
+        "adds",
+        "Total number of adds handled by workqueue",
+    );
+    let retries = counter(
+        &mut registry,
+        "retries",
+        "Total number of retries handled by workqueue",
+    );
+    let completions = counter(
+        &mut registry,
+        "completions",
+        "Total number of leases marked done",
+    );
+    let delayed = gauge(&mut registry, "delayed", "Items waiting for a delay");
+    let in_flight = gauge(&mut registry, "in_flight", "Items under a lease");
+    let failing = gauge(&mut registry, "failing_items", "Items with a failure count");
+    let stalled = gauge(
+        &mut registry,
+        "stalled_items",
+        "Items whose lease expired and was reclaimed (leases reclaimed)",
+    );
+    let dead = gauge(&mut registry, "dead_letters", "Dead letters");
+    let dropped = counter(
+        &mut registry,
+        "dead_letters_dropped",
+        "Dead letters dropped by the cap",
+    );
+    let paused = gauge(
+        &mut registry,
+        "paused",
+        "1 while the queue hands nothing out",
+    );
+    for q in queues {
+        let l: Labels = vec![("name", q.name.clone())];
+        depth.get_or_create(&l).set(q.depth as f64);
+        unfinished.get_or_create(&l).set(q.unfinished_work_s);
+        longest.get_or_create(&l).set(q.longest_running_s);
+        if let Some(n) = q.adds_total {
+            adds.get_or_create(&l).inc_by(n);
+        }
+        if let Some(n) = q.completions_total {
+            completions.get_or_create(&l).inc_by(n);
+        }
+        if let Some(n) = q.retries_total {
+            retries.get_or_create(&l).inc_by(n);
+        }
+        delayed.get_or_create(&l).set(q.delayed as f64);
+        in_flight.get_or_create(&l).set(q.in_flight as f64);
+        failing.get_or_create(&l).set(q.failing as f64);
+        stalled.get_or_create(&l).set(q.stalled as f64);
+        dead.get_or_create(&l).set(q.dead as f64);
+        dropped.get_or_create(&l).inc_by(q.dead_dropped);
+        paused.get_or_create(&l).set(f64::from(u8::from(q.paused)));
+    }
+    // Writing to a String cannot fail.
+    workqueue::metrics::prometheus::encode_for_accept(&registry, accept)
+        .unwrap_or(("text/plain", String::new()))
+}

@@ -1,0 +1,521 @@
+//! The dashboard's JSON API, actions, guards and metrics over a live `redis-server`, and the
+//! in-process source.
+
+mod support;
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::json;
+use support::{RedisServer, get, post, send};
+use workqueue_dashboard::{Config, MemorySource, RedisSource, router};
+use workqueue_redis::{RedisQueue, TryGetError};
+
+async fn queue<T>(server: &RedisServer, name: &str) -> RedisQueue<T>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    RedisQueue::builder(name)
+        .url(server.url())
+        .check_persistence(false)
+        .build()
+        .await
+        .expect("connect")
+}
+
+fn dashboard(server: &RedisServer, config: Config) -> axum::Router {
+    router(RedisSource::new(&server.url(), "wq").unwrap(), config)
+}
+
+/// Queue `name` with one dead letter: a stored item that is no number.
+async fn with_dead_letter(server: &RedisServer, name: &str) -> RedisQueue<u32> {
+    let text: RedisQueue<String> = queue(server, name).await;
+    text.add("not a number".to_owned()).await.unwrap();
+    let numbers: RedisQueue<u32> = queue(server, name).await;
+    assert!(
+        numbers.try_get().await.unwrap().is_err(),
+        "the bad item is not handed out"
+    );
+    assert_eq!(numbers.stats(10).await.unwrap().dead, 1);
+    numbers
+}
+
+fn find<'a>(queues: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    queues["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == name)
+        .unwrap_or_else(|| panic!("queue {name} not listed in {queues}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_are_listed_with_their_figures() {
+    let Some(server) = RedisServer::require(&[]) else {
+        return;
+    };
+    let a: RedisQueue<u32> = queue(&server, "alpha").await;
+    for i in 0..3 {
+        a.add(i).await.unwrap();
+    }
+    let lease = a.get().await.unwrap().unwrap();
+    a.add_after(7, Duration::from_secs(600)).await.unwrap();
+    a.add_rate_limited(9).await.unwrap();
+    with_dead_letter(&server, "beta").await;
+    let app = dashboard(&server, Config::default());
+
+    let reply = get(&app, "/api/queues").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let all = reply.json();
+    let alpha = find(&all, "alpha");
+    assert_eq!(alpha["depth"], 2);
+    assert_eq!(alpha["in_flight"], 1);
+    assert_eq!(
+        alpha["delayed"], 2,
+        "the delayed and the rate-limited item wait"
+    );
+    assert_eq!(alpha["failing"], 1);
+    assert_eq!(alpha["paused"], false);
+    assert_eq!(find(&all, "beta")["dead"], 1);
+    assert_eq!(all["read_only"], false);
+
+    let detail = get(&app, "/api/queues/alpha").await.json();
+    assert_eq!(detail["leases"][0]["item"], lease.item().to_string());
+    assert_eq!(detail["failure_counts"][0]["item"], "9");
+    let beta = get(&app, "/api/queues/beta").await.json();
+    assert_eq!(beta["dead_letters"][0]["item"], "\"not a number\"");
+    assert!(
+        !beta["dead_letters"][0]["error"]
+            .as_str()
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        get(&app, "/api/queues/nope").await.status,
+        StatusCode::NOT_FOUND
+    );
+    // Server-side totals: three adds that queued (the delays are not due), one failure.
+    assert_eq!(alpha["adds_total"], 3);
+    assert_eq!(alpha["completions_total"], 0);
+    assert_eq!(alpha["retries_total"], 1);
+    lease.done().await.unwrap();
+    let all = get(&app, "/api/queues").await.json();
+    assert_eq!(find(&all, "alpha")["completions_total"], 1);
+
+    let page = get(&app, "/").await;
+    assert!(page.body.contains("assets/app.js"), "{}", page.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_requeued_one_or_all_and_purged() {
+    let Some(server) = RedisServer::require(&[]) else {
+        return;
+    };
+    let q = with_dead_letter(&server, "q").await;
+    let text: RedisQueue<String> = queue(&server, "q").await;
+    text.add("second".to_owned()).await.unwrap();
+    text.add("third".to_owned()).await.unwrap();
+    assert!(q.try_get().await.unwrap().is_err());
+    assert!(q.try_get().await.unwrap().is_err());
+    assert_eq!(q.stats(10).await.unwrap().dead, 3);
+    let app = dashboard(&server, Config::default());
+
+    let one = post(
+        &app,
+        "/api/queues/q/dead-letters/requeue",
+        json!({"item": "\"second\""}),
+    )
+    .await;
+    assert_eq!(one.status, StatusCode::OK, "{}", one.body);
+    assert_eq!(one.json()["count"], 1);
+    let stats = q.stats(10).await.unwrap();
+    assert_eq!((stats.dead, stats.depth), (2, 1));
+
+    let all = post(&app, "/api/queues/q/dead-letters/requeue-all", json!({})).await;
+    assert_eq!(all.json()["count"], 2);
+    let stats = q.stats(10).await.unwrap();
+    assert_eq!((stats.dead, stats.depth), (0, 3));
+
+    // They fail again, and the purge drops them.
+    for _ in 0..3 {
+        assert!(q.try_get().await.unwrap().is_err());
+    }
+    let purged = post(&app, "/api/queues/q/dead-letters/purge", json!({})).await;
+    assert_eq!(purged.json()["count"], 3);
+    assert_eq!(q.stats(10).await.unwrap().dead, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_stops_delivery_and_resume_wakes_getters() {
+    let Some(server) = RedisServer::require(&[]) else {
+        return;
+    };
+    let q: RedisQueue<u32> = queue(&server, "jobs").await;
+    q.add(1).await.unwrap();
+    let app = dashboard(&server, Config::default());
+
+    assert_eq!(
+        post(&app, "/api/queues/jobs/pause", json!({})).await.json()["count"],
+        1
+    );
+    assert!(q.is_paused().await.unwrap());
+    assert_eq!(
+        find(&get(&app, "/api/queues").await.json(), "jobs")["paused"],
+        true
+    );
+    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    q.add(2).await.unwrap();
+    assert_eq!(
+        q.len().await.unwrap(),
+        2,
+        "adds are still taken while paused"
+    );
+
+    let waiter = {
+        let q = q.clone();
+        tokio::spawn(async move { q.get().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "a paused queue hands nothing out");
+
+    assert_eq!(
+        post(&app, "/api/queues/jobs/resume", json!({}))
+            .await
+            .json()["count"],
+        1
+    );
+    let lease = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the resume wakes the getter")
+        .unwrap()
+        .unwrap()
+        .expect("an item");
+    assert_eq!(*lease, 1);
+    lease.done().await.unwrap();
+    assert!(!q.is_paused().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_clears_an_items_failures() {
+    let Some(server) = RedisServer::require(&[]) else {
+        return;
+    };
+    let q: RedisQueue<String> = queue(&server, "retry").await;
+    q.add_rate_limited("web-0".to_owned()).await.unwrap();
+    q.add_rate_limited("web-0".to_owned()).await.unwrap();
+    assert_eq!(q.num_requeues("web-0".to_owned()).await.unwrap(), 2);
+    let app = dashboard(&server, Config::default());
+    let detail = get(&app, "/api/queues/retry").await.json();
+    assert_eq!(detail["failure_counts"][0]["failures"], 2);
+    let item = detail["failure_counts"][0]["item"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let reply = post(&app, "/api/queues/retry/forget", json!({ "item": item })).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(q.num_requeues("web-0".to_owned()).await.unwrap(), 0);
+    let bad = post(
+        &app,
+        "/api/queues/retry/forget",
+        json!({ "item": "not json" }),
+    )
+    .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_need_the_csrf_header_and_a_same_origin() {
+    let Some(server) = RedisServer::require(&[]) else {
+        return;
+    };
+    let q: RedisQueue<u32> = queue(&server, "jobs").await;
+    q.add(1).await.unwrap();
+    let app = dashboard(&server, Config::default());
+    let attempt = |headers: &[(&str, &str)]| {
+        let mut request = Request::post("/api/queues/jobs/pause").header("host", "127.0.0.1:8080");
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        request.body(Body::empty()).unwrap()
+    };
+    // A cross-site form: no custom header.
+    let form = send(&app, attempt(&[("origin", "http://evil.example")])).await;
+    assert_eq!(form.status, StatusCode::FORBIDDEN);
+    let cross = send(
+        &app,
+        attempt(&[("x-wq-csrf", "1"), ("origin", "http://evil.example")]),
+    )
+    .await;
+    assert_eq!(cross.status, StatusCode::FORBIDDEN);
+    let site = send(
+        &app,
+        attempt(&[("x-wq-csrf", "1"), ("sec-fetch-site", "cross-site")]),
+    )
+    .await;
+    assert_eq!(site.status, StatusCode::FORBIDDEN);
+    assert!(
+        !q.is_paused().await.unwrap(),
+        "no refused request paused the queue"
+    );
+    // DNS rebinding: a page whose host name resolves to 127.0.0.1.
+    let rebound = send(
+        &app,
+        Request::get("/api/queues")
+            .header("host", "evil.example:8080")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(rebound.status, StatusCode::FORBIDDEN);
+    let ok = send(&app, attempt(&[("x-wq-csrf", "1")])).await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.body);
+    assert!(q.is_paused().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_guards_the_page_and_the_api() {
+    let Some(server) = RedisServer::require(&[]) else {
+        return;
+    };
+    let q: RedisQueue<u32> = queue(&server, "jobs").await;
+    q.add(1).await.unwrap();
+    let config = Config {
+        token: Some("t0ken-123".into()),
+        ..Config::default()
+    };
+    let app = dashboard(&server, config);
+    let at = |path: &str, auth: Option<(&str, &str)>| {
+        let mut r = Request::get(path).header("host", "dash.internal:8080");
+        if let Some((k, v)) = auth {
+            r = r.header(k, v);
+        }
+        r.body(Body::empty()).unwrap()
+    };
+    assert_eq!(
+        send(&app, at("/api/queues", None)).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        send(&app, at("/", None)).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let wrong = send(
+        &app,
+        at("/api/queues", Some(("authorization", "Bearer t0ken-124"))),
+    )
+    .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    let bearer = send(
+        &app,
+        at("/api/queues", Some(("authorization", "Bearer t0ken-123"))),
+    )
+    .await;
+    assert_eq!(bearer.status, StatusCode::OK);
+    let visit = send(&app, at("/?token=t0ken-123", None)).await;
+    assert_eq!(visit.status, StatusCode::SEE_OTHER);
+    let cookie = visit.cookie.expect("a cookie");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    let page = send(&app, at("/", Some(("cookie", &pair)))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(!page.body.contains("t0ken-123"), "the page holds no secret");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_refuses_every_action() {
+    let Some(server) = RedisServer::require(&[]) else {
+        return;
+    };
+    let q = with_dead_letter(&server, "jobs").await;
+    let app = dashboard(
+        &server,
+        Config {
+            read_only: true,
+            ..Config::default()
+        },
+    );
+    for path in ["pause", "dead-letters/requeue-all", "dead-letters/purge"] {
+        let reply = post(&app, &format!("/api/queues/jobs/{path}"), json!({})).await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{path}");
+    }
+    assert!(!q.is_paused().await.unwrap());
+    assert_eq!(q.stats(10).await.unwrap().dead, 1);
+    assert_eq!(get(&app, "/api/queues").await.json()["read_only"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_history_follow_the_queues() {
+    let Some(server) = RedisServer::require(&[]) else {
+        return;
+    };
+    let q: RedisQueue<u32> = queue(&server, "jobs").await;
+    for i in 0..4 {
+        q.add(i).await.unwrap();
+    }
+    with_dead_letter(&server, "other").await;
+    let config = Config {
+        sample_every: Duration::from_millis(100),
+        ..Config::default()
+    };
+    let app = dashboard(&server, config);
+    let text = get(&app, "/metrics").await.body;
+    assert!(text.contains("workqueue_depth{name=\"jobs\"} 4"), "{text}");
+    // Kept for CI's `promtool check metrics`.
+    let target = std::env::var("CARGO_TARGET_DIR").map_or_else(
+        |_| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        std::path::PathBuf::from,
+    );
+    std::fs::create_dir_all(&target).unwrap();
+    std::fs::write(target.join("dashboard-metrics.txt"), &text).unwrap();
+    assert!(
+        text.contains("workqueue_dead_letters{name=\"other\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("workqueue_stalled_items{name=\"jobs\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("workqueue_adds_total{name=\"jobs\"} 4"),
+        "{text}"
+    );
+    let open = support::send(
+        &app,
+        Request::get("/metrics")
+            .header("host", "localhost")
+            .header("accept", "application/openmetrics-text;version=1.0.0")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(open.body.ends_with("# EOF\n"), "{}", open.body);
+
+    let mut samples = 0;
+    for _ in 0..100 {
+        let history = get(&app, "/api/history").await.json();
+        samples = history["queues"]["jobs"].as_array().map_or(0, Vec::len);
+        if samples >= 3 {
+            assert_eq!(history["queues"]["jobs"][0]["depth"], 4);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(samples >= 3, "the sampler keeps figures for the charts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_password_is_never_shown() {
+    let Some(server) = RedisServer::require(&["--requirepass", "right-pass"]) else {
+        return;
+    };
+    let url = format!("redis://:wrong-secret-pass@127.0.0.1:{}/", server.port());
+    let source = RedisSource::new(&url, "wq").unwrap();
+    assert!(!format!("{source:?}").contains("wrong-secret-pass"));
+    let app = router(source, Config::default());
+    let reply = get(&app, "/api/queues").await;
+    assert_eq!(reply.status, StatusCode::BAD_GATEWAY);
+    assert!(!reply.body.contains("wrong-secret-pass"), "{}", reply.body);
+    assert_eq!(
+        workqueue_dashboard::redact("redis://user:pw@host:1/0"),
+        "redis://***@host:1/0"
+    );
+}
+
+#[tokio::test]
+async fn in_process_queues_show_through_their_probes() {
+    let source = MemorySource::new();
+    let queue: workqueue::WorkQueue<u32> = workqueue::WorkQueue::builder()
+        .name("pods")
+        .metrics(source.clone())
+        .build();
+    queue.add(1);
+    queue.add(2);
+    queue.add(2);
+    let lease = queue.try_get().expect("an item");
+    let app = router(source, Config::default());
+    let all = get(&app, "/api/queues").await.json();
+    let pods = find(&all, "pods");
+    assert_eq!(pods["depth"], 1);
+    assert_eq!(pods["in_flight"], 1);
+    assert_eq!(pods["adds_total"], 2, "the duplicate add is not counted");
+    assert_eq!(all["read_only"], true);
+    drop(lease);
+    let pods = get(&app, "/api/queues/pods").await.json();
+    assert_eq!(
+        (pods["in_flight"].clone(), pods["completions_total"].clone()),
+        (json!(0), json!(1))
+    );
+    let text = get(&app, "/metrics").await.body;
+    assert!(
+        text.contains("workqueue_adds_total{name=\"pods\"} 2"),
+        "{text}"
+    );
+    let refused = post(&app, "/api/queues/pods/pause", json!({})).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    drop(queue);
+    assert_eq!(get(&app, "/api/queues").await.json()["queues"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_queues_under_the_prefix_are_listed() {
+    let Some(server) = RedisServer::require(&[]) else {
+        return;
+    };
+    for (prefix, name) in [("wq", "mine"), ("team", "theirs"), ("team", "also")] {
+        let q: RedisQueue<u32> = RedisQueue::builder(name)
+            .url(server.url())
+            .prefix(prefix)
+            .check_persistence(false)
+            .build()
+            .await
+            .unwrap();
+        q.add(1).await.unwrap();
+    }
+    let app = router(
+        RedisSource::new(&server.url(), "team").unwrap(),
+        Config::default(),
+    );
+    let names: Vec<String> = get(&app, "/api/queues").await.json()["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["also", "theirs"]);
+    let other = post(&app, "/api/queues/mine/pause", json!({})).await;
+    assert_eq!(
+        other.status,
+        StatusCode::NOT_FOUND,
+        "a queue of another prefix"
+    );
+}
+
+#[tokio::test]
+async fn the_router_mounts_under_a_path_beside_other_routes() {
+    let source = MemorySource::new();
+    let queue: workqueue::WorkQueue<u32> = workqueue::WorkQueue::builder()
+        .name("pods")
+        .metrics(source.clone())
+        .build();
+    queue.add(7);
+    let app = axum::Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .nest_service("/dashboard", router(source, Config::default()));
+    assert_eq!(get(&app, "/healthz").await.body, "ok");
+    let bare = get(&app, "/dashboard").await;
+    assert_eq!(bare.status, StatusCode::PERMANENT_REDIRECT);
+    let page = get(&app, "/dashboard/").await;
+    assert_eq!(page.status, StatusCode::OK);
+    // Relative links: they resolve under the mount point.
+    assert!(page.body.contains("src=\"assets/app.js\""), "{}", page.body);
+    let script = get(&app, "/dashboard/assets/app.js").await;
+    assert_eq!(script.status, StatusCode::OK);
+    assert!(script.body.contains("X-Wq-Csrf"));
+    let all = get(&app, "/dashboard/api/queues").await.json();
+    assert_eq!(find(&all, "pods")["depth"], 1);
+}

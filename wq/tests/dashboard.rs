@@ -1,0 +1,153 @@
+//! `wq dashboard`: refuses to expose itself without a token, serves the queues of a live
+//! `redis-server`, and never prints the Redis password.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WQ: &str = env!("CARGO_BIN_EXE_wq");
+
+/// A process of the test's own, stopped by PID when dropped.
+struct Stop(Child);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+}
+
+/// A password-protected `redis-server` on a free loopback port, or `None` when it is missing
+/// and `WQ_SKIP_REDIS_TESTS=1` outside CI; a missing server fails the test otherwise.
+fn redis(password: &str) -> Option<(Stop, u16, std::path::PathBuf)> {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        if !ci && std::env::var("WQ_SKIP_REDIS_TESTS").is_ok_and(|v| v == "1") {
+            return None;
+        }
+        panic!("redis-server not found: install the Debian package redis-server");
+    }
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("wq-dashboard-cli-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no", "--requirepass", password])
+        .args([
+            "--dir",
+            &dir.display().to_string(),
+            "--logfile",
+            "redis.log",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stop = Stop(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Some((stop, port, dir))
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
+}
+
+#[test]
+fn anything_but_loopback_needs_a_token() {
+    let out = Command::new(WQ)
+        .args([
+            "dashboard",
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--addr",
+            "0.0.0.0:0",
+        ])
+        .env_remove("WQ_DASHBOARD_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("token"));
+}
+
+#[test]
+fn serves_the_queues_and_hides_the_password() {
+    let Some((_server, port, dir)) = redis("pw-s3cret") else {
+        return;
+    };
+    let url = format!("redis://:pw-s3cret@127.0.0.1:{port}/");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let q: workqueue_redis::RedisQueue<u32> = workqueue_redis::RedisQueue::builder("mail")
+            .url(url.clone())
+            .check_persistence(false)
+            .build()
+            .await
+            .unwrap();
+        q.add(1).await.unwrap();
+        q.add(2).await.unwrap();
+    });
+    let mut child = Command::new(WQ)
+        .args(["dashboard", "--addr", "127.0.0.1:0"])
+        .env("WQ_REDIS_URL", &url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let _dashboard = Stop(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    assert!(!line.contains("pw-s3cret"), "{line}");
+    assert!(line.contains("***@127.0.0.1"), "{line}");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    let reply = http_get(&addr, "/api/queues");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains("\"name\":\"mail\""), "{reply}");
+    assert!(reply.contains("\"depth\":2"), "{reply}");
+    assert!(!reply.contains("pw-s3cret"));
+    let metrics = http_get(&addr, "/metrics");
+    assert!(
+        metrics.contains("workqueue_depth{name=\"mail\"} 2"),
+        "{metrics}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
