@@ -252,8 +252,9 @@ struct Scenario {
     faults: Vec<(u64, Fault)>,
     /// Keys of filler loaded (and rewritten into the AOF) before the run.
     filler_keys: u64,
-    /// `maxmemory` set this many bytes above the memory used at the start (0: none).
-    memory_headroom: u64,
+    /// `maxmemory` set at this point of the run (ms from its start), halfway between the
+    /// memory used before the run and then.
+    memory_limit_at: Option<u64>,
     mutation: Option<&'static str>,
     graceful: bool,
     expect: Expect,
@@ -626,9 +627,9 @@ fn check(adds: &[Add], logs: &[PathBuf], h: &Harness) -> Report {
         if let (Some(before), Some(after)) = (before, after)
             && after <= before
         {
-            report
-                .tokens_backwards
-                .push(format!("token {after} after the restart, {before} before it"));
+            report.tokens_backwards.push(format!(
+                "token {after} after the restart, {before} before it"
+            ));
         }
     }
     let mut lost: Vec<String> = Vec::new();
@@ -657,6 +658,8 @@ struct Produced {
     adds: Vec<Add>,
     /// Adds given up on after a full server refused them for a while (not acknowledged).
     refused: usize,
+    /// Attempts that returned an error (retried, or given up).
+    errors: usize,
 }
 
 /// Adds until the scenario's count is reached; retries what the server did not acknowledge
@@ -673,7 +676,7 @@ async fn produce(queue: RedisQueue<String>, s: Scenario, out: Arc<Mutex<Produced
             format!("{name}-{fill}")
         }
     };
-    let give_up = if s.memory_headroom > 0 {
+    let give_up = if s.memory_limit_at.is_some() {
         Duration::from_millis(300)
     } else {
         Duration::from_secs(30)
@@ -708,7 +711,11 @@ async fn produce(queue: RedisQueue<String>, s: Scenario, out: Arc<Mutex<Produced
         let deadline = Instant::now() + give_up;
         loop {
             let result = match kind {
-                1 => queue.add_after(&item, Duration::from_millis(delay_ms)).await,
+                1 => {
+                    queue
+                        .add_after(&item, Duration::from_millis(delay_ms))
+                        .await
+                }
                 2 => queue.add_rate_limited(&item).await,
                 _ => queue.add(&item).await,
             };
@@ -731,10 +738,15 @@ async fn produce(queue: RedisQueue<String>, s: Scenario, out: Arc<Mutex<Produced
                 }
                 Ok(_) => panic!("the queue was shut down during the run"),
                 Err(_) if Instant::now() >= deadline => {
-                    out.lock().unwrap().refused += 1;
+                    let mut out = out.lock().unwrap();
+                    out.refused += 1;
+                    out.errors += 1;
                     break;
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                Err(_) => {
+                    out.lock().unwrap().errors += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
         }
         if !s.add_every.is_zero() {
@@ -800,8 +812,8 @@ async fn load_filler(server: &RedisServer, keys: u64) -> Result<(), String> {
     }
 }
 
-/// Sets `maxmemory` to the memory used now plus `headroom` bytes.
-async fn limit_memory(server: &RedisServer, headroom: u64) -> Result<u64, String> {
+/// The memory the server uses now (`used_memory`).
+async fn used_memory(server: &RedisServer) -> Result<u64, String> {
     let mut con = redis::Client::open(server.url())
         .map_err(|e| e.to_string())?
         .get_multiplexed_async_connection()
@@ -812,12 +824,19 @@ async fn limit_memory(server: &RedisServer, headroom: u64) -> Result<u64, String
         .query_async(&mut con)
         .await
         .map_err(|e| e.to_string())?;
-    let used: u64 = info
-        .lines()
+    info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
-        .ok_or("no used_memory in INFO")?;
-    let limit = used + headroom;
+        .ok_or_else(|| "no used_memory in INFO".to_string())
+}
+
+/// Sets `maxmemory` to `limit` bytes.
+async fn limit_memory(server: &RedisServer, limit: u64) -> Result<u64, String> {
+    let mut con = redis::Client::open(server.url())
+        .map_err(|e| e.to_string())?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("maxmemory")
@@ -863,9 +882,7 @@ async fn run(s: Scenario) -> Result<String, String> {
         .build()
         .await
         .map_err(|e| e.to_string())?;
-    if s.memory_headroom > 0 {
-        limit_memory(&h.server, s.memory_headroom).await?;
-    }
+    let baseline = used_memory(&h.server).await?;
     for _ in 0..s.workers {
         h.spawn_worker();
     }
@@ -873,15 +890,34 @@ async fn run(s: Scenario) -> Result<String, String> {
     let producer = tokio::spawn(produce(producer_queue.clone(), s.clone(), produced.clone()));
     let started = Instant::now();
     let mut rng = Rng::new(42);
+    let mut limit = 0;
+    if let Some(at) = s.memory_limit_at {
+        // Set once the run is under way (connections open, scripts loaded, a backlog
+        // queued), so that the server is full from then on: only `done`s make room.
+        tokio::time::sleep_until((started + Duration::from_millis(at)).into()).await;
+        // Halfway between the memory used before the run and now: the backlog must shrink
+        // by half before adds pass again, and then the server stays at its limit.
+        let now = used_memory(&h.server).await?;
+        limit = limit_memory(&h.server, baseline + now.saturating_sub(baseline) / 2).await?;
+    }
     for (at, fault) in &s.faults {
         tokio::time::sleep_until((started + Duration::from_millis(*at)).into()).await;
         h.apply(*fault, &mut rng).await;
     }
-    tokio::time::timeout(Duration::from_secs(60), producer)
-        .await
-        .map_err(|_| "the producer did not finish".to_string())?
-        .map_err(|e| e.to_string())?;
-    let drained = drained(&producer_queue, Duration::from_secs(30)).await;
+    // A producer that cannot finish (a stuck queue) is reported with the histories.
+    let producer_finished = match tokio::time::timeout(Duration::from_secs(60), producer).await {
+        Ok(result) => {
+            result.map_err(|e| e.to_string())?;
+            true
+        }
+        Err(_) => false,
+    };
+    let drained = producer_finished && drained(&producer_queue, Duration::from_secs(30)).await;
+    let stuck = if drained {
+        String::new()
+    } else {
+        format!("; at the end: {:?}", producer_queue.stats(3).await)
+    };
     let dead = producer_queue.stats(1).await.map(|s| s.dead).unwrap_or(0);
     // Every worker leaves once the queue is shut down for the fleet and empty.
     let _ = producer_queue.shut_down_fleet().await;
@@ -899,8 +935,8 @@ async fn run(s: Scenario) -> Result<String, String> {
     let produced = std::mem::take(&mut *produced.lock().unwrap());
     let r = check(&produced.adds, &logs, &h);
     let summary = format!(
-        "{} workers ({} processes), {} faults, {:.1} s: {} acknowledged adds ({} checked, {} \
-         refused by the server), {} processings ({} done accepted, {} refused as stale, {} \
+        "{} workers ({} processes), {} faults, {:.1} s: {} acknowledged adds ({} checked, {} add \
+         errors, {} given up), {} processings ({} done accepted, {} refused as stale, {} \
          unknown, {} released, {} killed mid-item); lost {} adds ({} items); overlaps: {} raw, \
          {} in a fault window, {} outside, {} with the older done accepted, {} with both \
          accepted; {} early, {} token regressions, {} get errors, {} dead letters, longest \
@@ -911,6 +947,7 @@ async fn run(s: Scenario) -> Result<String, String> {
         started.elapsed().as_secs_f64(),
         r.adds,
         r.checked_adds,
+        produced.errors,
         produced.refused,
         r.processings,
         r.accepted,
@@ -930,14 +967,15 @@ async fn run(s: Scenario) -> Result<String, String> {
         r.get_errors,
         dead,
         h.longest_restart.as_millis(),
-    );
+    ) + &stuck
+        + &if limit > 0 {
+            format!(", maxmemory {limit} bytes")
+        } else {
+            String::new()
+        };
     let matrix = format!(
         "MATRIX | {} | {} | {} | {} | {} |",
-        s.name,
-        r.checked_adds,
-        r.lost_adds,
-        r.raw_overlaps,
-        r.excused_overlaps
+        s.name, r.checked_adds, r.lost_adds, r.raw_overlaps, r.excused_overlaps
     );
     let fail = |why: String| {
         Err(format!(
@@ -963,6 +1001,9 @@ async fn run(s: Scenario) -> Result<String, String> {
             ));
         }
         Expect::Pass => {}
+    }
+    if !producer_finished {
+        return fail("the producer did not finish in 60 s: adds kept failing".into());
     }
     if !r.unexcused_overlaps.is_empty() {
         return fail(format!(
@@ -1012,7 +1053,7 @@ async fn run(s: Scenario) -> Result<String, String> {
             r.released
         ));
     }
-    if produced.refused < s.min_refused_adds {
+    if produced.errors < s.min_refused_adds {
         return fail("the server never refused an add: it did not fill up".into());
     }
     if s.no_get_errors && r.get_errors > 0 {
@@ -1060,7 +1101,7 @@ fn scenarios() -> Vec<Scenario> {
         pad: 0,
         faults: Vec::new(),
         filler_keys: 0,
-        memory_headroom: 0,
+        memory_limit_at: None,
         mutation: None,
         graceful: false,
         expect: Expect::Pass,
@@ -1079,7 +1120,10 @@ fn scenarios() -> Vec<Scenario> {
             name: "kill_redis_and_restart_from_aof",
             workers: 4,
             lease_ms: 3000,
-            faults: vec![(1200, Fault::KillServer(ms(300))), (2800, Fault::KillServer(ms(300)))],
+            faults: vec![
+                (1200, Fault::KillServer(ms(300))),
+                (2800, Fault::KillServer(ms(300))),
+            ],
             ..base.clone()
         },
         Scenario {
@@ -1179,10 +1223,10 @@ fn scenarios() -> Vec<Scenario> {
             work: [5, 20, 3, 900],
             distinct: 500,
             adds: 500,
-            add_every: Duration::ZERO,
-            pad: 2000,
-            memory_headroom: 500_000,
-            min_refused_adds: 1,
+            add_every: ms(4),
+            pad: 4000,
+            memory_limit_at: Some(800),
+            min_refused_adds: 20,
             ..base.clone()
         },
         Scenario {
