@@ -254,9 +254,9 @@ struct Scenario {
     faults: Vec<(u64, Fault)>,
     /// Keys of filler loaded (and rewritten into the AOF) before the run.
     filler_keys: u64,
-    /// `maxmemory` set at this point of the run (ms from its start), halfway between the
-    /// memory used before the run and then.
-    memory_limit_at: Option<u64>,
+    /// `maxmemory` set once this many adds are acknowledged, a little below the memory used
+    /// then.
+    memory_limit_after: Option<usize>,
     mutation: Option<&'static str>,
     graceful: bool,
     /// Run the server under libfaketime (Debian package faketime), whose offset the
@@ -695,7 +695,7 @@ async fn produce(queue: RedisQueue<String>, s: Scenario, out: Arc<Mutex<Produced
             format!("{name}-{fill}")
         }
     };
-    let give_up = if s.memory_limit_at.is_some() {
+    let give_up = if s.memory_limit_after.is_some() {
         Duration::from_millis(300)
     } else {
         Duration::from_secs(30)
@@ -917,7 +917,6 @@ async fn run(s: Scenario) -> Result<String, String> {
         .build()
         .await
         .map_err(|e| e.to_string())?;
-    let baseline = used_memory(&h.server).await?;
     for _ in 0..s.workers {
         h.spawn_worker();
     }
@@ -926,14 +925,24 @@ async fn run(s: Scenario) -> Result<String, String> {
     let started = Instant::now();
     let mut rng = Rng::new(42);
     let mut limit = 0;
-    if let Some(at) = s.memory_limit_at {
-        // Set once the run is under way (connections open, scripts loaded, a backlog
-        // queued), so that the server is full from then on: only `done`s make room.
-        tokio::time::sleep_until((started + Duration::from_millis(at)).into()).await;
-        // Halfway between the memory used before the run and now: the backlog must shrink
-        // by half before adds pass again, and then the server stays at its limit.
+    if let Some(acked) = s.memory_limit_after {
+        // Set once `acked` adds are acknowledged (connections open, scripts loaded, a
+        // backlog queued), a little below the memory used then: the server is full from then
+        // on, and only `done`s make room. Half the backlog's item bytes (each queued item is
+        // held twice: the ready list and the dirty set) are taken off, so the limit stays
+        // above what the server uses for anything but items.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline && produced.lock().unwrap().adds.len() < acked {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let queued = producer_queue.len().await.unwrap_or(0);
+        if queued < 40 {
+            return Err(format!(
+                "no backlog to fill the server with ({queued} queued)"
+            ));
+        }
         let now = used_memory(&h.server).await?;
-        limit = limit_memory(&h.server, baseline + now.saturating_sub(baseline) / 2).await?;
+        limit = limit_memory(&h.server, now - (queued as u64 / 2) * 2 * s.pad as u64).await?;
     }
     for (at, fault) in &s.faults {
         tokio::time::sleep_until((started + Duration::from_millis(*at)).into()).await;
@@ -1198,7 +1207,7 @@ fn scenarios() -> Vec<Scenario> {
         pad: 0,
         faults: Vec::new(),
         filler_keys: 0,
-        memory_limit_at: None,
+        memory_limit_after: None,
         mutation: None,
         graceful: false,
         skew: false,
@@ -1318,12 +1327,12 @@ fn scenarios() -> Vec<Scenario> {
             workers: 4,
             lease_ms: 600,
             // Slow items must be renewed while the server is full.
-            work: [5, 20, 3, 900],
+            work: [20, 40, 3, 900],
             distinct: 500,
             adds: 500,
-            add_every: ms(4),
+            add_every: ms(2),
             pad: 4000,
-            memory_limit_at: Some(800),
+            memory_limit_after: Some(200),
             min_refused_adds: 20,
             ..base.clone()
         },
