@@ -56,6 +56,8 @@ pub(crate) struct RedisServer {
     dir: PathBuf,
     durability: Durability,
     extra: Vec<String>,
+    /// Environment of the server process (a preloaded libfaketime, say).
+    env: Vec<(String, String)>,
 }
 
 impl RedisServer {
@@ -83,6 +85,7 @@ impl RedisServer {
             dir,
             durability,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
         };
         for _ in 0..10 {
             server.port = free_port();
@@ -91,6 +94,44 @@ impl RedisServer {
             }
         }
         panic!("redis-server would not start; see {}", server.dir.display());
+    }
+
+    /// A server whose process runs with `env` (for example libfaketime preloaded), or `None`
+    /// if it does not come up with it (after three ports).
+    pub(crate) fn try_start_with_env(
+        durability: Durability,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> Option<Self> {
+        if !available() {
+            return None;
+        }
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "wq-redis-env-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the server's data directory");
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            dir,
+            durability,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        };
+        for _ in 0..3 {
+            server.port = free_port();
+            if server.spawn() {
+                return Some(server);
+            }
+        }
+        None
     }
 
     pub(crate) fn port(&self) -> u16 {
@@ -133,6 +174,7 @@ impl RedisServer {
             }
         }
         cmd.args(&self.extra);
+        cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
