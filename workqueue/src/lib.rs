@@ -192,6 +192,7 @@
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 #![cfg_attr(loom, allow(dead_code, unreachable_pub))]
 
+mod backend;
 pub mod clock;
 mod error;
 mod lease;
@@ -207,6 +208,7 @@ pub mod workers;
 #[cfg(all(test, loom))]
 mod tests;
 
+pub use backend::{Queue, QueueLease};
 pub use error::TryGetError;
 pub use lease::Lease;
 pub use parallelize::{Parallelizer, parallelize_until};

@@ -76,7 +76,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::WorkQueue;
+use crate::{Queue, WorkQueue};
 
 #[cfg(feature = "tokio")]
 pub use asynchronous::AsyncWorkers;
@@ -320,8 +320,8 @@ type GiveUpCallback<T> = Arc<dyn Fn(&GiveUp<T>) + Send + Sync>;
 /// assert!(summary.is_drained());
 /// ```
 #[must_use = "workers do nothing until spawned"]
-pub struct Workers<T> {
-    queue: WorkQueue<T>,
+pub struct Workers<T, Q = WorkQueue<T>> {
+    queue: Q,
     count: usize,
     max_retries: Option<usize>,
     on_give_up: Option<GiveUpCallback<T>>,
@@ -337,7 +337,7 @@ pub struct Workers<T> {
 /// of backoff in all.
 pub const DEFAULT_MAX_RETRIES: usize = 15;
 
-impl<T> fmt::Debug for Workers<T> {
+impl<T, Q> fmt::Debug for Workers<T, Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Workers")
             .field("count", &self.count)
@@ -349,9 +349,14 @@ impl<T> fmt::Debug for Workers<T> {
     }
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T> {
-    /// Starts configuring workers for `queue` (a handle; the pool keeps a clone).
-    pub fn new(queue: WorkQueue<T>) -> Self {
+impl<T, Q> Workers<T, Q>
+where
+    T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static,
+    Q: Queue<Item = T>,
+{
+    /// Starts configuring workers for `queue` (a handle; the pool keeps it): a
+    /// [`WorkQueue`], or any other backend's [`Queue`].
+    pub fn new(queue: Q) -> Self {
         Self {
             queue,
             count: 1,
@@ -432,39 +437,6 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T> {
         self
     }
 
-    /// Starts the workers as threads named `workqueue-worker-<i>` (with the queue's name if
-    /// it has one), each calling `handler` with the item of each lease it takes.
-    ///
-    /// # Panics
-    ///
-    /// If the count is 0, or the system cannot start a thread.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use workqueue::{WorkQueue, Workers};
-    ///
-    /// let queue = WorkQueue::new();
-    /// let workers = Workers::new(queue.clone())
-    ///     .count(2)
-    ///     .spawn_threads(|key: &&str| -> Result<(), std::io::Error> {
-    ///         println!("reconciling {key}");
-    ///         Ok(())
-    ///     });
-    /// queue.add("default/web-0");
-    /// # while workers.stats().processed < 1 { std::thread::yield_now(); }
-    /// let summary = workers.shut_down();
-    /// # assert_eq!(summary.succeeded, 1);
-    /// ```
-    pub fn spawn_threads<F, R>(self, handler: F) -> ThreadWorkers<T>
-    where
-        F: Fn(&T) -> R + Send + Sync + 'static,
-        R: IntoOutcome,
-    {
-        assert!(self.count > 0, "workers: count must be at least 1");
-        ThreadWorkers::spawn(self.into_core(), handler)
-    }
-
     /// Starts the workers as tokio tasks, each awaiting `handler(item)` for each lease it
     /// takes (the item is a clone; the worker keeps the lease until the future is done).
     ///
@@ -497,7 +469,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T> {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
-    pub fn spawn_async<F, Fut>(self, handler: F) -> AsyncWorkers<T>
+    pub fn spawn_async<F, Fut>(self, handler: F) -> AsyncWorkers<T, Q>
     where
         F: Fn(T) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future + Send + 'static,
@@ -508,7 +480,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T> {
         AsyncWorkers::spawn(self.into_core(), timeout, handler)
     }
 
-    fn into_core(self) -> Arc<core::Core<T>> {
+    fn into_core(self) -> Arc<core::Core<T, Q>> {
         core::Core::start(
             self.queue,
             self.count,
@@ -517,5 +489,45 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T> {
             self.stop,
             self.shutdown_timeout,
         )
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T, WorkQueue<T>> {
+    /// Starts the workers as threads named `workqueue-worker-<i>` (with the queue's name if
+    /// it has one), each calling `handler` with the item of each lease it takes.
+    ///
+    /// In memory only: a thread blocks in [`WorkQueue::blocking_get`], and a backend that
+    /// talks to a server over the network is async (its calls need a runtime, and a blocked
+    /// thread per worker buys nothing over a task); use
+    /// [`spawn_async`](Workers::spawn_async) there.
+    ///
+    /// # Panics
+    ///
+    /// If the count is 0, or the system cannot start a thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workqueue::{WorkQueue, Workers};
+    ///
+    /// let queue = WorkQueue::new();
+    /// let workers = Workers::new(queue.clone())
+    ///     .count(2)
+    ///     .spawn_threads(|key: &&str| -> Result<(), std::io::Error> {
+    ///         println!("reconciling {key}");
+    ///         Ok(())
+    ///     });
+    /// queue.add("default/web-0");
+    /// # while workers.stats().processed < 1 { std::thread::yield_now(); }
+    /// let summary = workers.shut_down();
+    /// # assert_eq!(summary.succeeded, 1);
+    /// ```
+    pub fn spawn_threads<F, R>(self, handler: F) -> ThreadWorkers<T>
+    where
+        F: Fn(&T) -> R + Send + Sync + 'static,
+        R: IntoOutcome,
+    {
+        assert!(self.count > 0, "workers: count must be at least 1");
+        ThreadWorkers::spawn(self.into_core(), handler)
     }
 }

@@ -6,7 +6,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::core::{Core, Handled, panic_message};
+use super::core::{Core, Handled, panic_message, ready_now};
 use super::{IntoOutcome, StopToken, Summary};
 use crate::WorkQueue;
 
@@ -15,7 +15,7 @@ use crate::WorkQueue;
 /// Dropping it leaves the threads running; they end when the pool's [`StopToken`] is
 /// stopped, or when the queue is shut down and empty.
 pub struct ThreadWorkers<T> {
-    core: Arc<Core<T>>,
+    core: Arc<Core<T, WorkQueue<T>>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -29,7 +29,9 @@ impl<T> fmt::Debug for ThreadWorkers<T> {
 }
 
 /// Marks a worker as exited when its thread ends, even by unwinding.
-struct ExitGuard<'a, T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static>(&'a Core<T>);
+struct ExitGuard<'a, T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static>(
+    &'a Core<T, WorkQueue<T>>,
+);
 
 impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Drop for ExitGuard<'_, T> {
     fn drop(&mut self) {
@@ -38,7 +40,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Drop for ExitGua
 }
 
 impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> ThreadWorkers<T> {
-    pub(super) fn spawn<F, R>(core: Arc<Core<T>>, handler: F) -> Self
+    pub(super) fn spawn<F, R>(core: Arc<Core<T, WorkQueue<T>>>, handler: F) -> Self
     where
         F: Fn(&T) -> R + Send + Sync + 'static,
         R: IntoOutcome,
@@ -117,7 +119,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> ThreadWorkers<T>
 }
 
 /// One worker thread's loop.
-fn worker<T, F, R>(core: &Core<T>, slot: usize, handler: &F)
+fn worker<T, F, R>(core: &Core<T, WorkQueue<T>>, slot: usize, handler: &F)
 where
     T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static,
     F: Fn(&T) -> R,
@@ -131,10 +133,10 @@ where
         if core.stop.is_stopped() {
             // Handed out as the stop shut the queue down: intake has stopped, so leave it,
             // and list it in `unfinished`.
-            core.leave_unprocessed(lease);
+            in_memory(core.leave_unprocessed(lease));
             break;
         }
-        let span = core.span(&lease);
+        let span = in_memory(core.span(lease.item(), lease.priority()));
         let _entered = span.enter();
         core.begin(slot, &lease);
         let handled =
@@ -143,6 +145,12 @@ where
                 Ok(Err(error)) => Handled::Failed(error),
                 Err(payload) => Handled::Panicked(panic_message(payload.as_ref())),
             };
-        core.finish(slot, lease, handled);
+        in_memory(core.finish(slot, lease, handled));
     }
+}
+
+/// Runs the shared worker code on the in-memory queue, whose calls complete at once (a
+/// thread never waits on a future).
+fn in_memory<F: std::future::Future>(future: F) -> F::Output {
+    ready_now(future).expect("the in-memory queue's calls complete at once")
 }
