@@ -74,6 +74,7 @@
 //! # async fn reconcile(_: &str) -> Result<(), ()> { Ok(()) }
 //! ```
 
+mod backend;
 mod error;
 mod lease;
 mod persistence;

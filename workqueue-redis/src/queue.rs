@@ -1558,9 +1558,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// None today; the `Result` keeps the signature of the other operations.
     pub async fn shut_down(&self) -> Result<(), Error> {
+        self.close();
+        Ok(())
+    }
+
+    /// What [`shut_down`](Self::shut_down) does, synchronously: it touches no server.
+    pub(crate) fn close(&self) {
         self.inner.shut.store(true, Ordering::SeqCst);
         self.inner.wake.wake_all();
-        Ok(())
     }
 
     /// Shuts this handle down ([`shut_down`](Self::shut_down)), then waits until every lease
