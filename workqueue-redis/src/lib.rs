@@ -17,6 +17,14 @@
 //!   share), [`shut_down_fleet`](RedisQueue::shut_down_fleet) every process, until
 //!   [`resume_fleet`](RedisQueue::resume_fleet).
 //!
+//! [`RedisQueue`] implements [`workqueue::Queue`], so [`workqueue::Workers`] run on it as on
+//! the in-memory queue: `Workers::new(queue).count(8).max_retries(5).spawn_async(handler)`
+//! gives the same retries, give-ups, panic isolation, timeouts, stop and summary. The pool
+//! marks each lease done explicitly (a dropped lease is released here), adds a retry back
+//! before its `done`, and rides out a server outage (it logs, backs off and keeps trying; an
+//! item is never lost). Stopping the pool shuts down only this handle. Priorities and a delay
+//! combined with rate limiting are not supported yet ([`Error::Unsupported`]).
+//!
 //! Each operation is one Lua script run on the server (`EVALSHA`), so each is atomic; every
 //! key of a queue carries the queue's hash tag (`wq:{name}:...`), so a queue lives in one
 //! Redis Cluster slot.

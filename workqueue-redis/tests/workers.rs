@@ -169,11 +169,11 @@ impl Attempts {
     }
 }
 
+/// The give-up reports a pool made.
+type GaveUp = Arc<Mutex<Vec<GiveUp<String>>>>;
+
 /// Collects the give-up reports.
-fn give_ups() -> (
-    Arc<Mutex<Vec<GiveUp<String>>>>,
-    impl Fn(&GiveUp<String>) + Send + Sync + 'static,
-) {
+fn give_ups() -> (GaveUp, impl Fn(&GiveUp<String>) + Send + Sync + 'static) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
     (seen, move |gave_up: &GiveUp<String>| {

@@ -116,6 +116,15 @@ pub trait Queue: Clone + Send + Sync + 'static {
     /// A backend's failure.
     fn len(&self) -> impl Future<Output = Result<usize, Self::Error>> + Send;
 
+    /// Whether no item is ready to hand out now.
+    ///
+    /// # Errors
+    ///
+    /// A backend's failure.
+    fn is_empty(&self) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        async { Ok(self.len().await? == 0) }
+    }
+
     /// Waits for the next item and hands it out under a lease: client-go's `Get`. `Ok(None)`
     /// once the queue (or this handle) is shut down and has nothing left to hand out for it.
     ///

@@ -15,8 +15,9 @@
 //! | (panics) | as `Retry`; the worker keeps running | panicked, and retried (or given up) |
 //! | (runs past the `timeout`, async only) | as `Retry` | timed out, and retried (or given up) |
 //!
-//! In every case the item's [`Lease`](crate::Lease) is dropped after the outcome is applied,
-//! so a re-add never races with the item being processed. Giving up is never silent: it is
+//! In every case the item's lease is marked done after the outcome is applied (a retry is
+//! added back while the lease is still held), so a re-add never races with the item being
+//! processed. Giving up is never silent: it is
 //! logged with `tracing::warn!` and passed to the [`on_give_up`](Workers::on_give_up)
 //! callback.
 //!
@@ -28,6 +29,18 @@
 //! Two flavours share the rules: [`Workers::spawn_threads`] runs plain threads with a
 //! blocking handler, and `Workers::spawn_async` (feature `tokio`, on by default) runs tokio
 //! tasks with an async handler.
+//!
+//! # Backends
+//!
+//! [`Workers`] run over any [`Queue`]: the in-memory [`WorkQueue`], or a
+//! backend shared by many processes (`workqueue_redis::RedisQueue`), with the same rules and
+//! the same summary. The loop ends every lease explicitly: `done` after a success or a
+//! give-up; for a retry it adds the item back first and then marks it done (the queue keeps
+//! the re-add until the lease ends). A backend's failure never stops the pool and never loses
+//! an item: a failed `get` is logged and retried with backoff (50 ms doubling to 5 s), a
+//! retry that cannot be added releases the lease so the item is handed out again, and a
+//! failed `done` leaves the lease to expire. [`Workers::spawn_threads`] is for the in-memory
+//! queue only.
 //!
 //! # Stopping
 //!
