@@ -79,6 +79,38 @@
 
 mod core;
 mod stop;
+
+/// The accessors every running pool has ([`ThreadWorkers`], `AsyncWorkers`), written once:
+/// expanded inside each pool's `impl` block, with the type of its queue.
+macro_rules! pool_accessors {
+    ($queue:ty) => {
+        /// The token that stops this pool.
+        pub fn stop_token(&self) -> &StopToken {
+            &self.core.stop
+        }
+
+        /// The queue the workers take items from.
+        pub fn queue(&self) -> &$queue {
+            &self.core.queue
+        }
+
+        /// Stops the pool without waiting: workers take no new item and the queue is shut
+        /// down. The same as stopping its [`StopToken`].
+        pub fn stop(&self) {
+            self.core.stop.stop();
+        }
+
+        /// What the workers have done so far, and what they are processing now.
+        ///
+        /// On a backend whose calls need a round trip, a snapshot taken after the stop counts
+        /// in [`left_in_queue`](Summary::left_in_queue) only the `unfinished` items; the
+        /// summary the waiting calls return reads the queue's length too.
+        pub fn stats(&self) -> Summary<T> {
+            self.core.summary()
+        }
+    };
+}
+use pool_accessors;
 mod threaded;
 
 #[cfg(feature = "tokio")]

@@ -64,26 +64,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> ThreadWorkers<T>
         Self { core, threads }
     }
 
-    /// The token that stops this pool.
-    pub fn stop_token(&self) -> &StopToken {
-        &self.core.stop
-    }
-
-    /// The queue the workers take items from.
-    pub fn queue(&self) -> &WorkQueue<T> {
-        &self.core.queue
-    }
-
-    /// Stops the pool without waiting: workers take no new item and the queue is shut down.
-    /// The same as stopping its [`StopToken`].
-    pub fn stop(&self) {
-        self.core.stop.stop();
-    }
-
-    /// What the workers have done so far, and what they are processing now.
-    pub fn stats(&self) -> Summary<T> {
-        self.core.summary()
-    }
+    super::pool_accessors!(WorkQueue<T>);
 
     /// Waits until the workers have exited and returns what they did.
     ///
