@@ -266,7 +266,14 @@ mod rules {
         assert_eq!(gave_up.len(), 1);
         assert_eq!(gave_up[0].reason, GiveUpReason::MaxRetries);
         assert_eq!(gave_up[0].retries, 2);
-        assert_eq!(gave_up[0].error.as_deref(), Some("boom"));
+        // The handler's error keeps its type on the way to the callback.
+        assert_eq!(
+            gave_up[0]
+                .error
+                .as_ref()
+                .and_then(|failure| failure.downcast_ref::<&str>()),
+            Some(&"boom")
+        );
     }
 
     pub(crate) async fn a_panicking_handler_is_retried_and_its_worker_keeps_running<B: Backend>(

@@ -19,15 +19,17 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::{GiveUp, GiveUpCallback, GiveUpReason, Outcome, StopToken, Summary};
+use super::{
+    Failure, GiveUp, GiveUpCallback, GiveUpReason, HandlerError, Outcome, StopToken, Summary,
+};
 use crate::{AddOptions, Queue, QueueLease};
 
 /// How one handler call ended.
 pub(crate) enum Handled {
     /// It returned an outcome.
     Outcome(Outcome),
-    /// It returned a failure with this message.
-    Failed(String),
+    /// It returned this error.
+    Failed(HandlerError),
     /// It panicked with this message.
     Panicked(String),
     /// It ran past the per-item timeout and was cancelled (async workers only).
@@ -241,7 +243,7 @@ where
                     .await;
                 None
             }
-            Handled::Failed(error) => self.retry(&item, Some(error)).await,
+            Handled::Failed(error) => self.retry(&item, Some(Failure::Error(error))).await,
             Handled::Panicked(message) => {
                 self.counters.panicked.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
@@ -250,8 +252,7 @@ where
                     panic = %message,
                     "handler panicked; handling it as a failure"
                 );
-                self.retry(&item, Some(format!("handler panicked: {message}")))
-                    .await
+                self.retry(&item, Some(Failure::Panicked(message))).await
             }
             Handled::TimedOut(timeout) => {
                 self.counters.timed_out.fetch_add(1, Ordering::Relaxed);
@@ -261,8 +262,7 @@ where
                     ?timeout,
                     "handler timed out; handling it as a failure"
                 );
-                self.retry(&item, Some(format!("handler timed out after {timeout:?}")))
-                    .await
+                self.retry(&item, Some(Failure::TimedOut(timeout))).await
             }
         };
         match requeue {
@@ -338,7 +338,7 @@ where
     }
 
     /// A failure: retry with the rate limiter's delay, or give up after `max_retries`.
-    async fn retry(&self, item: &T, error: Option<String>) -> Option<Requeue> {
+    async fn retry(&self, item: &T, error: Option<Failure>) -> Option<Requeue> {
         let retries = self.num_requeues(item).await;
         if self.max_retries.is_some_and(|max| retries >= max) {
             self.give_up(item, GiveUpReason::MaxRetries, retries, error)
@@ -349,14 +349,20 @@ where
             queue = self.queue.name(),
             item = ?item,
             retries = retries + 1,
-            error = error.as_deref(),
+            error = error.as_ref().map(tracing::field::display),
             "retrying item"
         );
         Some(Requeue::RateLimited)
     }
 
     /// Forgets `item`, logs the give-up and tells the callback.
-    async fn give_up(&self, item: &T, reason: GiveUpReason, retries: usize, error: Option<String>) {
+    async fn give_up(
+        &self,
+        item: &T,
+        reason: GiveUpReason,
+        retries: usize,
+        error: Option<Failure>,
+    ) {
         self.forget(item).await;
         self.counters.given_up.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
@@ -364,7 +370,7 @@ where
             item = ?item,
             %reason,
             retries,
-            error = error.as_deref(),
+            error = error.as_ref().map(tracing::field::display),
             "giving up on item"
         );
         if let Some(callback) = &self.on_give_up {

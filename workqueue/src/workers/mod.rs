@@ -116,6 +116,7 @@ mod threaded;
 #[cfg(feature = "tokio")]
 mod asynchronous;
 
+use std::any::Any;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
@@ -168,12 +169,14 @@ pub enum Outcome {
 
 /// What a handler may return: anything that converts to an [`Outcome`], or to a failure.
 ///
-/// `Ok(outcome)` is the outcome; `Err(message)` is a failure, handled as [`Outcome::Retry`]
-/// with the message logged and passed to the [`on_give_up`](Workers::on_give_up) callback.
+/// `Ok(outcome)` is the outcome; `Err(error)` is a failure, handled as [`Outcome::Retry`],
+/// logged, and passed with its type to the [`on_give_up`](Workers::on_give_up) callback
+/// (as a [`HandlerError`], read back with [`HandlerError::downcast_ref`]).
 ///
 /// Implemented for [`Outcome`], for `()` (done), and for `Result<O, E>` where `O` is
-/// `IntoOutcome` and `E` is [`Display`](fmt::Display): `Ok(())`, `Ok(Outcome::…)`, or an
-/// error of any type (`String`, `std::io::Error`, `anyhow::Error`, ...).
+/// `IntoOutcome` and `E` is [`Display`](fmt::Display) + `Send + Sync + 'static`: `Ok(())`,
+/// `Ok(Outcome::…)`, or an error of any such type (`String`, `&'static str`,
+/// `std::io::Error`, `anyhow::Error`, ...).
 ///
 /// # Examples
 ///
@@ -183,34 +186,122 @@ pub enum Outcome {
 ///
 /// assert_eq!(().into_outcome(), Ok(Outcome::Done));
 /// assert_eq!(Ok::<_, String>(Outcome::Retry).into_outcome(), Ok(Outcome::Retry));
-/// assert_eq!(Err::<(), _>("timeout").into_outcome(), Err("timeout".to_owned()));
+/// let error = Err::<(), _>(std::io::Error::other("timeout")).into_outcome().unwrap_err();
+/// assert_eq!(error.to_string(), "timeout");
+/// assert_eq!(error.downcast_ref::<std::io::Error>().unwrap().kind(), std::io::ErrorKind::Other);
 /// ```
 pub trait IntoOutcome {
-    /// The outcome, or the message of a failure.
+    /// The outcome, or the error of a failure.
     ///
     /// # Errors
     ///
-    /// The failure's message, for a value that stands for one (`Err(error)`).
-    fn into_outcome(self) -> Result<Outcome, String>;
+    /// The failure, for a value that stands for one (`Err(error)`).
+    fn into_outcome(self) -> Result<Outcome, HandlerError>;
 }
 
 impl IntoOutcome for Outcome {
-    fn into_outcome(self) -> Result<Outcome, String> {
+    fn into_outcome(self) -> Result<Outcome, HandlerError> {
         Ok(self)
     }
 }
 
 impl IntoOutcome for () {
-    fn into_outcome(self) -> Result<Outcome, String> {
+    fn into_outcome(self) -> Result<Outcome, HandlerError> {
         Ok(Outcome::Done)
     }
 }
 
-impl<O: IntoOutcome, E: fmt::Display> IntoOutcome for Result<O, E> {
-    fn into_outcome(self) -> Result<Outcome, String> {
+impl<O, E> IntoOutcome for Result<O, E>
+where
+    O: IntoOutcome,
+    E: fmt::Display + Send + Sync + 'static,
+{
+    fn into_outcome(self) -> Result<Outcome, HandlerError> {
         match self {
             Ok(outcome) => outcome.into_outcome(),
-            Err(error) => Err(error.to_string()),
+            Err(error) => Err(HandlerError::new(error)),
+        }
+    }
+}
+
+/// A handler's error, kept with its type: [`downcast_ref`](Self::downcast_ref) gives it
+/// back, [`Display`](fmt::Display) shows its message. Cheap to clone (shared).
+///
+/// Two handler errors are equal when their messages are.
+#[derive(Clone)]
+pub struct HandlerError {
+    error: Arc<dyn Any + Send + Sync>,
+    message: Arc<str>,
+}
+
+impl HandlerError {
+    /// Wraps `error`, keeping its type and its message.
+    pub fn new<E: fmt::Display + Send + Sync + 'static>(error: E) -> Self {
+        Self {
+            message: error.to_string().into(),
+            error: Arc::new(error),
+        }
+    }
+
+    /// The error, if it is an `E`.
+    pub fn downcast_ref<E: 'static>(&self) -> Option<&E> {
+        self.error.downcast_ref()
+    }
+
+    /// The error's message (its `Display`).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Debug for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("HandlerError").field(&self.message).finish()
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl PartialEq for HandlerError {
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message
+    }
+}
+
+impl Eq for HandlerError {}
+
+/// How the last attempt at an item failed, as reported in [`GiveUp::error`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// The handler returned this error.
+    Error(HandlerError),
+    /// The handler panicked with this message.
+    Panicked(String),
+    /// The handler ran past the per-item timeout of async workers.
+    TimedOut(Duration),
+}
+
+impl Failure {
+    /// The handler's error, if it returned one and it is an `E`.
+    pub fn downcast_ref<E: 'static>(&self) -> Option<&E> {
+        match self {
+            Failure::Error(error) => error.downcast_ref(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Error(error) => fmt::Display::fmt(error, f),
+            Failure::Panicked(message) => write!(f, "handler panicked: {message}"),
+            Failure::TimedOut(timeout) => write!(f, "handler timed out after {timeout:?}"),
         }
     }
 }
@@ -246,8 +337,9 @@ pub struct GiveUp<T> {
     /// How many times it had been retried (the rate limiter's
     /// [`num_requeues`](WorkQueue::num_requeues)).
     pub retries: usize,
-    /// The last failure's message: the handler's error, the panic message, or the timeout.
-    pub error: Option<String>,
+    /// The last failure: the handler's error (with its type), the panic, or the timeout;
+    /// `None` when the handler gave up itself ([`Outcome::GiveUp`]).
+    pub error: Option<Failure>,
 }
 
 /// What a pool of workers did: returned when it stops, or as a snapshot by `stats`.
