@@ -149,6 +149,14 @@
 //! (reported, never silently dropped), and stopping drains in-flight items into a summary.
 //! See [`workers`] and the `controller` example.
 //!
+//! # Backends
+//!
+//! [`Queue`] (with its [`QueueLease`]) is the interface of a work queue backend: async
+//! `add_with`, `forget`, `num_requeues`, `len`, `get`, `shut_down`, `shut_down_with_drain`,
+//! with the backend's own lease and error types. [`WorkQueue`] implements it (errors are
+//! [`Infallible`](std::convert::Infallible)), and so does `workqueue_redis::RedisQueue`, so
+//! [`Workers`] run unchanged on a queue shared by many processes.
+//!
 //! # Metrics
 //!
 //! Name a queue and give it a [`metrics::MetricsProvider`]: it reports Kubernetes'
