@@ -83,6 +83,8 @@
 //! ```
 
 mod backend;
+mod builder;
+mod connection;
 mod error;
 mod lease;
 mod persistence;
@@ -91,10 +93,12 @@ mod rate_limit;
 mod scripts;
 mod stats;
 
+pub use builder::Builder;
+pub use connection::MIN_REDIS_VERSION;
 pub use error::Error;
 pub use lease::Lease;
 pub use persistence::Persistence;
-pub use queue::{AddKind, Added, Builder, MIN_REDIS_VERSION, Mutation, RedisQueue};
+pub use queue::{AddKind, Added, Mutation, RedisQueue};
 pub use rate_limit::RateLimit;
 pub use stats::{DeadLetter, InFlight, Stats};
 pub use workqueue::TryGetError;
