@@ -394,6 +394,11 @@ pub struct Summary<T> {
     /// stop and left unprocessed. Items still queued are not listed: they are in the queue
     /// (take them with [`WorkQueue::try_get`]). Each item appears once per time it was
     /// dropped.
+    ///
+    /// On a backend shared by many processes (where stopping the pool stops only its own
+    /// handle) the queue keeps such items instead: delayed retries stay on the server, and a
+    /// retry or a hand-out the stopped handle cannot take is released back to the queue, so
+    /// this list stays empty there.
     pub unfinished: Vec<T>,
 }
 
