@@ -28,6 +28,8 @@ trait Backend: Send + Sync {
     fn queue(&self) -> impl Future<Output = Self::Q> + Send;
     /// Shuts the queue down for everyone (in memory: `shut_down`; on Redis: the fleet).
     fn shut_down_everyone(queue: &Self::Q) -> impl Future<Output = ()> + Send;
+    /// How many items wait for a delay.
+    fn delayed(queue: &Self::Q) -> impl Future<Output = usize> + Send;
 }
 
 struct Memory;
@@ -47,6 +49,10 @@ impl Backend for Memory {
 
     async fn shut_down_everyone(queue: &WorkQueue<String>) {
         queue.shut_down();
+    }
+
+    async fn delayed(queue: &WorkQueue<String>) -> usize {
+        queue.delayed_len()
     }
 }
 
@@ -84,6 +90,10 @@ impl Backend for Redis {
 
     async fn shut_down_everyone(queue: &RedisQueue<String>) {
         queue.shut_down_fleet().await.unwrap();
+    }
+
+    async fn delayed(queue: &RedisQueue<String>) -> usize {
+        queue.delayed_len().await.unwrap()
     }
 }
 
@@ -447,10 +457,12 @@ mod rules {
             // The handle stopped; the queue did not: the delayed retry waits on the server
             // for the other processes.
             assert!(summary.unfinished.is_empty(), "{:?}", summary.unfinished);
+            assert_eq!(B::delayed(&queue).await, 1);
         } else {
             // The shut down dropped the delayed retry: the summary hands it back.
             assert_eq!(summary.unfinished, ["later"]);
             assert_eq!(summary.left_in_queue, 1);
+            assert_eq!(B::delayed(&queue).await, 0);
         }
     }
 }
