@@ -210,5 +210,5 @@ mod tests;
 pub use error::TryGetError;
 pub use lease::Lease;
 pub use parallelize::{Parallelizer, parallelize_until};
-pub use queue::{AddOptions, Builder, Drain, Get, WorkQueue};
+pub use queue::{AddOptions, Builder, Drain, Get, QueueStats, WorkQueue};
 pub use workers::{Outcome, StopToken, Workers};
