@@ -1,7 +1,6 @@
 //! [`Lease`]: an item handed out by the queue, marked done when dropped.
 
 use std::fmt;
-use std::hash::Hash;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -30,7 +29,7 @@ use crate::queue::Shared;
 /// drop(lease); // done: now it is queued again
 /// assert_eq!(queue.len(), 1);
 /// ```
-pub struct Lease<T: Eq + Hash + Clone + Send + Sync + 'static> {
+pub struct Lease<T> {
     /// The queue, to mark the item done on drop.
     shared: Arc<Shared<T>>,
     /// A clone of the item.
@@ -41,7 +40,7 @@ pub struct Lease<T: Eq + Hash + Clone + Send + Sync + 'static> {
     priority: i32,
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
+impl<T> Lease<T> {
     pub(crate) fn new(shared: Arc<Shared<T>>, item: T, slot: u32, priority: i32) -> Self {
         Self {
             shared,
@@ -66,7 +65,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
     pub fn done(self) {}
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + 'static> Deref for Lease<T> {
+impl<T> Deref for Lease<T> {
     type Target = T;
 
     fn deref(&self) -> &T {
@@ -74,19 +73,19 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Deref for Lease<T> {
     }
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + 'static> AsRef<T> for Lease<T> {
+impl<T> AsRef<T> for Lease<T> {
     fn as_ref(&self) -> &T {
         &self.item
     }
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + 'static> Drop for Lease<T> {
+impl<T> Drop for Lease<T> {
     fn drop(&mut self) {
-        self.shared.done(self.slot);
+        self.shared.release(self.slot);
     }
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + 'static> fmt::Debug for Lease<T> {
+impl<T> fmt::Debug for Lease<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
             .field("priority", &self.priority)

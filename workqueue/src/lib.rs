@@ -157,6 +157,12 @@
 //! `metrics::prometheus::PrometheusMetrics` exports them under Kubernetes' series names,
 //! so existing dashboards work. A queue without both records nothing.
 //!
+//! # Features
+//!
+//! None by default: the queue, [`get`](WorkQueue::get) on any executor and threaded
+//! [`Workers`] need no runtime. `tokio` adds async workers and per-item timeouts;
+//! `prometheus` adds `metrics::prometheus`.
+//!
 //! # Coming from client-go
 
 //!

@@ -54,6 +54,9 @@ pub(crate) struct Shared<T> {
     pub(super) name: Option<String>,
     /// Where a named queue with a metrics provider reports; `None` records nothing.
     pub(super) metrics: Option<Box<dyn QueueMetrics>>,
+    /// [`Shared::done`], stored so that dropping a [`Lease`] needs no bounds on `T` (the
+    /// bounds live on the impls that build a queue, not on `Lease`).
+    pub(super) done_hook: fn(&Shared<T>, u32),
     /// Keeps the callback a driving clock holds weakly alive.
     pub(super) _clock_callback: Option<Arc<dyn Fn() + Send + Sync>>,
 }
@@ -246,7 +249,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     /// Drops a lease: client-go's `Done`. Due items are promoted first, as by every other
     /// call, so an item re-queued here goes behind them.
     #[inline]
-    pub(crate) fn done(&self, slot: u32) {
+    pub(super) fn done(&self, slot: u32) {
         self.locked(|inner, after, _| {
             let done = inner.state.done(slot, self.metrics_now());
             after.worked = done.worked_for;
@@ -283,6 +286,14 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         wake.wake();
         join_unless_current(thread);
         dropped
+    }
+}
+
+impl<T> Shared<T> {
+    /// Ends the lease on `slot`: [`Shared::done`], through the hook stored at build time.
+    #[inline]
+    pub(crate) fn release(&self, slot: u32) {
+        (self.done_hook)(self, slot);
     }
 }
 
