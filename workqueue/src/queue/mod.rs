@@ -1,8 +1,14 @@
-//! [`WorkQueue`], its [`Builder`] and [`AddOptions`]: the shared handle around [`State`].
+//! [`WorkQueue`], the shared handle around the rules in `State`.
 //!
-//! Every call takes the one lock, first moves delayed items that are due to the ready queue
-//! (one clock read, only when something is delayed), asks `State` what to do, releases the
-//! lock, then wakes whoever must be woken. No rule of the queue lives here.
+//! No rule of the queue lives here; this module and its children hold the plumbing:
+//!
+//! - `mod.rs`: the public handle, its methods, and [`QueueStats`];
+//! - `builder.rs`: [`AddOptions`] and [`Builder`];
+//! - `locked.rs`: the one lock protocol every call goes through (`Shared::locked`): take
+//!   the lock, move due delayed items to the ready queue (one clock read, only when
+//!   something is delayed), act on `State`, release the lock, then wake and record;
+//! - `timer.rs`: the delay timer thread;
+//! - `futures.rs`: the futures [`Get`] and [`Drain`].
 
 mod builder;
 mod futures;

@@ -19,6 +19,10 @@
 //!
 //! A delayed entry that comes due moves to queued, or to processing + dirty if the item is
 //! being processed.
+//!
+//! The rules live here; the structures they drive have files of their own: `ready.rs` (the
+//! ready lanes, by priority), `heap.rs` (the delay heap), `stamps.rs` (the metrics
+//! timestamps) and `compact.rs` (giving a burst's memory back).
 
 mod compact;
 mod heap;
