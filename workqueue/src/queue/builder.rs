@@ -8,6 +8,8 @@ use std::time::Duration;
 use super::WorkQueue;
 use super::locked::{Inner, Shared};
 use super::timer::TimerState;
+#[cfg(doc)]
+use crate::Lease;
 use crate::clock::{Clock, ClockListener, RealClock};
 use crate::metrics::{MetricsProvider, QueueProbe};
 use crate::rate_limiter::{self, RateLimiter};
