@@ -149,7 +149,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     /// reads, so that a scrape never calls the metrics recorder back (items that are due but
     /// not yet promoted count as delayed).
     pub(super) fn probe_stats(&self) -> QueueStats {
-        self.stats_locked(&self.inner.lock())
+        self.peek(|inner| self.stats_locked(inner))
     }
 
     fn stats_locked(&self, inner: &Inner<T>) -> QueueStats {
@@ -290,6 +290,14 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
 }
 
 impl<T> Shared<T> {
+    /// Reads the state as it stands, under the lock, without promoting: for reads that
+    /// must not move time forward (a metrics scrape, `processing_len`, `Debug`), so there is
+    /// nothing to do once the lock is released.
+    #[inline]
+    pub(super) fn peek<R>(&self, read: impl FnOnce(&Inner<T>) -> R) -> R {
+        read(&self.inner.lock())
+    }
+
     /// Ends the lease on `slot`: [`Shared::done`], through the hook stored at build time.
     #[inline]
     pub(crate) fn release(&self, slot: u32) {

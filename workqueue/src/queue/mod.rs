@@ -77,13 +77,23 @@ impl<T> Drop for WorkQueue<T> {
 
 impl<T> fmt::Debug for WorkQueue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let inner = self.shared.inner.lock();
+        // Read under the lock, written after it: the formatter is the caller's code.
+        let (len, delayed, processing, shutting_down) = self.shared.peek(|inner| {
+            let state = &inner.state;
+            let stopping = state.is_shutting_down();
+            (
+                state.len(),
+                state.delayed_len(),
+                state.processing(),
+                stopping,
+            )
+        });
         f.debug_struct("WorkQueue")
             .field("name", &self.shared.name)
-            .field("len", &inner.state.len())
-            .field("delayed", &inner.state.delayed_len())
-            .field("processing", &inner.state.processing())
-            .field("shutting_down", &inner.state.is_shutting_down())
+            .field("len", &len)
+            .field("delayed", &delayed)
+            .field("processing", &processing)
+            .field("shutting_down", &shutting_down)
             .finish()
     }
 }
@@ -327,13 +337,13 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
 
     /// The number of items being processed (leases not yet dropped).
     pub fn processing_len(&self) -> usize {
-        self.shared.inner.lock().state.processing()
+        self.shared.peek(|inner| inner.state.processing())
     }
 
     /// The number of distinct items the queue holds in any state: queued, delayed or being
     /// processed. Zero means the queue keeps nothing in memory for any item.
     pub fn tracked_len(&self) -> usize {
-        self.shared.inner.lock().state.tracked()
+        self.shared.peek(|inner| inner.state.tracked())
     }
 
     /// Waits for the next item and hands it out under a [`Lease`].
@@ -532,7 +542,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
 
     /// Returns `true` once the queue has been shut down. This is client-go's `ShuttingDown`.
     pub fn is_shutting_down(&self) -> bool {
-        self.shared.inner.lock().state.is_shutting_down()
+        self.shared.peek(|inner| inner.state.is_shutting_down())
     }
 }
 
