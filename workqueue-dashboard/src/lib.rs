@@ -51,6 +51,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
+pub mod exposition;
 mod memory;
 mod metrics;
 #[cfg(feature = "redis")]

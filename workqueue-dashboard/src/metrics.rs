@@ -96,6 +96,6 @@ pub(crate) fn encode_queues(queues: &[QueueView], accept: Option<&str>) -> (&'st
         paused.get_or_create(&l).set(f64::from(u8::from(q.paused)));
     }
     // Writing to a String cannot fail.
-    workqueue::metrics::prometheus::encode_for_accept(&registry, accept)
+    crate::exposition::encode_for_accept(&registry, accept)
         .unwrap_or(("text/plain", String::new()))
 }

@@ -41,7 +41,7 @@ where
     /// As for those; [`Error::Unsupported`] for a priority, or for a delay together with
     /// rate limiting, which this backend does not offer yet.
     async fn add_with(&self, item: T, options: AddOptions) -> Result<bool, Error> {
-        if options.get_priority().is_some() {
+        if options.requested_priority().is_some() {
             return Err(Error::Unsupported("priorities on Redis"));
         }
         let added = match (options.is_rate_limited(), options.delay().is_zero()) {

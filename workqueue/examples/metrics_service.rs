@@ -12,6 +12,7 @@
 //! Without `--serve`, it serves on a free port, scrapes itself once over HTTP, prints the
 //! scrape and exits (this is what CI runs, piping the output into `promtool check metrics`).
 
+use std::fmt;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use workqueue::WorkQueue;
-use workqueue::metrics::prometheus::{PrometheusMetrics, encode_for_accept};
+use workqueue::metrics::prometheus::PrometheusMetrics;
 
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -126,4 +127,64 @@ fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// Encodes `registry` in the format the scraper's `Accept` header asks for: OpenMetrics
+/// (what `prometheus-client` writes) if it accepts it, else the classic Prometheus text
+/// format (version 0.0.4) that Kubernetes components serve and `promtool` reads. Returns
+/// the `Content-Type` and the body.
+fn encode_for_accept(
+    registry: &Registry,
+    accept: Option<&str>,
+) -> Result<(&'static str, String), fmt::Error> {
+    let mut open_metrics = String::new();
+    prometheus_client::encoding::text::encode(&mut open_metrics, registry)?;
+    if accept.is_some_and(|accept| accept.contains("application/openmetrics-text")) {
+        return Ok((
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            open_metrics,
+        ));
+    }
+    Ok((
+        "text/plain; version=0.0.4; charset=utf-8",
+        classic_text(&open_metrics),
+    ))
+}
+
+/// Rewrites OpenMetrics text into the classic format, for the metric types `workqueue`
+/// registers (counters, gauges, histograms): a counter family's `# HELP` and `# TYPE`
+/// lines name the `_total` sample, and `# UNIT` and `# EOF` lines go. `prometheus-client`
+/// writes OpenMetrics only, hence this.
+fn classic_text(open_metrics: &str) -> String {
+    // Counter families, from their TYPE lines, which follow the HELP lines.
+    let counters: Vec<&str> = open_metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .filter(|name| !name.ends_with("_total"))
+        .collect();
+    let mut out = String::with_capacity(open_metrics.len() + 256);
+    for line in open_metrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|prefix| Some((prefix, line.strip_prefix(prefix)?)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                if counters.contains(&name) {
+                    out.push_str(&format!("{prefix}{name}_total {tail}\n"));
+                } else {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }

@@ -30,7 +30,7 @@ use crate::queue::Shared;
 /// drop(lease); // done: now it is queued again
 /// assert_eq!(queue.len(), 1);
 /// ```
-pub struct Lease<T: Eq + Hash + Clone + Send + Sync + 'static> {
+pub struct Lease<T> {
     /// The queue, to mark the item done on drop.
     shared: Arc<Shared<T>>,
     /// A clone of the item.
@@ -41,7 +41,7 @@ pub struct Lease<T: Eq + Hash + Clone + Send + Sync + 'static> {
     priority: i32,
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
+impl<T> Lease<T> {
     pub(crate) fn new(shared: Arc<Shared<T>>, item: T, slot: u32, priority: i32) -> Self {
         Self {
             shared,
@@ -64,7 +64,9 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
 
     /// Marks the item done, as dropping the lease does. This is client-go's `Done`.
     pub fn done(self) {}
+}
 
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
     /// Re-adds the item with its priority while it is still processing, then marks it done,
     /// so that it is queued again; `false` if the queue is shut down and refused the re-add.
     pub(crate) fn re_add_and_done(self) -> bool {
@@ -73,7 +75,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
     }
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + 'static> Deref for Lease<T> {
+impl<T> Deref for Lease<T> {
     type Target = T;
 
     fn deref(&self) -> &T {
@@ -81,19 +83,19 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Deref for Lease<T> {
     }
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + 'static> AsRef<T> for Lease<T> {
+impl<T> AsRef<T> for Lease<T> {
     fn as_ref(&self) -> &T {
         &self.item
     }
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + 'static> Drop for Lease<T> {
+impl<T> Drop for Lease<T> {
     fn drop(&mut self) {
-        self.shared.done(self.slot);
+        self.shared.release(self.slot);
     }
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + 'static> fmt::Debug for Lease<T> {
+impl<T> fmt::Debug for Lease<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
             .field("priority", &self.priority)

@@ -165,6 +165,12 @@
 //! `metrics::prometheus::PrometheusMetrics` exports them under Kubernetes' series names,
 //! so existing dashboards work. A queue without both records nothing.
 //!
+//! # Features
+//!
+//! None by default: the queue, [`get`](WorkQueue::get) on any executor and threaded
+//! [`Workers`] need no runtime. `tokio` adds async workers and per-item timeouts;
+//! `prometheus` adds `metrics::prometheus`.
+//!
 //! # Coming from client-go
 
 //!
@@ -220,5 +226,5 @@ pub use backend::{Queue, QueueLease};
 pub use error::TryGetError;
 pub use lease::Lease;
 pub use parallelize::{Parallelizer, parallelize_until};
-pub use queue::{AddOptions, Builder, Drain, Get, WorkQueue};
+pub use queue::{AddOptions, Builder, Drain, Get, QueueStats, WorkQueue};
 pub use workers::{Outcome, StopToken, Workers};

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use workqueue::QueueStats;
 use workqueue::WorkQueue;
 use workqueue::clock::FakeClock;
-use workqueue::metrics::{MetricsProvider, QueueMetrics, QueueProbe, QueueStats};
+use workqueue::metrics::{MetricsProvider, QueueMetrics, QueueProbe};
 use workqueue::rate_limiter::ExponentialFailure;
 
 /// Everything a queue reported, in the shape of client-go's test metrics.

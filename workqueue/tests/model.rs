@@ -240,7 +240,7 @@ fn queue_limiter() -> impl Strategy<Value = LimiterModel> {
 // ===== the queue's model =====
 
 /// The queue's documented rules, written for clarity: which collection an item is in says
-/// what state it is in (see `state.rs`'s table and the crate docs' "Coming from client-go").
+/// what state it is in (see `state/mod.rs`'s table and the crate docs' "Coming from client-go").
 #[derive(Debug)]
 struct Model {
     /// Fake time, in nanoseconds since the queue was built.

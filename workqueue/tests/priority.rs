@@ -1283,7 +1283,11 @@ fn add_add_after_and_add_rate_limited_are_add_with() {
 fn add_options_carry_delay_rate_limiting_and_priority() {
     let plain = AddOptions::default();
     assert_eq!(
-        (plain.delay(), plain.is_rate_limited(), plain.get_priority()),
+        (
+            plain.delay(),
+            plain.is_rate_limited(),
+            plain.requested_priority()
+        ),
         (Duration::ZERO, false, None)
     );
     let all = AddOptions::default()
@@ -1291,7 +1295,7 @@ fn add_options_carry_delay_rate_limiting_and_priority() {
         .rate_limited()
         .priority(-3);
     assert_eq!(
-        (all.delay(), all.is_rate_limited(), all.get_priority()),
+        (all.delay(), all.is_rate_limited(), all.requested_priority()),
         (ms(7), true, Some(-3))
     );
     assert_eq!(
@@ -1302,7 +1306,10 @@ fn add_options_carry_delay_rate_limiting_and_priority() {
             .after(ms(7))
     );
     assert_eq!(
-        AddOptions::default().priority(1).priority(2).get_priority(),
+        AddOptions::default()
+            .priority(1)
+            .priority(2)
+            .requested_priority(),
         Some(2)
     );
 

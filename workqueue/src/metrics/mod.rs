@@ -65,6 +65,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::QueueStats;
+
 /// Creates the recorder of each named queue. This is client-go's `MetricsProvider`.
 pub trait MetricsProvider: Send + Sync + 'static {
     /// Returns the recorder for the queue named `name`. `probe` reads the queue's gauges
@@ -105,27 +107,6 @@ pub trait QueueMetrics: Send + Sync + 'static {
     fn rate_limited(&self, delay: Duration) {
         let _ = delay;
     }
-}
-
-/// A snapshot of a queue's sizes and in-flight work, as [`QueueProbe::stats`] and
-/// [`WorkQueue::stats`](crate::WorkQueue::stats) return it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct QueueStats {
-    /// Items waiting to be handed out ([`WorkQueue::len`](crate::WorkQueue::len)).
-    pub len: usize,
-    /// Items waiting for a delay to pass.
-    pub delayed: usize,
-    /// Leases out.
-    pub processing: usize,
-    /// The sum of how long each lease out has been held (client-go's
-    /// `unfinished_work_seconds`). Measured only on queues that report metrics; zero
-    /// otherwise.
-    pub unfinished_work: Duration,
-    /// How long the oldest lease out has been held (client-go's
-    /// `longest_running_processor_seconds`). Measured only on queues that report metrics;
-    /// zero otherwise.
-    pub longest_running: Duration,
 }
 
 /// Reads a queue's [`QueueStats`] on demand, without keeping the queue alive.

@@ -1,0 +1,231 @@
+//! [`AddOptions`] and the queue's [`Builder`].
+
+use std::fmt;
+use std::hash::Hash;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::WorkQueue;
+use super::locked::{Inner, Shared};
+use super::timer::TimerState;
+#[cfg(doc)]
+use crate::Lease;
+use crate::clock::{Clock, ClockListener, RealClock};
+use crate::metrics::{MetricsProvider, QueueProbe};
+use crate::rate_limiter::{self, RateLimiter};
+use crate::state::State;
+use crate::sync::{AtomicUsize, Condvar, Mutex};
+use crate::waiters::Waiters;
+
+/// Options for [`WorkQueue::add_with`]: an optional delay, a rate-limited flag and an optional
+/// priority. This is controller-runtime's `AddOpts`.
+///
+/// `AddOptions::default()` is a plain [`add`](WorkQueue::add): no delay, not rate limited, no
+/// priority.
+///
+/// # Priorities
+///
+/// - Higher is handed out first, over the whole `i32` range; items of one priority come out in
+///   the order they became ready.
+/// - No priority given means: a new item gets priority 0; a queued or delayed item keeps its
+///   priority. A plain add never raises a low-priority item (controller-runtime reads a missing
+///   priority as 0 and raises it); `.priority(0)` raises it when asked.
+/// - A re-add can raise a queued or delayed item's priority, never lower it. A raised item goes
+///   behind the items already waiting at its new priority; a re-add at its own priority does
+///   not move it.
+/// - A delayed item keeps its priority. Items that become due in one step join the ready order
+///   earliest-due first, ties in the order of their first delayed add, behind the items
+///   already ready.
+/// - An item being processed is not queued. Re-added while its [`Lease`] is out, it is queued
+///   anew when the lease drops, at the tail of its priority, with the highest priority given by
+///   the re-adds since it was handed out (0 if none gave one), which may be lower than before.
+/// - [`Lease::priority`] is the priority the item was handed out with.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use workqueue::{AddOptions, WorkQueue};
+///
+/// let queue = WorkQueue::new();
+/// queue.add_with("default/web-0", AddOptions::default().priority(10));
+/// queue.add_with("default/web-1", AddOptions::default().after(Duration::from_secs(5)));
+/// assert_eq!(queue.len(), 1);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AddOptions {
+    /// Wait this long before the item is ready; zero means now.
+    pub(super) after: Duration,
+    /// Ask the rate limiter for a delay too; the shorter of the two wins.
+    pub(super) rate_limited: bool,
+    /// The priority; `None` keeps a known item's priority and gives a new one 0.
+    pub(super) priority: Option<i32>,
+}
+
+impl AddOptions {
+    /// Adds the item once `delay` has passed (see [`WorkQueue::add_after`]).
+    #[must_use]
+    pub fn after(mut self, delay: Duration) -> Self {
+        self.after = delay;
+        self
+    }
+
+    /// Delays the item by what the queue's rate limiter says (see
+    /// [`WorkQueue::add_rate_limited`]). With [`after`](Self::after) too, the shorter delay
+    /// wins, as in controller-runtime.
+    #[must_use]
+    pub fn rate_limited(mut self) -> Self {
+        self.rate_limited = true;
+        self
+    }
+
+    /// Sets the priority: higher is handed out first; an item never given one has 0. A re-add
+    /// can raise an item's priority, never lower it, and a raised item goes behind the items
+    /// already waiting at its new priority. See [`AddOptions`] for the full rules.
+    #[must_use]
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// The delay set with [`after`](Self::after).
+    pub fn delay(&self) -> Duration {
+        self.after
+    }
+
+    /// Whether [`rate_limited`](Self::rate_limited) was set.
+    pub fn is_rate_limited(&self) -> bool {
+        self.rate_limited
+    }
+
+    /// The priority set with [`priority`](Self::priority), if any.
+    pub fn requested_priority(&self) -> Option<i32> {
+        self.priority
+    }
+}
+
+/// Builds a [`WorkQueue`] with a name, a clock or a rate limiter of your choice.
+///
+/// # Default
+///
+/// No name, [`RealClock`], and [`rate_limiter::default_controller`] running on the queue's
+/// clock.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use workqueue::{WorkQueue, clock::FakeClock, rate_limiter::ExponentialFailure};
+///
+/// let queue: WorkQueue<String> = WorkQueue::builder()
+///     .name("pods")
+///     .clock(FakeClock::new())
+///     .rate_limiter(ExponentialFailure::new(
+///         Duration::from_millis(5),
+///         Duration::from_secs(60),
+///     ))
+///     .build();
+/// assert_eq!(queue.name(), Some("pods"));
+/// ```
+#[must_use]
+pub struct Builder<T> {
+    pub(super) name: Option<String>,
+    pub(super) clock: Option<Arc<dyn Clock>>,
+    pub(super) limiter: Option<Box<dyn RateLimiter<T>>>,
+    pub(super) metrics: Option<Box<dyn MetricsProvider>>,
+}
+
+impl<T> fmt::Debug for Builder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("name", &self.name)
+            .field("custom_clock", &self.clock.is_some())
+            .field("custom_rate_limiter", &self.limiter.is_some())
+            .field("metrics", &self.metrics.is_some())
+            .finish()
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
+    /// Names the queue. Named queues report metrics; the name is their `name` label.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Runs the queue (delays, and the default rate limiter's token bucket) on `clock`.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Uses `limiter` for [`WorkQueue::add_rate_limited`], [`WorkQueue::forget`] and
+    /// [`WorkQueue::num_requeues`].
+    pub fn rate_limiter(mut self, limiter: impl RateLimiter<T> + 'static) -> Self {
+        self.limiter = Some(Box::new(limiter));
+        self
+    }
+
+    /// Reports the queue's metrics to `provider` (client-go's `MetricsProvider`). Only named
+    /// queues report, as in client-go; see [`metrics`](crate::metrics) for the rules and
+    /// `PrometheusMetrics` (feature
+    /// `prometheus`) for Kubernetes' series.
+    pub fn metrics(mut self, provider: impl MetricsProvider) -> Self {
+        self.metrics = Some(Box::new(provider));
+        self
+    }
+
+    /// Builds the queue.
+    pub fn build(self) -> WorkQueue<T> {
+        let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(RealClock));
+        let limiter = self.limiter.unwrap_or_else(|| {
+            Box::new(rate_limiter::default_controller_with_clock(clock.clone()))
+        });
+        let epoch = clock.now();
+        let name = self.name;
+        let provider = self.metrics;
+        let shared = Arc::new_cyclic(|weak: &Weak<Shared<T>>| {
+            let mut state = State::new();
+            let hasher = state.hasher().clone();
+            let metrics = match (&name, provider) {
+                (Some(name), Some(provider)) => {
+                    state.enable_times();
+                    let weak = weak.clone();
+                    let probe =
+                        QueueProbe::new(move || weak.upgrade().map(|shared| shared.probe_stats()));
+                    Some(provider.new_queue(name, probe))
+                }
+                _ => None,
+            };
+            let weak = weak.clone();
+            let callback: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+                if let Some(shared) = weak.upgrade() {
+                    shared.on_clock_advance();
+                }
+            });
+            let clock_driven = clock.subscribe(ClockListener::new(Arc::downgrade(&callback)));
+            Shared {
+                inner: Mutex::new(Inner {
+                    state,
+                    waiters: Waiters::default(),
+                    drain: false,
+                    drain_waiters: Waiters::default(),
+                    timer: TimerState::default(),
+                }),
+                ready_hint: AtomicUsize::new(0),
+                handles: AtomicUsize::new(1),
+                timer_cv: Condvar::new(),
+                clock,
+                clock_driven,
+                epoch,
+                limiter,
+                hasher,
+                name,
+                metrics,
+                done_hook: Shared::done,
+                _clock_callback: clock_driven.then_some(callback),
+            }
+        });
+        WorkQueue { shared }
+    }
+}

@@ -1,0 +1,390 @@
+//! The one lock protocol: every call locks, promotes due items, acts, unlocks, then wakes
+//! and records.
+
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::timer::{TimerState, join_unless_current};
+use crate::QueueStats;
+use crate::clock::Clock;
+use crate::lease::Lease;
+use crate::metrics::QueueMetrics;
+use crate::rate_limiter::RateLimiter;
+use crate::state::{Added, State, item_hash};
+use crate::sync::{AtomicUsize, Condvar, Mutex, Ordering};
+use crate::waiters::{Waiters, Wakeups};
+
+/// Everything behind the lock.
+pub(crate) struct Inner<T> {
+    /// The rules.
+    pub(crate) state: State<T>,
+    /// Getters waiting for an item.
+    pub(super) waiters: Waiters,
+    /// A drain is in progress; cleared by a plain shut down (client-go's `drain`).
+    pub(super) drain: bool,
+    /// Callers of a drain waiting for the last lease.
+    pub(super) drain_waiters: Waiters,
+    /// The delay timer thread.
+    pub(super) timer: TimerState,
+}
+
+/// What every handle, lease and the timer thread share.
+pub(crate) struct Shared<T> {
+    /// The state and the waiters.
+    pub(super) inner: Mutex<Inner<T>>,
+    /// A copy of `state.len()`, written under the lock, read without it by getters that spin
+    /// briefly before parking.
+    pub(super) ready_hint: AtomicUsize,
+    /// Live `WorkQueue` handles; the timer thread ends when this reaches 0.
+    pub(super) handles: AtomicUsize,
+    /// Wakes the timer thread.
+    pub(super) timer_cv: Condvar,
+    /// The queue's clock.
+    pub(super) clock: Arc<dyn Clock>,
+    /// The clock calls us when it advances: no timer thread is needed.
+    pub(super) clock_driven: bool,
+    /// Time zero for the nanosecond timestamps in `state`.
+    pub(super) epoch: Instant,
+    /// Delays for `add_rate_limited`.
+    pub(super) limiter: Box<dyn RateLimiter<T>>,
+    /// A copy of the state's hasher: items are hashed before the lock is taken.
+    pub(super) hasher: foldhash::fast::RandomState,
+    /// The queue's name, if any.
+    pub(super) name: Option<String>,
+    /// Where a named queue with a metrics provider reports; `None` records nothing.
+    pub(super) metrics: Option<Box<dyn QueueMetrics>>,
+    /// [`Shared::done`], stored so that dropping a [`Lease`] needs no bounds on `T` (the
+    /// bounds live on the impls that build a queue, not on `Lease`).
+    pub(super) done_hook: fn(&Shared<T>, u32),
+    /// Keeps the callback a driving clock holds weakly alive.
+    pub(super) _clock_callback: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
+    /// The one lock protocol. Takes the lock, moves due delayed items to the ready queue
+    /// (one clock read, only when something is delayed), runs `act`, releases the lock, then
+    /// runs what `act` left in [`After`]: record the metrics, free the item the queue did not
+    /// keep, wake the waiters. User code (wakers, recorders, `T`'s `Drop`) never runs under
+    /// the lock.
+    ///
+    /// `act` gets the time read for the promotion, if one was read, so that a call that needs
+    /// the time reads the clock once.
+    #[inline]
+    pub(super) fn locked<R>(
+        &self,
+        act: impl FnOnce(&mut Inner<T>, &mut After<T>, Option<u64>) -> R,
+    ) -> R {
+        let mut inner = self.inner.lock();
+        let (mut after, now) = self.promote(&mut inner);
+        let result = act(&mut inner, &mut after, now);
+        drop(inner);
+        after.run(self);
+        result
+    }
+
+    /// Nanoseconds since the epoch on the queue's clock.
+    #[inline]
+    pub(super) fn now_ns(&self) -> u64 {
+        let elapsed = self.clock.now().saturating_duration_since(self.epoch);
+        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The time for metrics timestamps: read only when the queue reports metrics.
+    #[inline]
+    fn metrics_now(&self) -> u64 {
+        if self.metrics.is_some() {
+            self.now_ns()
+        } else {
+            0
+        }
+    }
+
+    /// Moves due delayed items to the ready queue; returns the waiters to wake and the
+    /// metrics to record for them, once the lock is released, and the time it read, if it
+    /// read one.
+    #[inline]
+    pub(super) fn promote(&self, inner: &mut Inner<T>) -> (After<T>, Option<u64>) {
+        if inner.state.delayed_len() == 0 {
+            return (After::default(), None);
+        }
+        let now = self.now_ns();
+        let promoted = inner.state.promote(now);
+        let mut after = After {
+            adds: promoted.counted,
+            ..After::default()
+        };
+        if promoted.ready > 0 {
+            self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+            after.wake = inner.waiters.take(promoted.ready);
+        }
+        (after, Some(now))
+    }
+
+    /// Reports to the queue's metrics, if it has any. Never called with the queue's lock
+    /// held (DESIGN.md: release, then record), so a recorder may read the queue. A panic in
+    /// the user's recorder is contained and logged: it must not leave the queue's state
+    /// half-applied (a lease never built, a drain never woken) or abort a worker that is
+    /// already unwinding.
+    #[inline]
+    pub(super) fn record(&self, report: impl FnOnce(&dyn QueueMetrics)) {
+        if let Some(metrics) = &self.metrics
+            && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| report(&**metrics)))
+                .is_err()
+        {
+            tracing::error!(
+                queue = self.name.as_deref().unwrap_or(""),
+                "workqueue: the metrics recorder panicked; the event was dropped"
+            );
+        }
+    }
+
+    /// The stats, promoting due items first (what [`WorkQueue::stats`](super::WorkQueue::stats)
+    /// returns).
+    pub(super) fn stats(&self) -> QueueStats {
+        self.locked(|inner, _, _| self.stats_locked(inner))
+    }
+
+    /// The stats as they stand, without promoting: what a [`QueueProbe`](crate::metrics::QueueProbe)
+    /// reads, so that a scrape never calls the metrics recorder back (items that are due but
+    /// not yet promoted count as delayed).
+    pub(super) fn probe_stats(&self) -> QueueStats {
+        self.peek(|inner| self.stats_locked(inner))
+    }
+
+    fn stats_locked(&self, inner: &Inner<T>) -> QueueStats {
+        let (processing, unfinished, longest) = inner.state.in_flight(self.now_ns());
+        QueueStats {
+            len: inner.state.len(),
+            delayed: inner.state.delayed_len(),
+            processing,
+            unfinished_work: nanos_to_duration(unfinished),
+            longest_running: Duration::from_nanos(longest),
+        }
+    }
+
+    /// Pops an item under the lock: `Some(Ok)` with a lease, `Some(Err)` if shut down and
+    /// empty, `None` if nothing is ready. The get's metric goes in `after`.
+    #[inline]
+    pub(super) fn pop_locked(
+        self: &Arc<Self>,
+        inner: &mut Inner<T>,
+        after: &mut After<T>,
+    ) -> Option<Result<Lease<T>, ()>> {
+        match inner.state.pop(self.metrics_now()) {
+            Some(popped) => {
+                self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+                after.got = popped.queued_for;
+                Some(Ok(Lease::new(
+                    self.clone(),
+                    popped.item,
+                    popped.slot,
+                    popped.priority,
+                )))
+            }
+            None if inner.state.is_shutting_down() => Some(Err(())),
+            None => None,
+        }
+    }
+
+    /// Adds `item` now; returns `false` if the queue is shut down and refused it. `retry`
+    /// counts it in the retries metric.
+    #[inline]
+    pub(crate) fn add_now(&self, item: T, priority: Option<i32>, retry: bool) -> bool {
+        let hash = item_hash(&self.hasher, &item);
+        self.locked(|inner, after, _| {
+            let accepted = !inner.state.is_shutting_down();
+            let (added, unused) = inner
+                .state
+                .add_hashed(item, hash, priority, self.metrics_now());
+            after.retry = retry && accepted;
+            after.adds += usize::from(added.counted);
+            after.unused = unused;
+            if added.ready {
+                self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+                if !inner.waiters.is_empty() {
+                    after.wake = std::mem::take(&mut after.wake).merge(inner.waiters.take_one());
+                }
+            }
+            accepted
+        })
+    }
+
+    /// Adds `item` after `delay`; returns `false` if the queue is shut down and refused it.
+    /// `retry` counts it in the retries metric (client-go counts every `AddAfter`, even with
+    /// a zero delay).
+    pub(super) fn add_delayed(
+        self: &Arc<Self>,
+        item: T,
+        delay: Duration,
+        priority: Option<i32>,
+        retry: bool,
+    ) -> bool {
+        if delay.is_zero() {
+            return self.add_now(item, priority, retry);
+        }
+        let hash = item_hash(&self.hasher, &item);
+        self.locked(|inner, after, now| {
+            if inner.state.is_shutting_down() {
+                // Freed once the lock is released.
+                after.unused = Some(item);
+                return false;
+            }
+            let now = now.unwrap_or_else(|| self.now_ns());
+            let at = now.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
+            after.retry = retry;
+            let (added, unused): (Added, _) = inner.state.add_at_hashed(item, hash, at, priority);
+            after.unused = unused;
+            if added.new_head && !self.clock_driven {
+                if inner.timer.thread.is_none() {
+                    self.start_timer(inner);
+                } else if at < inner.timer.sleeping_until {
+                    after.notify_timer = true;
+                }
+            }
+            true
+        })
+    }
+
+    /// Drops a lease: client-go's `Done`. Due items are promoted first, as by every other
+    /// call, so an item re-queued here goes behind them.
+    #[inline]
+    pub(super) fn done(&self, slot: u32) {
+        self.locked(|inner, after, _| {
+            let done = inner.state.done(slot, self.metrics_now());
+            after.worked = done.worked_for;
+            if done.requeued {
+                self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+                after.wake = std::mem::take(&mut after.wake).merge(inner.waiters.take_one());
+            }
+            if inner.state.processing() == 0 && inner.drain {
+                after.wake = std::mem::take(&mut after.wake).merge(inner.drain_waiters.take_all());
+            }
+            // The queue's copy of an item it no longer tracks is freed outside the lock.
+            after.unused = done.removed;
+        });
+    }
+
+    /// Shuts the queue down; returns the delayed items it dropped (see `State::shut_down`
+    /// for `clone_processing`), which the caller drops or keeps, outside the lock.
+    ///
+    /// The one call that does not promote first: items still delayed at shut down are
+    /// dropped, not handed out (client-go's rule). It also joins the timer thread once the
+    /// lock is released.
+    pub(super) fn shut_down(&self, drain: bool, clone_processing: bool) -> Vec<T> {
+        let mut inner = self.inner.lock();
+        let dropped = inner.state.shut_down(clone_processing);
+        inner.drain = drain;
+        let mut wake = inner.waiters.take_all();
+        if !drain {
+            wake = wake.merge(inner.drain_waiters.take_all());
+        }
+        let thread = inner.timer.thread.take();
+        self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+        drop(inner);
+        self.timer_cv.notify_all();
+        wake.wake();
+        join_unless_current(thread);
+        dropped
+    }
+}
+
+impl<T> Shared<T> {
+    /// Reads the state as it stands, under the lock, without promoting: for reads that
+    /// must not move time forward (a metrics scrape, `processing_len`, `Debug`), so there is
+    /// nothing to do once the lock is released.
+    #[inline]
+    pub(super) fn peek<R>(&self, read: impl FnOnce(&Inner<T>) -> R) -> R {
+        read(&self.inner.lock())
+    }
+
+    /// Ends the lease on `slot`: [`Shared::done`], through the hook stored at build time.
+    #[inline]
+    pub(crate) fn release(&self, slot: u32) {
+        (self.done_hook)(self, slot);
+    }
+}
+
+/// What a call decided under the lock and does once it is released: wake waiters, report
+/// metrics, drop an item the queue did not keep (user code all three: a waker, a
+/// recorder, `T`'s `Drop`, none of which may run under the queue's lock).
+pub(crate) struct After<T> {
+    /// Waiters to wake.
+    pub(super) wake: Wakeups,
+    /// Items that became dirty: the adds metric.
+    pub(super) adds: usize,
+    /// Count one retry.
+    pub(super) retry: bool,
+    /// An item was handed out after waiting this long (nanoseconds).
+    pub(super) got: Option<u64>,
+    /// An item was done after being processed this long (nanoseconds).
+    pub(super) worked: Option<u64>,
+    /// An item given to an add and not kept, or an item the queue stopped tracking.
+    pub(super) unused: Option<T>,
+    /// A delayed add moved the earliest deadline forward: wake the timer thread.
+    pub(super) notify_timer: bool,
+}
+
+impl<T> Default for After<T> {
+    fn default() -> Self {
+        Self {
+            wake: Wakeups::None,
+            adds: 0,
+            retry: false,
+            got: None,
+            worked: None,
+            unused: None,
+            notify_timer: false,
+        }
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> After<T> {
+    /// Wakes the timer if asked, records the metrics, wakes the waiters and drops the unused
+    /// item; call it without the queue's lock. Metrics come first, so a woken getter sees
+    /// them recorded.
+    #[inline]
+    pub(super) fn run(self, shared: &Shared<T>) {
+        let After {
+            wake,
+            adds,
+            retry,
+            got,
+            worked,
+            unused,
+            notify_timer,
+        } = self;
+        if notify_timer {
+            shared.timer_cv.notify_one();
+        }
+        if shared.metrics.is_some() && (adds > 0 || retry || got.is_some() || worked.is_some()) {
+            shared.record(|metrics| {
+                if retry {
+                    metrics.retry();
+                }
+                (0..adds).for_each(|_| metrics.add());
+                if let Some(waited) = got {
+                    metrics.get(Duration::from_nanos(waited));
+                }
+                if let Some(worked) = worked {
+                    metrics.done(Duration::from_nanos(worked));
+                }
+            });
+        }
+        drop(unused);
+        wake.wake();
+    }
+}
+
+impl<T> After<T> {
+    /// Nothing to do after the lock.
+    pub(super) fn is_idle(&self) -> bool {
+        matches!(self.wake, Wakeups::None) && self.adds == 0
+    }
+}
+
+/// Converts a sum of nanoseconds to a `Duration`, saturating.
+fn nanos_to_duration(nanos: u128) -> Duration {
+    let secs = u64::try_from(nanos / 1_000_000_000).unwrap_or(u64::MAX);
+    Duration::new(secs, (nanos % 1_000_000_000) as u32)
+}
