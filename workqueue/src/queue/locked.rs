@@ -76,7 +76,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         act: impl FnOnce(&mut Inner<T>, &mut After<T>, Option<u64>) -> R,
     ) -> R {
         let mut inner = self.inner.lock();
-        let (mut after, now) = self.promote(&mut inner);
+        let mut after = After::default();
+        let now = self.promote(&mut inner, &mut after);
         let result = act(&mut inner, &mut after, now);
         drop(inner);
         after.run(self);
@@ -104,21 +105,25 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     /// metrics to record for them, once the lock is released, and the time it read, if it
     /// read one.
     #[inline]
-    pub(super) fn promote(&self, inner: &mut Inner<T>) -> (After<T>, Option<u64>) {
+    pub(super) fn promote(&self, inner: &mut Inner<T>, after: &mut After<T>) -> Option<u64> {
         if inner.state.delayed_len() == 0 {
-            return (After::default(), None);
+            return None;
         }
+        Some(self.promote_due(inner, after))
+    }
+
+    /// [`promote`](Self::promote) once something is delayed: kept out of line so that the
+    /// check above stays small in every call. Returns the time it read.
+    #[inline(never)]
+    fn promote_due(&self, inner: &mut Inner<T>, after: &mut After<T>) -> u64 {
         let now = self.now_ns();
         let promoted = inner.state.promote(now);
-        let mut after = After {
-            adds: promoted.counted,
-            ..After::default()
-        };
+        after.adds += promoted.counted;
         if promoted.ready > 0 {
             self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-            after.wake = inner.waiters.take(promoted.ready);
+            after.wake = std::mem::take(&mut after.wake).merge(inner.waiters.take(promoted.ready));
         }
-        (after, Some(now))
+        now
     }
 
     /// Reports to the queue's metrics, if it has any. Never called with the queue's lock
@@ -343,7 +348,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> After<T> {
     /// Wakes the timer if asked, records the metrics, wakes the waiters and drops the unused
     /// item; call it without the queue's lock. Metrics come first, so a woken getter sees
     /// them recorded.
-    #[inline]
+    #[inline(always)]
     pub(super) fn run(self, shared: &Shared<T>) {
         let After {
             wake,
@@ -358,21 +363,27 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> After<T> {
             shared.timer_cv.notify_one();
         }
         if shared.metrics.is_some() && (adds > 0 || retry || got.is_some() || worked.is_some()) {
-            shared.record(|metrics| {
-                if retry {
-                    metrics.retry();
-                }
-                (0..adds).for_each(|_| metrics.add());
-                if let Some(waited) = got {
-                    metrics.get(Duration::from_nanos(waited));
-                }
-                if let Some(worked) = worked {
-                    metrics.done(Duration::from_nanos(worked));
-                }
-            });
+            Self::record(shared, adds, retry, got, worked);
         }
         drop(unused);
         wake.wake();
+    }
+
+    /// The metrics part of [`run`](Self::run), out of line: only named queues get here.
+    #[inline(never)]
+    fn record(shared: &Shared<T>, adds: usize, retry: bool, got: Option<u64>, worked: Option<u64>) {
+        shared.record(|metrics| {
+            if retry {
+                metrics.retry();
+            }
+            (0..adds).for_each(|_| metrics.add());
+            if let Some(waited) = got {
+                metrics.get(Duration::from_nanos(waited));
+            }
+            if let Some(worked) = worked {
+                metrics.done(Duration::from_nanos(worked));
+            }
+        });
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::locked::{Inner, Shared};
+use super::locked::{After, Inner, Shared};
 use crate::sync::{self, Ordering};
 
 /// State of the background thread that wakes getters when delayed items come due.
@@ -90,7 +90,8 @@ fn timer_run<T: Eq + Hash + Clone + Send + Sync + 'static>(shared: &Shared<T>) {
         if inner.state.is_shutting_down() || shared.handles.load(Ordering::Acquire) == 0 {
             return;
         }
-        let (after, _) = shared.promote(&mut inner);
+        let mut after = After::default();
+        shared.promote(&mut inner, &mut after);
         if !after.is_idle() {
             sync::unlocked(&mut inner, || after.run(shared));
             continue;

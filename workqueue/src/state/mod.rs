@@ -410,16 +410,17 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
 
     /// Raises the priority of the queued item in `slot` to `priority` if that is higher; a
     /// raised item goes behind the items already waiting at its new priority.
+    #[inline]
     fn raise_queued(&mut self, slot: u32, priority: Option<i32>) {
-        let entry = &mut self.entries[slot as usize];
-        match priority {
-            Some(p) if p > entry.priority => {
+        // A duplicate add without a priority (the common case) changes nothing.
+        if let Some(p) = priority {
+            let entry = &mut self.entries[slot as usize];
+            if p > entry.priority {
                 let old = entry.priority;
                 entry.priority = p;
                 self.ready.mark_stale(old, slot);
                 self.ready.push(p, slot);
             }
-            _ => {}
         }
     }
 
