@@ -21,6 +21,9 @@ pub enum Error {
     Config(String),
     /// The server answered something this crate does not understand.
     Protocol(String),
+    /// The queue cannot do what was asked (for example an option of
+    /// [`workqueue::AddOptions`] this backend does not support yet).
+    Unsupported(&'static str),
     /// The server is older than [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION), or its
     /// version could not be read: the queue needs features it lacks (script flags).
     UnsupportedServer(String),
@@ -57,6 +60,7 @@ impl fmt::Display for Error {
             }
             Error::Config(msg) => write!(f, "invalid configuration: {msg}"),
             Error::Protocol(msg) => write!(f, "unexpected reply: {msg}"),
+            Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::UnsupportedServer(msg) => write!(f, "unsupported server: {msg}"),
         }
     }

@@ -17,6 +17,14 @@
 //!   share), [`shut_down_fleet`](RedisQueue::shut_down_fleet) every process, until
 //!   [`resume_fleet`](RedisQueue::resume_fleet).
 //!
+//! [`RedisQueue`] implements [`workqueue::Queue`], so [`workqueue::Workers`] run on it as on
+//! the in-memory queue: `Workers::new(queue).count(8).max_retries(5).spawn_async(handler)`
+//! gives the same retries, give-ups, panic isolation, timeouts, stop and summary. The pool
+//! marks each lease done explicitly (a dropped lease is released here), adds a retry back
+//! before its `done`, and rides out a server outage (it logs, backs off and keeps trying; an
+//! item is never lost). Stopping the pool shuts down only this handle. Priorities and a delay
+//! combined with rate limiting are not supported yet ([`Error::Unsupported`]).
+//!
 //! Each operation is one Lua script run on the server (`EVALSHA`), so each is atomic; every
 //! key of a queue carries the queue's hash tag (`wq:{name}:...`), so a queue lives in one
 //! Redis Cluster slot.
@@ -74,6 +82,9 @@
 //! # async fn reconcile(_: &str) -> Result<(), ()> { Ok(()) }
 //! ```
 
+mod backend;
+mod builder;
+mod connection;
 mod counters;
 mod error;
 mod lease;
@@ -84,11 +95,13 @@ mod rate_limit;
 mod scripts;
 mod stats;
 
+pub use builder::Builder;
+pub use connection::MIN_REDIS_VERSION;
 pub use counters::Counters;
 pub use error::Error;
 pub use lease::Lease;
 pub use persistence::Persistence;
-pub use queue::{AddKind, Added, Builder, MIN_REDIS_VERSION, Mutation, RedisQueue};
+pub use queue::{AddKind, Added, Mutation, RedisQueue};
 pub use rate_limit::RateLimit;
 pub use stats::{DeadLetter, InFlight, Stats};
 pub use workqueue::TryGetError;

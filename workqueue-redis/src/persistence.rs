@@ -80,7 +80,7 @@ impl Persistence {
             None => problems.push("cannot read maxmemory-policy (CONFIG GET refused)".to_owned()),
         }
         if let Some(version) = &self.version
-            && !crate::queue::supported(version)
+            && !crate::connection::supported(version)
         {
             problems.push(format!(
                 "server version {version} is older than {}, the oldest this crate runs on",

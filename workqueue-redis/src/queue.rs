@@ -8,78 +8,20 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, Script, ScriptInvocation, Value};
+use redis::aio::ConnectionManagerConfig;
+use redis::{AsyncConnectionConfig, Script, ScriptInvocation, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use workqueue::TryGetError;
 
+use crate::builder::Builder;
+use crate::connection::{Conn, Source};
 use crate::error::{Error, Transient};
 use crate::lease::Lease;
-use crate::persistence::{self, Persistence};
+use crate::persistence::Persistence;
 use crate::rate_limit::RateLimit;
 use crate::scripts::{Keys, SCRIPTS};
 use crate::stats::{DeadLetter, Stats};
-
-/// A connection to a single server or to a cluster; every call goes through it.
-#[derive(Clone)]
-pub(crate) enum Conn {
-    /// A single server, reconnecting by itself.
-    Manager(ConnectionManager),
-    /// A connection of its own (blocking waits).
-    Multiplexed(MultiplexedConnection),
-    /// A Redis Cluster: each call goes to the primary of its keys' slot.
-    #[cfg(feature = "cluster")]
-    Cluster(redis::cluster_async::ClusterConnection),
-}
-
-impl redis::aio::ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
-        match self {
-            Conn::Manager(c) => c.req_packed_command(cmd),
-            Conn::Multiplexed(c) => c.req_packed_command(cmd),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Manager(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Manager(c) => c.get_db(),
-            Conn::Multiplexed(c) => c.get_db(),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.get_db(),
-        }
-    }
-}
-
-/// Where connections come from.
-#[allow(
-    clippy::large_enum_variant,
-    reason = "one per queue, never moved on a hot path"
-)]
-enum Source {
-    Single(Client),
-    #[cfg(feature = "cluster")]
-    Cluster {
-        /// For blocking waits: a response timeout longer than the longest wait.
-        blocking: redis::cluster::ClusterClient,
-    },
-}
 
 /// What an add did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -153,357 +95,12 @@ pub enum Mutation {
 
 impl Mutation {
     /// The flag the scripts test (`NO_FENCING`, `NO_DIRTY_REQUEUE` in `common.lua`).
-    fn bit(self) -> u32 {
+    pub(crate) fn bit(self) -> u32 {
         match self {
             Mutation::NoFencing => 1,
             Mutation::NoDirtyRequeue => 2,
         }
     }
-}
-
-/// The options of a [`RedisQueue`]; start with [`RedisQueue::builder`].
-///
-/// # Defaults
-///
-/// Key prefix `wq`, leases of 30 s renewed every 10 s while held for at most an hour, an item
-/// moved to the dead letters after 5 expired leases in a row, at most 10,000 dead letters,
-/// client-go's [`RateLimit::default_controller`], blocked getters looking again at least every
-/// 2 s, transient server states waited out for up to 30 s, and a persistence check at start.
-#[must_use]
-pub struct Builder<T> {
-    name: String,
-    url: Option<String>,
-    client: Option<Client>,
-    #[cfg(feature = "cluster")]
-    cluster: Option<Vec<String>>,
-    prefix: String,
-    lease: Duration,
-    renew_every: Option<Duration>,
-    auto_renew: bool,
-    rate_limit: RateLimit,
-    poll: Duration,
-    response_timeout: Duration,
-    check_persistence: bool,
-    max_stalls: u32,
-    max_hold: Duration,
-    dead_letter_cap: usize,
-    retry_deadline: Duration,
-    mutations: u32,
-    _item: PhantomData<fn() -> T>,
-}
-
-impl<T> fmt::Debug for Builder<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
-            .field("name", &self.name)
-            .field("prefix", &self.prefix)
-            .field("lease", &self.lease)
-            .field("auto_renew", &self.auto_renew)
-            .field("max_hold", &self.max_hold)
-            .field("max_stalls", &self.max_stalls)
-            .field("dead_letter_cap", &self.dead_letter_cap)
-            .field("retry_deadline", &self.retry_deadline)
-            .field("rate_limit", &self.rate_limit)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
-    /// The server: `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS (feature
-    /// `tls`).
-    pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(url.into());
-        self
-    }
-
-    /// The server, as a client you configured yourself.
-    pub fn client(mut self, client: Client) -> Self {
-        self.client = Some(client);
-        self
-    }
-
-    /// A Redis Cluster, by the URLs of some of its nodes (feature `cluster`). Every key of the
-    /// queue carries the queue's hash tag, so the whole queue lives on the primary that owns
-    /// its slot and every script runs there.
-    #[cfg(feature = "cluster")]
-    pub fn cluster<S: Into<String>>(mut self, nodes: impl IntoIterator<Item = S>) -> Self {
-        self.cluster = Some(nodes.into_iter().map(Into::into).collect());
-        self
-    }
-
-    /// The prefix of the queue's keys (`prefix:{name}:ready`, ...). Default `wq`.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// How long a lease lasts without renewal (server clock). A worker that dies holding an
-    /// item frees it after at most this long. Default 30 s.
-    pub fn lease_duration(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
-
-    /// How often a held lease is renewed. Default a third of the lease duration.
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.renew_every = Some(every);
-        self
-    }
-
-    /// Whether leases renew themselves while held (default `true`). Without it, call
-    /// [`Lease::renew`] yourself.
-    pub fn auto_renew(mut self, auto_renew: bool) -> Self {
-        self.auto_renew = auto_renew;
-        self
-    }
-
-    /// Moves an item to the dead letters once its lease expired this many times in a row
-    /// (its workers died or stalled each time: a poison item), instead of handing it out
-    /// again; the dead letter records the count and the item's failure count, and both are
-    /// cleared. A `done` resets the count; a released lease (dropped without `done`) does not
-    /// count. Default 5; 0 means no limit.
-    pub fn max_stalls(mut self, max_stalls: u32) -> Self {
-        self.max_stalls = max_stalls;
-        self
-    }
-
-    /// The longest a lease is renewed automatically. After it, renewal stops and the lease
-    /// expires on the server a lease duration later, so a deadlocked handler or a leaked lease
-    /// cannot hold an item forever (the expiry counts as a stall, see
-    /// [`max_stalls`](Self::max_stalls)). Default 1 hour.
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.max_hold = max_hold;
-        self
-    }
-
-    /// The most dead letters kept; beyond it the oldest are dropped and counted
-    /// ([`Stats::dead_dropped`]). Default 10,000; 0 means no cap.
-    pub fn dead_letter_cap(mut self, cap: usize) -> Self {
-        self.dead_letter_cap = cap;
-        self
-    }
-
-    /// How long an operation keeps retrying, with backoff, through transient server states
-    /// (a lost connection, a restart replaying its AOF (`LOADING`), `BUSY`, `TRYAGAIN`,
-    /// `MASTERDOWN`, `READONLY` after a failover, which also reconnects) before it returns
-    /// the error. [`get`](RedisQueue::get) restarts the deadline each time the server
-    /// answers. Default 30 s.
-    pub fn retry_deadline(mut self, deadline: Duration) -> Self {
-        self.retry_deadline = deadline;
-        self
-    }
-
-    /// The rate limiter of `add_rate_limited`. Default [`RateLimit::default_controller`].
-    pub fn rate_limit(mut self, rate_limit: RateLimit) -> Self {
-        self.rate_limit = rate_limit;
-        self
-    }
-
-    /// The longest a blocked getter waits before it looks at the queue again even without a
-    /// wake-up. Default 2 s.
-    pub fn poll_interval(mut self, poll: Duration) -> Self {
-        self.poll = poll;
-        self
-    }
-
-    /// How long a call waits for the server's answer. Default 5 s.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// Whether to read the server's persistence settings at start and warn (once per server
-    /// and process, through `tracing`) when they cannot keep acknowledged work through a
-    /// crash. Default `true`.
-    pub fn check_persistence(mut self, check: bool) -> Self {
-        self.check_persistence = check;
-        self
-    }
-
-    /// Switches on a deliberate bug (see [`Mutation`]); may be called more than once to
-    /// combine them. It exists only to prove that the fault tests can fail.
-    #[doc(hidden)]
-    pub fn mutation(mut self, mutation: Mutation) -> Self {
-        self.mutations |= mutation.bit();
-        self
-    }
-
-    /// The configuration of the command connection.
-    fn client_config(&self) -> ConnectionManagerConfig {
-        ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.response_timeout))
-            .set_connection_timeout(Some(self.response_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500))
-    }
-
-    /// Opens the command connection; returns it, the source of more connections, and the
-    /// server's name for messages.
-    async fn connect(&self) -> Result<(Conn, Source, String), Error> {
-        #[cfg(feature = "cluster")]
-        if let Some(nodes) = &self.cluster {
-            let builder = |timeout: Duration| {
-                redis::cluster::ClusterClient::builder(nodes.clone())
-                    .connection_timeout(self.response_timeout)
-                    .response_timeout(timeout)
-                    .build()
-            };
-            let client = builder(self.response_timeout)?;
-            let blocking = builder(self.poll + self.response_timeout)?;
-            let con = client.get_async_connection().await?;
-            let server = nodes.first().map(|url| host_of(url)).unwrap_or_default();
-            return Ok((Conn::Cluster(con), Source::Cluster { blocking }, server));
-        }
-        let client = match (&self.client, &self.url) {
-            (Some(client), _) => client.clone(),
-            (None, Some(url)) => Client::open(url.as_str())?,
-            (None, None) => return Err(Error::Config("no server: give a url or a client".into())),
-        };
-        let con = client
-            .get_connection_manager_with_config(self.client_config())
-            .await?;
-        let server = client.get_connection_info().addr().to_string();
-        Ok((Conn::Manager(con), Source::Single(client), server))
-    }
-
-    /// Connects and builds the queue.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Config`] for an empty name or prefix, or one with braces (the queue's hash
-    /// tag), white space or control characters, or a lease under 10 ms;
-    /// [`Error::UnsupportedServer`] for a server older than [`MIN_REDIS_VERSION`];
-    /// [`Error::Redis`] if the server cannot be reached.
-    pub async fn build(self) -> Result<RedisQueue<T>, Error> {
-        validate("queue name", &self.name)?;
-        validate("key prefix", &self.prefix)?;
-        if self.lease < Duration::from_millis(10) {
-            return Err(Error::Config("the lease must last at least 10 ms".into()));
-        }
-        let (mut con, source, server) = self.connect().await?;
-        check_version(&mut con).await?;
-        let persistence = if self.check_persistence {
-            let persistence = Persistence::read(&mut con).await;
-            persistence::warn_once(&server, &persistence);
-            Some(persistence)
-        } else {
-            None
-        };
-        let client_config = self.client_config();
-        let renew_every = self
-            .renew_every
-            .unwrap_or(self.lease / 3)
-            .max(Duration::from_millis(1));
-        Ok(RedisQueue {
-            inner: Arc::new(Inner {
-                keys: Keys::new(&self.prefix, &self.name),
-                name: self.name,
-                source,
-                con: RwLock::new(con),
-                blocking: Mutex::new(Vec::new()),
-                lease: self.lease,
-                renew_every,
-                auto_renew: self.auto_renew,
-                rate_limit: self.rate_limit,
-                poll: self.poll.max(Duration::from_millis(1)),
-                response_timeout: self.response_timeout,
-                max_stalls: self.max_stalls,
-                max_hold: self.max_hold,
-                dead_letter_cap: self.dead_letter_cap,
-                retry_deadline: self.retry_deadline,
-                mutations: self.mutations,
-                persistence,
-                client_config,
-                shut: AtomicBool::new(false),
-                leases_out: AtomicUsize::new(0),
-                wake: Wakeups::new(),
-            }),
-            _item: PhantomData,
-        })
-    }
-}
-
-/// The `host:port` of a URL, for messages: never its user name or password.
-#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
-fn host_of(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host)
-        .to_owned()
-}
-
-/// The oldest Redis this crate runs on: 7.0, for the `allow-oom` script flag that keeps
-/// renewals, `done` and releases working on a full server. [`Builder::build`] checks it.
-pub const MIN_REDIS_VERSION: &str = "7.0";
-
-/// Checks a queue name or key prefix: it becomes part of every key, inside or before the
-/// Redis Cluster hash tag, and of log lines.
-fn validate(what: &str, value: &str) -> Result<(), Error> {
-    if value.is_empty() {
-        return Err(Error::Config(format!("the {what} must not be empty")));
-    }
-    if let Some(c) = value
-        .chars()
-        .find(|c| matches!(c, '{' | '}') || c.is_whitespace() || c.is_control())
-    {
-        return Err(Error::Config(format!(
-            "the {what} {value:?} contains {c:?}: braces (the hash tag), white space and \
-             control characters are not allowed"
-        )));
-    }
-    Ok(())
-}
-
-/// The `redis_version`s in an `INFO server` reply (one per node for a cluster).
-fn versions(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::BulkString(bytes) => {
-            let text = String::from_utf8_lossy(bytes);
-            out.extend(
-                text.lines()
-                    .filter_map(|line| line.strip_prefix("redis_version:"))
-                    .map(|v| v.trim().to_owned()),
-            );
-        }
-        Value::VerbatimString { text, .. } => {
-            versions(&Value::BulkString(text.clone().into()), out)
-        }
-        Value::SimpleString(text) => versions(&Value::BulkString(text.clone().into()), out),
-        Value::Array(values) | Value::Set(values) => {
-            values.iter().for_each(|v| versions(v, out));
-        }
-        Value::Map(pairs) => pairs.iter().for_each(|(_, v)| versions(v, out)),
-        _ => {}
-    }
-}
-
-/// Whether `version` (`major.minor.patch`) is at least [`MIN_REDIS_VERSION`].
-pub(crate) fn supported(version: &str) -> bool {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (7, 0)
-}
-
-/// Fails with [`Error::UnsupportedServer`] unless every server is at least
-/// [`MIN_REDIS_VERSION`].
-async fn check_version(con: &mut Conn) -> Result<(), Error> {
-    let info: Value = redis::cmd("INFO").arg("server").query_async(con).await?;
-    let mut found = Vec::new();
-    versions(&info, &mut found);
-    if found.is_empty() {
-        return Err(Error::UnsupportedServer(format!(
-            "cannot read redis_version from INFO server; workqueue-redis needs Redis \
-             {MIN_REDIS_VERSION} or newer"
-        )));
-    }
-    if let Some(old) = found.iter().find(|v| !supported(v)) {
-        return Err(Error::UnsupportedServer(format!(
-            "Redis {old} is older than {MIN_REDIS_VERSION}, the oldest workqueue-redis runs on \
-             (it needs script flags such as allow-oom)"
-        )));
-    }
-    Ok(())
 }
 
 /// Local wake-ups of one handle's getters: one blocking wait on the server at a time, shared
@@ -518,7 +115,7 @@ pub(crate) struct Wakeups {
 }
 
 impl Wakeups {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Wakeups {
             tx: tokio::sync::watch::channel(0).0,
             waiting: AtomicUsize::new(0),
@@ -567,30 +164,30 @@ impl Drop for Owed<'_> {
 pub(crate) struct Inner {
     pub(crate) name: String,
     pub(crate) keys: Keys,
-    source: Source,
+    pub(crate) source: Source,
     /// Commands (multiplexed, reconnecting); replaced after a `READONLY`.
-    con: RwLock<Conn>,
+    pub(crate) con: RwLock<Conn>,
     /// The configuration `con` was made with, for a reconnect.
-    client_config: ConnectionManagerConfig,
+    pub(crate) client_config: ConnectionManagerConfig,
     /// Idle connections for blocking waits, which must not stall the shared one.
-    blocking: Mutex<Vec<Conn>>,
+    pub(crate) blocking: Mutex<Vec<Conn>>,
     pub(crate) lease: Duration,
     pub(crate) renew_every: Duration,
     pub(crate) auto_renew: bool,
-    rate_limit: RateLimit,
-    poll: Duration,
-    response_timeout: Duration,
-    max_stalls: u32,
+    pub(crate) rate_limit: RateLimit,
+    pub(crate) poll: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) max_stalls: u32,
     pub(crate) max_hold: Duration,
     pub(crate) dead_letter_cap: usize,
-    retry_deadline: Duration,
+    pub(crate) retry_deadline: Duration,
     /// [`Mutation`] bits, passed to the fenced scripts; 0 outside the fault tests.
     pub(crate) mutations: u32,
-    persistence: Option<Persistence>,
+    pub(crate) persistence: Option<Persistence>,
     /// This handle (and its clones) is shut down: no more gets or adds here.
-    shut: AtomicBool,
+    pub(crate) shut: AtomicBool,
     /// Leases handed out by this handle that are not finished yet.
-    leases_out: AtomicUsize,
+    pub(crate) leases_out: AtomicUsize,
     pub(crate) wake: Wakeups,
 }
 
@@ -981,7 +578,7 @@ impl Inner {
 /// ```
 pub struct RedisQueue<T> {
     pub(crate) inner: Arc<Inner>,
-    _item: PhantomData<fn() -> T>,
+    pub(crate) _item: PhantomData<fn() -> T>,
 }
 
 impl<T> Clone for RedisQueue<T> {
@@ -1063,27 +660,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 
     /// Starts building a queue named `name` (see [`Builder`] for the options).
     pub fn builder(name: impl Into<String>) -> Builder<T> {
-        Builder {
-            name: name.into(),
-            url: None,
-            client: None,
-            #[cfg(feature = "cluster")]
-            cluster: None,
-            prefix: "wq".to_owned(),
-            lease: Duration::from_secs(30),
-            renew_every: None,
-            auto_renew: true,
-            rate_limit: RateLimit::default_controller(),
-            poll: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(5),
-            check_persistence: true,
-            max_stalls: 5,
-            max_hold: Duration::from_secs(3600),
-            dead_letter_cap: 10_000,
-            retry_deadline: Duration::from_secs(30),
-            mutations: 0,
-            _item: PhantomData,
-        }
+        Builder::new(name.into())
     }
 
     /// The queue's name.
@@ -1558,9 +1135,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// None today; the `Result` keeps the signature of the other operations.
     pub async fn shut_down(&self) -> Result<(), Error> {
+        self.close();
+        Ok(())
+    }
+
+    /// What [`shut_down`](Self::shut_down) does, synchronously: it touches no server.
+    pub(crate) fn close(&self) {
         self.inner.shut.store(true, Ordering::SeqCst);
         self.inner.wake.wake_all();
-        Ok(())
     }
 
     /// Shuts this handle down ([`shut_down`](Self::shut_down)), then waits until every lease
@@ -1768,45 +1350,5 @@ struct LeaseOut<'a>(&'a Inner);
 impl Drop for LeaseOut<'_> {
     fn drop(&mut self) {
         self.0.lease_ended();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_version_floor_is_7_0() {
-        for ok in ["7.0.0", "7.0.15", "7.2.4", "8.0.1", "10.0.0"] {
-            assert!(supported(ok), "{ok}");
-        }
-        for old in ["6.2.14", "5.0.7", "", "garbage"] {
-            assert!(!supported(old), "{old}");
-        }
-        let mut found = Vec::new();
-        versions(
-            &Value::Array(vec![Value::BulkString(
-                b"# Server\r\nredis_version:6.2.1\r\nredis_mode:standalone\r\n".to_vec(),
-            )]),
-            &mut found,
-        );
-        assert_eq!(found, ["6.2.1"]);
-    }
-
-    #[test]
-    fn messages_name_the_host_without_credentials() {
-        assert_eq!(host_of("redis://:pw@h:6379/0"), "h:6379");
-        assert_eq!(host_of("rediss://user:p@ss@h:1"), "h:1");
-        assert_eq!(host_of("redis://h:2"), "h:2");
-        assert_eq!(host_of("h:3"), "h:3");
-    }
-
-    #[test]
-    fn names_with_braces_or_spaces_are_refused() {
-        assert!(validate("queue name", "pods").is_ok());
-        for bad in ["", "a{b", "a}b", "a b", "a\tb"] {
-            let error = validate("queue name", bad).unwrap_err();
-            assert!(matches!(error, Error::Config(_)), "{bad:?}");
-        }
     }
 }

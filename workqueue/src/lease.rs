@@ -64,6 +64,13 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
 
     /// Marks the item done, as dropping the lease does. This is client-go's `Done`.
     pub fn done(self) {}
+
+    /// Re-adds the item with its priority while it is still processing, then marks it done,
+    /// so that it is queued again; `false` if the queue is shut down and refused the re-add.
+    pub(crate) fn re_add_and_done(self) -> bool {
+        self.shared
+            .add_now(self.item.clone(), Some(self.priority), false)
+    }
 }
 
 impl<T: Eq + Hash + Clone + Send + Sync + 'static> Deref for Lease<T> {

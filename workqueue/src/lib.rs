@@ -149,6 +149,14 @@
 //! (reported, never silently dropped), and stopping drains in-flight items into a summary.
 //! See [`workers`] and the `controller` example.
 //!
+//! # Backends
+//!
+//! [`Queue`] (with its [`QueueLease`]) is the interface of a work queue backend: async
+//! `add_with`, `forget`, `num_requeues`, `len`, `get`, `shut_down`, `shut_down_with_drain`,
+//! with the backend's own lease and error types. [`WorkQueue`] implements it (errors are
+//! [`Infallible`](std::convert::Infallible)), and so does `workqueue_redis::RedisQueue`, so
+//! [`Workers`] run unchanged on a queue shared by many processes.
+//!
 //! # Metrics
 //!
 //! Name a queue and give it a [`metrics::MetricsProvider`]: it reports Kubernetes'
@@ -192,6 +200,7 @@
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 #![cfg_attr(loom, allow(dead_code, unreachable_pub))]
 
+mod backend;
 pub mod clock;
 mod error;
 mod lease;
@@ -207,6 +216,7 @@ pub mod workers;
 #[cfg(all(test, loom))]
 mod tests;
 
+pub use backend::{Queue, QueueLease};
 pub use error::TryGetError;
 pub use lease::Lease;
 pub use parallelize::{Parallelizer, parallelize_until};

@@ -438,12 +438,6 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         self.shared.add_delayed(item, delay, None, true);
     }
 
-    /// [`add_after`](Self::add_after), returning `false` if the queue was shut down and
-    /// refused the item.
-    pub(crate) fn add_after_accepted(&self, item: T, delay: Duration) -> bool {
-        self.shared.add_delayed(item, delay, None, true)
-    }
-
     /// [`add_rate_limited`](Self::add_rate_limited), returning `false` if the queue was shut
     /// down and refused the item.
     pub(crate) fn add_rate_limited_accepted(&self, item: T) -> bool {
@@ -536,6 +530,12 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// );
     /// ```
     pub fn add_with(&self, item: T, options: AddOptions) {
+        self.add_with_accepted(item, options);
+    }
+
+    /// [`add_with`](Self::add_with), returning `false` if the queue was shut down and
+    /// refused the item.
+    pub(crate) fn add_with_accepted(&self, item: T, options: AddOptions) -> bool {
         let mut delay = options.after;
         if options.rate_limited {
             let limited = self.shared.limiter.when(&item);
@@ -546,7 +546,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         }
         let retry = options.rate_limited || !options.after.is_zero();
         self.shared
-            .add_delayed(item, delay, options.priority, retry);
+            .add_delayed(item, delay, options.priority, retry)
     }
 
     /// Tells the rate limiter to stop tracking `item`: its failure count resets.
@@ -937,7 +937,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     /// Adds `item` now; returns `false` if the queue is shut down and refused it. `retry`
     /// counts it in the retries metric.
     #[inline]
-    fn add_now(&self, item: T, priority: Option<i32>, retry: bool) -> bool {
+    pub(crate) fn add_now(&self, item: T, priority: Option<i32>, retry: bool) -> bool {
         let hash = item_hash(&self.hasher, &item);
         let mut inner = self.inner.lock();
         let mut after = self.promote(&mut inner);

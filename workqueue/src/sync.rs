@@ -21,7 +21,7 @@ mod imp {
     pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
 
     pub(crate) mod thread {
-        pub(crate) use std::thread::{Thread, current, park};
+        pub(crate) use std::thread::{Thread, current, park, park_timeout};
     }
 
     /// Unlocks `guard` while `f` runs.
@@ -47,6 +47,11 @@ mod imp {
 
     pub(crate) mod thread {
         pub(crate) use loom::thread::{Thread, current, park};
+
+        /// loom does not model time: parks until unparked.
+        pub(crate) fn park_timeout(_timeout: std::time::Duration) {
+            park();
+        }
     }
 
     /// loom's mutex with `parking_lot`'s API: `lock` returns the guard.

@@ -196,7 +196,13 @@ fn an_item_that_keeps_failing_is_given_up_after_max_retries() {
     assert_eq!(reports.len(), 1);
     assert_eq!(reports[0].reason, GiveUpReason::MaxRetries);
     assert_eq!(reports[0].retries, 2);
-    assert_eq!(reports[0].error.as_deref(), Some("failure 3"));
+    let error = reports[0].error.as_ref().expect("the last failure");
+    assert_eq!(error.to_string(), "failure 3");
+    // The handler's error keeps its type on the way to the callback.
+    assert_eq!(
+        error.downcast_ref::<String>().map(String::as_str),
+        Some("failure 3")
+    );
     let summary = workers.shut_down();
     assert_eq!(
         (summary.processed, summary.retried, summary.given_up),
@@ -289,7 +295,15 @@ fn a_panic_counts_as_a_failure_towards_max_retries() {
     assert_eq!((summary.panicked, summary.given_up), (1, 1));
     let reports = reports.lock().unwrap();
     assert_eq!(
-        reports[0].error.as_deref(),
+        reports[0].error,
+        Some(workqueue::workers::Failure::Panicked("always".to_owned()))
+    );
+    assert_eq!(
+        reports[0]
+            .error
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
         Some("handler panicked: always")
     );
 }

@@ -128,3 +128,75 @@ fn operator_commands_take_the_url_from_the_environment_and_never_print_the_passw
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `wq redis demo` runs the library's `Workers` on the queue on Redis: a producing process and
+/// a `--workers-only` one share it, retries and give-ups happen, and both checks (never two
+/// workers at once; every last event reconciled after it arrived) hold.
+#[test]
+fn the_redis_demo_runs_workers_in_two_processes_and_its_checks_hold() {
+    let Some(server) = server() else {
+        return;
+    };
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port);
+    let helper = Command::new(env!("CARGO_BIN_EXE_wq"))
+        .args(["redis", "demo", "--queue", "cli-demo", "--workers-only"])
+        .args(["--workers", "3"])
+        .env("WQ_REDIS_URL", &url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run wq");
+    let out = wq(
+        &url,
+        &[
+            "redis",
+            "demo",
+            "--queue",
+            "cli-demo",
+            "--events",
+            "600",
+            "--objects",
+            "50",
+            // Long enough that the workers-only process is up before the end (it waits
+            // for a queue that is not shut down, so it must join before the fleet stop).
+            "--duration",
+            "2",
+            "--failure-rate",
+            "0.3",
+            "--max-retries",
+            "1",
+        ],
+    );
+    let text = stdout(&out);
+    assert!(text.contains("never two workers at once: ok"), "{text}");
+    assert!(
+        text.contains("every last event reconciled after it arrived: ok"),
+        "{text}"
+    );
+    // With 30 % failures and one retry, some items fail twice and are given up.
+    let given_up: u64 = text
+        .lines()
+        .find_map(|line| line.split("(given up: ").nth(1))
+        .and_then(|rest| rest.trim_end_matches(')').parse().ok())
+        .expect("a given-up count");
+    assert!(given_up > 0, "{text}");
+    // The fleet shutdown at the end stops the workers-only process too.
+    let mut helper = helper;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while helper.try_wait().expect("poll wq").is_none() {
+        if Instant::now() > deadline {
+            let _ = helper.kill();
+            panic!("the workers-only process did not end after the fleet shutdown");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let helper = helper
+        .wait_with_output()
+        .expect("the workers-only process ends");
+    let helper_text = String::from_utf8_lossy(&helper.stdout);
+    assert!(helper.status.success(), "{helper_text}");
+    assert!(
+        helper_text.contains("never two workers at once: ok"),
+        "{helper_text}"
+    );
+}

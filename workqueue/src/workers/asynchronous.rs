@@ -14,18 +14,21 @@ use tracing::Instrument;
 
 use super::core::{Core, Handled, panic_message};
 use super::{IntoOutcome, StopToken, Summary};
-use crate::WorkQueue;
+use crate::{Queue, QueueLease, WorkQueue};
 
 /// A running pool of worker tasks, from [`Workers::spawn_async`](super::Workers::spawn_async).
 ///
 /// Dropping it leaves the tasks running (as dropping a tokio `JoinHandle` does); they end
 /// when the pool's [`StopToken`] is stopped, or when the queue is shut down and empty.
-pub struct AsyncWorkers<T> {
-    core: Arc<Core<T>>,
+///
+/// `Q` is the queue's backend: [`WorkQueue`] unless the pool was built over another
+/// [`Queue`].
+pub struct AsyncWorkers<T, Q = WorkQueue<T>> {
+    core: Arc<Core<T, Q>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
-impl<T> fmt::Debug for AsyncWorkers<T> {
+impl<T, Q> fmt::Debug for AsyncWorkers<T, Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AsyncWorkers")
             .field("tasks", &self.tasks.len())
@@ -35,16 +38,31 @@ impl<T> fmt::Debug for AsyncWorkers<T> {
 }
 
 /// Marks a worker as exited when its task ends, is aborted, or unwinds.
-struct ExitGuard<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static>(Arc<Core<T>>);
+struct ExitGuard<T, Q>(Arc<Core<T, Q>>)
+where
+    T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static,
+    Q: Queue<Item = T>;
 
-impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Drop for ExitGuard<T> {
+impl<T, Q> Drop for ExitGuard<T, Q>
+where
+    T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static,
+    Q: Queue<Item = T>,
+{
     fn drop(&mut self) {
         self.0.worker_exited();
     }
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> AsyncWorkers<T> {
-    pub(super) fn spawn<F, Fut>(core: Arc<Core<T>>, timeout: Option<Duration>, handler: F) -> Self
+impl<T, Q> AsyncWorkers<T, Q>
+where
+    T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static,
+    Q: Queue<Item = T>,
+{
+    pub(super) fn spawn<F, Fut>(
+        core: Arc<Core<T, Q>>,
+        timeout: Option<Duration>,
+        handler: F,
+    ) -> Self
     where
         F: Fn(T) -> Fut + Send + Sync + 'static,
         Fut: Future + Send + 'static,
@@ -57,26 +75,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> AsyncWorkers<T> 
         Self { core, tasks }
     }
 
-    /// The token that stops this pool.
-    pub fn stop_token(&self) -> &StopToken {
-        &self.core.stop
-    }
-
-    /// The queue the workers take items from.
-    pub fn queue(&self) -> &WorkQueue<T> {
-        &self.core.queue
-    }
-
-    /// Stops the pool without waiting: workers take no new item and the queue is shut down.
-    /// The same as stopping its [`StopToken`].
-    pub fn stop(&self) {
-        self.core.stop.stop();
-    }
-
-    /// What the workers have done so far, and what they are processing now.
-    pub fn stats(&self) -> Summary<T> {
-        self.core.summary()
-    }
+    super::pool_accessors!(Q);
 
     /// Waits until the workers have exited and returns what they did.
     ///
@@ -149,7 +148,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> AsyncWorkers<T> 
                 }
             }
         };
-        let summary = core.summary();
+        let summary = core.final_summary().await;
         if !drained {
             for task in &self.tasks {
                 task.abort();
@@ -171,19 +170,21 @@ async fn join_all(tasks: &mut [JoinHandle<()>]) {
 }
 
 /// One worker task's loop.
-async fn worker<T, F, Fut>(
-    core: Arc<Core<T>>,
+async fn worker<T, Q, F, Fut>(
+    core: Arc<Core<T, Q>>,
     slot: usize,
     handler: Arc<F>,
     timeout: Option<Duration>,
 ) where
     T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static,
+    Q: Queue<Item = T>,
     F: Fn(T) -> Fut + Send + Sync + 'static,
     Fut: Future + Send + 'static,
     Fut::Output: IntoOutcome,
 {
     let _exit = ExitGuard(core.clone());
     let mut stopped = core.stop.stopped();
+    let mut backoff = BACKOFF_MIN;
     loop {
         // Biased: once stopped, no new item is taken. `get` is cancel safe, so dropping it
         // here loses nothing.
@@ -192,18 +193,41 @@ async fn worker<T, F, Fut>(
             () = &mut stopped => break,
             lease = core.queue.get() => lease,
         };
-        let Some(lease) = lease else {
-            break;
+        let lease = match lease {
+            Ok(Some(lease)) => lease,
+            Ok(None) => break,
+            Err(error) => {
+                // The backend is down past its own retries: keep trying, slower, until it
+                // answers or the pool stops.
+                tracing::warn!(
+                    queue = core.queue.name(),
+                    %error,
+                    retry_in = ?backoff,
+                    "cannot get an item; retrying"
+                );
+                tokio::select! {
+                    biased;
+                    () = &mut stopped => break,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
         };
-        let span = core.span(&lease);
+        backoff = BACKOFF_MIN;
+        let span = core.span(lease.item(), lease.priority()).await;
         core.begin(slot, &lease);
         let handled = run(&*handler, lease.item().clone(), timeout)
             .instrument(span.clone())
             .await;
-        let _entered = span.enter();
-        core.finish(slot, lease, handled);
+        core.finish(slot, lease, handled).instrument(span).await;
     }
 }
+
+/// The first wait after a backend's `get` failed; it doubles up to [`BACKOFF_MAX`].
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+/// The longest wait between two attempts to `get` from a failing backend.
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// Calls the handler and awaits its future, catching panics and enforcing the timeout.
 async fn run<T, F, Fut>(handler: &F, item: T, timeout: Option<Duration>) -> Handled

@@ -1,25 +1,35 @@
 //! What both flavours of workers share: the counters, the in-flight slots, the stop hook and
-//! the rules that turn a handler's outcome into queue calls.
+//! the rules that turn a handler's outcome into queue calls, for any [`Queue`] backend.
+//!
+//! Every queue call goes through the [`Queue`] trait. The in-memory queue's calls complete at
+//! once, so the thread flavour polls them once ([`ready_now`]); a backend's failures are
+//! logged and never lose the item: a retry that cannot be added releases the lease, so the
+//! item is handed out again.
 
 use std::any::Any;
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
 use std::panic::{self, AssertUnwindSafe};
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::{GiveUp, GiveUpCallback, GiveUpReason, Outcome, StopToken, Summary};
-use crate::{Lease, WorkQueue};
+use super::{
+    Failure, GiveUp, GiveUpCallback, GiveUpReason, HandlerError, Outcome, StopToken, Summary,
+};
+use crate::{AddOptions, Queue, QueueLease};
 
 /// How one handler call ended.
 pub(crate) enum Handled {
     /// It returned an outcome.
     Outcome(Outcome),
-    /// It returned a failure with this message.
-    Failed(String),
+    /// It returned this error.
+    Failed(HandlerError),
     /// It panicked with this message.
     Panicked(String),
     /// It ran past the per-item timeout and was cancelled (async workers only).
@@ -33,6 +43,15 @@ enum Requeue {
     RateLimited,
     /// After this delay.
     After(Duration),
+}
+
+impl Requeue {
+    fn options(&self) -> AddOptions {
+        match self {
+            Requeue::RateLimited => AddOptions::default().rate_limited(),
+            Requeue::After(delay) => AddOptions::default().after(*delay),
+        }
+    }
 }
 
 /// The counters behind [`Summary`].
@@ -49,8 +68,8 @@ struct Counters {
 }
 
 /// One pool's shared state.
-pub(crate) struct Core<T> {
-    pub(crate) queue: WorkQueue<T>,
+pub(crate) struct Core<T, Q> {
+    pub(crate) queue: Q,
     /// Retries before giving up; `None` retries forever.
     max_retries: Option<usize>,
     on_give_up: Option<GiveUpCallback<T>>,
@@ -71,10 +90,14 @@ pub(crate) struct Core<T> {
     stop_key: Mutex<Option<usize>>,
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
+impl<T, Q> Core<T, Q>
+where
+    T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static,
+    Q: Queue<Item = T>,
+{
     /// Builds the shared state of `count` workers and hooks it to `stop`.
     pub(crate) fn start(
-        queue: WorkQueue<T>,
+        queue: Q,
         count: usize,
         max_retries: Option<usize>,
         on_give_up: Option<GiveUpCallback<T>>,
@@ -112,10 +135,20 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
 
     /// Records that a worker was handed `lease` as the stop shut the queue down and leaves
     /// it unprocessed (it is listed in the summary's `unfinished`).
-    pub(crate) fn leave_unprocessed(&self, lease: Lease<T>) {
+    /// The lease is released: on a backend that keeps the item (a shared one, whose other
+    /// processes go on), it is handed out again and not listed.
+    pub(crate) async fn leave_unprocessed(&self, lease: Q::Lease) {
         let item = lease.item().clone();
-        drop(lease);
-        self.unfinished.lock().push(item);
+        match lease.release().await {
+            Ok(true) => {}
+            Ok(false) => self.unfinished.lock().push(item),
+            Err(error) => tracing::warn!(
+                queue = self.queue.name(),
+                item = ?item,
+                %error,
+                "cannot release an item left unprocessed; the backend takes it back when its lease expires"
+            ),
+        }
     }
 
     /// The stop hook: shut the queue down (waking every getter), keeping the delayed items
@@ -124,7 +157,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
         // The shut down hands back what it dropped, in the same critical section: a delayed
         // add cannot land between a count and the shut down. Queued items stay in the queue
         // and are counted when a summary is taken.
-        let dropped = self.queue.shut_down_taking_delayed();
+        let dropped = self.queue.shut_down();
         if !dropped.is_empty() {
             self.unfinished.lock().extend(dropped);
         }
@@ -144,40 +177,58 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
         self.changed.notify_all();
     }
 
-    /// Notes that worker `slot` took `lease`.
     /// The span one item's processing runs in: `workqueue.item`, with the queue's name, the
-    /// item, the priority it was handed out with and its retries so far.
-    pub(crate) fn span(&self, lease: &Lease<T>) -> tracing::Span {
+    /// item, the priority it was handed out with and its retries so far (left empty if the
+    /// backend cannot tell).
+    pub(crate) async fn span(&self, item: &T, priority: i32) -> tracing::Span {
+        let retries = match self.queue.num_requeues(item).await {
+            Ok(retries) => Some(retries),
+            Err(error) => {
+                tracing::warn!(
+                    queue = self.queue.name(),
+                    item = ?item,
+                    %error,
+                    "cannot read the item's retries"
+                );
+                None
+            }
+        };
         tracing::info_span!(
             "workqueue.item",
             queue = self.queue.name().unwrap_or(""),
-            item = ?lease.item(),
-            priority = lease.priority(),
-            retries = self.queue.num_requeues(lease.item()),
+            item = ?item,
+            priority,
+            retries,
         )
     }
 
-    pub(crate) fn begin(&self, slot: usize, lease: &Lease<T>) {
+    /// Notes that worker `slot` took `lease`.
+    pub(crate) fn begin(&self, slot: usize, lease: &Q::Lease) {
         *self.slots[slot].lock() = Some(lease.item().clone());
     }
 
-    /// Applies what the handler did with the item of `lease`, then drops the lease.
+    /// Applies what the handler did with the item of `lease`, then ends the lease.
     ///
-    /// A retry is added back after the lease is dropped (client-go adds, then marks done;
-    /// the queue's rules give the same result either way), so that a shut down cannot fall
-    /// between an accepted re-add and the summary: either the add is refused and the item is
-    /// listed in `unfinished`, or it is accepted and the stop's shut down hands it back.
-    pub(crate) fn finish(&self, slot: usize, lease: Lease<T>, handled: Handled) {
-        let item = lease.item();
+    /// A retry is added back while the lease is still held, then the lease is marked done
+    /// (client-go's order, and the only safe one on a backend where a lease that is not done
+    /// is handed out again): the queue keeps the re-add and queues the item when the lease
+    /// ends. A shut down cannot fall between an accepted re-add and the summary: either the
+    /// add is refused and the item is listed in `unfinished` (in memory) or released back to
+    /// the backend, or it is accepted and the stop's shut down hands it back.
+    ///
+    /// A backend's failure never loses the item: a retry that cannot be added releases the
+    /// lease (the item is handed out again), a `done` that fails leaves the lease to expire.
+    pub(crate) async fn finish(&self, slot: usize, lease: Q::Lease, handled: Handled) {
+        let item = lease.item().clone();
         let requeue = match handled {
             Handled::Outcome(Outcome::Done) => {
-                self.queue.forget(item);
+                self.forget(&item).await;
                 self.counters.succeeded.fetch_add(1, Ordering::Relaxed);
                 None
             }
-            Handled::Outcome(Outcome::Retry) => self.retry(item, None),
+            Handled::Outcome(Outcome::Retry) => self.retry(&item, None).await,
             Handled::Outcome(Outcome::RetryAfter(delay)) => {
-                self.queue.forget(item);
+                self.forget(&item).await;
                 tracing::debug!(
                     queue = self.queue.name(),
                     item = ?item,
@@ -187,11 +238,12 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
                 Some(Requeue::After(delay))
             }
             Handled::Outcome(Outcome::GiveUp) => {
-                let retries = self.queue.num_requeues(item);
-                self.give_up(item, GiveUpReason::Handler, retries, None);
+                let retries = self.num_requeues(&item).await;
+                self.give_up(&item, GiveUpReason::Handler, retries, None)
+                    .await;
                 None
             }
-            Handled::Failed(error) => self.retry(item, Some(error)),
+            Handled::Failed(error) => self.retry(&item, Some(Failure::Error(error))).await,
             Handled::Panicked(message) => {
                 self.counters.panicked.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
@@ -200,7 +252,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
                     panic = %message,
                     "handler panicked; handling it as a failure"
                 );
-                self.retry(item, Some(format!("handler panicked: {message}")))
+                self.retry(&item, Some(Failure::Panicked(message))).await
             }
             Handled::TimedOut(timeout) => {
                 self.counters.timed_out.fetch_add(1, Ordering::Relaxed);
@@ -210,58 +262,115 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
                     ?timeout,
                     "handler timed out; handling it as a failure"
                 );
-                self.retry(item, Some(format!("handler timed out after {timeout:?}")))
+                self.retry(&item, Some(Failure::TimedOut(timeout))).await
             }
         };
-        let requeue = requeue.map(|how| (how, item.clone()));
-        drop(lease);
-        if let Some((how, item)) = requeue {
-            let accepted = match how {
-                Requeue::RateLimited => self.queue.add_rate_limited_accepted(item.clone()),
-                Requeue::After(delay) => self.queue.add_after_accepted(item.clone(), delay),
-            };
-            if accepted {
-                self.counters.retried.fetch_add(1, Ordering::Relaxed);
-            } else {
-                tracing::debug!(
-                    queue = self.queue.name(),
-                    item = ?item,
-                    "the queue is shut down: the retry is left unfinished"
-                );
-                self.unfinished.lock().push(item);
-            }
+        match requeue {
+            None => self.done(lease).await,
+            Some(how) => match Queue::add_with(&self.queue, item.clone(), how.options()).await {
+                Ok(true) => {
+                    self.counters.retried.fetch_add(1, Ordering::Relaxed);
+                    self.done(lease).await;
+                }
+                Ok(false) => {
+                    tracing::debug!(
+                        queue = self.queue.name(),
+                        item = ?item,
+                        "the queue is shut down: the retry is left unfinished"
+                    );
+                    self.leave_unprocessed(lease).await;
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        queue = self.queue.name(),
+                        item = ?item,
+                        %error,
+                        "cannot add the retry; releasing the item so that it is handed out again"
+                    );
+                    self.leave_unprocessed(lease).await;
+                }
+            },
         }
         *self.slots[slot].lock() = None;
         self.counters.processed.fetch_add(1, Ordering::Release);
     }
 
+    /// Marks the lease done, logging a failure (the backend hands the item out again once the
+    /// lease expires, so nothing is lost).
+    async fn done(&self, lease: Q::Lease) {
+        let item = lease.item().clone();
+        if let Err(error) = lease.done().await {
+            tracing::warn!(
+                queue = self.queue.name(),
+                item = ?item,
+                %error,
+                "cannot mark the item done; it is handed out again once its lease expires"
+            );
+        }
+    }
+
+    /// Forgets the item's failures, logging a failure.
+    async fn forget(&self, item: &T) {
+        if let Err(error) = self.queue.forget(item).await {
+            tracing::warn!(
+                queue = self.queue.name(),
+                item = ?item,
+                %error,
+                "cannot forget the item's failures"
+            );
+        }
+    }
+
+    /// The item's retries so far; 0 (logged) if the backend cannot tell.
+    async fn num_requeues(&self, item: &T) -> usize {
+        match self.queue.num_requeues(item).await {
+            Ok(retries) => retries,
+            Err(error) => {
+                tracing::warn!(
+                    queue = self.queue.name(),
+                    item = ?item,
+                    %error,
+                    "cannot read the item's retries; counting none"
+                );
+                0
+            }
+        }
+    }
+
     /// A failure: retry with the rate limiter's delay, or give up after `max_retries`.
-    fn retry(&self, item: &T, error: Option<String>) -> Option<Requeue> {
-        let retries = self.queue.num_requeues(item);
+    async fn retry(&self, item: &T, error: Option<Failure>) -> Option<Requeue> {
+        let retries = self.num_requeues(item).await;
         if self.max_retries.is_some_and(|max| retries >= max) {
-            self.give_up(item, GiveUpReason::MaxRetries, retries, error);
+            self.give_up(item, GiveUpReason::MaxRetries, retries, error)
+                .await;
             return None;
         }
         tracing::debug!(
             queue = self.queue.name(),
             item = ?item,
             retries = retries + 1,
-            error = error.as_deref(),
+            error = error.as_ref().map(tracing::field::display),
             "retrying item"
         );
         Some(Requeue::RateLimited)
     }
 
     /// Forgets `item`, logs the give-up and tells the callback.
-    fn give_up(&self, item: &T, reason: GiveUpReason, retries: usize, error: Option<String>) {
-        self.queue.forget(item);
+    async fn give_up(
+        &self,
+        item: &T,
+        reason: GiveUpReason,
+        retries: usize,
+        error: Option<Failure>,
+    ) {
+        self.forget(item).await;
         self.counters.given_up.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             queue = self.queue.name(),
             item = ?item,
             %reason,
             retries,
-            error = error.as_deref(),
+            error = error.as_ref().map(tracing::field::display),
             "giving up on item"
         );
         if let Some(callback) = &self.on_give_up {
@@ -282,8 +391,42 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
         }
     }
 
-    /// The counts so far, and the items being processed now.
+    /// The counts so far, and the items being processed now. `left_in_queue` reads the
+    /// queue's length if the backend answers at once (in memory); otherwise it counts only
+    /// the `unfinished` items (see [`final_summary`](Self::final_summary)).
     pub(crate) fn summary(&self) -> Summary<T> {
+        let queued = if self.stop.is_stopped() {
+            ready_now(self.queue.len())
+                .and_then(Result::ok)
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        self.summary_with(queued)
+    }
+
+    /// The summary, reading the queue's length from any backend.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) async fn final_summary(&self) -> Summary<T> {
+        let queued = if self.stop.is_stopped() {
+            match self.queue.len().await {
+                Ok(queued) => queued,
+                Err(error) => {
+                    tracing::warn!(
+                        queue = self.queue.name(),
+                        %error,
+                        "cannot read the queue's length for the summary"
+                    );
+                    0
+                }
+            }
+        } else {
+            0
+        };
+        self.summary_with(queued)
+    }
+
+    fn summary_with(&self, queued: usize) -> Summary<T> {
         let counters = &self.counters;
         let processed = counters.processed.load(Ordering::Acquire);
         let unfinished = self.unfinished.lock().clone();
@@ -299,12 +442,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Core<T> {
                 .iter()
                 .filter_map(|slot| slot.lock().clone())
                 .collect(),
-            left_in_queue: unfinished.len()
-                + if self.stop.is_stopped() {
-                    self.queue.len()
-                } else {
-                    0
-                },
+            left_in_queue: unfinished.len() + queued,
             unfinished,
         }
     }
@@ -347,5 +485,19 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
         message.clone()
     } else {
         "(a panic payload that is not a string)".to_owned()
+    }
+}
+
+/// Polls `future` once, with a waker that does nothing: its output if it is ready at once.
+/// The in-memory queue's calls (all but `get` and the drain) are, so the thread flavour and
+/// the synchronous snapshots run them with this.
+pub(crate) fn ready_now<F: Future>(future: F) -> Option<F::Output> {
+    let mut future = pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
     }
 }

@@ -15,8 +15,9 @@
 //! | (panics) | as `Retry`; the worker keeps running | panicked, and retried (or given up) |
 //! | (runs past the `timeout`, async only) | as `Retry` | timed out, and retried (or given up) |
 //!
-//! In every case the item's [`Lease`](crate::Lease) is dropped after the outcome is applied,
-//! so a re-add never races with the item being processed. Giving up is never silent: it is
+//! In every case the item's lease is marked done after the outcome is applied (a retry is
+//! added back while the lease is still held), so a re-add never races with the item being
+//! processed. Giving up is never silent: it is
 //! logged with `tracing::warn!` and passed to the [`on_give_up`](Workers::on_give_up)
 //! callback.
 //!
@@ -28,6 +29,18 @@
 //! Two flavours share the rules: [`Workers::spawn_threads`] runs plain threads with a
 //! blocking handler, and `Workers::spawn_async` (feature `tokio`, on by default) runs tokio
 //! tasks with an async handler.
+//!
+//! # Backends
+//!
+//! [`Workers`] run over any [`Queue`]: the in-memory [`WorkQueue`], or a
+//! backend shared by many processes (`workqueue_redis::RedisQueue`), with the same rules and
+//! the same summary. The loop ends every lease explicitly: `done` after a success or a
+//! give-up; for a retry it adds the item back first and then marks it done (the queue keeps
+//! the re-add until the lease ends). A backend's failure never stops the pool and never loses
+//! an item: a failed `get` is logged and retried with backoff (50 ms doubling to 5 s), a
+//! retry that cannot be added releases the lease so the item is handed out again, and a
+//! failed `done` leaves the lease to expire. [`Workers::spawn_threads`] is for the in-memory
+//! queue only.
 //!
 //! # Stopping
 //!
@@ -66,17 +79,50 @@
 
 mod core;
 mod stop;
+
+/// The accessors every running pool has ([`ThreadWorkers`], `AsyncWorkers`), written once:
+/// expanded inside each pool's `impl` block, with the type of its queue.
+macro_rules! pool_accessors {
+    ($queue:ty) => {
+        /// The token that stops this pool.
+        pub fn stop_token(&self) -> &StopToken {
+            &self.core.stop
+        }
+
+        /// The queue the workers take items from.
+        pub fn queue(&self) -> &$queue {
+            &self.core.queue
+        }
+
+        /// Stops the pool without waiting: workers take no new item and the queue is shut
+        /// down. The same as stopping its [`StopToken`].
+        pub fn stop(&self) {
+            self.core.stop.stop();
+        }
+
+        /// What the workers have done so far, and what they are processing now.
+        ///
+        /// On a backend whose calls need a round trip, a snapshot taken after the stop counts
+        /// in [`left_in_queue`](Summary::left_in_queue) only the `unfinished` items; the
+        /// summary the waiting calls return reads the queue's length too.
+        pub fn stats(&self) -> Summary<T> {
+            self.core.summary()
+        }
+    };
+}
+use pool_accessors;
 mod threaded;
 
 #[cfg(feature = "tokio")]
 mod asynchronous;
 
+use std::any::Any;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::WorkQueue;
+use crate::{Queue, WorkQueue};
 
 #[cfg(feature = "tokio")]
 pub use asynchronous::AsyncWorkers;
@@ -123,12 +169,14 @@ pub enum Outcome {
 
 /// What a handler may return: anything that converts to an [`Outcome`], or to a failure.
 ///
-/// `Ok(outcome)` is the outcome; `Err(message)` is a failure, handled as [`Outcome::Retry`]
-/// with the message logged and passed to the [`on_give_up`](Workers::on_give_up) callback.
+/// `Ok(outcome)` is the outcome; `Err(error)` is a failure, handled as [`Outcome::Retry`],
+/// logged, and passed with its type to the [`on_give_up`](Workers::on_give_up) callback
+/// (as a [`HandlerError`], read back with [`HandlerError::downcast_ref`]).
 ///
 /// Implemented for [`Outcome`], for `()` (done), and for `Result<O, E>` where `O` is
-/// `IntoOutcome` and `E` is [`Display`](fmt::Display): `Ok(())`, `Ok(Outcome::…)`, or an
-/// error of any type (`String`, `std::io::Error`, `anyhow::Error`, ...).
+/// `IntoOutcome` and `E` is [`Display`](fmt::Display) + `Send + Sync + 'static`: `Ok(())`,
+/// `Ok(Outcome::…)`, or an error of any such type (`String`, `&'static str`,
+/// `std::io::Error`, `anyhow::Error`, ...).
 ///
 /// # Examples
 ///
@@ -138,34 +186,122 @@ pub enum Outcome {
 ///
 /// assert_eq!(().into_outcome(), Ok(Outcome::Done));
 /// assert_eq!(Ok::<_, String>(Outcome::Retry).into_outcome(), Ok(Outcome::Retry));
-/// assert_eq!(Err::<(), _>("timeout").into_outcome(), Err("timeout".to_owned()));
+/// let error = Err::<(), _>(std::io::Error::other("timeout")).into_outcome().unwrap_err();
+/// assert_eq!(error.to_string(), "timeout");
+/// assert_eq!(error.downcast_ref::<std::io::Error>().unwrap().kind(), std::io::ErrorKind::Other);
 /// ```
 pub trait IntoOutcome {
-    /// The outcome, or the message of a failure.
+    /// The outcome, or the error of a failure.
     ///
     /// # Errors
     ///
-    /// The failure's message, for a value that stands for one (`Err(error)`).
-    fn into_outcome(self) -> Result<Outcome, String>;
+    /// The failure, for a value that stands for one (`Err(error)`).
+    fn into_outcome(self) -> Result<Outcome, HandlerError>;
 }
 
 impl IntoOutcome for Outcome {
-    fn into_outcome(self) -> Result<Outcome, String> {
+    fn into_outcome(self) -> Result<Outcome, HandlerError> {
         Ok(self)
     }
 }
 
 impl IntoOutcome for () {
-    fn into_outcome(self) -> Result<Outcome, String> {
+    fn into_outcome(self) -> Result<Outcome, HandlerError> {
         Ok(Outcome::Done)
     }
 }
 
-impl<O: IntoOutcome, E: fmt::Display> IntoOutcome for Result<O, E> {
-    fn into_outcome(self) -> Result<Outcome, String> {
+impl<O, E> IntoOutcome for Result<O, E>
+where
+    O: IntoOutcome,
+    E: fmt::Display + Send + Sync + 'static,
+{
+    fn into_outcome(self) -> Result<Outcome, HandlerError> {
         match self {
             Ok(outcome) => outcome.into_outcome(),
-            Err(error) => Err(error.to_string()),
+            Err(error) => Err(HandlerError::new(error)),
+        }
+    }
+}
+
+/// A handler's error, kept with its type: [`downcast_ref`](Self::downcast_ref) gives it
+/// back, [`Display`](fmt::Display) shows its message. Cheap to clone (shared).
+///
+/// Two handler errors are equal when their messages are.
+#[derive(Clone)]
+pub struct HandlerError {
+    error: Arc<dyn Any + Send + Sync>,
+    message: Arc<str>,
+}
+
+impl HandlerError {
+    /// Wraps `error`, keeping its type and its message.
+    pub fn new<E: fmt::Display + Send + Sync + 'static>(error: E) -> Self {
+        Self {
+            message: error.to_string().into(),
+            error: Arc::new(error),
+        }
+    }
+
+    /// The error, if it is an `E`.
+    pub fn downcast_ref<E: 'static>(&self) -> Option<&E> {
+        self.error.downcast_ref()
+    }
+
+    /// The error's message (its `Display`).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Debug for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("HandlerError").field(&self.message).finish()
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl PartialEq for HandlerError {
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message
+    }
+}
+
+impl Eq for HandlerError {}
+
+/// How the last attempt at an item failed, as reported in [`GiveUp::error`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// The handler returned this error.
+    Error(HandlerError),
+    /// The handler panicked with this message.
+    Panicked(String),
+    /// The handler ran past the per-item timeout of async workers.
+    TimedOut(Duration),
+}
+
+impl Failure {
+    /// The handler's error, if it returned one and it is an `E`.
+    pub fn downcast_ref<E: 'static>(&self) -> Option<&E> {
+        match self {
+            Failure::Error(error) => error.downcast_ref(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Error(error) => fmt::Display::fmt(error, f),
+            Failure::Panicked(message) => write!(f, "handler panicked: {message}"),
+            Failure::TimedOut(timeout) => write!(f, "handler timed out after {timeout:?}"),
         }
     }
 }
@@ -201,8 +337,9 @@ pub struct GiveUp<T> {
     /// How many times it had been retried (the rate limiter's
     /// [`num_requeues`](WorkQueue::num_requeues)).
     pub retries: usize,
-    /// The last failure's message: the handler's error, the panic message, or the timeout.
-    pub error: Option<String>,
+    /// The last failure: the handler's error (with its type), the panic, or the timeout;
+    /// `None` when the handler gave up itself ([`Outcome::GiveUp`]).
+    pub error: Option<Failure>,
 }
 
 /// What a pool of workers did: returned when it stops, or as a snapshot by `stats`.
@@ -257,6 +394,11 @@ pub struct Summary<T> {
     /// stop and left unprocessed. Items still queued are not listed: they are in the queue
     /// (take them with [`WorkQueue::try_get`]). Each item appears once per time it was
     /// dropped.
+    ///
+    /// On a backend shared by many processes (where stopping the pool stops only its own
+    /// handle) the queue keeps such items instead: delayed retries stay on the server, and a
+    /// retry or a hand-out the stopped handle cannot take is released back to the queue, so
+    /// this list stays empty there.
     pub unfinished: Vec<T>,
 }
 
@@ -320,8 +462,8 @@ type GiveUpCallback<T> = Arc<dyn Fn(&GiveUp<T>) + Send + Sync>;
 /// assert!(summary.is_drained());
 /// ```
 #[must_use = "workers do nothing until spawned"]
-pub struct Workers<T> {
-    queue: WorkQueue<T>,
+pub struct Workers<T, Q = WorkQueue<T>> {
+    queue: Q,
     count: usize,
     max_retries: Option<usize>,
     on_give_up: Option<GiveUpCallback<T>>,
@@ -337,7 +479,7 @@ pub struct Workers<T> {
 /// of backoff in all.
 pub const DEFAULT_MAX_RETRIES: usize = 15;
 
-impl<T> fmt::Debug for Workers<T> {
+impl<T, Q> fmt::Debug for Workers<T, Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Workers")
             .field("count", &self.count)
@@ -349,9 +491,14 @@ impl<T> fmt::Debug for Workers<T> {
     }
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T> {
-    /// Starts configuring workers for `queue` (a handle; the pool keeps a clone).
-    pub fn new(queue: WorkQueue<T>) -> Self {
+impl<T, Q> Workers<T, Q>
+where
+    T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static,
+    Q: Queue<Item = T>,
+{
+    /// Starts configuring workers for `queue` (a handle; the pool keeps it): a
+    /// [`WorkQueue`], or any other backend's [`Queue`].
+    pub fn new(queue: Q) -> Self {
         Self {
             queue,
             count: 1,
@@ -432,39 +579,6 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T> {
         self
     }
 
-    /// Starts the workers as threads named `workqueue-worker-<i>` (with the queue's name if
-    /// it has one), each calling `handler` with the item of each lease it takes.
-    ///
-    /// # Panics
-    ///
-    /// If the count is 0, or the system cannot start a thread.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use workqueue::{WorkQueue, Workers};
-    ///
-    /// let queue = WorkQueue::new();
-    /// let workers = Workers::new(queue.clone())
-    ///     .count(2)
-    ///     .spawn_threads(|key: &&str| -> Result<(), std::io::Error> {
-    ///         println!("reconciling {key}");
-    ///         Ok(())
-    ///     });
-    /// queue.add("default/web-0");
-    /// # while workers.stats().processed < 1 { std::thread::yield_now(); }
-    /// let summary = workers.shut_down();
-    /// # assert_eq!(summary.succeeded, 1);
-    /// ```
-    pub fn spawn_threads<F, R>(self, handler: F) -> ThreadWorkers<T>
-    where
-        F: Fn(&T) -> R + Send + Sync + 'static,
-        R: IntoOutcome,
-    {
-        assert!(self.count > 0, "workers: count must be at least 1");
-        ThreadWorkers::spawn(self.into_core(), handler)
-    }
-
     /// Starts the workers as tokio tasks, each awaiting `handler(item)` for each lease it
     /// takes (the item is a clone; the worker keeps the lease until the future is done).
     ///
@@ -497,7 +611,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T> {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
-    pub fn spawn_async<F, Fut>(self, handler: F) -> AsyncWorkers<T>
+    pub fn spawn_async<F, Fut>(self, handler: F) -> AsyncWorkers<T, Q>
     where
         F: Fn(T) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future + Send + 'static,
@@ -508,7 +622,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T> {
         AsyncWorkers::spawn(self.into_core(), timeout, handler)
     }
 
-    fn into_core(self) -> Arc<core::Core<T>> {
+    fn into_core(self) -> Arc<core::Core<T, Q>> {
         core::Core::start(
             self.queue,
             self.count,
@@ -517,5 +631,45 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T> {
             self.stop,
             self.shutdown_timeout,
         )
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T, WorkQueue<T>> {
+    /// Starts the workers as threads named `workqueue-worker-<i>` (with the queue's name if
+    /// it has one), each calling `handler` with the item of each lease it takes.
+    ///
+    /// In memory only: a thread blocks in [`WorkQueue::blocking_get`], and a backend that
+    /// talks to a server over the network is async (its calls need a runtime, and a blocked
+    /// thread per worker buys nothing over a task); use
+    /// [`spawn_async`](Workers::spawn_async) there.
+    ///
+    /// # Panics
+    ///
+    /// If the count is 0, or the system cannot start a thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workqueue::{WorkQueue, Workers};
+    ///
+    /// let queue = WorkQueue::new();
+    /// let workers = Workers::new(queue.clone())
+    ///     .count(2)
+    ///     .spawn_threads(|key: &&str| -> Result<(), std::io::Error> {
+    ///         println!("reconciling {key}");
+    ///         Ok(())
+    ///     });
+    /// queue.add("default/web-0");
+    /// # while workers.stats().processed < 1 { std::thread::yield_now(); }
+    /// let summary = workers.shut_down();
+    /// # assert_eq!(summary.succeeded, 1);
+    /// ```
+    pub fn spawn_threads<F, R>(self, handler: F) -> ThreadWorkers<T>
+    where
+        F: Fn(&T) -> R + Send + Sync + 'static,
+        R: IntoOutcome,
+    {
+        assert!(self.count > 0, "workers: count must be at least 1");
+        ThreadWorkers::spawn(self.into_core(), handler)
     }
 }

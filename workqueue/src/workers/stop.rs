@@ -1,15 +1,22 @@
 //! [`StopToken`]: a stop signal that threads can block on and tasks can await.
+//!
+//! Its waiters are the queue's own wait list ([`Waiters`]): a blocked thread and an awaiting
+//! task are both a [`Signal`], woken by being taken off the list, so there is one waiter
+//! mechanism in the crate.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use slab::Slab;
+
+use crate::sync::thread;
+use crate::waiters::{Signal, Waiters};
 
 /// A stop signal shared by everyone who holds a clone.
 ///
@@ -48,14 +55,12 @@ struct Inner {
     stopped: AtomicBool,
     /// Waiters and callbacks.
     state: Mutex<State>,
-    /// Wakes threads blocked in `wait`.
-    condvar: Condvar,
 }
 
 #[derive(Default)]
 struct State {
-    /// Tasks awaiting `stopped`, keyed by the id their future holds.
-    wakers: Slab<Waker>,
+    /// Threads blocked in `wait` and tasks awaiting `stopped`: all woken by `stop`.
+    waiters: Waiters,
     /// Run once by `stop`, on the stopping thread; removable by key.
     callbacks: Slab<Box<dyn FnOnce() + Send>>,
 }
@@ -71,20 +76,17 @@ impl StopToken {
         if self.inner.stopped.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (wakers, callbacks) = {
+        let (waiters, callbacks) = {
             let mut state = self.inner.state.lock();
             (
-                std::mem::take(&mut state.wakers),
+                state.waiters.take_all(),
                 std::mem::take(&mut state.callbacks),
             )
         };
         for (_, callback) in callbacks {
             callback();
         }
-        self.inner.condvar.notify_all();
-        for (_, waker) in wakers {
-            waker.wake();
-        }
+        waiters.wake();
     }
 
     /// Returns `true` once [`stop`](Self::stop) has been called.
@@ -112,7 +114,7 @@ impl StopToken {
     pub fn stopped(&self) -> Stopped {
         Stopped {
             token: self.clone(),
-            waker: None,
+            waiter: None,
         }
     }
 
@@ -122,10 +124,7 @@ impl StopToken {
     ///
     /// Parks the calling thread; in async code await [`stopped`](Self::stopped) instead.
     pub fn wait(&self) {
-        let mut state = self.inner.state.lock();
-        while !self.is_stopped() {
-            self.inner.condvar.wait(&mut state);
-        }
+        self.park_until(None);
     }
 
     /// Blocks the thread until the token is stopped or `timeout` passes; returns
@@ -135,24 +134,34 @@ impl StopToken {
     ///
     /// Parks the calling thread for at most `timeout`.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now().checked_add(timeout);
-        let mut state = self.inner.state.lock();
+        self.park_until(Instant::now().checked_add(timeout));
+        self.is_stopped()
+    }
+
+    /// Parks the thread on the token's wait list until it stops, or `deadline` passes.
+    fn park_until(&self, deadline: Option<Instant>) {
+        let id = {
+            let mut state = self.inner.state.lock();
+            // Checked under the lock: `stop` sets the flag before taking the waiters.
+            if self.is_stopped() {
+                return;
+            }
+            state.waiters.register(Signal::Thread(thread::current()))
+        };
+        // Parks may wake spuriously: the flag says whether the stop came.
         while !self.is_stopped() {
             match deadline {
+                None => thread::park(),
                 Some(deadline) => {
-                    if self
-                        .inner
-                        .condvar
-                        .wait_until(&mut state, deadline)
-                        .timed_out()
-                    {
-                        break;
+                    let now = Instant::now();
+                    if now >= deadline {
+                        self.inner.state.lock().waiters.cancel(id);
+                        return;
                     }
+                    thread::park_timeout(deadline - now);
                 }
-                None => self.inner.condvar.wait(&mut state),
             }
         }
-        self.is_stopped()
     }
 
     /// Runs `callback` when the token stops (at once if it already has). Returns a key for
@@ -188,8 +197,8 @@ impl fmt::Debug for StopToken {
 #[must_use = "futures do nothing unless polled"]
 pub struct Stopped {
     token: StopToken,
-    /// Our key in the token's waker list while registered.
-    waker: Option<usize>,
+    /// Our id in the token's wait list while registered.
+    waiter: Option<u64>,
 }
 
 impl Future for Stopped {
@@ -205,14 +214,11 @@ impl Future for Stopped {
         if self.token.is_stopped() {
             return Poll::Ready(());
         }
-        match self.waker {
-            Some(key) if state.wakers.contains(key) => {
-                let slot = &mut state.wakers[key];
-                if !slot.will_wake(cx.waker()) {
-                    slot.clone_from(cx.waker());
-                }
-            }
-            _ => self.waker = Some(state.wakers.insert(cx.waker().clone())),
+        let registered = self
+            .waiter
+            .is_some_and(|id| state.waiters.update(id, cx.waker()));
+        if !registered {
+            self.waiter = Some(state.waiters.register(Signal::Task(cx.waker().clone())));
         }
         Poll::Pending
     }
@@ -220,11 +226,8 @@ impl Future for Stopped {
 
 impl Drop for Stopped {
     fn drop(&mut self) {
-        if let Some(key) = self.waker.take() {
-            let mut state = self.token.inner.state.lock();
-            if state.wakers.contains(key) {
-                drop(state.wakers.remove(key));
-            }
+        if let Some(id) = self.waiter.take() {
+            self.token.inner.state.lock().waiters.cancel(id);
         }
     }
 }

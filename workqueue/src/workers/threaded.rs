@@ -6,7 +6,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::core::{Core, Handled, panic_message};
+use super::core::{Core, Handled, panic_message, ready_now};
 use super::{IntoOutcome, StopToken, Summary};
 use crate::WorkQueue;
 
@@ -15,7 +15,7 @@ use crate::WorkQueue;
 /// Dropping it leaves the threads running; they end when the pool's [`StopToken`] is
 /// stopped, or when the queue is shut down and empty.
 pub struct ThreadWorkers<T> {
-    core: Arc<Core<T>>,
+    core: Arc<Core<T, WorkQueue<T>>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -29,7 +29,9 @@ impl<T> fmt::Debug for ThreadWorkers<T> {
 }
 
 /// Marks a worker as exited when its thread ends, even by unwinding.
-struct ExitGuard<'a, T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static>(&'a Core<T>);
+struct ExitGuard<'a, T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static>(
+    &'a Core<T, WorkQueue<T>>,
+);
 
 impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Drop for ExitGuard<'_, T> {
     fn drop(&mut self) {
@@ -38,7 +40,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Drop for ExitGua
 }
 
 impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> ThreadWorkers<T> {
-    pub(super) fn spawn<F, R>(core: Arc<Core<T>>, handler: F) -> Self
+    pub(super) fn spawn<F, R>(core: Arc<Core<T, WorkQueue<T>>>, handler: F) -> Self
     where
         F: Fn(&T) -> R + Send + Sync + 'static,
         R: IntoOutcome,
@@ -62,26 +64,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> ThreadWorkers<T>
         Self { core, threads }
     }
 
-    /// The token that stops this pool.
-    pub fn stop_token(&self) -> &StopToken {
-        &self.core.stop
-    }
-
-    /// The queue the workers take items from.
-    pub fn queue(&self) -> &WorkQueue<T> {
-        &self.core.queue
-    }
-
-    /// Stops the pool without waiting: workers take no new item and the queue is shut down.
-    /// The same as stopping its [`StopToken`].
-    pub fn stop(&self) {
-        self.core.stop.stop();
-    }
-
-    /// What the workers have done so far, and what they are processing now.
-    pub fn stats(&self) -> Summary<T> {
-        self.core.summary()
-    }
+    super::pool_accessors!(WorkQueue<T>);
 
     /// Waits until the workers have exited and returns what they did.
     ///
@@ -117,7 +100,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> ThreadWorkers<T>
 }
 
 /// One worker thread's loop.
-fn worker<T, F, R>(core: &Core<T>, slot: usize, handler: &F)
+fn worker<T, F, R>(core: &Core<T, WorkQueue<T>>, slot: usize, handler: &F)
 where
     T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static,
     F: Fn(&T) -> R,
@@ -131,10 +114,10 @@ where
         if core.stop.is_stopped() {
             // Handed out as the stop shut the queue down: intake has stopped, so leave it,
             // and list it in `unfinished`.
-            core.leave_unprocessed(lease);
+            in_memory(core.leave_unprocessed(lease));
             break;
         }
-        let span = core.span(&lease);
+        let span = in_memory(core.span(lease.item(), lease.priority()));
         let _entered = span.enter();
         core.begin(slot, &lease);
         let handled =
@@ -143,6 +126,12 @@ where
                 Ok(Err(error)) => Handled::Failed(error),
                 Err(payload) => Handled::Panicked(panic_message(payload.as_ref())),
             };
-        core.finish(slot, lease, handled);
+        in_memory(core.finish(slot, lease, handled));
     }
+}
+
+/// Runs the shared worker code on the in-memory queue, whose calls complete at once (a
+/// thread never waits on a future).
+fn in_memory<F: std::future::Future>(future: F) -> F::Output {
+    ready_now(future).expect("the in-memory queue's calls complete at once")
 }

@@ -12,15 +12,23 @@
 //!
 //! The producing process waits for the queue to drain, shuts it down (which ends the
 //! `--workers-only` processes) and prints the table. Exit code 0 if both checks hold.
+//!
+//! The workers are [`workqueue::Workers`], the same pool as in memory, over the queue on
+//! Redis: retries, give-ups and the stop come from it. The checks wrap the queue in
+//! [`Checked`], a [`Queue`] that claims each item as it is handed out and records the fencing
+//! token of each accepted `done`.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use workqueue_redis::{Error, RateLimit, RedisQueue};
+use redis::aio::ConnectionManager;
+use workqueue::{AddOptions, Queue, QueueLease, Workers};
+use workqueue_redis::{Error, Lease, RateLimit, RedisQueue};
 
 /// Options of `wq redis demo`.
 #[derive(Debug, clap::Args)]
@@ -77,7 +85,6 @@ impl Rng {
 struct Counters {
     reconciles: AtomicU64,
     failures: AtomicU64,
-    given_up: AtomicU64,
     overlaps: AtomicU64,
     refused: AtomicU64,
 }
@@ -86,56 +93,176 @@ fn key(name: &str, suffix: &str) -> String {
     format!("wq-demo:{{{name}}}:{suffix}")
 }
 
-async fn worker(
+/// The demo's view of the queue: the queue on Redis, plus the two checks' bookkeeping around
+/// each lease (a claim while it is held, the token of each accepted `done`). A [`Queue`] of
+/// its own, so that the workers are the library's.
+#[derive(Clone)]
+struct Checked {
     queue: RedisQueue<String>,
-    mut con: redis::aio::ConnectionManager,
-    args: Arc<DemoArgs>,
+    con: ConnectionManager,
+    /// The claims hash: item -> token of the lease that holds it.
+    claims: Arc<str>,
+    /// Item -> token of its last accepted `done`.
+    done_tokens: Arc<str>,
     counters: Arc<Counters>,
-    seed: u64,
-) -> Result<(), Error> {
-    let mut rng = Rng(seed);
-    let (claims, done_tokens, given_up) = (
-        key(&args.queue, "claims"),
-        key(&args.queue, "done"),
-        key(&args.queue, "given-up"),
-    );
-    while let Some(lease) = queue.get().await? {
-        let item = lease.item().clone();
-        let token = lease.token();
-        // Claim the object: a second live claim means two workers at once.
-        let claimed: bool = con.hset_nx(&claims, &item, token).await?;
+}
+
+/// A lease of [`Checked`]: the queue's lease and whether it holds the item's claim.
+struct CheckedLease {
+    lease: Lease<String>,
+    claimed: bool,
+    queue: Checked,
+}
+
+impl fmt::Debug for CheckedLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CheckedLease")
+            .field("lease", &self.lease)
+            .field("claimed", &self.claimed)
+            .finish()
+    }
+}
+
+impl CheckedLease {
+    /// Gives the claim back (before the lease ends, so that the next holder can claim).
+    async fn unclaim(&mut self) -> Result<(), Error> {
+        if self.claimed {
+            let _: () = self
+                .queue
+                .con
+                .clone()
+                .hdel(&*self.queue.claims, self.lease.item())
+                .await?;
+            self.claimed = false;
+        }
+        Ok(())
+    }
+}
+
+impl Queue for Checked {
+    type Item = String;
+    type Lease = CheckedLease;
+    type Error = Error;
+
+    fn name(&self) -> Option<&str> {
+        Queue::name(&self.queue)
+    }
+
+    async fn add_with(&self, item: String, options: AddOptions) -> Result<bool, Error> {
+        Queue::add_with(&self.queue, item, options).await
+    }
+
+    async fn forget(&self, item: &String) -> Result<(), Error> {
+        Queue::forget(&self.queue, item).await
+    }
+
+    async fn num_requeues(&self, item: &String) -> Result<usize, Error> {
+        Queue::num_requeues(&self.queue, item).await
+    }
+
+    async fn len(&self) -> Result<usize, Error> {
+        Queue::len(&self.queue).await
+    }
+
+    /// Hands the next item out and claims it: a second live claim means two workers at once.
+    async fn get(&self) -> Result<Option<CheckedLease>, Error> {
+        let Some(lease) = Queue::get(&self.queue).await? else {
+            return Ok(None);
+        };
+        let claimed: bool = self
+            .con
+            .clone()
+            .hset_nx(&*self.claims, lease.item(), lease.token())
+            .await?;
         if !claimed {
-            counters.overlaps.fetch_add(1, Ordering::Relaxed);
+            self.counters.overlaps.fetch_add(1, Ordering::Relaxed);
         }
-        tokio::time::sleep(Duration::from_micros(200 + rng.next() % 2000)).await;
-        counters.reconciles.fetch_add(1, Ordering::Relaxed);
-        let failed = rng.unit() < args.failure_rate;
-        if claimed {
-            let _: () = con.hdel(&claims, &item).await?;
-        }
-        if failed {
-            counters.failures.fetch_add(1, Ordering::Relaxed);
-            if queue.num_requeues(&item).await? >= args.max_retries {
-                counters.given_up.fetch_add(1, Ordering::Relaxed);
-                let _: () = con.sadd(&given_up, &item).await?;
-                queue.forget(&item).await?;
-            } else {
-                queue.add_rate_limited(&item).await?;
-            }
-        } else {
-            queue.forget(&item).await?;
-        }
-        match lease.done().await {
+        Ok(Some(CheckedLease {
+            lease,
+            claimed,
+            queue: self.clone(),
+        }))
+    }
+
+    fn shut_down(&self) -> Vec<String> {
+        Queue::shut_down(&self.queue)
+    }
+
+    async fn shut_down_with_drain(&self) -> Result<(), Error> {
+        Queue::shut_down_with_drain(&self.queue).await
+    }
+
+    async fn is_shutting_down(&self) -> Result<bool, Error> {
+        Queue::is_shutting_down(&self.queue).await
+    }
+}
+
+impl QueueLease for CheckedLease {
+    type Item = String;
+    type Error = Error;
+
+    fn item(&self) -> &String {
+        self.lease.item()
+    }
+
+    fn priority(&self) -> i32 {
+        QueueLease::priority(&self.lease)
+    }
+
+    /// Marks the item done and, if the server accepted it, records the lease's token.
+    async fn done(mut self) -> Result<(), Error> {
+        self.unclaim().await?;
+        let (item, token) = (self.lease.item().clone(), self.lease.token());
+        match self.lease.done().await {
             Ok(()) => {
-                let _: () = con.hset(&done_tokens, &item, token).await?;
+                let _: () = self
+                    .queue
+                    .con
+                    .clone()
+                    .hset(&*self.queue.done_tokens, &item, token)
+                    .await?;
+                Ok(())
             }
-            Err(e) if e.is_lease_lost() => {
-                counters.refused.fetch_add(1, Ordering::Relaxed);
+            Err(error) => {
+                if error.is_lease_lost() {
+                    self.queue.counters.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(error)
             }
-            Err(e) => return Err(e),
         }
     }
-    Ok(())
+
+    async fn release(mut self) -> Result<bool, Error> {
+        self.unclaim().await?;
+        QueueLease::release(self.lease).await
+    }
+}
+
+/// One reconcile: a random latency, and a failure at `--failure-rate` (an `Err`, which the
+/// workers retry with the queue's rate limiter and give up after `--max-retries`). A failure
+/// that will be given up is recorded first, for the check.
+async fn reconcile(
+    item: String,
+    queue: RedisQueue<String>,
+    mut con: ConnectionManager,
+    args: Arc<DemoArgs>,
+    counters: Arc<Counters>,
+    (latency, failed): (Duration, bool),
+) -> Result<(), String> {
+    tokio::time::sleep(latency).await;
+    counters.reconciles.fetch_add(1, Ordering::Relaxed);
+    if !failed {
+        return Ok(());
+    }
+    counters.failures.fetch_add(1, Ordering::Relaxed);
+    let retries = queue.num_requeues(&item).await.map_err(|e| e.to_string())?;
+    if retries >= args.max_retries {
+        let _: () = con
+            .sadd(key(&args.queue, "given-up"), &item)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Err("simulated failure".to_owned())
 }
 
 /// Runs `wq redis demo`.
@@ -170,17 +297,38 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
     }
     let counters = Arc::new(Counters::default());
     let seed = u64::from(std::process::id()) << 20;
-    let workers: Vec<_> = (0..args.workers)
-        .map(|i| {
-            tokio::spawn(worker(
-                queue.clone(),
-                con.clone(),
-                args.clone(),
-                counters.clone(),
-                seed + i as u64,
-            ))
-        })
-        .collect();
+    let checked = Checked {
+        queue: queue.clone(),
+        con: con.clone(),
+        claims: key(&args.queue, "claims").into(),
+        done_tokens: key(&args.queue, "done").into(),
+        counters: counters.clone(),
+    };
+    let rng = Arc::new(Mutex::new(Rng(seed)));
+    let workers = Workers::new(checked)
+        .count(args.workers)
+        .max_retries(args.max_retries)
+        .spawn_async({
+            let (queue, con, args, counters) =
+                (queue.clone(), con.clone(), args.clone(), counters.clone());
+            move |item: String| {
+                let draw = {
+                    let mut rng = rng.lock().unwrap_or_else(|e| e.into_inner());
+                    (
+                        Duration::from_micros(200 + rng.next() % 2000),
+                        rng.unit() < args.failure_rate,
+                    )
+                };
+                reconcile(
+                    item,
+                    queue.clone(),
+                    con.clone(),
+                    args.clone(),
+                    counters.clone(),
+                    draw,
+                )
+            }
+        });
     let mut last_add: HashMap<String, u64> = HashMap::new();
     let mut adds = 0_u64;
     if !args.workers_only {
@@ -216,9 +364,7 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
         // Stops the workers of every process, including --workers-only ones.
         queue.shut_down_fleet().await?;
     }
-    for w in workers {
-        w.await.expect("worker task")?;
-    }
+    let summary = workers.wait().await;
     let elapsed = started.elapsed();
     let c = &counters;
     println!(
@@ -241,7 +387,7 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
     println!(
         "failures         {} (given up: {})",
         c.failures.load(Ordering::Relaxed),
-        c.given_up.load(Ordering::Relaxed)
+        summary.given_up
     );
     println!(
         "refused dones    {} (leases lost)",

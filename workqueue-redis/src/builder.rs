@@ -1,0 +1,308 @@
+//! [`Builder`]: the options of a [`RedisQueue`], and the connection it opens.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use redis::Client;
+use redis::aio::ConnectionManagerConfig;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+#[cfg(feature = "cluster")]
+use crate::connection::host_of;
+use crate::connection::{Conn, Source, check_version, validate};
+use crate::error::Error;
+use crate::persistence::{self, Persistence};
+use crate::queue::{Inner, Mutation, RedisQueue, Wakeups};
+use crate::rate_limit::RateLimit;
+use crate::scripts::Keys;
+
+/// The options of a [`RedisQueue`]; start with [`RedisQueue::builder`].
+///
+/// # Defaults
+///
+/// Key prefix `wq`, leases of 30 s renewed every 10 s while held for at most an hour, an item
+/// moved to the dead letters after 5 expired leases in a row, at most 10,000 dead letters,
+/// client-go's [`RateLimit::default_controller`], blocked getters looking again at least every
+/// 2 s, transient server states waited out for up to 30 s, and a persistence check at start.
+#[must_use]
+pub struct Builder<T> {
+    name: String,
+    url: Option<String>,
+    client: Option<Client>,
+    #[cfg(feature = "cluster")]
+    cluster: Option<Vec<String>>,
+    prefix: String,
+    lease: Duration,
+    renew_every: Option<Duration>,
+    auto_renew: bool,
+    rate_limit: RateLimit,
+    poll: Duration,
+    response_timeout: Duration,
+    check_persistence: bool,
+    max_stalls: u32,
+    max_hold: Duration,
+    dead_letter_cap: usize,
+    retry_deadline: Duration,
+    mutations: u32,
+    _item: PhantomData<fn() -> T>,
+}
+
+impl<T> fmt::Debug for Builder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("name", &self.name)
+            .field("prefix", &self.prefix)
+            .field("lease", &self.lease)
+            .field("auto_renew", &self.auto_renew)
+            .field("max_hold", &self.max_hold)
+            .field("max_stalls", &self.max_stalls)
+            .field("dead_letter_cap", &self.dead_letter_cap)
+            .field("retry_deadline", &self.retry_deadline)
+            .field("rate_limit", &self.rate_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
+    /// The defaults (see above), for a queue named `name`.
+    pub(crate) fn new(name: String) -> Self {
+        Builder {
+            name,
+            url: None,
+            client: None,
+            #[cfg(feature = "cluster")]
+            cluster: None,
+            prefix: "wq".to_owned(),
+            lease: Duration::from_secs(30),
+            renew_every: None,
+            auto_renew: true,
+            rate_limit: RateLimit::default_controller(),
+            poll: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+            check_persistence: true,
+            max_stalls: 5,
+            max_hold: Duration::from_secs(3600),
+            dead_letter_cap: 10_000,
+            retry_deadline: Duration::from_secs(30),
+            mutations: 0,
+            _item: PhantomData,
+        }
+    }
+
+    /// The server: `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS (feature
+    /// `tls`).
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// The server, as a client you configured yourself.
+    pub fn client(mut self, client: Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// A Redis Cluster, by the URLs of some of its nodes (feature `cluster`). Every key of the
+    /// queue carries the queue's hash tag, so the whole queue lives on the primary that owns
+    /// its slot and every script runs there.
+    #[cfg(feature = "cluster")]
+    pub fn cluster<S: Into<String>>(mut self, nodes: impl IntoIterator<Item = S>) -> Self {
+        self.cluster = Some(nodes.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The prefix of the queue's keys (`prefix:{name}:ready`, ...). Default `wq`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long a lease lasts without renewal (server clock). A worker that dies holding an
+    /// item frees it after at most this long. Default 30 s.
+    pub fn lease_duration(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How often a held lease is renewed. Default a third of the lease duration.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// Whether leases renew themselves while held (default `true`). Without it, call
+    /// [`Lease::renew`](crate::Lease::renew) yourself.
+    pub fn auto_renew(mut self, auto_renew: bool) -> Self {
+        self.auto_renew = auto_renew;
+        self
+    }
+
+    /// Moves an item to the dead letters once its lease expired this many times in a row
+    /// (its workers died or stalled each time: a poison item), instead of handing it out
+    /// again; the dead letter records the count and the item's failure count, and both are
+    /// cleared. A `done` resets the count; a released lease (dropped without `done`) does not
+    /// count. Default 5; 0 means no limit.
+    pub fn max_stalls(mut self, max_stalls: u32) -> Self {
+        self.max_stalls = max_stalls;
+        self
+    }
+
+    /// The longest a lease is renewed automatically. After it, renewal stops and the lease
+    /// expires on the server a lease duration later, so a deadlocked handler or a leaked lease
+    /// cannot hold an item forever (the expiry counts as a stall, see
+    /// [`max_stalls`](Self::max_stalls)). Default 1 hour.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = max_hold;
+        self
+    }
+
+    /// The most dead letters kept; beyond it the oldest are dropped and counted
+    /// ([`Stats::dead_dropped`](crate::Stats::dead_dropped)). Default 10,000; 0 means no cap.
+    pub fn dead_letter_cap(mut self, cap: usize) -> Self {
+        self.dead_letter_cap = cap;
+        self
+    }
+
+    /// How long an operation keeps retrying, with backoff, through transient server states
+    /// (a lost connection, a restart replaying its AOF (`LOADING`), `BUSY`, `TRYAGAIN`,
+    /// `MASTERDOWN`, `READONLY` after a failover, which also reconnects) before it returns
+    /// the error. [`get`](RedisQueue::get) restarts the deadline each time the server
+    /// answers. Default 30 s.
+    pub fn retry_deadline(mut self, deadline: Duration) -> Self {
+        self.retry_deadline = deadline;
+        self
+    }
+
+    /// The rate limiter of `add_rate_limited`. Default [`RateLimit::default_controller`].
+    pub fn rate_limit(mut self, rate_limit: RateLimit) -> Self {
+        self.rate_limit = rate_limit;
+        self
+    }
+
+    /// The longest a blocked getter waits before it looks at the queue again even without a
+    /// wake-up. Default 2 s.
+    pub fn poll_interval(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+
+    /// How long a call waits for the server's answer. Default 5 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Whether to read the server's persistence settings at start and warn (once per server
+    /// and process, through `tracing`) when they cannot keep acknowledged work through a
+    /// crash. Default `true`.
+    pub fn check_persistence(mut self, check: bool) -> Self {
+        self.check_persistence = check;
+        self
+    }
+
+    /// Switches on a deliberate bug (see [`Mutation`]); may be called more than once to
+    /// combine them. It exists only to prove that the fault tests can fail.
+    #[doc(hidden)]
+    pub fn mutation(mut self, mutation: Mutation) -> Self {
+        self.mutations |= mutation.bit();
+        self
+    }
+
+    /// The configuration of the command connection.
+    fn client_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.response_timeout))
+            .set_connection_timeout(Some(self.response_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500))
+    }
+
+    /// Opens the command connection; returns it, the source of more connections, and the
+    /// server's name for messages.
+    async fn connect(&self) -> Result<(Conn, Source, String), Error> {
+        #[cfg(feature = "cluster")]
+        if let Some(nodes) = &self.cluster {
+            let builder = |timeout: Duration| {
+                redis::cluster::ClusterClient::builder(nodes.clone())
+                    .connection_timeout(self.response_timeout)
+                    .response_timeout(timeout)
+                    .build()
+            };
+            let client = builder(self.response_timeout)?;
+            let blocking = builder(self.poll + self.response_timeout)?;
+            let con = client.get_async_connection().await?;
+            let server = nodes.first().map(|url| host_of(url)).unwrap_or_default();
+            return Ok((Conn::Cluster(con), Source::Cluster { blocking }, server));
+        }
+        let client = match (&self.client, &self.url) {
+            (Some(client), _) => client.clone(),
+            (None, Some(url)) => Client::open(url.as_str())?,
+            (None, None) => return Err(Error::Config("no server: give a url or a client".into())),
+        };
+        let con = client
+            .get_connection_manager_with_config(self.client_config())
+            .await?;
+        let server = client.get_connection_info().addr().to_string();
+        Ok((Conn::Manager(con), Source::Single(client), server))
+    }
+
+    /// Connects and builds the queue.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty name or prefix, or one with braces (the queue's hash
+    /// tag), white space or control characters, or a lease under 10 ms;
+    /// [`Error::UnsupportedServer`] for a server older than [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION);
+    /// [`Error::Redis`] if the server cannot be reached.
+    pub async fn build(self) -> Result<RedisQueue<T>, Error> {
+        validate("queue name", &self.name)?;
+        validate("key prefix", &self.prefix)?;
+        if self.lease < Duration::from_millis(10) {
+            return Err(Error::Config("the lease must last at least 10 ms".into()));
+        }
+        let (mut con, source, server) = self.connect().await?;
+        check_version(&mut con).await?;
+        let persistence = if self.check_persistence {
+            let persistence = Persistence::read(&mut con).await;
+            persistence::warn_once(&server, &persistence);
+            Some(persistence)
+        } else {
+            None
+        };
+        let client_config = self.client_config();
+        let renew_every = self
+            .renew_every
+            .unwrap_or(self.lease / 3)
+            .max(Duration::from_millis(1));
+        Ok(RedisQueue {
+            inner: Arc::new(Inner {
+                keys: Keys::new(&self.prefix, &self.name),
+                name: self.name,
+                source,
+                con: RwLock::new(con),
+                blocking: Mutex::new(Vec::new()),
+                lease: self.lease,
+                renew_every,
+                auto_renew: self.auto_renew,
+                rate_limit: self.rate_limit,
+                poll: self.poll.max(Duration::from_millis(1)),
+                response_timeout: self.response_timeout,
+                max_stalls: self.max_stalls,
+                max_hold: self.max_hold,
+                dead_letter_cap: self.dead_letter_cap,
+                retry_deadline: self.retry_deadline,
+                mutations: self.mutations,
+                persistence,
+                client_config,
+                shut: AtomicBool::new(false),
+                leases_out: AtomicUsize::new(0),
+                wake: Wakeups::new(),
+            }),
+            _item: PhantomData,
+        })
+    }
+}

@@ -1,0 +1,274 @@
+//! [`Queue`] and [`QueueLease`]: what a work queue backend offers, so that one worker loop
+//! ([`Workers`](crate::Workers)) runs on every backend.
+//!
+//! The trait is named for what it is: a work queue with client-go's rules, seen through the
+//! operations a worker loop needs. [`WorkQueue`] (in memory) implements it, and so do the
+//! backends that keep the rules across processes (`workqueue_redis::RedisQueue`). It is
+//! async-first because a shared backend talks to a server; the in-memory queue answers every
+//! call but [`get`](Queue::get) and [`shut_down_with_drain`](Queue::shut_down_with_drain) at
+//! once, with futures that are ready when first polled, and its error type is
+//! [`Infallible`].
+//!
+//! Every future the trait returns is `Send`, so a worker loop generic over a backend can run
+//! on a multi-threaded runtime (`tokio::spawn`).
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::{self, Future};
+use std::hash::Hash;
+
+use crate::{AddOptions, Lease, WorkQueue};
+
+/// A work queue with client-go's rules: dedup, never two workers on one item, delays,
+/// rate-limited retries, shut down. The interface every backend offers to
+/// [`Workers`](crate::Workers).
+///
+/// The methods mirror [`WorkQueue`]'s, with the differences a backend beyond one process
+/// needs: calls are async and may fail ([`Error`](Self::Error)), and the lease is the
+/// backend's own ([`QueueLease`]). A type's own methods of the same name (for example
+/// [`WorkQueue::add_with`], which returns nothing) take precedence in method calls; call the
+/// trait's with `Queue::add_with(&queue, ...)` or through a generic parameter.
+///
+/// # Implementing it
+///
+/// A backend keeps every rule of API.md's contract, and documents where a lease differs: in
+/// memory a dropped lease is done (client-go's deferred `Done`); on a shared backend a dropped
+/// lease is released and only [`QueueLease::done`] marks the item done. A worker loop written
+/// against this trait therefore always ends a lease explicitly, with `done` or `release`.
+///
+/// # Examples
+///
+/// A worker loop for any backend:
+///
+/// ```
+/// use workqueue::{AddOptions, Queue, QueueLease, WorkQueue};
+///
+/// async fn drain<Q: Queue<Item = String>>(queue: &Q) -> Result<usize, Q::Error> {
+///     let mut processed = 0;
+///     while let Some(lease) = queue.get().await? {
+///         if lease.item().is_empty() {
+///             // A failure: retry later, then let go of this hand-out.
+///             Queue::add_with(queue, lease.item().clone(), AddOptions::default().rate_limited())
+///                 .await?;
+///         } else {
+///             queue.forget(lease.item()).await?;
+///         }
+///         lease.done().await?;
+///         processed += 1;
+///     }
+///     Ok(processed)
+/// }
+///
+/// let queue = WorkQueue::new();
+/// queue.add("default/web-0".to_owned());
+/// queue.shut_down();
+/// let processed = futures::executor::block_on(drain(&queue)).unwrap();
+/// assert_eq!(processed, 1);
+/// ```
+pub trait Queue: Clone + Send + Sync + 'static {
+    /// What the queue holds.
+    type Item: Eq + Hash + Clone + Send + Sync + 'static;
+    /// What [`get`](Self::get) hands out.
+    type Lease: QueueLease<Item = Self::Item, Error = Self::Error>;
+    /// Why a call failed: [`Infallible`] in memory, a connection or server error on a shared
+    /// backend.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// The queue's name, for logs and spans.
+    fn name(&self) -> Option<&str>;
+
+    /// Adds `item` with a delay, rate limiting and a priority as `options` say (see
+    /// [`WorkQueue::add_with`]). Returns `Ok(false)` if the queue (or this handle) is shut
+    /// down and ignored the add, `Ok(true)` otherwise.
+    ///
+    /// # Errors
+    ///
+    /// A backend's failure to apply the add (then whether it applied may be unknown; adding
+    /// again is harmless), or options it does not support.
+    fn add_with(
+        &self,
+        item: Self::Item,
+        options: AddOptions,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// The rate limiter stops tracking `item`: client-go's `Forget`.
+    ///
+    /// # Errors
+    ///
+    /// A backend's failure.
+    fn forget(&self, item: &Self::Item) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// How many times the rate limiter delayed `item` since it was last forgotten: client-go's
+    /// `NumRequeues`.
+    ///
+    /// # Errors
+    ///
+    /// A backend's failure.
+    fn num_requeues(
+        &self,
+        item: &Self::Item,
+    ) -> impl Future<Output = Result<usize, Self::Error>> + Send;
+
+    /// The number of items ready to hand out now: client-go's `Len`.
+    ///
+    /// # Errors
+    ///
+    /// A backend's failure.
+    fn len(&self) -> impl Future<Output = Result<usize, Self::Error>> + Send;
+
+    /// Whether no item is ready to hand out now.
+    ///
+    /// # Errors
+    ///
+    /// A backend's failure.
+    fn is_empty(&self) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        async { Ok(self.len().await? == 0) }
+    }
+
+    /// Waits for the next item and hands it out under a lease: client-go's `Get`. `Ok(None)`
+    /// once the queue (or this handle) is shut down and has nothing left to hand out for it.
+    ///
+    /// Cancel safe: a dropped future loses no item.
+    ///
+    /// # Errors
+    ///
+    /// A backend's failure that outlasted its own retries.
+    fn get(&self) -> impl Future<Output = Result<Option<Self::Lease>, Self::Error>> + Send;
+
+    /// Shuts this handle down: client-go's `ShutDown`. Its adds are ignored from now on and
+    /// its getters wake; items already queued are still handed out (in memory), or left on the
+    /// server for the other processes (on a shared backend, where a handle's shut down stops
+    /// only that handle).
+    ///
+    /// It is synchronous, and takes effect before it returns, because a stop signal (a
+    /// [`StopToken`](crate::StopToken) callback, a signal handler) calls it where it cannot
+    /// wait: shutting one handle down is local to it on every backend.
+    ///
+    /// Returns the items the shut down dropped and nobody will process: in memory, the
+    /// delayed items (the queue forgets them), so that a caller can keep them; on a shared
+    /// backend, where delayed items stay on the server, none.
+    fn shut_down(&self) -> Vec<Self::Item>;
+
+    /// Shuts this handle down, then waits until no lease it handed out is held: client-go's
+    /// `ShutDownWithDrain`.
+    ///
+    /// # Errors
+    ///
+    /// A backend's failure.
+    fn shut_down_with_drain(&self) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Whether this handle, or the queue for everyone, is shut down: client-go's
+    /// `ShuttingDown`.
+    ///
+    /// # Errors
+    ///
+    /// A backend's failure.
+    fn is_shutting_down(&self) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+}
+
+/// The claim on one item while a worker processes it: what [`Queue::get`] hands out.
+///
+/// End it with [`done`](Self::done) (processed) or [`release`](Self::release) (not
+/// processed: hand it out again). What a lease dropped without either does is the backend's
+/// rule: done in memory, released on a shared backend.
+pub trait QueueLease: Send + fmt::Debug + 'static {
+    /// The item.
+    type Item;
+    /// Why ending the lease failed.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// The item.
+    fn item(&self) -> &Self::Item;
+
+    /// The priority the item was handed out with (0 when priorities are not used).
+    fn priority(&self) -> i32;
+
+    /// Marks the item done: client-go's `Done`. An item re-added while processing is queued
+    /// again.
+    ///
+    /// # Errors
+    ///
+    /// A backend's failure, or a lease the backend took back (it expired).
+    fn done(self) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Lets go of the item unprocessed, so that it is handed out again. Returns `Ok(true)` if
+    /// the queue still holds the item, `Ok(false)` if it does not (in memory, once the queue
+    /// is shut down, a released item cannot be queued again and leaves the queue).
+    ///
+    /// # Errors
+    ///
+    /// As for [`done`](Self::done).
+    fn release(self) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> Queue for WorkQueue<T> {
+    type Item = T;
+    type Lease = Lease<T>;
+    type Error = Infallible;
+
+    fn name(&self) -> Option<&str> {
+        WorkQueue::name(self)
+    }
+
+    fn add_with(
+        &self,
+        item: T,
+        options: AddOptions,
+    ) -> impl Future<Output = Result<bool, Infallible>> + Send {
+        future::ready(Ok(self.add_with_accepted(item, options)))
+    }
+
+    fn forget(&self, item: &T) -> impl Future<Output = Result<(), Infallible>> + Send {
+        WorkQueue::forget(self, item);
+        future::ready(Ok(()))
+    }
+
+    fn num_requeues(&self, item: &T) -> impl Future<Output = Result<usize, Infallible>> + Send {
+        future::ready(Ok(WorkQueue::num_requeues(self, item)))
+    }
+
+    fn len(&self) -> impl Future<Output = Result<usize, Infallible>> + Send {
+        future::ready(Ok(WorkQueue::len(self)))
+    }
+
+    async fn get(&self) -> Result<Option<Lease<T>>, Infallible> {
+        Ok(WorkQueue::get(self).await)
+    }
+
+    fn shut_down(&self) -> Vec<T> {
+        self.shut_down_taking_delayed()
+    }
+
+    async fn shut_down_with_drain(&self) -> Result<(), Infallible> {
+        WorkQueue::shut_down_with_drain(self).await;
+        Ok(())
+    }
+
+    fn is_shutting_down(&self) -> impl Future<Output = Result<bool, Infallible>> + Send {
+        future::ready(Ok(WorkQueue::is_shutting_down(self)))
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> QueueLease for Lease<T> {
+    type Item = T;
+    type Error = Infallible;
+
+    fn item(&self) -> &T {
+        Lease::item(self)
+    }
+
+    fn priority(&self) -> i32 {
+        Lease::priority(self)
+    }
+
+    fn done(self) -> impl Future<Output = Result<(), Infallible>> + Send {
+        Lease::done(self);
+        future::ready(Ok(()))
+    }
+
+    /// In memory: adds the item again (with its priority) and marks it done, so that it is
+    /// handed out again; `Ok(false)` if the queue is shut down and refused the add.
+    fn release(self) -> impl Future<Output = Result<bool, Infallible>> + Send {
+        future::ready(Ok(Lease::re_add_and_done(self)))
+    }
+}
