@@ -1,4 +1,6 @@
-//! `wq demo`: a simulated controller on the in-memory queue, the first thing to run.
+//! `wq demo`: a simulated controller on the in-memory queue, the first thing to run. With
+//! `--redis URL` the controller runs on a queue on Redis shared by processes instead
+//! ([`distributed`]).
 //!
 //! Producers emit bursts of change events for a set of objects, the way an informer calls
 //! `queue.add` for every watch event: many of them name an object that is already waiting,
