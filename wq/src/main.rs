@@ -1,8 +1,10 @@
 //! `wq`: the workqueue command line.
 //!
-//! - `wq demo`: a simulated controller on the in-memory queue (the main job).
-//! - `wq bench`: the standard workloads of BENCH.md beside their references.
-//! - `wq redis stats|shutdown|resume|dead-letters|demo|bench`: a queue on Redis, for operators.
+//! - `wq demo`: a simulated controller on the in-memory queue, or with `--redis URL` on a queue
+//!   on Redis shared by processes (`demo/`).
+//! - `wq bench`: the standard workloads of BENCH.md beside their references; with
+//!   `--redis URL` W1, W3 and W4 on Redis beside BullMQ, in the same report (`bench/`).
+//! - `wq redis stats|shutdown|resume|dead-letters`: a queue on Redis, for operators (`ops.rs`).
 //! - `wq dashboard`: a web page, JSON API and metrics for the queues on Redis.
 
 use std::process::ExitCode;
@@ -13,7 +15,7 @@ mod bench;
 mod dashboard;
 mod demo;
 mod metrics_server;
-mod redis;
+mod ops;
 
 /// The workqueue command line.
 #[derive(Debug, Parser)]
@@ -29,8 +31,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Runs the standard workloads beside their references and prints one table.
     Bench(bench::BenchArgs),
-    /// Operates a queue on Redis: stats, fleet shutdown and resume, dead letters, demo, bench.
-    Redis(redis::RedisArgs),
+    /// Operates a queue on Redis: stats, fleet shutdown and resume, dead letters.
+    Redis(ops::RedisArgs),
     /// Serves a web dashboard of the queues on Redis: `wq dashboard --redis URL`.
     Dashboard(dashboard::DashboardArgs),
 }
@@ -40,7 +42,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),
-        Command::Redis(args) => redis::run(args),
+        Command::Redis(args) => ops::run(args),
         Command::Dashboard(args) => dashboard::run(args),
     }
 }

@@ -129,9 +129,10 @@ fn operator_commands_take_the_url_from_the_environment_and_never_print_the_passw
     );
 }
 
-/// `wq redis demo` runs the library's `Workers` on the queue on Redis: a producing process and
-/// a `--workers-only` one share it, retries and give-ups happen, and both checks (never two
-/// workers at once; every last event reconciled after it arrived) hold.
+/// `wq demo --redis` runs the library's `Workers` on the queue on Redis: a producing process
+/// and a `--workers-only` one (started through the deprecated `wq redis demo`, which still
+/// works) share it, retries and give-ups happen, and both checks (never two workers at once;
+/// every last event reconciled after it arrived) hold.
 #[test]
 fn the_redis_demo_runs_workers_in_two_processes_and_its_checks_hold() {
     let Some(server) = server() else {
@@ -149,8 +150,9 @@ fn the_redis_demo_runs_workers_in_two_processes_and_its_checks_hold() {
     let out = wq(
         &url,
         &[
-            "redis",
             "demo",
+            // `--redis` alone: the URL comes from WQ_REDIS_URL.
+            "--redis",
             "--queue",
             "cli-demo",
             "--events",
@@ -199,4 +201,42 @@ fn the_redis_demo_runs_workers_in_two_processes_and_its_checks_hold() {
         helper_text.contains("never two workers at once: ok"),
         "{helper_text}"
     );
+}
+
+/// `wq bench --redis` reports in `wq bench`'s `--json` schema (one object per line and figure,
+/// `impl` `workqueue-redis`), and the deprecated `wq redis bench` still runs it, saying so.
+#[test]
+fn the_bench_on_redis_speaks_the_bench_json_schema() {
+    let Some(server) = server() else { return };
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port);
+    let check = |text: &str| {
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect();
+        let w1 = lines
+            .iter()
+            .find(|v| v["workload"] == "W1" && v["metric"] == "items_per_s")
+            .unwrap_or_else(|| panic!("no W1 items_per_s in {text}"));
+        assert_eq!(w1["impl"], "workqueue-redis", "{text}");
+        assert!(w1["value"].as_f64().is_some_and(|v| v > 0.0), "{text}");
+        assert_eq!(w1["runs"], 1, "{text}");
+        assert!(
+            lines.iter().all(|v| v["impl"] == "workqueue-redis"),
+            "--no-bullmq measures no BullMQ: {text}"
+        );
+    };
+    let args = ["--quick", "--no-bullmq", "-w", "W1", "--json"];
+    let out = wq(&url, &[&["bench", "--redis"][..], &args].concat());
+    check(&stdout(&out));
+    let out = wq(&url, &[&["redis", "bench"][..], &args].concat());
+    check(&stdout(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("deprecated"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A workload that has no Redis version is refused.
+    let out = wq(&url, &["bench", "--redis", "--quick", "-w", "W2"]);
+    assert!(!out.status.success());
 }

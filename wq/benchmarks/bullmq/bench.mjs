@@ -1,5 +1,5 @@
-// BullMQ doing what `wq redis bench` does with workqueue-redis, on the same server:
-// WQ_REDIS_URL=URL node bullmq_bench.mjs WORKLOAD SIZE  ->  one JSON object per line and
+// BullMQ doing what `wq bench --redis` does with workqueue-redis, on the same server:
+// WQ_REDIS_URL=URL node bench.mjs WORKLOAD SIZE  ->  one JSON object per line and
 // figure. The URL comes through the environment, so a password is not in the process list.
 import { Queue, Worker } from 'bullmq';
 import IORedis from 'ioredis';

@@ -2,7 +2,9 @@
 //!
 //! Every workload lives in its own module (`w1_fifo`, `p1_priority`, `w2_contended`,
 //! `w3_dedup`, `w4_delay`, `w5_retry`, `w6_memory`), whose module documentation says what it
-//! measures and its caveats. A workload returns [`report::Sample`]s (one number per
+//! measures and its caveats. The backend is an option: with `--redis URL` the workloads are
+//! W1, W3 and W4 on a queue on Redis (`distributed`) beside BullMQ (`bullmq`), in the same
+//! report and the same `--json` lines, as `impl` `workqueue-redis` and `bullmq`. A workload returns [`report::Sample`]s (one number per
 //! implementation and metric); with `--runs N` every workload runs N times and the report
 //! holds the median of each figure.
 //!
@@ -16,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+mod bullmq;
+mod distributed;
 mod p1_priority;
 mod report;
 mod util;
@@ -38,7 +42,8 @@ pub(crate) struct BenchArgs {
     /// Runs W1, W3 and W4 against the Redis-backed queue at URL (a local server; the bench
     /// uses queues of its own and deletes them) beside BullMQ on the same server, which it
     /// installs with npm (the versions pinned in wq/benchmarks/bullmq) into a private directory
-    /// of this user's unless --no-bullmq is given.
+    /// of this user's unless --no-bullmq is given. Same report and --json lines, with `impl`
+    /// workqueue-redis and bullmq.
     /// `--redis` alone takes the URL from $WQ_REDIS_URL (keep a password off the command line).
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     redis: Option<String>,
@@ -78,6 +83,8 @@ pub(crate) struct BenchArgs {
 pub(crate) struct Ctx<'a> {
     /// Smaller sizes (`--quick`).
     pub(crate) quick: bool,
+    /// The Redis server, with `--redis`.
+    pub(crate) redis: Option<&'a distributed::Server>,
     /// This run's number, from 1.
     pub(crate) run: u32,
     /// Runs in all.
@@ -105,7 +112,7 @@ struct Workload {
     /// A few words for the progress line.
     title: &'static str,
     /// Runs it once.
-    run: fn(&Ctx<'_>) -> Vec<Sample>,
+    run: fn(&Ctx<'_>) -> Result<Vec<Sample>, String>,
 }
 
 /// Every workload, in report order (P1 sits beside W1, whose cycle it repeats with
@@ -114,37 +121,56 @@ const WORKLOADS: &[Workload] = &[
     Workload {
         id: "W1",
         title: "fifo, 1 producer, 1 consumer",
-        run: w1_fifo::run,
+        run: |ctx| Ok(w1_fifo::run(ctx)),
     },
     Workload {
         id: "P1",
         title: "priorities, 1,000 keys over 5 priorities",
-        run: p1_priority::run,
+        run: |ctx| Ok(p1_priority::run(ctx)),
     },
     Workload {
         id: "W2",
         title: "contended, 4 producers, 4 consumers",
-        run: w2_contended::run,
+        run: |ctx| Ok(w2_contended::run(ctx)),
     },
     Workload {
         id: "W3",
         title: "dedup, 4 producers of 1,000 keys, 2 consumers",
-        run: w3_dedup::run,
+        run: |ctx| Ok(w3_dedup::run(ctx)),
     },
     Workload {
         id: "W4",
         title: "delay, add_after with random delays, 2 consumers",
-        run: w4_delay::run,
+        run: |ctx| Ok(w4_delay::run(ctx)),
     },
     Workload {
         id: "W5",
         title: "retry, exponential backoff, 4 consumers",
-        run: w5_retry::run,
+        run: |ctx| Ok(w5_retry::run(ctx)),
     },
     Workload {
         id: "W6",
         title: "memory, peak RSS per item",
-        run: w6_memory::run,
+        run: |ctx| Ok(w6_memory::run(ctx)),
+    },
+];
+
+/// The workloads on Redis (`--redis URL`), in report order.
+const REDIS_WORKLOADS: &[Workload] = &[
+    Workload {
+        id: "W1",
+        title: "fifo on Redis, 1 producer, 1 consumer",
+        run: distributed::run_w1,
+    },
+    Workload {
+        id: "W3",
+        title: "dedup on Redis, 4 producers of 1,000 keys, 2 consumers",
+        run: distributed::run_w3,
+    },
+    Workload {
+        id: "W4",
+        title: "delay on Redis, random delays, 2 consumers",
+        run: distributed::run_w4,
     },
 ];
 
@@ -189,31 +215,40 @@ impl Progress {
 
 /// Runs the benchmarks.
 pub(crate) fn run(args: BenchArgs) -> ExitCode {
-    if let Some(url) = args.redis {
-        let Some(url) = crate::redis::url_or_env(url) else {
-            return ExitCode::FAILURE;
-        };
-        return crate::redis::run_bench(crate::redis::bench::BenchArgs {
-            url,
-            quick: args.quick,
-            workloads: args.workloads,
-            no_bullmq: args.no_bullmq,
-            json: args.json,
-        });
-    }
     if let Some(case) = &args.w6_child {
         return w6_memory::child(case, args.w6_items);
     }
-    let selected = match select(&args.workloads) {
+    let server = match args.redis {
+        None => None,
+        Some(url) => {
+            let Some(url) = crate::ops::url_or_env(url) else {
+                return ExitCode::FAILURE;
+            };
+            match distributed::Server::connect(url, args.no_bullmq) {
+                Ok(server) => Some(server),
+                Err(e) => {
+                    eprintln!("wq bench: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    let known = if server.is_some() {
+        REDIS_WORKLOADS
+    } else {
+        WORKLOADS
+    };
+    let selected = match select(known, &args.workloads) {
         Ok(selected) => selected,
         Err(unknown) => {
             eprintln!(
-                "wq bench: unknown workload {unknown:?}; known: {}",
-                WORKLOADS
-                    .iter()
-                    .map(|w| w.id)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "wq bench: unknown workload {unknown:?}; known{}: {}",
+                if server.is_some() {
+                    " with --redis"
+                } else {
+                    ""
+                },
+                known.iter().map(|w| w.id).collect::<Vec<_>>().join(", ")
             );
             return ExitCode::FAILURE;
         }
@@ -222,8 +257,9 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
     let machine = util::Machine::detect();
     let progress = Progress::new();
     progress.line(format!(
-        "wq bench{}: {} workload(s), {runs} run(s) each; {machine}",
+        "wq bench{}{}: {} workload(s), {runs} run(s) each; {machine}",
         if args.quick { " --quick" } else { "" },
+        if server.is_some() { " --redis" } else { "" },
         selected.len(),
     ));
     let started = Instant::now();
@@ -233,13 +269,21 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
         for run in 1..=runs {
             let ctx = Ctx {
                 quick: args.quick,
+                redis: server.as_ref(),
                 run,
                 runs,
                 id: workload.id,
                 progress: &progress,
             };
             ctx.step("preparing");
-            samples.extend((workload.run)(&ctx));
+            match (workload.run)(&ctx) {
+                Ok(more) => samples.extend(more),
+                Err(e) => {
+                    progress.finish();
+                    eprintln!("wq bench: {} run {run}: {e}", workload.id);
+                    return ExitCode::FAILURE;
+                }
+            }
         }
         progress.line(format!(
             "{} {}: done in {:.1} s",
@@ -249,19 +293,49 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
         ));
     }
     progress.finish();
+    let notes = server.as_ref().map(|s| s.notes()).unwrap_or_default();
     let figures = report::aggregate(&samples);
     if args.json {
         report::print_json(&figures);
+        for note in &notes {
+            eprintln!("note: {note}");
+        }
     } else {
+        if let Some(server) = &server {
+            println!("server: {}", server.description);
+        }
         report::print_table(&figures, runs, args.quick, &machine, started.elapsed());
+        for note in &notes {
+            println!("note: {note}");
+        }
     }
     ExitCode::SUCCESS
 }
 
+/// Runs the workloads on Redis with the given options: the deprecated `wq redis bench`.
+pub(crate) fn run_distributed(
+    url: String,
+    quick: bool,
+    workloads: Vec<String>,
+    no_bullmq: bool,
+    json: bool,
+) -> ExitCode {
+    run(BenchArgs {
+        quick,
+        redis: Some(url),
+        no_bullmq,
+        workloads,
+        runs: None,
+        json,
+        w6_child: None,
+        w6_items: 0,
+    })
+}
+
 /// The workloads named by `-w`, in report order; all of them if none is named.
-fn select(ids: &[String]) -> Result<Vec<&'static Workload>, String> {
+fn select(known: &'static [Workload], ids: &[String]) -> Result<Vec<&'static Workload>, String> {
     if ids.is_empty() {
-        return Ok(WORKLOADS.iter().collect());
+        return Ok(known.iter().collect());
     }
     let mut wanted = Vec::new();
     for id in ids {
@@ -269,13 +343,10 @@ fn select(ids: &[String]) -> Result<Vec<&'static Workload>, String> {
         if id.is_empty() {
             continue;
         }
-        match WORKLOADS.iter().find(|w| w.id.eq_ignore_ascii_case(id)) {
+        match known.iter().find(|w| w.id.eq_ignore_ascii_case(id)) {
             Some(w) => wanted.push(w.id),
             None => return Err(id.to_owned()),
         }
     }
-    Ok(WORKLOADS
-        .iter()
-        .filter(|w| wanted.contains(&w.id))
-        .collect())
+    Ok(known.iter().filter(|w| wanted.contains(&w.id)).collect())
 }

@@ -11,12 +11,32 @@ use super::util::{Machine, median};
 pub(crate) const OURS: &str = "workqueue";
 /// Our implementation with async consumers on a tokio multi-thread runtime.
 pub(crate) const OURS_ASYNC: &str = "workqueue-async";
+/// Our queue on Redis (crate `workqueue-redis`), with `wq bench --redis URL`.
+pub(crate) const OURS_REDIS: &str = "workqueue-redis";
+/// BullMQ on the same Redis server, the reference of `wq bench --redis URL`.
+pub(crate) const BULLMQ: &str = "bullmq";
 /// One thread, no locks, `VecDeque` + hash sets (BENCH.md's practical limit (a)).
 pub(crate) const LIMIT: &str = "limit-single-thread";
 /// An unbounded crossbeam channel (BENCH.md's practical limit (b)).
 pub(crate) const CROSSBEAM: &str = "crossbeam-channel";
 /// tokio-util's `DelayQueue` owned by one task.
 pub(crate) const DELAY_QUEUE: &str = "tokio-util-delayqueue";
+
+/// Every metric a figure may have (BENCH.md's names, plus P1's `cycles_per_s`).
+pub(crate) const METRICS: &[&str] = &[
+    "items_per_s",
+    "cycles_per_s",
+    "adds_per_s",
+    "deliveries",
+    "add_after_per_s",
+    "lateness_p50_ms",
+    "lateness_p99_ms",
+    "lateness_max_ms",
+    "wall_s",
+    "requeues",
+    "bytes_per_item",
+    "bytes_per_delayed_item",
+];
 
 /// One number measured once: `value` of `metric` for implementation `imp` in `workload`.
 #[derive(Debug, Clone)]
@@ -173,8 +193,12 @@ fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "not met" }
 }
 
-/// The goal text for our figure `value` on its own line (absolute goals).
-fn absolute_goal(workload: &str, metric: &str, value: f64) -> String {
+/// The goal text for our figure `value` on its own line (absolute goals, which are the
+/// in-memory queue's).
+fn absolute_goal(workload: &str, metric: &str, ours: &str, value: f64) -> String {
+    if ours == OURS_REDIS {
+        return String::new();
+    }
     let Some(goal) = GOALS
         .iter()
         .find(|g| g.workload == workload && g.metric == metric)
@@ -190,8 +214,11 @@ fn absolute_goal(workload: &str, metric: &str, value: f64) -> String {
     }
 }
 
-/// The goal text for the ratio of our figure to `reference`.
-fn ratio_goal(workload: &str, metric: &str, reference: &str, ratio: f64) -> String {
+/// The goal text for the ratio of our figure to `reference` (the in-memory queue's goals).
+fn ratio_goal(workload: &str, metric: &str, ours: &str, reference: &str, ratio: f64) -> String {
+    if ours == OURS_REDIS {
+        return String::new();
+    }
     GOALS
         .iter()
         .find_map(|g| match g.kind {
@@ -245,7 +272,7 @@ fn format_value(metric: &str, v: f64) -> String {
 }
 
 fn is_ours(imp: &str) -> bool {
-    imp == OURS || imp == OURS_ASYNC
+    imp == OURS || imp == OURS_ASYNC || imp == OURS_REDIS
 }
 
 /// Prints the table: one block per (workload, figure), our figures each beside every
@@ -302,7 +329,7 @@ pub(crate) fn print_table(
             let ours_cells = [o.imp.to_owned(), format_value(metric, o.median)];
             if refs.is_empty() {
                 let [w, m] = label(&mut first);
-                let goal = absolute_goal(workload, metric, o.median);
+                let goal = absolute_goal(workload, metric, o.imp, o.median);
                 let [oi, ov] = ours_cells;
                 rows.push([
                     w,
@@ -319,9 +346,9 @@ pub(crate) fn print_table(
             for (i, r) in refs.iter().enumerate() {
                 let [w, m] = label(&mut first);
                 let ratio = o.median / r.median;
-                let mut goal = ratio_goal(workload, metric, r.imp, ratio);
+                let mut goal = ratio_goal(workload, metric, o.imp, r.imp, ratio);
                 if i == 0 && goal.is_empty() {
-                    goal = absolute_goal(workload, metric, o.median);
+                    goal = absolute_goal(workload, metric, o.imp, o.median);
                 }
                 let [oi, ov] = if i == 0 {
                     ours_cells.clone()

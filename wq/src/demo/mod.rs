@@ -1,4 +1,6 @@
-//! `wq demo`: a simulated controller on the in-memory queue, the first thing to run.
+//! `wq demo`: a simulated controller on the in-memory queue, the first thing to run. With
+//! `--redis URL` the controller runs on a queue on Redis shared by processes instead
+//! ([`distributed`]).
 //!
 //! Producers emit bursts of change events for a set of objects, the way an informer calls
 //! `queue.add` for every watch event: many of them name an object that is already waiting,
@@ -16,30 +18,22 @@
 //! interleaving differs between runs.
 
 mod args;
+mod checks;
+pub(crate) mod distributed;
+mod phases;
 mod report;
+mod setup;
 mod world;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use parking_lot::Mutex;
-use prometheus_client::registry::Registry;
-use rand::rngs::SmallRng;
-use rand::{RngExt, SeedableRng};
-use workqueue::metrics::prometheus::PrometheusMetrics;
+use workqueue::StopToken;
 use workqueue::rate_limiter::{
     self, ExponentialFailure, FastSlow, Jitter, MaxOf, RateLimiter, TokenBucket,
 };
-use workqueue::{StopToken, WorkQueue, Workers};
-
-use crate::metrics_server;
-
-use self::report::{Table, count, duration, percentile};
-use self::world::World;
 
 /// Options of `wq demo`.
 #[derive(Debug, clap::Args)]
@@ -183,10 +177,10 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Runs the demo.
 pub(crate) fn run(args: DemoArgs) -> ExitCode {
     if let Some(url) = args.redis {
-        let Some(url) = crate::redis::url_or_env(url) else {
+        let Some(url) = crate::ops::url_or_env(url) else {
             return ExitCode::FAILURE;
         };
-        return crate::redis::run_demo(crate::redis::demo::DemoArgs {
+        return run_distributed(distributed::DemoArgs {
             url,
             queue: args.queue,
             objects: args.objects as u64,
@@ -212,297 +206,43 @@ pub(crate) fn run(args: DemoArgs) -> ExitCode {
     runtime.block_on(simulate(args))
 }
 
+/// Runs the demo on Redis: `wq demo --redis URL` (and the deprecated `wq redis demo`).
+pub(crate) fn run_distributed(args: distributed::DemoArgs) -> ExitCode {
+    crate::ops::block_on("demo", distributed::run(args))
+}
+
 /// How long the demo waits, after the producers are done, for the queue to drain: retries
 /// still waiting for their backoff then are reported, not awaited.
 fn drain_grace(duration: Duration) -> Duration {
     (duration / 2).clamp(Duration::from_secs(2), Duration::from_secs(30))
 }
 
+/// The simulation: [`setup`] (Ctrl-C, the world, the queue, workers and producers), the
+/// [`phases`] (produce, drain, stop), the [`report`] table and the [`checks`]; the exit code
+/// follows the checks.
 async fn simulate(args: DemoArgs) -> ExitCode {
-    // Ctrl-C stops intake; the run then winds down as usual and prints what it did. The
-    // handler is in place before the first line is printed, so a script (or test) that
-    // waits for that line can interrupt safely.
-    let interrupt = StopToken::new();
-    let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
-    // The first poll installs the handler.
-    let installed = tokio::select! {
-        biased;
-        _ = &mut ctrl_c => false,
-        () = std::future::ready(()) => true,
+    let (sim, workers) = match setup::setup(&args).await {
+        Ok(started) => started,
+        Err(code) => return code,
     };
-    if installed {
-        let interrupt = interrupt.clone();
-        tokio::spawn(async move {
-            if ctrl_c.await.is_ok() {
-                interrupt.stop();
-            }
-        });
-    }
-
-    println!(
-        "wq demo: {} objects, {} events over {}, {} workers, failure rate {}%, \
-         max retries {}, limiter {}, seed {}",
-        count(args.objects as u64),
-        count(args.events),
-        duration(args.duration),
-        args.workers,
-        (args.failure_rate * 1000.0).round() / 10.0,
-        args.max_retries,
-        args.limiter.name(),
-        args.seed,
-    );
-
-    let started = Instant::now();
-    let world = Arc::new(World::new(
-        args.objects,
-        args.seed,
-        args.failure_rate,
-        Duration::from_millis(args.latency_ms),
-    ));
-    let mut builder = WorkQueue::builder()
-        .name("demo")
-        .rate_limiter(args.limiter.build(args.seed));
-    let mut server = None;
-    if let Some(addr) = args.metrics_addr {
-        let mut registry = Registry::default();
-        builder = builder.metrics(PrometheusMetrics::new(&mut registry));
-        match metrics_server::serve(addr, Arc::new(registry)).await {
-            Ok((bound, task)) => {
-                println!("metrics: http://{bound}/metrics");
-                server = Some(task);
-            }
-            Err(err) => {
-                eprintln!("wq demo: cannot serve metrics on {addr}: {err}");
-                return ExitCode::from(2);
-            }
-        }
-    }
-    let queue: WorkQueue<usize> = builder.build();
-    let given_up: Arc<Mutex<Vec<usize>>> = Arc::default();
-    let workers = Workers::new(queue.clone())
-        .count(args.workers)
-        .max_retries(args.max_retries)
-        .shutdown_timeout(SHUTDOWN_TIMEOUT)
-        .on_give_up({
-            let given_up = given_up.clone();
-            move |gave_up| given_up.lock().push(gave_up.item)
-        })
-        .spawn_async({
-            let world = world.clone();
-            move |object: usize| {
-                let world = world.clone();
-                async move { world.reconcile(object).await }
-            }
-        });
-
-    let producing = Arc::new(AtomicUsize::new(PRODUCERS));
-    for producer in 0..PRODUCERS {
-        let share = args.events / PRODUCERS as u64
-            + u64::from((producer as u64) < args.events % PRODUCERS as u64);
-        tokio::spawn(produce(Producer {
-            world: world.clone(),
-            queue: queue.clone(),
-            seed: world::mix(args.seed.wrapping_add(producer as u64)),
-            events: share,
-            duration: args.duration,
-            stop: interrupt.clone(),
-            producing: producing.clone(),
-        }));
-    }
-
-    let bar = progress_bar(args.duration, args.no_progress);
-    let status = |phase: &str| {
-        let stats = workers.stats();
-        format!(
-            "{phase} · given up {} · overlaps {}\n\
-             events in {} · reconciles {} · retries {} · depth {} (+{} delayed)",
-            count(stats.given_up),
-            world.overlaps.load(Ordering::Relaxed),
-            count(world.events.load(Ordering::Relaxed)),
-            count(world.reconciles.load(Ordering::Relaxed)),
-            count(stats.retried),
-            count(queue.len() as u64),
-            count(queue.delayed_len() as u64),
-        )
-    };
-
-    // Phase 1: the producers emit their events.
-    while producing.load(Ordering::SeqCst) > 0 && !interrupt.is_stopped() {
-        bar.set_position(started.elapsed().as_millis() as u64);
-        bar.set_message(status("producing"));
-        tick(&interrupt).await;
-    }
-    let produced_at = Instant::now();
-
-    // Phase 2: the queue drains (ready items, reconciles in flight, and retries), within a
-    // grace period.
-    let grace = drain_grace(args.duration);
-    while !interrupt.is_stopped() && produced_at.elapsed() < grace {
-        if queue.is_empty() && queue.processing_len() == 0 && queue.delayed_len() == 0 {
-            break;
-        }
-        bar.set_position(bar.length().unwrap_or(0));
-        bar.set_message(status("draining"));
-        tick(&interrupt).await;
-    }
-    let active = started.elapsed();
-
-    // Phase 3: stop the workers; reconciles in flight finish.
-    bar.set_message(status("stopping"));
-    let summary = workers.shut_down().await;
-    bar.finish_and_clear();
-    let interrupted = interrupt.is_stopped();
-
-    // The table.
-    let events = world.events.load(Ordering::Relaxed);
-    let absorbed = world.absorbed.load(Ordering::Relaxed);
-    let latencies = world.sorted_latencies();
-    let latency = |p: f64| percentile(&latencies, p).map_or_else(|| "-".to_owned(), duration);
-    let mut table = Table::default();
-    table.row("events added", count(events));
-    table.row_note(
-        "events absorbed by dedup",
-        count(absorbed),
-        format!("{:.1}% of events", percent(absorbed, events)),
-    );
-    table.row("reconciles", count(summary.processed));
-    table.row("  succeeded", count(summary.succeeded));
-    table.row("  retried", count(summary.retried));
-    table.row_note(
-        "  given up",
-        count(summary.given_up),
-        given_up_note(&given_up.lock()),
-    );
-    table.row_note(
-        "left in the queue at exit",
-        count(summary.left_in_queue as u64),
-        if summary.left_in_queue > 0 {
-            "retries still backing off: the default limiter allows 10 retries/s \
-             overall (try --limiter exponential)"
-        } else {
-            ""
-        },
-    );
-    table.row("latency add → reconcile p50", latency(50.0));
-    table.row("latency add → reconcile p99", latency(99.0));
-    table.row_note(
-        "throughput",
-        format!("{:.0}", summary.processed as f64 / active.as_secs_f64()),
-        "reconciles/s",
-    );
-    table.row("elapsed", duration(started.elapsed()));
-    println!();
-    print!("{}", table.render());
-
-    // The checks.
-    let overlaps = world.overlaps.load(Ordering::SeqCst);
-    let exclusive = overlaps == 0;
-    println!();
-    println!("checks");
-    println!(
-        "  [{}] no object was reconciled by two workers at once ({} reconciles{})",
-        if exclusive { "ok" } else { "FAILED" },
-        count(world.reconciles.load(Ordering::Relaxed)),
-        if exclusive {
-            String::new()
-        } else {
-            format!(", {overlaps} overlapping")
-        },
-    );
-    let last = world.last_events();
-    let reconciled = last.missed.is_empty();
-    if interrupted {
-        println!(
-            "  [skipped] every object's last event was reconciled after it arrived (interrupted)"
-        );
-    } else {
-        println!(
-            "  [{}] every object's last event was reconciled after it arrived ({} of {} changed objects{})",
-            if reconciled { "ok" } else { "FAILED" },
-            count((last.changed - last.missed.len()) as u64),
-            count(last.changed as u64),
-            if reconciled {
-                String::new()
-            } else {
-                format!(", missed: {}", list(&last.missed))
-            },
-        );
-    }
-    if !summary.is_drained() {
-        println!(
-            "  note: {} reconciles were still running {} after the stop",
-            summary.in_flight.len(),
-            duration(SHUTDOWN_TIMEOUT)
-        );
-    }
-
-    if args.linger && !interrupted {
+    let outcome = phases::run(&sim, workers, &args).await;
+    report::print(&sim, &outcome);
+    let passed = checks::print(&sim, &outcome);
+    if args.linger && !outcome.interrupted {
         println!("\nstill serving metrics; Ctrl-C to exit");
-        interrupt.stopped().await;
+        sim.interrupt.stopped().await;
     }
-    if let Some(server) = server {
+    if let Some(server) = &sim.server {
         server.abort();
     }
-
-    if interrupted {
+    if outcome.interrupted {
         println!("\ninterrupted");
         ExitCode::from(130)
-    } else if exclusive && reconciled {
+    } else if passed {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
-}
-
-/// One producer's share of the events.
-struct Producer {
-    world: Arc<World>,
-    queue: WorkQueue<usize>,
-    seed: u64,
-    events: u64,
-    duration: Duration,
-    stop: StopToken,
-    /// Producers still running; this one decrements it when done.
-    producing: Arc<AtomicUsize>,
-}
-
-/// Emits bursts of events (1 to 8 for one object, back to back, like a rollout's status
-/// updates), paced evenly over the duration. Half the bursts go to a hot tenth of the
-/// objects, so many events name an object that is already waiting.
-async fn produce(producer: Producer) {
-    let Producer {
-        world,
-        queue,
-        seed,
-        events,
-        duration,
-        stop,
-        producing,
-    } = producer;
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let objects = world.len();
-    let hot = (objects / 10).max(1);
-    let start = tokio::time::Instant::now();
-    let mut emitted = 0;
-    while emitted < events && !stop.is_stopped() {
-        let object = if rng.random_bool(0.5) {
-            rng.random_range(0..hot)
-        } else {
-            rng.random_range(0..objects)
-        };
-        let burst = rng.random_range(1..=8u64).min(events - emitted);
-        for _ in 0..burst {
-            world.event(object);
-            queue.add(object);
-        }
-        emitted += burst;
-        let due = start + duration.mul_f64(emitted as f64 / events as f64);
-        tokio::select! {
-            () = tokio::time::sleep_until(due) => {}
-            () = stop.stopped() => break,
-        }
-    }
-    producing.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// Waits one tick, or less if interrupted.

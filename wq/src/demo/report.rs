@@ -1,7 +1,60 @@
 //! The end-of-run table and the formatting helpers behind it and the progress bar.
 
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use super::phases::Outcome;
+use super::setup::Sim;
+use super::{given_up_note, percent};
+
+/// Prints the end-of-run table: events, dedup, reconciles, retries, give-ups, latency,
+/// throughput.
+pub(super) fn print(sim: &Sim, outcome: &Outcome) {
+    let (world, summary) = (&sim.world, &outcome.summary);
+    let events = world.events.load(Ordering::Relaxed);
+    let absorbed = world.absorbed.load(Ordering::Relaxed);
+    let latencies = world.sorted_latencies();
+    let latency = |p: f64| percentile(&latencies, p).map_or_else(|| "-".to_owned(), duration);
+    let mut table = Table::default();
+    table.row("events added", count(events));
+    table.row_note(
+        "events absorbed by dedup",
+        count(absorbed),
+        format!("{:.1}% of events", percent(absorbed, events)),
+    );
+    table.row("reconciles", count(summary.processed));
+    table.row("  succeeded", count(summary.succeeded));
+    table.row("  retried", count(summary.retried));
+    table.row_note(
+        "  given up",
+        count(summary.given_up),
+        given_up_note(&sim.given_up.lock()),
+    );
+    table.row_note(
+        "left in the queue at exit",
+        count(summary.left_in_queue as u64),
+        if summary.left_in_queue > 0 {
+            "retries still backing off: the default limiter allows 10 retries/s \
+             overall (try --limiter exponential)"
+        } else {
+            ""
+        },
+    );
+    table.row("latency add → reconcile p50", latency(50.0));
+    table.row("latency add → reconcile p99", latency(99.0));
+    table.row_note(
+        "throughput",
+        format!(
+            "{:.0}",
+            summary.processed as f64 / outcome.active.as_secs_f64()
+        ),
+        "reconciles/s",
+    );
+    table.row("elapsed", duration(sim.started.elapsed()));
+    println!();
+    print!("{}", table.render());
+}
 
 /// `1234567` as `1,234,567`.
 pub(super) fn count(n: u64) -> String {

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
 
 /// One simulated object (a `namespace/name` in a real cluster; an index here).
 #[derive(Default)]
@@ -112,12 +114,12 @@ impl World {
         };
         self.reconciles.fetch_add(1, Ordering::Relaxed);
 
-        let dice = self.dice(object, attempt);
-        let latency = self.max_latency.mul_f64(unit(dice));
+        let mut dice = self.dice(object, attempt);
+        let latency = self.max_latency.mul_f64(dice.random::<f64>());
+        let fails = dice.random::<f64>() < self.failure_rate;
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
-        let fails = unit(mix(dice)) < self.failure_rate;
         entry.busy.store(false, Ordering::SeqCst);
         if fails {
             Err(format!("object {object}: simulated failure"))
@@ -126,10 +128,15 @@ impl World {
         }
     }
 
-    /// A seeded random number for attempt `attempt` of `object`: the same seed gives every
-    /// object the same latencies and failures, whatever the thread interleaving.
-    fn dice(&self, object: usize, attempt: u64) -> u64 {
-        mix(self.seed ^ mix(object as u64).wrapping_add(attempt.wrapping_mul(GOLDEN)))
+    /// A generator for attempt `attempt` of `object`, seeded from the demo's seed, the object
+    /// and the attempt: the same seed gives every object the same latencies and failures,
+    /// whatever the thread interleaving.
+    fn dice(&self, object: usize, attempt: u64) -> SmallRng {
+        // Object and attempt side by side in the 128 bits of a seed (then hashed by
+        // `seed_from_u64`): distinct pairs give distinct streams.
+        let mut seeder = SmallRng::seed_from_u64(self.seed);
+        let salt: u64 = seeder.random();
+        SmallRng::seed_from_u64(salt ^ ((object as u64) << 32 | (attempt & 0xFFFF_FFFF)))
     }
 
     /// The add-to-reconcile latencies, sorted.
@@ -157,22 +164,6 @@ impl World {
     }
 }
 
-/// SplitMix64's increment.
-const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// SplitMix64's finaliser: a well-mixed 64-bit hash of `x`.
-pub(super) fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(GOLDEN);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// `x` as a fraction in `[0, 1)`.
-fn unit(x: u64) -> f64 {
-    (x >> 11) as f64 / (1u64 << 53) as f64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,10 +173,11 @@ mod tests {
         let a = World::new(10, 7, 0.5, Duration::ZERO);
         let b = World::new(10, 7, 0.5, Duration::ZERO);
         let c = World::new(10, 8, 0.5, Duration::ZERO);
-        assert_eq!(a.dice(3, 1), b.dice(3, 1));
-        assert_ne!(a.dice(3, 1), a.dice(3, 2));
-        assert_ne!(a.dice(3, 1), a.dice(4, 1));
-        assert_ne!(a.dice(3, 1), c.dice(3, 1));
+        let draw = |world: &World, object, attempt| world.dice(object, attempt).random::<u64>();
+        assert_eq!(draw(&a, 3, 1), draw(&b, 3, 1));
+        assert_ne!(draw(&a, 3, 1), draw(&a, 3, 2));
+        assert_ne!(draw(&a, 3, 1), draw(&a, 4, 1));
+        assert_ne!(draw(&a, 3, 1), draw(&c, 3, 1));
     }
 
     #[test]

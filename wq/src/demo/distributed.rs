@@ -1,4 +1,4 @@
-//! `wq redis demo URL`: the demo's controller on a queue on Redis, shared by processes.
+//! `wq demo --redis URL`: the demo's controller on a queue on Redis, shared by processes.
 //!
 //! Producers emit change events for a set of objects (many duplicates, which the queue
 //! merges); workers reconcile with a random latency and fail at `--failure-rate`, retried
@@ -25,12 +25,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rand::RngExt;
+use rand::rngs::SmallRng;
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use workqueue::{AddOptions, Queue, QueueLease, Workers};
 use workqueue_redis::{Error, Lease, RateLimit, RedisQueue};
 
-/// Options of `wq redis demo`.
+/// Options of the demo on Redis (`wq demo --redis URL`, and the deprecated `wq redis demo`).
 #[derive(Debug, clap::Args)]
 pub(crate) struct DemoArgs {
     /// The server: `redis://[user:password@]host:port[/db]`, or rediss:// for TLS. Default
@@ -59,26 +61,10 @@ pub(crate) struct DemoArgs {
     /// How long the producers emit events, in seconds.
     #[arg(long, default_value_t = 5.0)]
     pub(crate) duration: f64,
-    /// Runs only workers, on a queue another `wq redis demo` process produces into; ends when
+    /// Runs only workers, on a queue another `wq demo --redis` process produces into; ends when
     /// that process shuts the queue down.
     #[arg(long)]
     pub(crate) workers_only: bool,
-}
-
-/// A small generator, seeded per process.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 11
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() % 1_000_000) as f64 / 1_000_000.0
-    }
 }
 
 #[derive(Default)]
@@ -265,7 +251,7 @@ async fn reconcile(
     Err("simulated failure".to_owned())
 }
 
-/// Runs `wq redis demo`.
+/// Runs the demo on Redis.
 pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
     let args = Arc::new(args);
     let queue: RedisQueue<String> = RedisQueue::builder(args.queue.as_str())
@@ -296,7 +282,6 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
             .await?;
     }
     let counters = Arc::new(Counters::default());
-    let seed = u64::from(std::process::id()) << 20;
     let checked = Checked {
         queue: queue.clone(),
         con: con.clone(),
@@ -304,7 +289,8 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
         done_tokens: key(&args.queue, "done").into(),
         counters: counters.clone(),
     };
-    let rng = Arc::new(Mutex::new(Rng(seed)));
+    // Seeded from the operating system: processes sharing the queue draw differently.
+    let rng = Arc::new(Mutex::new(rand::make_rng::<SmallRng>()));
     let workers = Workers::new(checked)
         .count(args.workers)
         .max_retries(args.max_retries)
@@ -315,8 +301,8 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
                 let draw = {
                     let mut rng = rng.lock().unwrap_or_else(|e| e.into_inner());
                     (
-                        Duration::from_micros(200 + rng.next() % 2000),
-                        rng.unit() < args.failure_rate,
+                        Duration::from_micros(rng.random_range(200..2200)),
+                        rng.random::<f64>() < args.failure_rate,
                     )
                 };
                 reconcile(
@@ -332,15 +318,15 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
     let mut last_add: HashMap<String, u64> = HashMap::new();
     let mut adds = 0_u64;
     if !args.workers_only {
-        let mut rng = Rng(seed ^ 0x5eed);
+        let mut rng = rand::make_rng::<SmallRng>();
         let per_event = Duration::from_secs_f64(args.duration.max(0.0) / args.events.max(1) as f64);
         let mut batch = Vec::new();
         for n in 0..args.events {
             // A few hot objects get most events.
-            let object = if rng.unit() < 0.5 {
-                rng.next() % (args.objects / 10).max(1)
+            let object = if rng.random_bool(0.5) {
+                rng.random_range(0..(args.objects / 10).max(1))
             } else {
-                rng.next() % args.objects.max(1)
+                rng.random_range(0..args.objects.max(1))
             };
             batch.push(format!("default/object-{object}"));
             if batch.len() == 50 || n + 1 == args.events {

@@ -1,4 +1,4 @@
-//! `wq redis ...`: operating a queue on Redis (crate `workqueue-redis`).
+//! `wq redis ...`: the operator's commands for a queue on Redis (crate `workqueue-redis`).
 //!
 //! Every subcommand takes the server from `--url` or, better for a URL with a password (a
 //! command line is visible to every user of the machine), from `$WQ_REDIS_URL`.
@@ -9,11 +9,10 @@
 //! - `wq redis shutdown QUEUE` / `wq redis resume QUEUE`: shuts the queue down for every
 //!   process, and back.
 //! - `wq redis dead-letters {list,requeue,requeue-all,purge} QUEUE`: the dead letters.
-//! - `wq redis demo [--workers-only]`: the demo's controller on Redis, shared by processes.
-//! - `wq redis bench`: W1, W3 and W4 on Redis beside BullMQ on the same server.
-
-pub(crate) mod bench;
-pub(crate) mod demo;
+//!
+//! The demo and the bench on Redis are options of their commands (`wq demo --redis URL`,
+//! `wq bench --redis URL`); `wq redis demo` and `wq redis bench` remain as deprecated, hidden
+//! aliases of them that say so on stderr.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -39,10 +38,32 @@ enum RedisCommand {
     /// Lists, requeues or purges the queue's dead letters.
     #[command(subcommand)]
     DeadLetters(DeadLettersCommand),
-    /// Runs W1, W3 and W4 on Redis beside BullMQ doing the same on the same server.
-    Bench(bench::BenchArgs),
-    /// Runs the demo's producers and workers on Redis; --workers-only joins another run.
-    Demo(demo::DemoArgs),
+    /// Deprecated: `wq bench --redis URL`.
+    #[command(hide = true)]
+    Bench(BenchAliasArgs),
+    /// Deprecated: `wq demo --redis URL`.
+    #[command(hide = true)]
+    Demo(crate::demo::distributed::DemoArgs),
+}
+
+/// Options of the deprecated `wq redis bench`, which runs `wq bench --redis URL`.
+#[derive(Debug, clap::Args)]
+struct BenchAliasArgs {
+    /// The server. Default $WQ_REDIS_URL.
+    #[arg(long, env = "WQ_REDIS_URL", hide_env_values = true)]
+    url: String,
+    /// Smaller workloads.
+    #[arg(long)]
+    quick: bool,
+    /// Workloads to run, comma separated (W1, W3, W4); all by default.
+    #[arg(short = 'w', long = "workloads", value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// Skips BullMQ.
+    #[arg(long)]
+    no_bullmq: bool,
+    /// Prints one JSON object per line and figure instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 /// The queue an operator command works on.
@@ -153,28 +174,25 @@ pub(crate) fn run(args: RedisArgs) -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }),
         RedisCommand::DeadLetters(command) => block_on("dead-letters", dead_letters(command)),
-        RedisCommand::Demo(args) => run_demo(args),
-        RedisCommand::Bench(args) => run_bench(args),
+        RedisCommand::Demo(args) => {
+            eprintln!("wq redis demo is deprecated: use wq demo --redis URL");
+            crate::demo::run_distributed(args)
+        }
+        RedisCommand::Bench(args) => {
+            eprintln!("wq redis bench is deprecated: use wq bench --redis URL");
+            crate::bench::run_distributed(
+                args.url,
+                args.quick,
+                args.workloads,
+                args.no_bullmq,
+                args.json,
+            )
+        }
     }
 }
 
-/// Runs the demo on Redis: `wq redis demo`, and the entry point for `wq demo --redis URL`.
-pub(crate) fn run_demo(args: demo::DemoArgs) -> ExitCode {
-    block_on("demo", demo::run(args))
-}
-
-/// Runs W1, W3 and W4 on Redis beside BullMQ: `wq redis bench`, and the entry point for
-/// `wq bench --redis URL`.
-pub(crate) fn run_bench(args: bench::BenchArgs) -> ExitCode {
-    block_on("bench", async move {
-        let text = bench::run(args).await?;
-        print!("{text}");
-        Ok(ExitCode::SUCCESS)
-    })
-}
-
 /// Runs `work` on a two-thread runtime; reports its error as `wq redis WHAT: ...`.
-fn block_on(
+pub(crate) fn block_on(
     what: &str,
     work: impl std::future::Future<Output = Result<ExitCode, workqueue_redis::Error>>,
 ) -> ExitCode {
