@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use workqueue::rate_limiter::ExponentialFailure;
-use workqueue::workers::{AsyncWorkers, GiveUp, GiveUpReason};
 use workqueue::{AddOptions, Outcome, Queue, WorkQueue, Workers};
+use workqueue::{AsyncWorkers, GiveUp, GiveUpReason};
 use workqueue_redis::{RateLimit, RedisQueue};
 
 use support::RedisServer;

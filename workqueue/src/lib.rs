@@ -147,7 +147,7 @@
 //! it for you, on threads or (feature `tokio`) as async tasks: the handler returns an
 //! [`Outcome`], panics and timeouts count as failures, items that keep failing are given up
 //! (reported, never silently dropped), and stopping drains in-flight items into a summary.
-//! See [`workers`] and the `controller` example.
+//! See [`Workers`] and the `controller` example.
 //!
 //! # Backends
 //!
@@ -217,7 +217,7 @@ pub mod rate_limiter;
 mod state;
 mod sync;
 mod waiters;
-pub mod workers;
+mod workers;
 
 #[cfg(all(test, loom))]
 mod tests;
@@ -227,4 +227,7 @@ pub use error::TryGetError;
 pub use lease::Lease;
 pub use parallelize::{Parallelizer, parallelize_until};
 pub use queue::{AddOptions, Builder, Drain, Get, QueueStats, WorkQueue};
-pub use workers::{Outcome, StopToken, Workers};
+pub use workers::{
+    AsyncWorkers, DEFAULT_MAX_RETRIES, Failure, GiveUp, GiveUpReason, HandlerError, IntoOutcome,
+    Outcome, StopToken, Stopped, Summary, ThreadWorkers, Workers,
+};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use workqueue::clock::FakeClock;
 use workqueue::rate_limiter::ExponentialFailure;
-use workqueue::workers::{GiveUp, GiveUpReason, ThreadWorkers};
+use workqueue::{GiveUp, GiveUpReason, ThreadWorkers};
 use workqueue::{Outcome, StopToken, WorkQueue, Workers};
 
 const BASE: Duration = Duration::from_millis(10);
@@ -296,7 +296,7 @@ fn a_panic_counts_as_a_failure_towards_max_retries() {
     let reports = reports.lock().unwrap();
     assert_eq!(
         reports[0].error,
-        Some(workqueue::workers::Failure::Panicked("always".to_owned()))
+        Some(workqueue::Failure::Panicked("always".to_owned()))
     );
     assert_eq!(
         reports[0]
@@ -478,7 +478,7 @@ fn no_item_is_processed_by_two_workers_at_once() {
 #[cfg(feature = "tokio")]
 mod asynchronous {
     use super::*;
-    use workqueue::workers::AsyncWorkers;
+    use workqueue::AsyncWorkers;
 
     async fn wait_processed_async<T>(workers: &AsyncWorkers<T>, n: u64)
     where

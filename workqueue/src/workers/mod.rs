@@ -1,81 +1,5 @@
-//! Workers: the controller loop every client-go user writes, written once.
-//!
-//! A client-go controller runs `N` goroutines that each loop: `Get` an item, process it,
-//! `Forget` it on success or `AddRateLimited` it on error (giving up after a few retries),
-//! always `Done`, until the queue shuts down. [`Workers`] runs that loop for you over a
-//! [`WorkQueue`]; you write only the handler, which says what became of the item with an
-//! [`Outcome`]:
-//!
-//! | the handler returns | the worker does | counted as |
-//! | --- | --- | --- |
-//! | [`Outcome::Done`], `()`, `Ok(())` | [`forget`](WorkQueue::forget) | succeeded |
-//! | [`Outcome::Retry`], `Err(error)` | [`add_rate_limited`](WorkQueue::add_rate_limited), or gives up once the item has been retried [`max_retries`](Workers::max_retries) times | retried (or given up) |
-//! | [`Outcome::RetryAfter`]`(d)` | `forget`, then [`add_after`](WorkQueue::add_after)`(item, d)` (controller-runtime's `RequeueAfter`) | retried |
-//! | [`Outcome::GiveUp`] | `forget`, and reports it | given up |
-//! | (panics) | as `Retry`; the worker keeps running | panicked, and retried (or given up) |
-//! | (runs past the `timeout`, async only) | as `Retry` | timed out, and retried (or given up) |
-//!
-//! In every case the item's lease is marked done after the outcome is applied (a retry is
-//! added back while the lease is still held), so a re-add never races with the item being
-//! processed. Giving up is never silent: it is
-//! logged with `tracing::warn!` and passed to the [`on_give_up`](Workers::on_give_up)
-//! callback.
-//!
-//! Each item is processed inside a `tracing` span named `workqueue.item`, with the fields
-//! `queue` (the queue's name, or empty), `item` (its `Debug` form), `priority` and `retries`
-//! (its [`num_requeues`](WorkQueue::num_requeues) when handed out), so the handler's own
-//! events and spans nest under it.
-//!
-//! Two flavours share the rules: [`Workers::spawn_threads`] runs plain threads with a
-//! blocking handler, and `Workers::spawn_async` (feature `tokio`, on by default) runs tokio
-//! tasks with an async handler.
-//!
-//! # Backends
-//!
-//! [`Workers`] run over any [`Queue`]: the in-memory [`WorkQueue`], or a
-//! backend shared by many processes (`workqueue_redis::RedisQueue`), with the same rules and
-//! the same summary. The loop ends every lease explicitly: `done` after a success or a
-//! give-up; for a retry it adds the item back first and then marks it done (the queue keeps
-//! the re-add until the lease ends). A backend's failure never stops the pool and never loses
-//! an item: a failed `get` is logged and retried with backoff (50 ms doubling to 5 s), a
-//! retry that cannot be added releases the lease so the item is handed out again, and a
-//! failed `done` leaves the lease to expire. [`Workers::spawn_threads`] is for the in-memory
-//! queue only.
-//!
-//! # Stopping
-//!
-//! Every pool has a [`StopToken`] ([`Workers::stop_token`] to bring your own). When it
-//! stops, workers take no new item, the queue is [shut down](WorkQueue::shut_down) (as
-//! client-go controllers do with `defer queue.ShutDown()`), and the items being processed
-//! finish. The waiting calls ([`ThreadWorkers::wait`], [`ThreadWorkers::shut_down`], and
-//! `AsyncWorkers::wait`, `shut_down` and `run_until`) then
-//! return a [`Summary`]: what was processed, retried, given up, panicked, and, if the
-//! [`shutdown_timeout`](Workers::shutdown_timeout) passed first, what was still in flight.
-//! Workers also end on their own once the queue is shut down by someone else and has handed
-//! out its last item.
-//!
-//! # Examples
-//!
-//! ```
-//! use workqueue::{WorkQueue, Workers};
-//!
-//! fn reconcile(key: &str) -> Result<(), String> {
-//!     println!("reconciling {key}");
-//!     Ok(())
-//! }
-//!
-//! let queue = WorkQueue::new();
-//! let workers = Workers::new(queue.clone())
-//!     .count(4)
-//!     .spawn_threads(|key: &String| reconcile(key));
-//!
-//! queue.add("default/web-0".to_owned());
-//! queue.add("default/web-1".to_owned());
-//! # while workers.stats().processed < 2 { std::thread::yield_now(); }
-//!
-//! let summary = workers.shut_down();
-//! println!("{summary}");
-//! ```
+// Workers: the controller loop every client-go user writes, written once. The public
+// documentation is on `Workers`.
 
 mod core;
 mod stop;
@@ -181,7 +105,7 @@ pub enum Outcome {
 /// # Examples
 ///
 /// ```
-/// use workqueue::workers::IntoOutcome;
+/// use workqueue::IntoOutcome;
 /// use workqueue::Outcome;
 ///
 /// assert_eq!(().into_outcome(), Ok(Outcome::Done));
@@ -430,7 +354,67 @@ impl<T> fmt::Display for Summary<T> {
 /// A callback told about each item given up.
 type GiveUpCallback<T> = Arc<dyn Fn(&GiveUp<T>) + Send + Sync>;
 
-/// Configures and starts a pool of workers over a [`WorkQueue`].
+/// Configures and starts a pool of workers over a [`Queue`](crate::Queue): by default the
+/// in-memory [`WorkQueue`].
+///
+/// Workers: the controller loop every client-go user writes, written once.
+///
+/// A client-go controller runs `N` goroutines that each loop: `Get` an item, process it,
+/// `Forget` it on success or `AddRateLimited` it on error (giving up after a few retries),
+/// always `Done`, until the queue shuts down. [`Workers`] runs that loop for you over a
+/// [`WorkQueue`]; you write only the handler, which says what became of the item with an
+/// [`Outcome`]:
+///
+/// | the handler returns | the worker does | counted as |
+/// | --- | --- | --- |
+/// | [`Outcome::Done`], `()`, `Ok(())` | [`forget`](WorkQueue::forget) | succeeded |
+/// | [`Outcome::Retry`], `Err(error)` | [`add_rate_limited`](WorkQueue::add_rate_limited), or gives up once the item has been retried [`max_retries`](Workers::max_retries) times | retried (or given up) |
+/// | [`Outcome::RetryAfter`]`(d)` | `forget`, then [`add_after`](WorkQueue::add_after)`(item, d)` (controller-runtime's `RequeueAfter`) | retried |
+/// | [`Outcome::GiveUp`] | `forget`, and reports it | given up |
+/// | (panics) | as `Retry`; the worker keeps running | panicked, and retried (or given up) |
+/// | (runs past the `timeout`, async only) | as `Retry` | timed out, and retried (or given up) |
+///
+/// In every case the item's lease is marked done after the outcome is applied (a retry is
+/// added back while the lease is still held), so a re-add never races with the item being
+/// processed. Giving up is never silent: it is
+/// logged with `tracing::warn!` and passed to the [`on_give_up`](Workers::on_give_up)
+/// callback.
+///
+/// Each item is processed inside a `tracing` span named `workqueue.item`, with the fields
+/// `queue` (the queue's name, or empty), `item` (its `Debug` form), `priority` and `retries`
+/// (its [`num_requeues`](WorkQueue::num_requeues) when handed out), so the handler's own
+/// events and spans nest under it.
+///
+/// Two flavours share the rules: [`Workers::spawn_threads`] runs plain threads with a
+/// blocking handler, and `Workers::spawn_async` (feature `tokio`, on by default) runs tokio
+/// tasks with an async handler.
+///
+/// # Backends
+///
+/// [`Workers`] run over any [`Queue`]: the in-memory [`WorkQueue`], or a
+/// backend shared by many processes (`workqueue_redis::RedisQueue`), with the same rules and
+/// the same summary. The loop ends every lease explicitly: `done` after a success or a
+/// give-up; for a retry it adds the item back first and then marks it done (the queue keeps
+/// the re-add until the lease ends). A backend's failure never stops the pool and never loses
+/// an item: a failed `get` is logged and retried with backoff (50 ms doubling to 5 s), a
+/// retry that cannot be added releases the lease so the item is handed out again, and a
+/// failed `done` leaves the lease to expire. [`Workers::spawn_threads`] is for the in-memory
+/// queue only.
+///
+/// # Stopping
+///
+/// Every pool has a [`StopToken`] ([`Workers::stop_token`] to bring your own). When it
+/// stops, workers take no new item, the queue is [shut down](WorkQueue::shut_down) (as
+/// client-go controllers do with `defer queue.ShutDown()`), and the items being processed
+/// finish. The waiting calls ([`ThreadWorkers::wait`], [`ThreadWorkers::shut_down`], and
+/// `AsyncWorkers::wait`, `shut_down` and `run_until`) then
+/// return a [`Summary`]: what was processed, retried, given up, panicked, and, if the
+/// [`shutdown_timeout`](Workers::shutdown_timeout) passed first, what was still in flight.
+/// Workers also end on their own once the queue is shut down by someone else and has handed
+/// out its last item.
+///
+///
+/// # Items
 ///
 /// Items must be [`Debug`](fmt::Debug) too, so that retries and give-ups can name them in
 /// their `tracing` events.

@@ -10,8 +10,8 @@ use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
+use workqueue::AsyncWorkers;
 use workqueue::metrics::prometheus::PrometheusMetrics;
-use workqueue::workers::AsyncWorkers;
 use workqueue::{StopToken, WorkQueue, Workers};
 
 use super::report::{count, duration};
