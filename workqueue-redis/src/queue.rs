@@ -12,7 +12,7 @@ use redis::aio::ConnectionManagerConfig;
 use redis::{AsyncConnectionConfig, Script, ScriptInvocation, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workqueue::TryGetError;
+use workqueue::{AddOptions, TryGetError};
 
 use crate::builder::Builder;
 use crate::connection::{Conn, Source};
@@ -606,6 +606,11 @@ pub(crate) fn micros(d: Duration) -> u64 {
         .min(u64::MAX / 2)
 }
 
+/// The priority argument of the add scripts: empty when none was given.
+fn priority_arg(priority: Option<i32>) -> String {
+    priority.map_or_else(String::new, |p| p.to_string())
+}
+
 fn array(value: Value) -> Result<Vec<Value>, Error> {
     match value {
         Value::Array(values) => Ok(values),
@@ -691,6 +696,43 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// unknown whether the add was applied; adding again is harmless. A full server
     /// (`maxmemory` under `noeviction`) refuses adds at once with an `OOM` error.
     pub async fn add(&self, item: impl Borrow<T>) -> Result<Added, Error> {
+        self.add_now(item.borrow(), None).await
+    }
+
+    /// Adds `item` as `options` ask: at once, after a delay, rate limited (with a delay too,
+    /// the shorter one wins), and with a priority: the in-memory queue's
+    /// [`add_with`](workqueue::WorkQueue::add_with), with its rules across processes.
+    ///
+    /// Higher priorities are handed out first, in add order within a priority. A re-add can
+    /// raise a queued or delayed item's priority (a raised item goes behind the items already
+    /// waiting at its new priority), never lower it; without a priority a new item gets 0 and a
+    /// known one keeps its own. An item re-added while processing is queued when its lease
+    /// ends with the highest priority its re-adds gave since it was handed out (0 if none
+    /// gave one); a released or reclaimed item goes back to the head of the higher of that
+    /// and the priority it was handed out with. [`Lease::priority`] tells a worker the
+    /// priority of what it holds.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add).
+    pub async fn add_with(
+        &self,
+        item: impl Borrow<T>,
+        options: AddOptions,
+    ) -> Result<Added, Error> {
+        let item = item.borrow();
+        let priority = options.get_priority();
+        if options.is_rate_limited() {
+            self.add_limited(item, options.delay(), priority).await
+        } else if options.delay().is_zero() {
+            self.add_now(item, priority).await
+        } else {
+            self.add_delayed(item, options.delay(), priority).await
+        }
+    }
+
+    /// The `add` script, with a priority or none.
+    async fn add_now(&self, item: &T, priority: Option<i32>) -> Result<Added, Error> {
         if self.is_closed() {
             return Ok(IGNORED);
         }
@@ -702,6 +744,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 self.inner
                     .invocation(&SCRIPTS.add)
                     .arg(raw)
+                    .arg(priority_arg(priority))
                     .invoke_async(&mut con)
                     .await
             })
@@ -718,6 +761,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// As for [`add`](Self::add).
     pub async fn add_after(&self, item: impl Borrow<T>, delay: Duration) -> Result<Added, Error> {
+        self.add_delayed(item.borrow(), delay, None).await
+    }
+
+    /// The `add_after` script, with a priority or none.
+    async fn add_delayed(
+        &self,
+        item: &T,
+        delay: Duration,
+        priority: Option<i32>,
+    ) -> Result<Added, Error> {
         if self.is_closed() {
             return Ok(IGNORED);
         }
@@ -730,6 +783,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .invocation(&SCRIPTS.add_after)
                     .arg(raw)
                     .arg(micros(delay))
+                    .arg(priority_arg(priority))
                     .invoke_async(&mut con)
                     .await
             })
@@ -745,6 +799,17 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// As for [`add`](Self::add); a retry after a connection error may count a failure twice.
     pub async fn add_rate_limited(&self, item: impl Borrow<T>) -> Result<Added, Error> {
+        self.add_limited(item.borrow(), Duration::ZERO, None).await
+    }
+
+    /// The `add_rate_limited` script: the limiter's delay, or `after` if that is shorter (zero:
+    /// no delay of the caller's), with a priority or none.
+    async fn add_limited(
+        &self,
+        item: &T,
+        after: Duration,
+        priority: Option<i32>,
+    ) -> Result<Added, Error> {
         if self.is_closed() {
             return Ok(IGNORED);
         }
@@ -762,6 +827,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .arg(micros(limit.max_delay()))
                     .arg(qps)
                     .arg(burst)
+                    .arg(micros(after))
+                    .arg(priority_arg(priority))
                     .invoke_async(&mut con)
                     .await
             })
@@ -876,6 +943,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             Some(1) => {
                 let raw = bytes(parts.next().unwrap_or(Value::Nil))?;
                 let token = int(&parts.next().unwrap_or(Value::Nil))?.max(0) as u64;
+                let priority = parts.next().as_ref().map(int).transpose()?.unwrap_or(0);
+                let priority = i32::try_from(priority).map_err(|_| {
+                    Error::Protocol(format!("get: priority {priority} out of range"))
+                })?;
                 let decoded = match String::from_utf8(raw) {
                     Ok(text) => serde_json::from_str::<T>(&text)
                         .map(|item| (item, text.clone()))
@@ -892,6 +963,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                         item,
                         text,
                         token,
+                        priority,
                         started,
                     )))),
                     Err((raw, error)) => {
@@ -1320,8 +1392,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             .await
     }
 
-    /// Deletes every key of the queue: its items, leases, failure counts, dead letters and
-    /// shut-down flag. Workers holding leases will find them lost.
+    /// Deletes every key of the queue: its items (at every priority), leases, failure counts,
+    /// dead letters and shut-down flag. Workers holding leases will find them lost.
     ///
     /// # Errors
     ///
@@ -1330,11 +1402,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let _: i64 = self
             .inner
             .call("delete", |mut con| async move {
-                let mut cmd = redis::cmd("DEL");
-                for key in &self.inner.keys.all {
-                    cmd.arg(key.as_str());
-                }
-                cmd.query_async(&mut con).await
+                self.inner
+                    .invocation(&SCRIPTS.delete)
+                    .invoke_async(&mut con)
+                    .await
             })
             .await?;
         Ok(())
