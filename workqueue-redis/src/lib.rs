@@ -100,6 +100,7 @@ mod pause;
 mod persistence;
 mod queue;
 mod rate_limit;
+mod reply;
 mod scripts;
 mod stats;
 

@@ -20,6 +20,7 @@ use crate::error::{Error, Transient};
 use crate::lease::Lease;
 use crate::persistence::Persistence;
 use crate::rate_limit::RateLimit;
+use crate::reply::{self, AddReply, DoneReply, GetReply};
 use crate::scripts::{Keys, SCRIPTS};
 use crate::stats::{DeadLetter, Stats};
 
@@ -57,23 +58,14 @@ pub struct Added {
 }
 
 impl Added {
+    /// Reads an add script's reply; `delay` is the caller's, if it chose one.
     fn parse(value: Value, delay: Option<Duration>) -> Result<Self, Error> {
-        let parts = array(value)?;
-        let kind = match parts.first().map(int) {
-            Some(Ok(0)) => AddKind::Ignored,
-            Some(Ok(1)) => AddKind::Queued,
-            Some(Ok(2)) => AddKind::Duplicate,
-            Some(Ok(3)) => AddKind::Deferred,
-            Some(Ok(4)) => AddKind::Delayed,
-            _ => return Err(Error::Protocol(format!("add: {parts:?}"))),
-        };
-        let seq = parts.get(1).map(int).transpose()?.unwrap_or(0).max(0) as u64;
-        let delay = match (delay, parts.get(2)) {
-            (Some(delay), _) => delay,
-            (None, Some(us)) => Duration::from_micros(int(us)?.max(0) as u64),
-            (None, None) => Duration::ZERO,
-        };
-        Ok(Added { kind, seq, delay })
+        let reply: AddReply = reply::parse("add", value)?;
+        Ok(Added {
+            kind: reply.kind,
+            seq: reply.seq,
+            delay: delay.or(reply.delay).unwrap_or(Duration::ZERO),
+        })
     }
 }
 
@@ -611,33 +603,6 @@ fn priority_arg(priority: Option<i32>) -> String {
     priority.map_or_else(String::new, |p| p.to_string())
 }
 
-fn array(value: Value) -> Result<Vec<Value>, Error> {
-    match value {
-        Value::Array(values) => Ok(values),
-        other => Err(Error::Protocol(format!("expected an array, got {other:?}"))),
-    }
-}
-
-fn int(value: &Value) -> Result<i64, Error> {
-    match value {
-        Value::Int(n) => Ok(*n),
-        Value::BulkString(bytes) => std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .map(|f| f as i64)
-            .ok_or_else(|| Error::Protocol(format!("expected a number, got {value:?}"))),
-        other => Err(Error::Protocol(format!("expected a number, got {other:?}"))),
-    }
-}
-
-fn bytes(value: Value) -> Result<Vec<u8>, Error> {
-    match value {
-        Value::BulkString(bytes) => Ok(bytes),
-        Value::SimpleString(s) => Ok(s.into_bytes()),
-        other => Err(Error::Protocol(format!("expected a string, got {other:?}"))),
-    }
-}
-
 /// One attempt of `get`.
 enum Attempt<T> {
     Leased(Lease<T>),
@@ -937,16 +902,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 
     /// Reads the answer of the `get` script; `None` if the item was moved to the dead letters.
     async fn interpret(&self, value: Value, started: Instant) -> Result<Option<Attempt<T>>, Error> {
-        let mut parts = array(value)?.into_iter();
-        let tag = parts.next().as_ref().map(int).transpose()?;
-        match tag {
-            Some(1) => {
-                let raw = bytes(parts.next().unwrap_or(Value::Nil))?;
-                let token = int(&parts.next().unwrap_or(Value::Nil))?.max(0) as u64;
-                let priority = parts.next().as_ref().map(int).transpose()?.unwrap_or(0);
-                let priority = i32::try_from(priority).map_err(|_| {
-                    Error::Protocol(format!("get: priority {priority} out of range"))
-                })?;
+        match reply::parse("get", value)? {
+            GetReply::Leased {
+                raw,
+                token,
+                priority,
+            } => {
                 let decoded = match String::from_utf8(raw) {
                     Ok(text) => serde_json::from_str::<T>(&text)
                         .map(|item| (item, text.clone()))
@@ -978,13 +939,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     }
                 }
             }
-            Some(2) => Ok(Some(Attempt::ShutDown)),
-            Some(0) => {
-                let wait = parts.next().as_ref().map(int).transpose()?.unwrap_or(-1);
-                let wait = (wait >= 0).then(|| Duration::from_micros(wait as u64));
-                Ok(Some(Attempt::Empty(wait)))
-            }
-            _ => Err(Error::Protocol("get: unknown reply".into())),
+            GetReply::ShutDown => Ok(Some(Attempt::ShutDown)),
+            GetReply::Empty(wait) => Ok(Some(Attempt::Empty(wait))),
         }
     }
 
@@ -1112,14 +1068,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         ];
         let mut replies = self.inner.pipeline(&calls).await?.into_iter();
         let (done, next) = match (replies.next(), replies.next()) {
-            (Some(done), Some(next)) => (int(&done)?, next),
+            (Some(done), Some(next)) => (reply::parse::<DoneReply>("done", done)?.0, next),
             _ => return Err(Error::Protocol("done_and_get: short reply".into())),
         };
-        let done = if done >= 1 {
-            Ok(())
-        } else {
-            Err(Error::LeaseLost)
-        };
+        let done = if done { Ok(()) } else { Err(Error::LeaseLost) };
         let next = match self.interpret(next, started).await? {
             Some(Attempt::Leased(lease)) => Some(lease),
             _ => None,
