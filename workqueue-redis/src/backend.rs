@@ -33,27 +33,14 @@ where
         Some(RedisQueue::name(self))
     }
 
-    /// [`add`](RedisQueue::add), [`add_after`](RedisQueue::add_after) or
-    /// [`add_rate_limited`](RedisQueue::add_rate_limited) as `options` ask.
+    /// [`RedisQueue::add_with`]: every option (delay, rate limiting, priority), with the
+    /// in-memory queue's rules.
     ///
     /// # Errors
     ///
-    /// As for those; [`Error::Unsupported`] for a priority, or for a delay together with
-    /// rate limiting, which this backend does not offer yet.
+    /// As for [`RedisQueue::add`].
     async fn add_with(&self, item: T, options: AddOptions) -> Result<bool, Error> {
-        if options.requested_priority().is_some() {
-            return Err(Error::Unsupported("priorities on Redis"));
-        }
-        let added = match (options.is_rate_limited(), options.delay().is_zero()) {
-            (true, true) => self.add_rate_limited(&item).await?,
-            (true, false) => {
-                return Err(Error::Unsupported(
-                    "a delay together with rate limiting on Redis",
-                ));
-            }
-            (false, true) => self.add(&item).await?,
-            (false, false) => self.add_after(&item, options.delay()).await?,
-        };
+        let added = RedisQueue::add_with(self, &item, options).await?;
         Ok(added.kind != AddKind::Ignored)
     }
 
@@ -100,9 +87,9 @@ where
         Lease::item(self)
     }
 
-    /// 0: priorities are not kept on Redis yet.
+    /// [`Lease::priority`]: the priority the item was handed out with.
     fn priority(&self) -> i32 {
-        0
+        Lease::priority(self)
     }
 
     fn done(self) -> impl Future<Output = Result<(), Error>> + Send {

@@ -21,8 +21,8 @@ pub enum Error {
     Config(String),
     /// The server answered something this crate does not understand.
     Protocol(String),
-    /// The queue cannot do what was asked (for example an option of
-    /// [`workqueue::AddOptions`] this backend does not support yet).
+    /// The queue cannot do what was asked. Every option of [`workqueue::AddOptions`] is
+    /// supported today; the variant stays for capabilities a later version may lack.
     Unsupported(&'static str),
     /// The server is older than [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION), or its
     /// version could not be read: the queue needs features it lacks (script flags).

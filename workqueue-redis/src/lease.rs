@@ -86,6 +86,7 @@ pub struct Lease<T> {
     item: T,
     raw: String,
     token: u64,
+    priority: i32,
     queue: Arc<Inner>,
     state: Arc<LeaseState>,
     renewer: Option<JoinHandle<()>>,
@@ -95,7 +96,14 @@ pub struct Lease<T> {
 }
 
 impl<T> Lease<T> {
-    pub(crate) fn new(queue: Arc<Inner>, item: T, raw: String, token: u64, sent: Instant) -> Self {
+    pub(crate) fn new(
+        queue: Arc<Inner>,
+        item: T,
+        raw: String,
+        token: u64,
+        priority: i32,
+        sent: Instant,
+    ) -> Self {
         let state = Arc::new(LeaseState {
             lost: AtomicBool::new(false),
             valid_until: Mutex::new(sent + margin(queue.lease)),
@@ -115,6 +123,7 @@ impl<T> Lease<T> {
             item,
             raw,
             token,
+            priority,
             queue,
             state,
             renewer,
@@ -132,6 +141,14 @@ impl<T> Lease<T> {
     /// queue.
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    /// The priority the item was handed out with (see [`RedisQueue::add_with`]; 0 for an item
+    /// never given one).
+    ///
+    /// [`RedisQueue::add_with`]: crate::RedisQueue::add_with
+    pub fn priority(&self) -> i32 {
+        self.priority
     }
 
     /// The item as stored on the server (its JSON text).

@@ -3,6 +3,7 @@
 //! [`RedisQueue`] has the methods of [`workqueue::WorkQueue`] with the same names and
 //! meanings, made `async` because they talk to a server: [`add`](RedisQueue::add),
 //! [`add_after`](RedisQueue::add_after), [`add_rate_limited`](RedisQueue::add_rate_limited),
+//! [`add_with`](RedisQueue::add_with) (with a priority),
 //! [`forget`](RedisQueue::forget), [`num_requeues`](RedisQueue::num_requeues),
 //! [`len`](RedisQueue::len), [`get`](RedisQueue::get) returning a [`Lease`], and
 //! [`shut_down`](RedisQueue::shut_down). Any number of worker processes on any number of
@@ -22,8 +23,15 @@
 //! gives the same retries, give-ups, panic isolation, timeouts, stop and summary. The pool
 //! marks each lease done explicitly (a dropped lease is released here), adds a retry back
 //! before its `done`, and rides out a server outage (it logs, backs off and keeps trying; an
-//! item is never lost). Stopping the pool shuts down only this handle. Priorities and a delay
-//! combined with rate limiting are not supported yet ([`Error::Unsupported`]).
+//! item is never lost). Stopping the pool shuts down only this handle.
+//!
+//! **Priorities**: [`add_with`](RedisQueue::add_with) takes every [`workqueue::AddOptions`]
+//! (delay, rate limiting, priority) with the in-memory rules: higher priorities first, FIFO
+//! within a priority, a re-add raises a priority and never lowers it, a delayed item keeps its
+//! priority, and an item re-added while processing is queued at the highest priority its
+//! re-adds gave. [`Lease::priority`] is the priority an item was handed out with. Priority 0
+//! lives in the queue's main ready list, so a queue that never uses priorities pays only one
+//! extra key check per hand-out.
 //!
 //! Each operation is one Lua script run on the server (`EVALSHA`), so each is atomic; every
 //! key of a queue carries the queue's hash tag (`wq:{name}:...`), so a queue lives in one
@@ -92,6 +100,7 @@ mod pause;
 mod persistence;
 mod queue;
 mod rate_limit;
+mod reply;
 mod scripts;
 mod stats;
 

@@ -12,7 +12,7 @@ use redis::aio::ConnectionManagerConfig;
 use redis::{AsyncConnectionConfig, Script, ScriptInvocation, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workqueue::TryGetError;
+use workqueue::{AddOptions, TryGetError};
 
 use crate::builder::Builder;
 use crate::connection::{Conn, Source};
@@ -20,6 +20,7 @@ use crate::error::{Error, Transient};
 use crate::lease::Lease;
 use crate::persistence::Persistence;
 use crate::rate_limit::RateLimit;
+use crate::reply::{self, AddReply, DoneReply, GetReply};
 use crate::scripts::{Keys, SCRIPTS};
 use crate::stats::{DeadLetter, Stats};
 
@@ -57,23 +58,14 @@ pub struct Added {
 }
 
 impl Added {
+    /// Reads an add script's reply; `delay` is the caller's, if it chose one.
     fn parse(value: Value, delay: Option<Duration>) -> Result<Self, Error> {
-        let parts = array(value)?;
-        let kind = match parts.first().map(int) {
-            Some(Ok(0)) => AddKind::Ignored,
-            Some(Ok(1)) => AddKind::Queued,
-            Some(Ok(2)) => AddKind::Duplicate,
-            Some(Ok(3)) => AddKind::Deferred,
-            Some(Ok(4)) => AddKind::Delayed,
-            _ => return Err(Error::Protocol(format!("add: {parts:?}"))),
-        };
-        let seq = parts.get(1).map(int).transpose()?.unwrap_or(0).max(0) as u64;
-        let delay = match (delay, parts.get(2)) {
-            (Some(delay), _) => delay,
-            (None, Some(us)) => Duration::from_micros(int(us)?.max(0) as u64),
-            (None, None) => Duration::ZERO,
-        };
-        Ok(Added { kind, seq, delay })
+        let reply: AddReply = reply::parse("add", value)?;
+        Ok(Added {
+            kind: reply.kind,
+            seq: reply.seq,
+            delay: delay.or(reply.delay).unwrap_or(Duration::ZERO),
+        })
     }
 }
 
@@ -606,31 +598,9 @@ pub(crate) fn micros(d: Duration) -> u64 {
         .min(u64::MAX / 2)
 }
 
-fn array(value: Value) -> Result<Vec<Value>, Error> {
-    match value {
-        Value::Array(values) => Ok(values),
-        other => Err(Error::Protocol(format!("expected an array, got {other:?}"))),
-    }
-}
-
-fn int(value: &Value) -> Result<i64, Error> {
-    match value {
-        Value::Int(n) => Ok(*n),
-        Value::BulkString(bytes) => std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .map(|f| f as i64)
-            .ok_or_else(|| Error::Protocol(format!("expected a number, got {value:?}"))),
-        other => Err(Error::Protocol(format!("expected a number, got {other:?}"))),
-    }
-}
-
-fn bytes(value: Value) -> Result<Vec<u8>, Error> {
-    match value {
-        Value::BulkString(bytes) => Ok(bytes),
-        Value::SimpleString(s) => Ok(s.into_bytes()),
-        other => Err(Error::Protocol(format!("expected a string, got {other:?}"))),
-    }
+/// The priority argument of the add scripts: empty when none was given.
+fn priority_arg(priority: Option<i32>) -> String {
+    priority.map_or_else(String::new, |p| p.to_string())
 }
 
 /// One attempt of `get`.
@@ -691,6 +661,43 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// unknown whether the add was applied; adding again is harmless. A full server
     /// (`maxmemory` under `noeviction`) refuses adds at once with an `OOM` error.
     pub async fn add(&self, item: impl Borrow<T>) -> Result<Added, Error> {
+        self.add_now(item.borrow(), None).await
+    }
+
+    /// Adds `item` as `options` ask: at once, after a delay, rate limited (with a delay too,
+    /// the shorter one wins), and with a priority: the in-memory queue's
+    /// [`add_with`](workqueue::WorkQueue::add_with), with its rules across processes.
+    ///
+    /// Higher priorities are handed out first, in add order within a priority. A re-add can
+    /// raise a queued or delayed item's priority (a raised item goes behind the items already
+    /// waiting at its new priority), never lower it; without a priority a new item gets 0 and a
+    /// known one keeps its own. An item re-added while processing is queued when its lease
+    /// ends with the highest priority its re-adds gave since it was handed out (0 if none
+    /// gave one); a released or reclaimed item goes back to the head of the higher of that
+    /// and the priority it was handed out with. [`Lease::priority`] tells a worker the
+    /// priority of what it holds.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add).
+    pub async fn add_with(
+        &self,
+        item: impl Borrow<T>,
+        options: AddOptions,
+    ) -> Result<Added, Error> {
+        let item = item.borrow();
+        let priority = options.requested_priority();
+        if options.is_rate_limited() {
+            self.add_limited(item, options.delay(), priority).await
+        } else if options.delay().is_zero() {
+            self.add_now(item, priority).await
+        } else {
+            self.add_delayed(item, options.delay(), priority).await
+        }
+    }
+
+    /// The `add` script, with a priority or none.
+    async fn add_now(&self, item: &T, priority: Option<i32>) -> Result<Added, Error> {
         if self.is_closed() {
             return Ok(IGNORED);
         }
@@ -702,6 +709,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 self.inner
                     .invocation(&SCRIPTS.add)
                     .arg(raw)
+                    .arg(priority_arg(priority))
                     .invoke_async(&mut con)
                     .await
             })
@@ -718,6 +726,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// As for [`add`](Self::add).
     pub async fn add_after(&self, item: impl Borrow<T>, delay: Duration) -> Result<Added, Error> {
+        self.add_delayed(item.borrow(), delay, None).await
+    }
+
+    /// The `add_after` script, with a priority or none.
+    async fn add_delayed(
+        &self,
+        item: &T,
+        delay: Duration,
+        priority: Option<i32>,
+    ) -> Result<Added, Error> {
         if self.is_closed() {
             return Ok(IGNORED);
         }
@@ -730,6 +748,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .invocation(&SCRIPTS.add_after)
                     .arg(raw)
                     .arg(micros(delay))
+                    .arg(priority_arg(priority))
                     .invoke_async(&mut con)
                     .await
             })
@@ -745,6 +764,17 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// As for [`add`](Self::add); a retry after a connection error may count a failure twice.
     pub async fn add_rate_limited(&self, item: impl Borrow<T>) -> Result<Added, Error> {
+        self.add_limited(item.borrow(), Duration::ZERO, None).await
+    }
+
+    /// The `add_rate_limited` script: the limiter's delay, or `after` if that is shorter (zero:
+    /// no delay of the caller's), with a priority or none.
+    async fn add_limited(
+        &self,
+        item: &T,
+        after: Duration,
+        priority: Option<i32>,
+    ) -> Result<Added, Error> {
         if self.is_closed() {
             return Ok(IGNORED);
         }
@@ -762,6 +792,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .arg(micros(limit.max_delay()))
                     .arg(qps)
                     .arg(burst)
+                    .arg(micros(after))
+                    .arg(priority_arg(priority))
                     .invoke_async(&mut con)
                     .await
             })
@@ -870,12 +902,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 
     /// Reads the answer of the `get` script; `None` if the item was moved to the dead letters.
     async fn interpret(&self, value: Value, started: Instant) -> Result<Option<Attempt<T>>, Error> {
-        let mut parts = array(value)?.into_iter();
-        let tag = parts.next().as_ref().map(int).transpose()?;
-        match tag {
-            Some(1) => {
-                let raw = bytes(parts.next().unwrap_or(Value::Nil))?;
-                let token = int(&parts.next().unwrap_or(Value::Nil))?.max(0) as u64;
+        match reply::parse("get", value)? {
+            GetReply::Leased {
+                raw,
+                token,
+                priority,
+            } => {
                 let decoded = match String::from_utf8(raw) {
                     Ok(text) => serde_json::from_str::<T>(&text)
                         .map(|item| (item, text.clone()))
@@ -892,6 +924,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                         item,
                         text,
                         token,
+                        priority,
                         started,
                     )))),
                     Err((raw, error)) => {
@@ -906,13 +939,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     }
                 }
             }
-            Some(2) => Ok(Some(Attempt::ShutDown)),
-            Some(0) => {
-                let wait = parts.next().as_ref().map(int).transpose()?.unwrap_or(-1);
-                let wait = (wait >= 0).then(|| Duration::from_micros(wait as u64));
-                Ok(Some(Attempt::Empty(wait)))
-            }
-            _ => Err(Error::Protocol("get: unknown reply".into())),
+            GetReply::ShutDown => Ok(Some(Attempt::ShutDown)),
+            GetReply::Empty(wait) => Ok(Some(Attempt::Empty(wait))),
         }
     }
 
@@ -1040,14 +1068,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         ];
         let mut replies = self.inner.pipeline(&calls).await?.into_iter();
         let (done, next) = match (replies.next(), replies.next()) {
-            (Some(done), Some(next)) => (int(&done)?, next),
+            (Some(done), Some(next)) => (reply::parse::<DoneReply>("done", done)?.0, next),
             _ => return Err(Error::Protocol("done_and_get: short reply".into())),
         };
-        let done = if done >= 1 {
-            Ok(())
-        } else {
-            Err(Error::LeaseLost)
-        };
+        let done = if done { Ok(()) } else { Err(Error::LeaseLost) };
         let next = match self.interpret(next, started).await? {
             Some(Attempt::Leased(lease)) => Some(lease),
             _ => None,
@@ -1320,8 +1344,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             .await
     }
 
-    /// Deletes every key of the queue: its items, leases, failure counts, dead letters and
-    /// shut-down flag. Workers holding leases will find them lost.
+    /// Deletes every key of the queue: its items (at every priority), leases, failure counts,
+    /// dead letters and shut-down flag. Workers holding leases will find them lost.
     ///
     /// # Errors
     ///
@@ -1330,11 +1354,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let _: i64 = self
             .inner
             .call("delete", |mut con| async move {
-                let mut cmd = redis::cmd("DEL");
-                for key in &self.inner.keys.all {
-                    cmd.arg(key.as_str());
-                }
-                cmd.query_async(&mut con).await
+                self.inner
+                    .invocation(&SCRIPTS.delete)
+                    .invoke_async(&mut con)
+                    .await
             })
             .await?;
         Ok(())

@@ -12,9 +12,11 @@ pub(crate) struct Keys {
 }
 
 /// Suffixes of the keys, in the order of `KEYS` in `common.lua`.
-const SUFFIXES: [&str; 14] = [
+/// The ready lists of non-zero priorities (`ready:<priority>`) are not among them: the scripts
+/// derive their names from `ready`, in the same hash tag.
+const SUFFIXES: [&str; 17] = [
     "ready", "dirty", "proc", "lease", "since", "delay", "fail", "stalls", "bucket", "marker",
-    "seq", "shut", "dead", "meta",
+    "seq", "shut", "dead", "meta", "lanes", "prio", "lprio",
 ];
 
 /// Index of the marker key in [`Keys::all`].
@@ -103,6 +105,7 @@ pub(crate) struct Scripts {
     pub(crate) shut_down: Script,
     pub(crate) resume: Script,
     pub(crate) stats: Script,
+    pub(crate) delete: Script,
 }
 
 /// The scripts, built once per process.
@@ -121,4 +124,5 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     shut_down: script(include_str!("lua/shut_down.lua"), Oom::Allow),
     resume: script(include_str!("lua/resume.lua"), Oom::Allow),
     stats: script(include_str!("lua/stats.lua"), Oom::Allow),
+    delete: script(include_str!("lua/delete.lua"), Oom::Allow),
 });

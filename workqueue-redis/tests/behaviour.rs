@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use support::{Backend, Factory, Opts};
-use workqueue::TryGetError;
+use workqueue::{AddOptions, TryGetError};
 
 /// Instantiates every rule for both backends.
 macro_rules! behaviour_suite {
@@ -73,6 +73,15 @@ behaviour_suite!(
     concurrent_getters_each_get_distinct_items,
     shut_down_with_drain_waits_for_leases,
     a_dropped_lease_of_a_re_added_item_queues_it_once,
+    higher_priorities_come_out_first_fifo_within_a_priority,
+    len_counts_the_items_of_every_priority,
+    a_re_add_raises_a_priority_and_never_lowers_it,
+    a_raised_item_joins_the_tail_of_its_new_priority,
+    an_add_without_a_priority_keeps_the_items_own,
+    a_delayed_item_keeps_its_priority,
+    a_delayed_duplicate_with_a_higher_priority_raises_it,
+    a_re_add_while_processing_takes_the_highest_re_add_priority,
+    a_rate_limited_add_with_a_delay_takes_the_shorter_one,
 );
 
 /// Waits until `check` holds, for at most 5 s.
@@ -96,6 +105,26 @@ async fn take_all<Q: Backend>(queue: &Q) -> Vec<String> {
         Q::done(lease).await;
     }
     items
+}
+
+/// Takes every ready item with its lease's priority, in hand-out order, marking each done.
+async fn take_all_with_priority<Q: Backend>(queue: &Q) -> Vec<(String, i32)> {
+    let mut items = Vec::new();
+    while let Ok(lease) = queue.try_get().await {
+        items.push((Q::item(&lease), Q::priority(&lease)));
+        Q::done(lease).await;
+    }
+    items
+}
+
+/// An add with priority `p`.
+fn prio(p: i32) -> AddOptions {
+    AddOptions::default().priority(p)
+}
+
+/// `(item, priority)` pairs, for comparisons.
+fn pairs(expected: &[(&str, i32)]) -> Vec<(String, i32)> {
+    expected.iter().map(|&(x, p)| (x.to_owned(), p)).collect()
 }
 
 /// Waits for the next item with a 5 s limit.
@@ -499,5 +528,276 @@ mod rules {
         })
         .await;
         assert_eq!(take_all(&queue).await, ["key"]);
+    }
+    pub(crate) async fn higher_priorities_come_out_first_fifo_within_a_priority<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add_with("a", AddOptions::default()).await;
+        queue.add_with("b", prio(1)).await;
+        queue.add_with("c", prio(-1)).await;
+        queue.add("d").await;
+        queue.add_with("e", prio(1)).await;
+        queue.add_with("f", prio(i32::MAX)).await;
+        queue.add_with("g", prio(-1)).await;
+        queue.add_with("h", prio(0)).await;
+        queue.add_with("i", prio(i32::MIN)).await;
+        assert_eq!(
+            take_all_with_priority(&queue).await,
+            pairs(&[
+                ("f", i32::MAX),
+                ("b", 1),
+                ("e", 1),
+                ("a", 0),
+                ("d", 0),
+                ("h", 0),
+                ("c", -1),
+                ("g", -1),
+                ("i", i32::MIN),
+            ])
+        );
+        assert_eq!(queue.len().await, 0);
+    }
+
+    pub(crate) async fn len_counts_the_items_of_every_priority<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add_with("a", prio(3)).await;
+        queue.add("b").await;
+        queue.add_with("c", prio(-3)).await;
+        queue.add_with("d", prio(3)).await;
+        assert_eq!(queue.len().await, 4);
+        let lease = next(&queue).await;
+        assert_eq!(
+            (F::Queue::item(&lease), F::Queue::priority(&lease)),
+            ("a".into(), 3)
+        );
+        assert_eq!(queue.len().await, 3, "the leased item is not counted");
+        F::Queue::done(lease).await;
+        assert_eq!(take_all(&queue).await, ["d", "b", "c"]);
+        assert_eq!(queue.len().await, 0);
+    }
+
+    pub(crate) async fn a_re_add_raises_a_priority_and_never_lowers_it<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add_with("up", prio(1)).await;
+        queue.add_with("up", prio(2)).await;
+        queue.add_with("down", prio(2)).await;
+        queue.add_with("down", prio(1)).await;
+        assert_eq!(queue.len().await, 2, "each item is queued once");
+        assert_eq!(
+            take_all_with_priority(&queue).await,
+            pairs(&[("up", 2), ("down", 2)])
+        );
+        // A raise moves a queued item ahead of the items of its old priority.
+        queue.add("foo").await;
+        queue.add("bar").await;
+        queue.add("baz").await;
+        queue.add_with("baz", prio(1)).await;
+        assert_eq!(queue.len().await, 3);
+        assert_eq!(
+            take_all_with_priority(&queue).await,
+            pairs(&[("baz", 1), ("foo", 0), ("bar", 0)])
+        );
+    }
+
+    pub(crate) async fn a_raised_item_joins_the_tail_of_its_new_priority<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add_with("foo", prio(0)).await;
+        queue.add_with("bar", prio(1)).await;
+        queue.add_with("foo", prio(1)).await;
+        queue.add_with("low", prio(-5)).await;
+        queue.add_with("low", prio(-1)).await;
+        queue.add_with("lower", prio(-2)).await;
+        assert_eq!(
+            take_all_with_priority(&queue).await,
+            pairs(&[("bar", 1), ("foo", 1), ("low", -1), ("lower", -2)])
+        );
+    }
+
+    pub(crate) async fn an_add_without_a_priority_keeps_the_items_own<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add_with("high", prio(3)).await;
+        queue.add_with("low", prio(-2)).await;
+        queue.add("mid").await;
+        queue.add("high").await;
+        queue.add("low").await;
+        queue.add_after("low", Duration::ZERO).await;
+        // A delayed item keeps its priority through an add without one, too.
+        queue
+            .add_with(
+                "later",
+                AddOptions::default()
+                    .after(Duration::from_secs(3600))
+                    .priority(-7),
+            )
+            .await;
+        queue.add("later").await;
+        assert_eq!(
+            take_all_with_priority(&queue).await,
+            pairs(&[("high", 3), ("mid", 0), ("low", -2), ("later", -7)])
+        );
+    }
+
+    pub(crate) async fn a_delayed_item_keeps_its_priority<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue
+            .add_with(
+                "late",
+                AddOptions::default()
+                    .after(Duration::from_millis(150))
+                    .priority(5),
+            )
+            .await;
+        queue
+            .add_with(
+                "later",
+                AddOptions::default()
+                    .after(Duration::from_millis(150))
+                    .priority(-5),
+            )
+            .await;
+        queue.add("now").await;
+        assert_eq!(queue.len().await, 1);
+        eventually("both delayed items are ready", || async {
+            queue.len().await == 3
+        })
+        .await;
+        assert_eq!(
+            take_all_with_priority(&queue).await,
+            pairs(&[("late", 5), ("now", 0), ("later", -5)])
+        );
+    }
+
+    pub(crate) async fn a_delayed_duplicate_with_a_higher_priority_raises_it<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        // Queued: a delayed add with a higher priority raises it, and it stays queued once.
+        queue.add("a").await;
+        queue.add("b").await;
+        queue
+            .add_with(
+                "b",
+                AddOptions::default()
+                    .after(Duration::from_secs(3600))
+                    .priority(2),
+            )
+            .await;
+        assert_eq!(queue.len().await, 2);
+        assert_eq!(
+            take_all_with_priority(&queue).await,
+            pairs(&[("b", 2), ("a", 0)])
+        );
+        // Delayed: the highest priority of its delayed adds goes with it once it is added.
+        let hour = AddOptions::default().after(Duration::from_secs(3600));
+        queue.add_with("c", hour.priority(1)).await;
+        queue.add_with("c", hour.priority(4)).await;
+        queue.add_with("c", hour.priority(2)).await;
+        queue.add("d").await;
+        assert_eq!(queue.len().await, 1, "c is still delayed");
+        queue.add("c").await;
+        assert_eq!(
+            take_all_with_priority(&queue).await,
+            pairs(&[("c", 4), ("d", 0)])
+        );
+        // A delayed item at 0 added with a higher priority and no delay is ready at once.
+        queue.add_with("e", hour.priority(0)).await;
+        queue.add_with("e", prio(1)).await;
+        assert_eq!(queue.len().await, 1);
+        assert_eq!(take_all_with_priority(&queue).await, pairs(&[("e", 1)]));
+    }
+
+    pub(crate) async fn a_re_add_while_processing_takes_the_highest_re_add_priority<F: Factory>(
+        f: &F,
+    ) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add_with("foo", prio(5)).await;
+        let lease = next(&queue).await;
+        assert_eq!(F::Queue::priority(&lease), 5);
+        queue.add_with("foo", prio(1)).await;
+        queue.add_with("foo", prio(3)).await;
+        queue.add("foo").await;
+        queue.add_with("foo", prio(2)).await;
+        queue.add_with("bar", prio(3)).await;
+        queue.add_with("baz", prio(2)).await;
+        assert_eq!(
+            queue.len().await,
+            2,
+            "the re-added item waits for its lease"
+        );
+        F::Queue::done(lease).await;
+        // At the tail of priority 3, behind bar.
+        let first = next(&queue).await;
+        assert_eq!(
+            (F::Queue::item(&first), F::Queue::priority(&first)),
+            ("bar".into(), 3)
+        );
+        F::Queue::done(first).await;
+        let lease = next(&queue).await;
+        assert_eq!(
+            (F::Queue::item(&lease), F::Queue::priority(&lease)),
+            ("foo".into(), 3)
+        );
+        // Re-adds without a priority: queued at 0 when done, not at the lease's 3.
+        queue.add("foo").await;
+        queue.add_with("neg", prio(-1)).await;
+        F::Queue::done(lease).await;
+        assert_eq!(
+            take_all_with_priority(&queue).await,
+            pairs(&[("baz", 2), ("foo", 0), ("neg", -1)])
+        );
+        // A negative re-add priority counts as given.
+        queue.add_with("foo", prio(4)).await;
+        let lease = next(&queue).await;
+        queue.add_with("foo", prio(-3)).await;
+        queue.add_with("other", prio(-2)).await;
+        F::Queue::done(lease).await;
+        assert_eq!(
+            take_all_with_priority(&queue).await,
+            pairs(&[("other", -2), ("foo", -3)])
+        );
+    }
+
+    pub(crate) async fn a_rate_limited_add_with_a_delay_takes_the_shorter_one<F: Factory>(f: &F) {
+        let queue = f
+            .queue(Opts {
+                base: Duration::from_secs(3600),
+                ..Opts::default()
+            })
+            .await;
+        queue
+            .add_with(
+                "soon",
+                AddOptions::default()
+                    .rate_limited()
+                    .after(Duration::from_millis(100))
+                    .priority(2),
+            )
+            .await;
+        queue.add("now").await;
+        assert_eq!(
+            queue.num_requeues("soon").await,
+            1,
+            "the limiter counted it"
+        );
+        assert_eq!(queue.len().await, 1);
+        eventually("the shorter delay passed", || async {
+            queue.len().await == 2
+        })
+        .await;
+        assert_eq!(
+            take_all_with_priority(&queue).await,
+            pairs(&[("soon", 2), ("now", 0)])
+        );
+        // The limiter's delay wins when it is the shorter one.
+        let queue = f.queue(Opts::default()).await;
+        let start = Instant::now();
+        queue
+            .add_with(
+                "x",
+                AddOptions::default()
+                    .rate_limited()
+                    .after(Duration::from_secs(3600)),
+            )
+            .await;
+        let lease = next(&queue).await;
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert_eq!(F::Queue::item(&lease), "x");
     }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use support::server::{Durability, RedisServer};
+use workqueue::AddOptions;
 use workqueue_redis::{AddKind, Error, RateLimit, RedisQueue, TryGetError};
 
 async fn queue(server: &RedisServer, name: &str, lease: Duration) -> RedisQueue<String> {
@@ -714,4 +715,114 @@ async fn mutations_break_the_rules_they_name() {
     q.add("b".to_string()).await.unwrap();
     lease.done().await.unwrap();
     assert_eq!(q.len().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_released_or_reclaimed_item_keeps_its_priority_at_the_head() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let q = RedisQueue::<String>::builder("prio-release")
+        .url(server.url())
+        .lease_duration(Duration::from_millis(300))
+        .auto_renew(false)
+        .build()
+        .await
+        .unwrap();
+    let prio = |p| AddOptions::default().priority(p);
+    q.add("low".to_string()).await.unwrap();
+    q.add_with("hi".to_string(), prio(5)).await.unwrap();
+    let lease = q.try_get().await.unwrap().unwrap();
+    assert_eq!((lease.item().as_str(), lease.priority()), ("hi", 5));
+    q.add_with("other".to_string(), prio(5)).await.unwrap();
+
+    // Released: back at the head of priority 5, ahead of the item added there meanwhile.
+    lease.release().await.unwrap();
+    let lease = q.try_get().await.unwrap().unwrap();
+    assert_eq!((lease.item().as_str(), lease.priority()), ("hi", 5));
+
+    // Reclaimed after its holder vanished: the same.
+    lease.abandon();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let lease = q.try_get().await.unwrap().unwrap();
+    assert_eq!((lease.item().as_str(), lease.priority()), ("hi", 5));
+
+    // A re-add with a higher priority while processing folds into the release.
+    q.add_with("hi".to_string(), prio(9)).await.unwrap();
+    lease.release().await.unwrap();
+    assert_eq!(q.len().await.unwrap(), 3);
+    let mut order = Vec::new();
+    while let Ok(lease) = q.try_get().await.unwrap() {
+        order.push((lease.item().clone(), lease.priority()));
+        lease.done().await.unwrap();
+    }
+    assert_eq!(
+        order,
+        [
+            ("hi".to_string(), 9),
+            ("other".to_string(), 5),
+            ("low".to_string(), 0)
+        ]
+    );
+    assert_eq!(
+        q.stats(10).await.unwrap().stalled,
+        0,
+        "done clears the stall"
+    );
+}
+
+#[tokio::test]
+async fn done_and_get_hands_out_the_highest_priority() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let q = queue(&server, "prio-pipeline", Duration::from_secs(30)).await;
+    let prio = |p| AddOptions::default().priority(p);
+    q.add("zero".to_string()).await.unwrap();
+    q.add_with("three".to_string(), prio(3)).await.unwrap();
+    let lease = q.try_get().await.unwrap().unwrap();
+    assert_eq!(lease.priority(), 3);
+    q.add_with("seven".to_string(), prio(7)).await.unwrap();
+    let (done, next) = q.done_and_get(lease).await.unwrap();
+    done.unwrap();
+    let next = next.expect("a ready item");
+    assert_eq!((next.item().as_str(), next.priority()), ("seven", 7));
+    let (done, next) = q.done_and_get(next).await.unwrap();
+    done.unwrap();
+    let next = next.expect("a ready item");
+    assert_eq!((next.item().as_str(), next.priority()), ("zero", 0));
+    next.done().await.unwrap();
+}
+
+#[tokio::test]
+async fn stats_count_and_delete_removes_every_priority() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let q = queue(&server, "prio-delete", Duration::from_secs(30)).await;
+    let prio = |p| AddOptions::default().priority(p);
+    q.add_with("a".to_string(), prio(2)).await.unwrap();
+    q.add_with("b".to_string(), prio(-1)).await.unwrap();
+    q.add("c".to_string()).await.unwrap();
+    q.add_with("d".to_string(), prio(4).after(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let stats = q.stats(10).await.unwrap();
+    assert_eq!(
+        (stats.depth, stats.delayed, stats.in_flight_dirty),
+        (3, 1, 0)
+    );
+    assert_eq!(q.len().await.unwrap(), 3);
+
+    let mut con = raw_connection(&server).await;
+    let keys: Vec<String> = con.keys("wq:{prio-delete}:ready:*").await.unwrap();
+    assert_eq!(
+        keys.len(),
+        2,
+        "one list per non-zero priority in use: {keys:?}"
+    );
+    q.delete().await.unwrap();
+    let keys: Vec<String> = con.keys("wq:{prio-delete}:*").await.unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+    assert_eq!(q.len().await.unwrap(), 0);
 }

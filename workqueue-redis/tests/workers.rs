@@ -132,6 +132,7 @@ workers_suite!(
     shut_down_with_a_deadline_reports_what_is_still_in_flight,
     workers_end_when_the_queue_is_shut_down_and_empty,
     a_stop_lists_or_keeps_the_delayed_retries,
+    one_worker_takes_items_by_priority,
 );
 
 async fn add<Q: Queue<Item = String>>(queue: &Q, item: &str) {
@@ -428,6 +429,39 @@ mod rules {
         assert_eq!(summary.in_flight, ["stuck"]);
         assert!(!summary.is_drained());
         assert_eq!(summary.processed, 0);
+    }
+
+    pub(crate) async fn one_worker_takes_items_by_priority<B: Backend>(backend: &B) {
+        let queue = backend.queue().await;
+        for (item, priority) in [("a", None), ("b", Some(2)), ("c", Some(-1)), ("d", Some(2))] {
+            let mut options = AddOptions::default();
+            if let Some(p) = priority {
+                options = options.priority(p);
+            }
+            assert!(
+                Queue::add_with(&queue, item.to_owned(), options)
+                    .await
+                    .unwrap()
+            );
+        }
+        // Raised while queued: behind d at priority 2.
+        Queue::add_with(&queue, "a".to_owned(), AddOptions::default().priority(2))
+            .await
+            .unwrap();
+        B::shut_down_everyone(&queue).await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let seen = order.clone();
+        let workers = Workers::new(queue.clone())
+            .count(1)
+            .spawn_async(move |item: String| {
+                let seen = seen.clone();
+                async move { seen.lock().unwrap().push(item) }
+            });
+        let summary = tokio::time::timeout(Duration::from_secs(10), workers.wait())
+            .await
+            .expect("the workers end by themselves");
+        assert_eq!((summary.processed, summary.succeeded), (4, 4));
+        assert_eq!(*order.lock().unwrap(), ["b", "d", "a", "c"]);
     }
 
     pub(crate) async fn workers_end_when_the_queue_is_shut_down_and_empty<B: Backend>(backend: &B) {

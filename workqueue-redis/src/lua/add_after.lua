@@ -1,4 +1,5 @@
--- add_after(item, delay): ARGV[1] = item, ARGV[2] = delay in microseconds.
+-- add_after(item, delay, priority): ARGV[1] = item, ARGV[2] = delay in
+-- microseconds, ARGV[3] = priority ('' or absent: none given).
 -- Returns {outcome, seq}.
 local now = now_us()
 if redis.call('EXISTS', K_SHUT) == 1 then
@@ -6,7 +7,8 @@ if redis.call('EXISTS', K_SHUT) == 1 then
 end
 local seq = next_seq(now)
 local delay = tonumber(ARGV[2])
+local p = priority_arg(ARGV[3])
 if delay <= 0 then
-  return {add_now(ARGV[1]), seq}
+  return {add_now(ARGV[1], p), seq}
 end
-return {add_at(ARGV[1], now + delay), seq}
+return {add_at(ARGV[1], now + delay, p), seq}

@@ -2,11 +2,15 @@
 -- backoff and the shared token bucket's wait, both computed here so that two
 -- processes never read the same failure count.
 -- ARGV[1] = item, ARGV[2] = base delay (us), ARGV[3] = max delay (us),
--- ARGV[4] = bucket rate (tokens per second, 0 = no bucket), ARGV[5] = burst.
+-- ARGV[4] = bucket rate (tokens per second, 0 = no bucket), ARGV[5] = burst,
+-- ARGV[6] = a delay of the caller's (us, 0 or absent: none; the shorter of it
+-- and the limiter's wins), ARGV[7] = priority ('' or absent: none given).
 -- Returns {outcome, seq, delay in us}.
 local x = ARGV[1]
 local base, max = tonumber(ARGV[2]), tonumber(ARGV[3])
 local qps, burst = tonumber(ARGV[4]), tonumber(ARGV[5])
+local after = tonumber(ARGV[6]) or 0
+local p = priority_arg(ARGV[7])
 local now = now_us()
 
 -- client-go's ItemExponentialFailureRateLimiter: read the count, then count.
@@ -36,6 +40,9 @@ if qps > 0 then
     end
   end
 end
+if after > 0 and after < delay then
+  delay = after
+end
 delay = math.ceil(delay)
 
 -- As in client-go, the limiter counts even when the add itself is ignored.
@@ -44,6 +51,6 @@ if redis.call('EXISTS', K_SHUT) == 1 then
 end
 local seq = next_seq(now)
 if delay <= 0 then
-  return {add_now(x), seq, delay}
+  return {add_now(x, p), seq, delay}
 end
-return {add_at(x, now + delay), seq, delay}
+return {add_at(x, now + delay, p), seq, delay}

@@ -3,7 +3,15 @@
 -- other command in between, so every rule below holds across processes.
 --
 -- Keys (all share one hash tag, so the queue lives in one cluster slot):
---   ready   LIST  items ready to hand out, head first
+--   ready   LIST  items ready to hand out at priority 0, head first
+--   ready:P LIST  (derived from `ready`, same hash tag) items ready at priority
+--                 P (a non-zero integer), head first; exists only while non-empty
+--   lanes   ZSET  P -> P for every non-zero priority whose list is non-empty
+--   prio    HASH  item -> priority, for queued, delayed and re-added (dirty)
+--                 items that were given one; absent means 0, except that for
+--                 an item being processed it means no re-add gave a priority
+--   lprio   HASH  item -> priority its current lease was handed out with (only
+--                 when non-zero): a release or reclaim queues it there again
 --   dirty   SET   items that need processing: queued, or re-added while processing
 --   proc    ZSET  items being processed -> lease deadline (server clock, microseconds)
 --   lease   HASH  item -> fencing token of the current holder
@@ -19,13 +27,16 @@
 --   meta    HASH  counters: dead_dropped (dead letters dropped by the cap), adds,
 --                 done, failures (see counters.rs); flag: paused (see pause.rs)
 --
--- Invariants: an item is in `ready` exactly when it is in `dirty` and not in
--- `proc`, and then it is in `ready` once and not in `delay`.
+-- Invariants: an item is in a ready list exactly when it is in `dirty` and not
+-- in `proc`, and then it is in one ready list once (the list of its priority)
+-- and not in `delay`. A non-zero priority is in `lanes` exactly when its list
+-- is non-empty, so a queue that never uses priorities only ever checks that
+-- `lanes` does not exist.
 
 local K_READY, K_DIRTY, K_PROC, K_LEASE, K_SINCE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_DELAY, K_FAIL, K_STALLS, K_BUCKET = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local K_MARKER, K_SEQ, K_SHUT, K_DEAD = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local K_META = KEYS[14]
+local K_META, K_LANES, K_PRIO, K_LPRIO = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 
 -- Items moved per call by promotion and by reclaim: keeps every call short.
 local BATCH = 100
@@ -87,15 +98,133 @@ local function is_processing(x)
   return redis.call('ZSCORE', K_PROC, x) ~= false
 end
 
+-- The ready list of priority `p`.
+local function lane(p)
+  if p == 0 then
+    return K_READY
+  end
+  return K_READY .. ':' .. int(p)
+end
+
+-- The priority `x` is queued (or delayed) with: 0 unless it was given one.
+local function prio_of(x)
+  return tonumber(redis.call('HGET', K_PRIO, x)) or 0
+end
+
+-- Queues `x` (in `dirty`, not processing) at its priority: at the tail, or at
+-- the head for work that was handed out before.
+local function enqueue(x, head)
+  local p = prio_of(x)
+  redis.call(head and 'LPUSH' or 'RPUSH', lane(p), x)
+  if p ~= 0 then
+    redis.call('ZADD', K_LANES, p, int(p))
+  end
+end
+
+-- Forgets priority `p`'s list in `lanes` once it is empty.
+local function drop_lane_if_empty(p)
+  if p ~= 0 and redis.call('LLEN', lane(p)) == 0 then
+    redis.call('ZREM', K_LANES, int(p))
+  end
+end
+
+-- Takes the next ready item: the head of the highest priority's list.
+-- Returns the item (or false) and its priority.
+local function pop_ready()
+  local p = 0
+  if redis.call('EXISTS', K_LANES) == 1 then
+    p = tonumber(redis.call('ZRANGE', K_LANES, -1, -1, 'WITHSCORES')[2])
+    if p < 0 and redis.call('LLEN', K_READY) > 0 then
+      p = 0
+    end
+  end
+  local x = redis.call('LPOP', lane(p))
+  drop_lane_if_empty(p)
+  return x, p
+end
+
+-- Whether any item is ready.
+local function any_ready()
+  return redis.call('LLEN', K_READY) > 0 or redis.call('EXISTS', K_LANES) == 1
+end
+
+-- How many items are ready, at every priority.
+local function ready_count()
+  local n = redis.call('LLEN', K_READY)
+  for _, p in ipairs(redis.call('ZRANGE', K_LANES, 0, -1)) do
+    n = n + redis.call('LLEN', lane(tonumber(p)))
+  end
+  return n
+end
+
+-- Records priority `p` (nil: none given) of an add of `x`, which is not
+-- queued: delayed or new (`base` 0), or being processed (`base` nil: the
+-- first priority a re-add gives counts, even a negative one). The highest
+-- priority given wins.
+local function give(x, p, base)
+  if p == nil then
+    return
+  end
+  local cur = tonumber(redis.call('HGET', K_PRIO, x)) or base
+  if cur == nil or p > cur then
+    redis.call('HSET', K_PRIO, x, int(p))
+  end
+end
+
+-- A queued `x` is added again with priority `p` (nil: none given): a higher
+-- priority moves it to the tail of that priority's list; a lower one, or
+-- none, changes nothing.
+local function raise(x, p)
+  if p == nil then
+    return
+  end
+  local old = prio_of(x)
+  if p <= old then
+    return
+  end
+  redis.call('LREM', lane(old), 1, x)
+  drop_lane_if_empty(old)
+  redis.call('HSET', K_PRIO, x, int(p))
+  enqueue(x, false)
+end
+
+-- `x`'s lease ended without done (released, or reclaimed): it is queued again
+-- at the head of the higher of the priority it was handed out with and the
+-- ones its re-adds gave since.
+local function requeue_head(x)
+  local p = tonumber(redis.call('HGET', K_LPRIO, x)) or 0
+  local given = tonumber(redis.call('HGET', K_PRIO, x))
+  if given and given > p then
+    p = given
+  end
+  redis.call('HDEL', K_LPRIO, x)
+  if p ~= 0 then
+    redis.call('HSET', K_PRIO, x, int(p))
+  else
+    redis.call('HDEL', K_PRIO, x)
+  end
+  redis.call('SADD', K_DIRTY, x)
+  enqueue(x, true)
+end
+
+-- The priority argument of an add: nil when none was given ('').
+local function priority_arg(a)
+  if a == nil or a == '' then
+    return nil
+  end
+  return tonumber(a)
+end
+
 -- Outcomes of an add, as the client decodes them.
 local IGNORED, QUEUED, DUPLICATE, DEFERRED, DELAYED = 0, 1, 2, 3, 4
 
--- client-go's Add.
-local function add_now(x)
+-- client-go's Add, with priority `p` (nil: none given).
+local function add_now(x, p)
   if is_processing(x) then
     -- Re-added while processing: queued again when its lease ends. A pending
     -- delayed add is moot now: this one is sooner.
     redis.call('ZREM', K_DELAY, x)
+    give(x, p, nil)
     if redis.call('SADD', K_DIRTY, x) == 1 then
       redis.call('HINCRBY', K_META, 'adds', 1)
       return DEFERRED
@@ -103,21 +232,41 @@ local function add_now(x)
     return DUPLICATE
   end
   if redis.call('SADD', K_DIRTY, x) == 0 then
+    raise(x, p)
     return DUPLICATE
   end
   -- New, or waiting for a delay: ready now, and the delayed add goes.
   redis.call('HINCRBY', K_META, 'adds', 1)
-  redis.call('ZREM', K_DELAY, x)
-  redis.call('RPUSH', K_READY, x)
+  if redis.call('ZREM', K_DELAY, x) == 1 then
+    give(x, p, 0)
+  else
+    give(x, p, nil)
+  end
+  enqueue(x, false)
   wake()
   return QUEUED
 end
 
--- client-go's AddAfter with a positive delay: `at` is the ready time.
-local function add_at(x, at)
+-- client-go's AddAfter with a positive delay: `at` is the ready time, `p` the
+-- priority (nil: none given).
+local function add_at(x, at, p)
+  local busy = is_processing(x)
   if redis.call('SISMEMBER', K_DIRTY, x) == 1 then
-    -- Queued, or due for a re-add when its lease ends: nothing is sooner.
+    -- Queued, or due for a re-add when its lease ends: nothing is sooner, but
+    -- a higher priority counts.
+    if busy then
+      give(x, p, nil)
+    else
+      raise(x, p)
+    end
     return DUPLICATE
+  end
+  if busy then
+    give(x, p, nil)
+  elseif redis.call('ZSCORE', K_DELAY, x) then
+    give(x, p, 0)
+  elseif p ~= nil and p ~= 0 then
+    redis.call('HSET', K_PRIO, x, int(p))
   end
   -- LT inserts a new member and only ever lowers an existing score: the
   -- earliest ready time wins.
@@ -141,7 +290,7 @@ local function promote(now)
     if redis.call('SADD', K_DIRTY, x) == 1 then
       added = added + 1
       if not is_processing(x) then
-        redis.call('RPUSH', K_READY, x)
+        enqueue(x, false)
         pushed = pushed + 1
       end
     end
@@ -174,6 +323,8 @@ local function bury(x, reason, now, cap, token)
   redis.call('ZREM', K_DELAY, x)
   redis.call('HDEL', K_FAIL, x)
   redis.call('HDEL', K_STALLS, x)
+  redis.call('HDEL', K_PRIO, x)
+  redis.call('HDEL', K_LPRIO, x)
   redis.call('RPUSH', K_DEAD, cjson.encode({
     item = x,
     error = string.sub(reason, 1, 1000),
@@ -186,9 +337,10 @@ local function bury(x, reason, now, cap, token)
 end
 
 -- Ends leases whose deadline passed: their holders are presumed dead. The item
--- goes back to the head of the ready list (it was the oldest work), once. An
--- item whose leases expired `max_stalls` times in a row (0: no limit) is taken
--- to be what kills its workers and goes to the dead letters instead.
+-- goes back to the head of its priority's ready list (it was the oldest
+-- work), once. An item whose leases expired `max_stalls` times in a row (0: no
+-- limit) is taken to be what kills its workers and goes to the dead letters
+-- instead.
 local function reclaim(now, max_stalls, cap)
   local expired = redis.call('ZRANGEBYSCORE', K_PROC, '-inf', now, 'LIMIT', 0, BATCH)
   for i = #expired, 1, -1 do
@@ -202,8 +354,7 @@ local function reclaim(now, max_stalls, cap)
     if max_stalls > 0 and stalls >= max_stalls then
       bury(x, 'its lease expired ' .. stalls .. ' times in a row (the worker died or stalled each time)', now, cap, token)
     else
-      redis.call('SADD', K_DIRTY, x)
-      redis.call('LPUSH', K_READY, x)
+      requeue_head(x)
     end
   end
   return #expired

@@ -10,7 +10,7 @@ local function requeue(entry)
   local x = letter.item
   redis.call('HDEL', K_FAIL, x)
   redis.call('HDEL', K_STALLS, x)
-  add_now(x)
+  add_now(x, nil)
   return 1
 end
 if ARGV[1] ~= '' then

@@ -14,6 +14,7 @@ end
 redis.call('ZREM', K_PROC, x)
 redis.call('HDEL', K_LEASE, x)
 redis.call('HDEL', K_SINCE, x)
+redis.call('HDEL', K_LPRIO, x)
 redis.call('HINCRBY', K_META, 'done', 1)
 -- Processed to the end: whatever stalled it before is not fatal.
 redis.call('HDEL', K_STALLS, x)
@@ -21,9 +22,11 @@ if redis.call('SISMEMBER', K_DIRTY, x) == 1 then
   if mutated(ARGV[3], NO_DIRTY_REQUEUE) then
     -- Test mutation only: the re-add while processing is lost.
     redis.call('SREM', K_DIRTY, x)
+    redis.call('HDEL', K_PRIO, x)
     return 1
   end
-  redis.call('RPUSH', K_READY, x)
+  -- At the tail of the highest priority its re-adds gave (0 if none did).
+  enqueue(x, false)
   wake()
   return 2
 end

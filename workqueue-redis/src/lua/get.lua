@@ -1,7 +1,7 @@
 -- get(lease): hands out the next ready item under a new lease.
 -- ARGV[1] = lease duration in microseconds, ARGV[2] = max stalls (0: no limit),
 -- ARGV[3] = dead-letter cap (0: none).
--- Returns {1, item, token} for an item, {2} when the queue is shut down and has
+-- Returns {1, item, token, priority} for an item, {2} when the queue is shut down and has
 -- nothing ready, or {0, wait} when nothing is ready: `wait` is the time in us
 -- until the next delayed item or lease deadline is due, or -1 if none is.
 local now = now_us()
@@ -11,7 +11,7 @@ if redis.call('HEXISTS', K_META, 'paused') == 1 then
   if redis.call('EXISTS', K_SHUT) == 1 then wake() return {2} end
   return {0, -1}
 end
-local x = redis.call('LPOP', K_READY)
+local x, p = pop_ready()
 if not x then
   if redis.call('EXISTS', K_SHUT) == 1 then
     -- Pass the news on to the next blocked getter.
@@ -36,12 +36,17 @@ if not x then
   return {0, wait}
 end
 redis.call('SREM', K_DIRTY, x)
+-- Re-adds while processing give the next priority afresh.
+redis.call('HDEL', K_PRIO, x)
+if p ~= 0 then
+  redis.call('HSET', K_LPRIO, x, int(p))
+end
 local token = next_seq(now)
 redis.call('ZADD', K_PROC, now + tonumber(ARGV[1]), x)
 redis.call('HSET', K_LEASE, x, int(token))
 redis.call('HSET', K_SINCE, x, int(now))
-if redis.call('LLEN', K_READY) > 0 then
+if any_ready() then
   -- More work: wake the next blocked getter (a chain, not a herd).
   wake()
 end
-return {1, x, token}
+return {1, x, token, p}

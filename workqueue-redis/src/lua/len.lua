@@ -2,4 +2,4 @@
 -- leases. ARGV[1] = max stalls (0: no limit), ARGV[2] = dead-letter cap.
 -- Returns {ready, delayed, processing}.
 refresh(now_us(), tonumber(ARGV[1]), tonumber(ARGV[2]) or 0)
-return {redis.call('LLEN', K_READY), redis.call('ZCARD', K_DELAY), redis.call('ZCARD', K_PROC)}
+return {ready_count(), redis.call('ZCARD', K_DELAY), redis.call('ZCARD', K_PROC)}

@@ -1,7 +1,7 @@
 -- release(item, token): the holder lets go of the item without finishing it
--- (its lease was dropped). The item is queued again at the head at once, as a
--- reclaim would do it but without counting a stall; a re-add while processing
--- folds into this one hand-out.
+-- (its lease was dropped). The item is queued again at the head of its
+-- priority at once, as a reclaim would do it but without counting a stall; a
+-- re-add while processing folds into this one hand-out (and may raise it).
 -- ARGV[1] = item, ARGV[2] = token, ARGV[3] = test mutations (see mutated()).
 -- Returns 1 when released, 0 when the lease is not this holder's.
 local x = ARGV[1]
@@ -13,7 +13,6 @@ redis.call('HDEL', K_LEASE, x)
 redis.call('HDEL', K_SINCE, x)
 -- Its work is still to do: sooner than any delayed add of it.
 redis.call('ZREM', K_DELAY, x)
-redis.call('SADD', K_DIRTY, x)
-redis.call('LPUSH', K_READY, x)
+requeue_head(x)
 wake()
 return 1

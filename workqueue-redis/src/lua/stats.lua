@@ -34,7 +34,7 @@ if d[2] then
 end
 return {
   int(now),
-  redis.call('LLEN', K_READY),
+  ready_count(),
   redis.call('ZCARD', K_DELAY),
   redis.call('ZCARD', K_PROC),
   redis.call('SCARD', K_DIRTY),

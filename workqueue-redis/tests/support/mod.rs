@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use workqueue::rate_limiter::{ExponentialFailure, MaxOf, RateLimiter, TokenBucket};
-use workqueue::{TryGetError, WorkQueue};
+use workqueue::{AddOptions, TryGetError, WorkQueue};
 use workqueue_redis::{RateLimit, RedisQueue};
 
 pub(crate) use server::RedisServer;
@@ -43,6 +43,7 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
     fn add(&self, item: &str) -> impl Future<Output = ()> + Send;
     fn add_after(&self, item: &str, delay: Duration) -> impl Future<Output = ()> + Send;
     fn add_rate_limited(&self, item: &str) -> impl Future<Output = ()> + Send;
+    fn add_with(&self, item: &str, options: AddOptions) -> impl Future<Output = ()> + Send;
     fn forget(&self, item: &str) -> impl Future<Output = ()> + Send;
     fn num_requeues(&self, item: &str) -> impl Future<Output = usize> + Send;
     fn len(&self) -> impl Future<Output = usize> + Send;
@@ -52,6 +53,7 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
     fn shut_down_with_drain(&self) -> impl Future<Output = ()> + Send;
     fn is_shutting_down(&self) -> impl Future<Output = bool> + Send;
     fn item(lease: &Self::Lease) -> String;
+    fn priority(lease: &Self::Lease) -> i32;
     fn done(lease: Self::Lease) -> impl Future<Output = ()> + Send;
 }
 
@@ -101,6 +103,9 @@ impl Backend for Memory {
     async fn add_rate_limited(&self, item: &str) {
         self.0.add_rate_limited(item.to_owned());
     }
+    async fn add_with(&self, item: &str, options: AddOptions) {
+        self.0.add_with(item.to_owned(), options);
+    }
     async fn forget(&self, item: &str) {
         self.0.forget(&item.to_owned());
     }
@@ -127,6 +132,9 @@ impl Backend for Memory {
     }
     fn item(lease: &Self::Lease) -> String {
         lease.item().clone()
+    }
+    fn priority(lease: &Self::Lease) -> i32 {
+        lease.priority()
     }
     async fn done(lease: Self::Lease) {
         lease.done();
@@ -211,6 +219,9 @@ impl Backend for Redis {
     async fn add_rate_limited(&self, item: &str) {
         self.0.add_rate_limited(item.to_owned()).await.unwrap();
     }
+    async fn add_with(&self, item: &str, options: AddOptions) {
+        self.0.add_with(item.to_owned(), options).await.unwrap();
+    }
     async fn forget(&self, item: &str) {
         self.0.forget(item.to_owned()).await.unwrap();
     }
@@ -240,6 +251,9 @@ impl Backend for Redis {
     }
     fn item(lease: &Self::Lease) -> String {
         lease.item().clone()
+    }
+    fn priority(lease: &Self::Lease) -> i32 {
+        lease.priority()
     }
     async fn done(lease: Self::Lease) {
         lease.done().await.unwrap();

@@ -1,0 +1,7 @@
+-- delete(): deletes every key of the queue, the ready lists of every priority
+-- among them. Returns 1.
+for _, p in ipairs(redis.call('ZRANGE', K_LANES, 0, -1)) do
+  redis.call('DEL', lane(tonumber(p)))
+end
+redis.call('DEL', unpack(KEYS))
+return 1
