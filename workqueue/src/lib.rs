@@ -227,7 +227,9 @@ pub use error::TryGetError;
 pub use lease::Lease;
 pub use parallelize::{Parallelizer, parallelize_until};
 pub use queue::{AddOptions, Builder, Drain, Get, QueueStats, WorkQueue};
+#[cfg(feature = "tokio")]
+pub use workers::AsyncWorkers;
 pub use workers::{
-    AsyncWorkers, DEFAULT_MAX_RETRIES, Failure, GiveUp, GiveUpReason, HandlerError, IntoOutcome,
-    Outcome, StopToken, Stopped, Summary, ThreadWorkers, Workers,
+    DEFAULT_MAX_RETRIES, Failure, GiveUp, GiveUpReason, HandlerError, IntoOutcome, Outcome,
+    StopToken, Stopped, Summary, ThreadWorkers, Workers,
 };
