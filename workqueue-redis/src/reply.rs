@@ -8,6 +8,7 @@ use redis::{FromRedisValue, ParsingError, Value};
 
 use crate::error::Error;
 use crate::queue::AddKind;
+use crate::stats::{InFlight, Stats};
 
 /// Reads `value` as the reply of operation `op`.
 pub(crate) fn parse<R: FromRedisValue>(op: &str, value: Value) -> Result<R, Error> {
@@ -120,6 +121,83 @@ pub(crate) struct DoneReply(pub(crate) bool);
 impl FromRedisValue for DoneReply {
     fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
         Ok(DoneReply(number(&value)? >= 1))
+    }
+}
+
+/// The reply of the `stats` script (see `stats.lua` for its fields).
+pub(crate) struct StatsReply(pub(crate) Stats);
+
+/// The text of an item or key in a reply.
+fn text(value: &Value) -> Result<String, ParsingError> {
+    match value {
+        Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        other => Err(format!("expected a string, got {other:?}").into()),
+    }
+}
+
+/// A count: a number that is never negative.
+fn count(value: &Value) -> Result<u64, ParsingError> {
+    Ok(number(value)?.max(0) as u64)
+}
+
+/// A duration between two server times in microseconds, zero if negative.
+fn span(from: i64, to: i64) -> Duration {
+    Duration::from_micros(to.saturating_sub(from).max(0) as u64)
+}
+
+impl FromRedisValue for StatsReply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let parts = parts(value)?;
+        if parts.len() < 12 {
+            return Err(format!("short stats reply: {} fields", parts.len()).into());
+        }
+        let now = number(&parts[0])?;
+        let leases = parts_ref(&parts[9])?
+            .chunks(4)
+            .map(|c| match c {
+                [item, since, deadline, token] => Ok(InFlight {
+                    item: text(item)?,
+                    age: span(number(since)?, now),
+                    expires_in: span(now, number(deadline)?),
+                    token: count(token)?,
+                }),
+                _ => Err(ParsingError::from("a partial in-flight entry".to_owned())),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut failures = parts_ref(&parts[10])?
+            .chunks(2)
+            .map(|c| match c {
+                [item, n] => Ok((text(item)?, count(n)?)),
+                _ => Err(ParsingError::from("a partial failure entry".to_owned())),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        failures.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let next = number(&parts[11])?;
+        let depth = count(&parts[1])? as usize;
+        let dirty = count(&parts[4])? as usize;
+        Ok(StatsReply(Stats {
+            depth,
+            delayed: count(&parts[2])? as usize,
+            in_flight: count(&parts[3])? as usize,
+            in_flight_dirty: dirty.saturating_sub(depth),
+            failing: count(&parts[5])? as usize,
+            stalled: count(&parts[6])? as usize,
+            dead: count(&parts[7])? as usize,
+            dead_dropped: parts.get(12).map(count).transpose()?.unwrap_or(0),
+            shut_down: number(&parts[8])? == 1,
+            next_delayed_in: (next >= 0).then(|| span(now, next)),
+            leases,
+            failures,
+        }))
+    }
+}
+
+/// The parts of a nested array reply.
+fn parts_ref(value: &Value) -> Result<&[Value], ParsingError> {
+    match value {
+        Value::Array(values) => Ok(values),
+        other => Err(format!("expected an array, got {other:?}").into()),
     }
 }
 

@@ -6,6 +6,7 @@ use redis::Value;
 
 use crate::error::Error;
 use crate::queue::Inner;
+use crate::reply::{self, StatsReply};
 use crate::scripts::SCRIPTS;
 
 /// One item under a lease, as [`Stats`] lists it.
@@ -55,29 +56,6 @@ pub struct Stats {
     pub failures: Vec<(String, u64)>,
 }
 
-fn int(value: &Value) -> i64 {
-    match value {
-        Value::Int(n) => *n,
-        Value::BulkString(bytes) => std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .map_or(0, |f| f as i64),
-        _ => 0,
-    }
-}
-
-fn text(value: &Value) -> String {
-    match value {
-        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn micros(us: i64) -> Duration {
-    Duration::from_micros(us.max(0) as u64)
-}
-
 pub(crate) async fn read(inner: &Inner, limit: usize) -> Result<Stats, Error> {
     let value: Value = inner
         .call("stats", |mut con| async move {
@@ -88,53 +66,7 @@ pub(crate) async fn read(inner: &Inner, limit: usize) -> Result<Stats, Error> {
                 .await
         })
         .await?;
-    let Value::Array(parts) = value else {
-        return Err(Error::Protocol("stats: expected an array".into()));
-    };
-    if parts.len() < 12 {
-        return Err(Error::Protocol("stats: short reply".into()));
-    }
-    let now = int(&parts[0]);
-    let leases = match &parts[9] {
-        Value::Array(flat) => flat
-            .chunks(4)
-            .filter(|c| c.len() == 4)
-            .map(|c| InFlight {
-                item: text(&c[0]),
-                age: micros(now - int(&c[1])),
-                expires_in: micros(int(&c[2]) - now),
-                token: int(&c[3]).max(0) as u64,
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
-    let mut failures: Vec<(String, u64)> = match &parts[10] {
-        Value::Array(flat) => flat
-            .chunks(2)
-            .filter(|c| c.len() == 2)
-            .map(|c| (text(&c[0]), int(&c[1]).max(0) as u64))
-            .collect(),
-        _ => Vec::new(),
-    };
-    failures.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let next = int(&parts[11]);
-    let in_flight = int(&parts[3]).max(0) as usize;
-    let dirty = int(&parts[4]).max(0) as usize;
-    let depth = int(&parts[1]).max(0) as usize;
-    Ok(Stats {
-        depth,
-        delayed: int(&parts[2]).max(0) as usize,
-        in_flight,
-        in_flight_dirty: dirty.saturating_sub(depth),
-        failing: int(&parts[5]).max(0) as usize,
-        stalled: int(&parts[6]).max(0) as usize,
-        dead: int(&parts[7]).max(0) as usize,
-        dead_dropped: parts.get(12).map_or(0, |v| int(v).max(0) as u64),
-        shut_down: int(&parts[8]) == 1,
-        next_delayed_in: (next >= 0).then(|| micros(next - now)),
-        leases,
-        failures,
-    })
+    Ok(reply::parse::<StatsReply>("stats", value)?.0)
 }
 
 /// An item moved aside instead of being handed out again: it could not be deserialized (or
