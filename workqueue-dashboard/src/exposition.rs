@@ -11,7 +11,8 @@ use prometheus_client::registry::Registry;
 pub const PROMETHEUS_TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The `Content-Type` of `prometheus_client::encoding::text::encode`'s output.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Encodes `registry` in the classic Prometheus text format (version 0.0.4), the one
 /// Kubernetes components serve.

@@ -96,6 +96,5 @@ pub(crate) fn encode_queues(queues: &[QueueView], accept: Option<&str>) -> (&'st
         paused.get_or_create(&l).set(f64::from(u8::from(q.paused)));
     }
     // Writing to a String cannot fail.
-    crate::exposition::encode_for_accept(&registry, accept)
-        .unwrap_or(("text/plain", String::new()))
+    crate::exposition::encode_for_accept(&registry, accept).unwrap_or(("text/plain", String::new()))
 }
