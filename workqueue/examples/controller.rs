@@ -5,7 +5,7 @@
 //! cannot succeed, and stop cleanly.
 //!
 //! ```sh
-//! cargo run -p workqueue --example controller
+//! cargo run -p workqueue --features tokio --example controller
 //! ```
 
 use std::sync::atomic::{AtomicBool, Ordering};
