@@ -1358,8 +1358,10 @@ fn scenarios() -> Vec<Scenario> {
             // Without persistence, restarted from a `SAVE` taken mid-run. Handlers outlive
             // the restart and renew after it, so their stale leases are refused (not left
             // ambiguous by a done sent into the dead connection).
+            // Eight workers, so that on a loaded machine at least one of them still holds a
+            // lease from between the snapshot and the kill when the server comes back.
             durability: Durability::None,
-            workers: 4,
+            workers: 8,
             lease_ms: 600,
             work: [300, 700, 0, 0],
             distinct: 150,
