@@ -71,27 +71,9 @@ impl RedisServer {
         if !available() {
             return None;
         }
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "wq-redis-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create the server's data directory");
-        let mut server = RedisServer {
-            child: None,
-            port: 0,
-            dir,
-            durability,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            env: Vec::new(),
-        };
-        for _ in 0..10 {
-            server.port = free_port();
-            if server.spawn() {
-                return Some(server);
-            }
+        let mut server = Self::unstarted(durability, extra, &[]);
+        if server.spawn_on_a_free_port(10) {
+            return Some(server);
         }
         panic!("redis-server would not start; see {}", server.dir.display());
     }
@@ -106,15 +88,21 @@ impl RedisServer {
         if !available() {
             return None;
         }
+        let mut server = Self::unstarted(durability, extra, env);
+        server.spawn_on_a_free_port(3).then_some(server)
+    }
+
+    /// A server not yet running, with a fresh data directory of its own.
+    fn unstarted(durability: Durability, extra: &[&str], env: &[(&str, String)]) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
-            "wq-redis-env-test-{}-{}",
+            "wq-redis-test-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the server's data directory");
-        let mut server = RedisServer {
+        RedisServer {
             child: None,
             port: 0,
             dir,
@@ -124,14 +112,18 @@ impl RedisServer {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.clone()))
                 .collect(),
-        };
-        for _ in 0..3 {
-            server.port = free_port();
-            if server.spawn() {
-                return Some(server);
+        }
+    }
+
+    /// Starts the process on a free port, trying up to `tries` ports.
+    fn spawn_on_a_free_port(&mut self, tries: usize) -> bool {
+        for _ in 0..tries {
+            self.port = free_port();
+            if self.spawn() {
+                return true;
             }
         }
-        None
+        false
     }
 
     pub(crate) fn port(&self) -> u16 {
