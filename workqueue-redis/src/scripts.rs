@@ -73,30 +73,37 @@ enum Oom {
     Allow,
 }
 
-/// Builds the script of one operation: the shared prelude, then the operation.
-fn script(op: &str, oom: Oom) -> Script {
-    const SHEBANG: &str = "#!lua flags=allow-oom\n";
-    let mut source = String::with_capacity(SHEBANG.len() + COMMON.len() + op.len() + 1);
+/// Builds the script of one operation: the shared prelude, the shared functions the
+/// operation calls (`parts` but the last), then the operation (the last of `parts`).
+fn script(parts: &[&str], oom: Oom) -> Script {
+    let mut source = String::new();
     if oom == Oom::Allow {
-        source.push_str(SHEBANG);
+        source.push_str("#!lua flags=allow-oom\n");
     }
-    source.push_str(COMMON);
-    source.push('\n');
-    source.push_str(op);
+    for part in std::iter::once(&COMMON).chain(parts) {
+        source.push_str(part);
+        source.push('\n');
+    }
     Script::new(&source)
 }
 
 const COMMON: &str = include_str!("lua/common.lua");
+/// `take()`: the hand-out of `get` and `done_get`.
+const TAKE: &str = include_str!("lua/take.lua");
+/// `finish()`: the done of `done` and `done_get`.
+const FINISH: &str = include_str!("lua/finish.lua");
 
 /// Every operation's script. `EVALSHA` runs them; after a server restart or failover that lost
 /// the script cache, the client loads them again on `NOSCRIPT`.
 pub(crate) struct Scripts {
     pub(crate) add: Script,
     pub(crate) add_after: Script,
+    pub(crate) add_many: Script,
     pub(crate) add_rate_limited: Script,
     pub(crate) get: Script,
     pub(crate) renew: Script,
     pub(crate) done: Script,
+    pub(crate) done_get: Script,
     pub(crate) release: Script,
     pub(crate) dead_letter: Script,
     pub(crate) dead_requeue: Script,
@@ -110,19 +117,24 @@ pub(crate) struct Scripts {
 
 /// The scripts, built once per process.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    add: script(include_str!("lua/add.lua"), Oom::Refuse),
-    add_after: script(include_str!("lua/add_after.lua"), Oom::Refuse),
-    add_rate_limited: script(include_str!("lua/add_rate_limited.lua"), Oom::Refuse),
-    get: script(include_str!("lua/get.lua"), Oom::Allow),
-    renew: script(include_str!("lua/renew.lua"), Oom::Allow),
-    done: script(include_str!("lua/done.lua"), Oom::Allow),
-    release: script(include_str!("lua/release.lua"), Oom::Allow),
-    dead_letter: script(include_str!("lua/dead_letter.lua"), Oom::Allow),
-    dead_requeue: script(include_str!("lua/dead_requeue.lua"), Oom::Refuse),
-    dead_purge: script(include_str!("lua/dead_purge.lua"), Oom::Allow),
-    len: script(include_str!("lua/len.lua"), Oom::Allow),
-    shut_down: script(include_str!("lua/shut_down.lua"), Oom::Allow),
-    resume: script(include_str!("lua/resume.lua"), Oom::Allow),
-    stats: script(include_str!("lua/stats.lua"), Oom::Allow),
-    delete: script(include_str!("lua/delete.lua"), Oom::Allow),
+    add: script(&[include_str!("lua/add.lua")], Oom::Refuse),
+    add_after: script(&[include_str!("lua/add_after.lua")], Oom::Refuse),
+    add_many: script(&[include_str!("lua/add_many.lua")], Oom::Refuse),
+    add_rate_limited: script(&[include_str!("lua/add_rate_limited.lua")], Oom::Refuse),
+    get: script(&[TAKE, include_str!("lua/get.lua")], Oom::Allow),
+    renew: script(&[include_str!("lua/renew.lua")], Oom::Allow),
+    done: script(&[FINISH, include_str!("lua/done.lua")], Oom::Allow),
+    done_get: script(
+        &[FINISH, TAKE, include_str!("lua/done_get.lua")],
+        Oom::Allow,
+    ),
+    release: script(&[include_str!("lua/release.lua")], Oom::Allow),
+    dead_letter: script(&[include_str!("lua/dead_letter.lua")], Oom::Allow),
+    dead_requeue: script(&[include_str!("lua/dead_requeue.lua")], Oom::Refuse),
+    dead_purge: script(&[include_str!("lua/dead_purge.lua")], Oom::Allow),
+    len: script(&[include_str!("lua/len.lua")], Oom::Allow),
+    shut_down: script(&[include_str!("lua/shut_down.lua")], Oom::Allow),
+    resume: script(&[include_str!("lua/resume.lua")], Oom::Allow),
+    stats: script(&[include_str!("lua/stats.lua")], Oom::Allow),
+    delete: script(&[include_str!("lua/delete.lua")], Oom::Allow),
 });

@@ -441,6 +441,7 @@ async fn loading_a_large_aof_after_a_restart_is_waited_out() {
         assert!(Instant::now() < deadline, "the AOF rewrite did not finish");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let old_run = run_id(&mut con).await;
     drop(con);
     let port = server.port();
     // The restart (which waits for the load to end) runs on a thread of its own...
@@ -449,8 +450,10 @@ async fn loading_a_large_aof_after_a_restart_is_waited_out() {
         server.restart();
         server
     });
-    // ...while a get and an add go on here, through refused connections and LOADING.
-    let worker = {
+    // ...while a get and an add go on here, through refused connections and LOADING. The get
+    // starts once the old server is gone: one served by the server being killed would lease
+    // "before" and lose the reply (the lease then runs out in its own time).
+    let spawn_worker = || {
         let q = q.clone();
         tokio::spawn(async move {
             let lease = q.get().await?.expect("an item");
@@ -459,22 +462,30 @@ async fn loading_a_large_aof_after_a_restart_is_waited_out() {
             Ok::<_, Error>(item)
         })
     };
+    let mut worker = None;
     let mut saw_loading = false;
     let watch_deadline = Instant::now() + Duration::from_secs(60);
     while !restarted.is_finished() && Instant::now() < watch_deadline {
+        let mut gone = true;
         if let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
             && let Ok(mut c) = client.get_multiplexed_async_connection().await
         {
             let ping: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut c).await;
-            if let Err(e) = ping
-                && e.code() == Some("LOADING")
-            {
-                saw_loading = true;
-                break;
+            match ping {
+                Err(e) if e.code() == Some("LOADING") => saw_loading = true,
+                Ok(_) => gone = run_id(&mut c).await != old_run,
+                Err(_) => {}
             }
+        }
+        if gone && worker.is_none() {
+            worker = Some(spawn_worker());
+        }
+        if saw_loading {
+            break;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let worker = worker.unwrap_or_else(spawn_worker);
     let added = q.add("during".to_string()).await.expect("waited out");
     let _server = tokio::task::spawn_blocking(move || restarted.join().unwrap())
         .await
@@ -490,6 +501,20 @@ async fn loading_a_large_aof_after_a_restart_is_waited_out() {
         saw_loading,
         "the restart never answered LOADING: the data set is too small"
     );
+}
+
+/// The server's `run_id` (new at every start).
+async fn run_id(con: &mut redis::aio::MultiplexedConnection) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(con)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
 }
 
 // ===== 5. nothing pinned, nothing looping =====

@@ -536,6 +536,83 @@ async fn rediss_urls_with_a_password_work() {
 }
 
 #[tokio::test]
+async fn batched_adds_give_the_answers_of_adds_one_by_one() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let batched = queue(&server, "batch", Duration::from_secs(10)).await;
+    let single = queue(&server, "single", Duration::from_secs(10)).await;
+    // More adds than one script run takes, with duplicates, delays, and duplicates of delayed
+    // items (the earliest ready time wins).
+    let adds: Vec<(String, Duration)> = (0..700_u64)
+        .map(|i| {
+            let delay = match i % 7 {
+                0 => Duration::from_millis(300 + i % 5),
+                3 => Duration::from_millis(50),
+                _ => Duration::ZERO,
+            };
+            (format!("k{}", (i * 13) % 450), delay)
+        })
+        .collect();
+    let added = batched.add_all_after(adds.clone()).await.unwrap();
+    let mut expected = Vec::new();
+    for (item, delay) in &adds {
+        expected.push(single.add_after(item.clone(), *delay).await.unwrap().kind);
+    }
+    let kinds: Vec<AddKind> = added.iter().map(|a| a.kind).collect();
+    assert_eq!(kinds, expected);
+    assert!(added.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert_eq!(batched.len().await.unwrap(), single.len().await.unwrap());
+    assert_eq!(
+        batched.delayed_len().await.unwrap(),
+        single.delayed_len().await.unwrap()
+    );
+    // The same items come out in the same order.
+    async fn drain(q: &RedisQueue<String>) -> Vec<String> {
+        let mut order = Vec::new();
+        while !q.is_empty().await.unwrap() || q.delayed_len().await.unwrap() > 0 {
+            let lease = q.get().await.unwrap().unwrap();
+            order.push(lease.item().clone());
+            lease.done().await.unwrap();
+        }
+        order
+    }
+    let (mut a, mut b) = (drain(&batched).await, drain(&single).await);
+    assert_eq!(a.len(), 450);
+    // Items never added with a delay come out in the order of their first add, in both.
+    let delayed: std::collections::HashSet<&String> = adds
+        .iter()
+        .filter(|(_, delay)| !delay.is_zero())
+        .map(|(item, _)| item)
+        .collect();
+    let mut first_adds: Vec<&String> = Vec::new();
+    for (item, _) in &adds {
+        if !delayed.contains(item) && !first_adds.contains(&item) {
+            first_adds.push(item);
+        }
+    }
+    let undelayed = |order: &[String]| -> Vec<String> {
+        order
+            .iter()
+            .filter(|item| !delayed.contains(item))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        undelayed(&a),
+        first_adds.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    );
+    assert_eq!(undelayed(&a), undelayed(&b));
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+    // A queue shut down for every process ignores every add of a batch.
+    batched.shut_down_fleet().await.unwrap();
+    let ignored = batched.add_all(["x", "y"].map(String::from)).await.unwrap();
+    assert!(ignored.iter().all(|a| a.kind == AddKind::Ignored));
+}
+
+#[tokio::test]
 async fn pipelined_adds_and_done_and_get_keep_the_rules() {
     let Some(server) = support::server::require() else {
         return;

@@ -1,0 +1,54 @@
+-- take(now, lease, max_stalls, cap): hands out the next ready item under a
+-- new lease of `lease` microseconds, after promotion and reclaim (max stalls
+-- 0: no limit; dead-letter cap 0: none). Shared by `get` and `done_get`.
+-- Returns {1, item, token, priority} for an item, {2} when the queue is shut
+-- down and has nothing ready, or {0, wait} when nothing is ready: `wait` is
+-- the time in us until the next delayed item or lease deadline is due, or -1
+-- if none is.
+local function take(now, lease, max_stalls, cap)
+  refresh(now, max_stalls, cap)
+  if redis.call('HEXISTS', K_META, 'paused') == 1 then
+    -- Paused (pause.rs): hand out nothing; wait for the resume's wake-up.
+    if redis.call('EXISTS', K_SHUT) == 1 then wake() return {2} end
+    return {0, -1}
+  end
+  local x, p = pop_ready()
+  if not x then
+    if redis.call('EXISTS', K_SHUT) == 1 then
+      -- Pass the news on to the next blocked getter.
+      wake()
+      return {2}
+    end
+    local wait = -1
+    local d = redis.call('ZRANGE', K_DELAY, 0, 0, 'WITHSCORES')
+    if d[2] then
+      wait = tonumber(d[2]) - now
+    end
+    local l = redis.call('ZRANGE', K_PROC, 0, 0, 'WITHSCORES')
+    if l[2] then
+      local w = tonumber(l[2]) - now
+      if wait < 0 or w < wait then
+        wait = w
+      end
+    end
+    if wait == 0 then
+      wait = 1
+    end
+    return {0, wait}
+  end
+  redis.call('SREM', K_DIRTY, x)
+  -- Re-adds while processing give the next priority afresh.
+  redis.call('HDEL', K_PRIO, x)
+  if p ~= 0 then
+    redis.call('HSET', K_LPRIO, x, int(p))
+  end
+  local token = next_seq(now)
+  redis.call('ZADD', K_PROC, now + lease, x)
+  redis.call('HSET', K_LEASE, x, int(token))
+  redis.call('HSET', K_SINCE, x, int(now))
+  if any_ready() then
+    -- More work: wake the next blocked getter (a chain, not a herd).
+    wake()
+  end
+  return {1, x, token, p}
+end
