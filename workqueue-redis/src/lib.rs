@@ -90,11 +90,15 @@
 //! # async fn reconcile(_: &str) -> Result<(), ()> { Ok(()) }
 //! ```
 
+mod add;
 mod backend;
 mod builder;
 mod connection;
 mod counters;
+mod dead_letter;
 mod error;
+mod get;
+mod inner;
 mod lease;
 mod pause;
 mod persistence;
@@ -102,15 +106,19 @@ mod queue;
 mod rate_limit;
 mod reply;
 mod scripts;
+mod shutdown;
 mod stats;
+mod wait;
 
-pub use builder::Builder;
+pub use add::{AddKind, Added};
+pub use builder::{Builder, Mutation};
 pub use connection::MIN_REDIS_VERSION;
 pub use counters::Counters;
+pub use dead_letter::DeadLetter;
 pub use error::Error;
+pub use get::{DoneAndGet, TryGet};
 pub use lease::Lease;
 pub use persistence::Persistence;
-pub use queue::{AddKind, Added, Mutation, RedisQueue};
+pub use queue::RedisQueue;
 pub use rate_limit::RateLimit;
-pub use stats::{DeadLetter, InFlight, Stats};
-pub use workqueue::TryGetError;
+pub use stats::{InFlight, Stats};
