@@ -85,7 +85,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// # Errors
     ///
-    /// A connection error (after the [retry deadline](Builder::retry_deadline)) leaves it
+    /// A connection error (after the [retry deadline](crate::Builder::retry_deadline)) leaves it
     /// unknown whether the add was applied; adding again is harmless. A full server
     /// (`maxmemory` under `noeviction`) refuses adds at once with an `OOM` error.
     pub async fn add(&self, item: impl Borrow<T>) -> Result<Added, Error> {
@@ -102,8 +102,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// known one keeps its own. An item re-added while processing is queued when its lease
     /// ends with the highest priority its re-adds gave since it was handed out (0 if none
     /// gave one); a released or reclaimed item goes back to the head of the higher of that
-    /// and the priority it was handed out with. [`Lease::priority`] tells a worker the
-    /// priority of what it holds.
+    /// and the priority it was handed out with. [`Lease::priority`](crate::Lease::priority)
+    /// tells a worker the priority of what it holds.
     ///
     /// # Errors
     ///
@@ -184,9 +184,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         Added::parse(value, Some(delay))
     }
 
-    /// Adds `item` after the delay the queue's [`RateLimit`] gives it: client-go's
-    /// `AddRateLimited`. The item's failure count goes up by one (even after a fleet-wide shut
-    /// down, as in client-go); [`forget`](Self::forget) resets it.
+    /// Adds `item` after the delay the queue's [`RateLimit`](crate::RateLimit) gives it:
+    /// client-go's `AddRateLimited`. The item's failure count goes up by one (even after a
+    /// fleet-wide shut down, as in client-go); [`forget`](Self::forget) resets it.
     ///
     /// # Errors
     ///

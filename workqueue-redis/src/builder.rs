@@ -1,4 +1,5 @@
-//! [`Builder`]: the options of a [`RedisQueue`], and the connection it opens.
+//! [`Builder`]: the options of a [`RedisQueue`], and the connection it opens; and
+//! `Mutation`, the deliberate bugs the fault tests switch on.
 
 use std::fmt;
 use std::marker::PhantomData;

@@ -38,7 +38,8 @@ pub(crate) struct Inner {
     pub(crate) max_hold: Duration,
     pub(crate) dead_letter_cap: usize,
     pub(crate) retry_deadline: Duration,
-    /// [`Mutation`](crate::builder::Mutation) bits, passed to the fenced scripts; 0 outside the fault tests.
+    /// [`Mutation`](crate::builder::Mutation) bits, passed to the fenced scripts; 0 outside
+    /// the fault tests.
     pub(crate) mutations: u32,
     pub(crate) persistence: Option<Persistence>,
     /// This handle (and its clones) is shut down: no more gets or adds here.

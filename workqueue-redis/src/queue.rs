@@ -2,7 +2,8 @@
 //!
 //! The operations live beside it, one file per kind: adds (`add.rs`), getters (`get.rs`),
 //! shutdown (`shutdown.rs`), dead letters (`dead_letter.rs`), sizes and stats (`stats.rs`),
-//! pause (`pause.rs`) and counters (`counters.rs`).
+//! pause (`pause.rs`) and counters (`counters.rs`). What every handle and lease of a queue
+//! share is `Inner` (`inner.rs`); the blocking wait its getters share is in `wait.rs`.
 
 use std::fmt;
 use std::marker::PhantomData;

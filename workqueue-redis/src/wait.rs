@@ -16,7 +16,8 @@ use crate::inner::Inner;
 pub(crate) struct Wakeups {
     /// A generation count; every wake-up bumps it.
     tx: tokio::sync::watch::Sender<u64>,
-    /// Getters inside [`RedisQueue::get`](crate::RedisQueue::get): a wake-up popped with none left is passed on.
+    /// Getters inside [`RedisQueue::get`](crate::RedisQueue::get): a wake-up popped with none
+    /// left is passed on.
     waiting: AtomicUsize,
     /// Whether the waiting task runs.
     running: AtomicBool,
