@@ -5,9 +5,10 @@
 //! [`add_after`](RedisQueue::add_after), [`add_rate_limited`](RedisQueue::add_rate_limited),
 //! [`add_with`](RedisQueue::add_with) (with a priority),
 //! [`forget`](RedisQueue::forget), [`num_requeues`](RedisQueue::num_requeues),
-//! [`len`](RedisQueue::len), [`get`](RedisQueue::get) returning a [`Lease`], and
-//! [`shut_down`](RedisQueue::shut_down). Any number of worker processes on any number of
-//! machines share one queue, and the rules hold across all of them:
+//! [`len`](RedisQueue::len), [`get`](RedisQueue::get) returning a [`Lease`],
+//! [`try_get`](RedisQueue::try_get) returning a [`TryGet`] (a lease, nothing ready, or shut
+//! down), and [`shut_down`](RedisQueue::shut_down). Any number of worker processes on any
+//! number of machines share one queue, and the rules hold across all of them:
 //!
 //! - **Dedup**: an item added many times before it is handed out is processed once.
 //! - **Never two workers on one item**: while an item is leased, nobody else gets it.
