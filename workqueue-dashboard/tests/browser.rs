@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use fantoccini::{ClientBuilder, Locator};
 use support::RedisServer;
 use workqueue_dashboard::{Config, RedisSource, router};
-use workqueue_redis::{RedisQueue, TryGetError};
+use workqueue_redis::{RedisQueue, TryGet};
 
 const SKIP_VAR: &str = "WQ_SKIP_BROWSER_TESTS";
 
@@ -128,8 +128,8 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
         .unwrap();
     text.add("bad-1".to_owned()).await.unwrap();
     text.add("bad-2".to_owned()).await.unwrap();
-    assert!(q.try_get().await.unwrap().is_err());
-    assert!(q.try_get().await.unwrap().is_err());
+    assert!(q.try_get().await.unwrap().is_empty());
+    assert!(q.try_get().await.unwrap().is_empty());
     for i in 1..=4 {
         q.add(i).await.unwrap();
     }
@@ -229,7 +229,7 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
             q.add_rate_limited(200 + i).await.unwrap();
         }
         if i % 2 == 0
-            && let Ok(done) = q.try_get().await.unwrap()
+            && let TryGet::Leased(done) = q.try_get().await.unwrap()
         {
             done.done().await.unwrap();
         }
@@ -280,7 +280,7 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
         cell("state").await == "paused"
     })
     .await;
-    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    assert!(q.try_get().await.unwrap().is_empty());
     let before = q.len().await.unwrap();
     q.add(5).await.unwrap();
     assert_eq!(
@@ -288,7 +288,7 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
         before + 1,
         "adds are still taken while paused"
     );
-    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    assert!(q.try_get().await.unwrap().is_empty());
     let png = browser.screenshot().await.unwrap();
     std::fs::write(screenshots_dir().join("dashboard-paused.png"), &png).unwrap();
     click("button[data-action=\"resume\"]").await;
@@ -296,7 +296,12 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
         !q.is_paused().await.unwrap()
     })
     .await;
-    let next = q.try_get().await.unwrap().expect("delivery resumed");
+    let next = q
+        .try_get()
+        .await
+        .unwrap()
+        .into_lease()
+        .expect("delivery resumed");
     next.done().await.unwrap();
     lease.done().await.unwrap();
 

@@ -17,9 +17,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use workqueue::{AddOptions, Queue, QueueLease};
 
+use crate::add::AddKind;
 use crate::error::Error;
 use crate::lease::Lease;
-use crate::queue::{AddKind, RedisQueue};
+use crate::queue::RedisQueue;
 
 impl<T> Queue for RedisQueue<T>
 where

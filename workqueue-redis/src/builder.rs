@@ -1,4 +1,5 @@
-//! [`Builder`]: the options of a [`RedisQueue`], and the connection it opens.
+//! [`Builder`]: the options of a [`RedisQueue`], and the connection it opens; and
+//! `Mutation`, the deliberate bugs the fault tests switch on.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -15,10 +16,12 @@ use serde::de::DeserializeOwned;
 use crate::connection::host_of;
 use crate::connection::{Conn, Source, check_version, validate};
 use crate::error::Error;
+use crate::inner::Inner;
 use crate::persistence::{self, Persistence};
-use crate::queue::{Inner, Mutation, RedisQueue, Wakeups};
+use crate::queue::RedisQueue;
 use crate::rate_limit::RateLimit;
 use crate::scripts::Keys;
+use crate::wait::Wakeups;
 
 /// The options of a [`RedisQueue`]; start with [`RedisQueue::builder`].
 ///
@@ -304,5 +307,31 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             }),
             _item: PhantomData,
         })
+    }
+}
+
+/// A deliberate bug, switched on by [`Builder::mutation`].
+///
+/// These exist only to prove that the crate's fault tests can fail: a test turns one on and
+/// checks that its history checker reports the loss or overlap the bug causes. Never use them
+/// in a deployment.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mutation {
+    /// `done`, renewals and releases accept a holder whatever its fencing token: a stale
+    /// holder's `done` is accepted as if it were the current holder's.
+    NoFencing,
+    /// A `done` of an item that was re-added while it was processed does not queue it again:
+    /// the re-add is lost.
+    NoDirtyRequeue,
+}
+
+impl Mutation {
+    /// The flag the scripts test (`NO_FENCING`, `NO_DIRTY_REQUEUE` in `common.lua`).
+    pub(crate) fn bit(self) -> u32 {
+        match self {
+            Mutation::NoFencing => 1,
+            Mutation::NoDirtyRequeue => 2,
+        }
     }
 }

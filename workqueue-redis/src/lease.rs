@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::error::Error;
-use crate::queue::Inner;
+use crate::inner::Inner;
 
 /// The shared state of a lease and its renewal task.
 struct LeaseState {

@@ -5,9 +5,10 @@
 //! [`add_after`](RedisQueue::add_after), [`add_rate_limited`](RedisQueue::add_rate_limited),
 //! [`add_with`](RedisQueue::add_with) (with a priority),
 //! [`forget`](RedisQueue::forget), [`num_requeues`](RedisQueue::num_requeues),
-//! [`len`](RedisQueue::len), [`get`](RedisQueue::get) returning a [`Lease`], and
-//! [`shut_down`](RedisQueue::shut_down). Any number of worker processes on any number of
-//! machines share one queue, and the rules hold across all of them:
+//! [`len`](RedisQueue::len), [`get`](RedisQueue::get) returning a [`Lease`],
+//! [`try_get`](RedisQueue::try_get) returning a [`TryGet`] (a lease, nothing ready, or shut
+//! down), and [`shut_down`](RedisQueue::shut_down). Any number of worker processes on any
+//! number of machines share one queue, and the rules hold across all of them:
 //!
 //! - **Dedup**: an item added many times before it is handed out is processed once.
 //! - **Never two workers on one item**: while an item is leased, nobody else gets it.
@@ -90,11 +91,15 @@
 //! # async fn reconcile(_: &str) -> Result<(), ()> { Ok(()) }
 //! ```
 
+mod add;
 mod backend;
 mod builder;
 mod connection;
 mod counters;
+mod dead_letter;
 mod error;
+mod get;
+mod inner;
 mod lease;
 mod pause;
 mod persistence;
@@ -102,15 +107,19 @@ mod queue;
 mod rate_limit;
 mod reply;
 mod scripts;
+mod shutdown;
 mod stats;
+mod wait;
 
-pub use builder::Builder;
+pub use add::{AddKind, Added};
+pub use builder::{Builder, Mutation};
 pub use connection::MIN_REDIS_VERSION;
 pub use counters::Counters;
+pub use dead_letter::DeadLetter;
 pub use error::Error;
+pub use get::{DoneAndGet, TryGet};
 pub use lease::Lease;
 pub use persistence::Persistence;
-pub use queue::{AddKind, Added, Mutation, RedisQueue};
+pub use queue::RedisQueue;
 pub use rate_limit::RateLimit;
-pub use stats::{DeadLetter, InFlight, Stats};
-pub use workqueue::TryGetError;
+pub use stats::{InFlight, Stats};

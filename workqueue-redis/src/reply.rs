@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ParsingError, Value};
 
+use crate::add::AddKind;
 use crate::error::Error;
-use crate::queue::AddKind;
 use crate::stats::{InFlight, Stats};
 
 /// Reads `value` as the reply of operation `op`.

@@ -1,11 +1,13 @@
-//! [`Stats`] and [`DeadLetter`]: what operators look at.
+//! What operators look at: the [`Stats`] snapshot and the sizes of the queue's parts.
 
 use std::time::Duration;
 
 use redis::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::queue::Inner;
+use crate::queue::RedisQueue;
 use crate::reply::{self, StatsReply};
 use crate::scripts::SCRIPTS;
 
@@ -56,82 +58,74 @@ pub struct Stats {
     pub failures: Vec<(String, u64)>,
 }
 
-pub(crate) async fn read(inner: &Inner, limit: usize) -> Result<Stats, Error> {
-    let value: Value = inner
-        .call("stats", |mut con| async move {
-            inner
-                .invocation(&SCRIPTS.stats)
-                .arg(limit.max(1))
-                .invoke_async(&mut con)
-                .await
-        })
-        .await?;
-    Ok(reply::parse::<StatsReply>("stats", value)?.0)
-}
-
-/// An item moved aside instead of being handed out again: it could not be deserialized (or
-/// was not valid UTF-8), or its workers kept dying ([`max_stalls`](crate::Builder::max_stalls)).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DeadLetter {
-    /// The item as stored (its JSON text; invalid UTF-8 shown with replacement characters).
-    pub item: String,
-    /// Why it was moved: the deserialization error, or the expired leases.
-    pub error: String,
-    /// When it was moved, in milliseconds since the Unix epoch (server clock).
-    pub at_ms: u64,
-    /// Its leases that had expired in a row when it was moved.
-    pub stalls: u64,
-    /// Its failure count (`add_rate_limited` since the last `forget`) when it was moved; the
-    /// queue's count was cleared.
-    pub failures: u64,
-    /// The fencing token of its last lease.
-    pub token: u64,
-    /// The stored entry, byte for byte: what `requeue_dead_letter` finds it by.
-    pub(crate) entry: Vec<u8>,
-}
-
-/// A number field of a dead letter (numbers or decimal strings).
-fn number(value: &serde_json::Value) -> u64 {
-    match value {
-        serde_json::Value::Number(n) => n.as_u64().or_else(|| n.as_f64().map(|f| f as u64)),
-        serde_json::Value::String(s) => s.parse().ok(),
-        _ => None,
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
+    /// A snapshot of the queue for operators (see [`Stats`]), listing at most `limit`
+    /// in-flight items and failure counts.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn stats(&self, limit: usize) -> Result<Stats, Error> {
+        let value: Value = self
+            .inner
+            .call("stats", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.stats)
+                    .arg(limit.max(1))
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(reply::parse::<StatsReply>("stats", value)?.0)
     }
-    .unwrap_or(0)
-}
 
-pub(crate) async fn dead_letters(inner: &Inner, limit: usize) -> Result<Vec<DeadLetter>, Error> {
-    if limit == 0 {
-        return Ok(Vec::new());
+    async fn sizes(&self) -> Result<(usize, usize, usize), Error> {
+        self.inner
+            .call("len", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.len)
+                    .arg(self.inner.max_stalls)
+                    .arg(self.inner.dead_letter_cap)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await
     }
-    let entries: Vec<Vec<u8>> = inner
-        .call("dead_letters", |mut con| async move {
-            redis::cmd("LRANGE")
-                .arg(inner.keys.dead())
-                .arg(0)
-                .arg(limit as i64 - 1)
-                .query_async(&mut con)
-                .await
-        })
-        .await?;
-    Ok(entries
-        .into_iter()
-        .map(|entry| {
-            // Entries are JSON written by the scripts, but an item that was not valid UTF-8
-            // makes one invalid too: read it leniently.
-            let text = String::from_utf8_lossy(&entry);
-            let value: serde_json::Value =
-                serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-            DeadLetter {
-                item: value["item"].as_str().unwrap_or(&text).to_owned(),
-                error: value["error"].as_str().unwrap_or_default().to_owned(),
-                at_ms: number(&value["at_ms"]),
-                stalls: number(&value["stalls"]),
-                failures: number(&value["failures"]),
-                token: number(&value["token"]),
-                entry,
-            }
-        })
-        .collect())
+
+    /// The number of items ready to hand out now (not delayed ones, not the ones being
+    /// processed): client-go's `Len`.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn len(&self) -> Result<usize, Error> {
+        Ok(self.sizes().await?.0)
+    }
+
+    /// Whether no item is ready to hand out now.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn is_empty(&self) -> Result<bool, Error> {
+        Ok(self.len().await? == 0)
+    }
+
+    /// The number of items waiting for a delay.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn delayed_len(&self) -> Result<usize, Error> {
+        Ok(self.sizes().await?.1)
+    }
+
+    /// The number of items under a lease, in every process.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn processing_len(&self) -> Result<usize, Error> {
+        Ok(self.sizes().await?.2)
+    }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use support::server::{Durability, RedisServer, require, require_with};
-use workqueue_redis::{AddKind, Error, RedisQueue, TryGetError};
+use workqueue_redis::{AddKind, Error, RedisQueue, TryGet};
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(server.url())
@@ -42,15 +42,15 @@ async fn a_dropped_lease_is_released_at_once_and_counts_no_stall() {
     let Some(server) = require() else { return };
     let q = builder(&server, "drop").build().await.unwrap();
     q.add("a".to_string()).await.unwrap();
-    let lease = q.try_get().await.unwrap().unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
     let first = lease.token();
     drop(lease);
     // Released long before the 30 s lease could expire.
     let started = Instant::now();
     let again = loop {
         match q.try_get().await.unwrap() {
-            Ok(lease) => break lease,
-            Err(_) => {
+            TryGet::Leased(lease) => break lease,
+            TryGet::Empty | TryGet::ShutDown => {
                 assert!(started.elapsed() < Duration::from_secs(2), "not released");
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -104,7 +104,7 @@ async fn an_aborted_handler_or_a_timeout_does_not_mark_the_item_done() {
         .unwrap()
         .unwrap();
     lease.done().await.unwrap();
-    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    assert!(q.try_get().await.unwrap().is_empty());
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn a_lease_dropped_after_its_runtime_is_gone_expires_instead() {
             .await
             .unwrap();
         q.add("a".to_string()).await.unwrap();
-        let lease = q.try_get().await.unwrap().unwrap();
+        let lease = q.try_get().await.unwrap().into_lease().unwrap();
         (q, lease)
     });
     drop(runtime);
@@ -130,7 +130,12 @@ fn a_lease_dropped_after_its_runtime_is_gone_expires_instead() {
         let q = builder(&server, "no-runtime").build().await.unwrap();
         assert_eq!(q.processing_len().await.unwrap(), 1);
         tokio::time::sleep(Duration::from_millis(400)).await;
-        let lease = q.try_get().await.unwrap().expect("expired and reclaimed");
+        let lease = q
+            .try_get()
+            .await
+            .unwrap()
+            .into_lease()
+            .expect("expired and reclaimed");
         assert_eq!(lease.item(), "a");
         lease.done().await.unwrap();
     });
@@ -160,7 +165,7 @@ async fn snapshot_restart_keeps_tokens_growing_and_fences_the_stale_holder() {
     std::fs::copy(server.dir().join("dump.rdb"), &old).unwrap();
 
     // After the snapshot: b is handed out, and more tokens go out.
-    let stale = q.try_get().await.unwrap().unwrap();
+    let stale = q.try_get().await.unwrap().into_lease().unwrap();
     let mut highest = stale.token();
     for i in 0..20 {
         let added = q.add(format!("x{i}")).await.unwrap();
@@ -172,7 +177,7 @@ async fn snapshot_restart_keeps_tokens_growing_and_fences_the_stale_holder() {
     std::fs::copy(&old, server.dir().join("dump.rdb")).unwrap();
     server.restart();
 
-    let fresh = q.try_get().await.unwrap().unwrap();
+    let fresh = q.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!(fresh.item(), "b", "the snapshot had b ready");
     assert!(
         fresh.token() > highest,
@@ -202,8 +207,8 @@ async fn oom_a_full_server_keeps_renew_done_and_release_working() {
     for item in ["a", "b", "c"] {
         q.add(item.to_string()).await.unwrap();
     }
-    let a = q.try_get().await.unwrap().unwrap();
-    let b = q.try_get().await.unwrap().unwrap();
+    let a = q.try_get().await.unwrap().into_lease().unwrap();
+    let b = q.try_get().await.unwrap().into_lease().unwrap();
     // Fill the server until it refuses writes.
     let mut con = raw(&server).await;
     // Large blobs first, then small ones: a refused large write frees its own buffer, which
@@ -235,10 +240,11 @@ async fn oom_a_full_server_keeps_renew_done_and_release_working() {
         .try_get()
         .await
         .unwrap()
+        .into_lease()
         .expect("get works on a full server");
     assert_eq!(b.item(), "b");
     b.done().await.unwrap();
-    let c = q.try_get().await.unwrap().unwrap();
+    let c = q.try_get().await.unwrap().into_lease().unwrap();
     drop(c);
     eventually("the dropped lease is released", || async {
         q.len().await.unwrap() == 1
@@ -530,16 +536,16 @@ async fn renewal_stops_at_the_maximum_hold_time() {
         .await
         .unwrap();
     q.add("a".to_string()).await.unwrap();
-    let held = q.try_get().await.unwrap().unwrap();
+    let held = q.try_get().await.unwrap().into_lease().unwrap();
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert!(!held.is_lost(), "renewed past one lease");
-    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    assert!(q.try_get().await.unwrap().is_empty());
     eventually("the lease expires after the maximum hold", || async {
         q.processing_len().await.unwrap() == 0
     })
     .await;
     assert!(held.is_lost());
-    let next = q.try_get().await.unwrap().unwrap();
+    let next = q.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!(next.item(), "a");
     assert!(matches!(held.done().await, Err(Error::LeaseLost)));
     next.done().await.unwrap();
@@ -560,14 +566,14 @@ async fn a_poison_item_goes_to_the_dead_letters_by_default_with_its_history() {
     let mut handed = 0;
     for _ in 0..20 {
         match q.try_get().await.unwrap() {
-            Ok(lease) => {
+            TryGet::Leased(lease) => {
                 handed += 1;
                 lease.abandon(); // the worker dies
             }
-            Err(TryGetError::Empty) if handed > 0 && q.processing_len().await.unwrap() == 0 => {
+            TryGet::Empty if handed > 0 && q.processing_len().await.unwrap() == 0 => {
                 break;
             }
-            Err(_) => {}
+            TryGet::Empty | TryGet::ShutDown => {}
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
@@ -594,6 +600,7 @@ async fn an_item_that_is_not_utf8_goes_to_the_dead_letters() {
         .try_get()
         .await
         .unwrap()
+        .into_lease()
         .expect("the bad item does not block get");
     assert_eq!(lease.item(), "good");
     lease.done().await.unwrap();
@@ -604,7 +611,7 @@ async fn an_item_that_is_not_utf8_goes_to_the_dead_letters() {
     // Requeued, it comes back as it was (and goes back to the dead letters).
     assert!(q.requeue_dead_letter(&dead[0]).await.unwrap());
     assert!(q.dead_letters(10).await.unwrap().is_empty());
-    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    assert!(q.try_get().await.unwrap().is_empty());
     assert_eq!(q.dead_letters(10).await.unwrap().len(), 1);
 }
 
@@ -616,7 +623,7 @@ async fn a_handles_shut_down_stops_only_that_handle() {
     let old = builder(&server, "deploy").build().await.unwrap();
     let other = builder(&server, "deploy").build().await.unwrap();
     old.add("a".to_string()).await.unwrap();
-    let held = old.try_get().await.unwrap().unwrap();
+    let held = old.try_get().await.unwrap().into_lease().unwrap();
     let waiting = {
         let old = old.clone();
         tokio::spawn(async move { old.get().await.unwrap().is_none() })
@@ -647,7 +654,7 @@ async fn a_handles_shut_down_stops_only_that_handle() {
         other.add("b".to_string()).await.unwrap().kind,
         AddKind::Queued
     );
-    let b = other.try_get().await.unwrap().unwrap();
+    let b = other.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!(b.item(), "b");
     b.done().await.unwrap();
     assert_eq!(
@@ -663,7 +670,7 @@ async fn a_handles_shut_down_stops_only_that_handle() {
     drop(old);
     // The next deployment works without delete().
     let new = builder(&server, "deploy").build().await.unwrap();
-    let c = new.try_get().await.unwrap().unwrap();
+    let c = new.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!(c.item(), "c");
     c.done().await.unwrap();
 }
@@ -697,10 +704,7 @@ async fn the_fleet_shut_down_stops_every_handle_until_resumed() {
         "queued items drain, then None"
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(
-        a.try_get().await.unwrap().err(),
-        Some(TryGetError::ShutDown)
-    );
+    assert!(a.try_get().await.unwrap().is_shut_down());
     assert_eq!(
         a.delayed_len().await.unwrap(),
         1,
@@ -739,7 +743,7 @@ async fn dead_letters_are_capped_listed_requeued_and_purged() {
         let _: () = con.sadd("wq:{dead}:dirty", &item).await.unwrap();
     }
     q.add(7).await.unwrap();
-    let lease = q.try_get().await.unwrap().unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!(*lease.item(), 7);
     lease.done().await.unwrap();
     let dead = q.dead_letters(10).await.unwrap();
@@ -763,7 +767,7 @@ async fn dead_letters_are_capped_listed_requeued_and_purged() {
     assert_eq!(q.requeue_dead_letters().await.unwrap(), 2);
     assert_eq!(q.len().await.unwrap(), 3);
     // They still do not decode: back to the dead letters, then purged.
-    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    assert!(q.try_get().await.unwrap().is_empty());
     assert_eq!(q.purge_dead_letters().await.unwrap(), 3);
     assert!(q.dead_letters(10).await.unwrap().is_empty());
 }
@@ -787,7 +791,14 @@ async fn cancelled_gets_open_no_connections() {
     let Some(server) = require() else { return };
     let q = builder(&server, "cancel").build().await.unwrap();
     q.add("warm".to_string()).await.unwrap();
-    q.try_get().await.unwrap().unwrap().done().await.unwrap();
+    q.try_get()
+        .await
+        .unwrap()
+        .into_lease()
+        .unwrap()
+        .done()
+        .await
+        .unwrap();
     let before = connections_received(&server).await;
     for _ in 0..500 {
         let got = tokio::time::timeout(Duration::from_millis(2), q.get()).await;

@@ -20,10 +20,10 @@ use std::time::Duration;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use workqueue::WorkQueue;
 use workqueue::clock::FakeClock;
 use workqueue::rate_limiter::ExponentialFailure;
-use workqueue_redis::{RateLimit, RedisQueue, TryGetError};
+use workqueue::{TryGetError, WorkQueue};
+use workqueue_redis::{RateLimit, RedisQueue};
 
 /// Items: few, so that adds collide with queued and processing items.
 const ITEMS: [&str; 4] = ["a", "b", "c", "d"];
@@ -106,7 +106,7 @@ async fn run_case(
                 memory.add(ITEMS[i].to_string());
             }
             Op::TryGet => {
-                let r = redis.try_get().await.map_err(failed)?;
+                let r = redis.try_get().await.map_err(failed)?.into_result();
                 let m = memory.try_get();
                 match (r, m) {
                     (Ok(r), Ok(m)) => {

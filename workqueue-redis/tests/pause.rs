@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use support::server::{RedisServer, require};
-use workqueue_redis::{RedisQueue, TryGetError};
+use workqueue_redis::RedisQueue;
 
 async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {
     RedisQueue::<String>::builder(name)
@@ -23,7 +23,7 @@ async fn a_paused_queue_takes_adds_and_hands_out_nothing_until_resumed() {
     let producer = queue(&server, "p").await;
     let worker = queue(&server, "p").await;
     producer.add("a".to_string()).await.unwrap();
-    let held = worker.try_get().await.unwrap().unwrap();
+    let held = worker.try_get().await.unwrap().into_lease().unwrap();
 
     assert!(producer.pause().await.unwrap(), "it was running");
     assert!(!producer.pause().await.unwrap(), "already paused");
@@ -36,10 +36,7 @@ async fn a_paused_queue_takes_adds_and_hands_out_nothing_until_resumed() {
         .add_after("c".to_string(), Duration::from_millis(1))
         .await
         .unwrap();
-    assert_eq!(
-        worker.try_get().await.unwrap().err(),
-        Some(TryGetError::Empty)
-    );
+    assert!(worker.try_get().await.unwrap().is_empty());
     // The lease out lives on: renew and done work while paused.
     held.renew().await.unwrap();
     held.done().await.unwrap();
@@ -66,7 +63,10 @@ async fn a_paused_queue_takes_adds_and_hands_out_nothing_until_resumed() {
         .unwrap();
     assert_eq!(lease.item(), "b");
     lease.done().await.unwrap();
-    assert_eq!(worker.try_get().await.unwrap().unwrap().item(), "c");
+    assert_eq!(
+        worker.try_get().await.unwrap().into_lease().unwrap().item(),
+        "c"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,7 +97,7 @@ async fn counters_count_adds_completions_and_failures() {
     q.add("a".to_string()).await.unwrap();
     q.add("a".to_string()).await.unwrap(); // a duplicate: not an add
     q.add("b".to_string()).await.unwrap();
-    let a = q.try_get().await.unwrap().unwrap();
+    let a = q.try_get().await.unwrap().into_lease().unwrap();
     q.add("a".to_string()).await.unwrap(); // re-added while processing: counts
     a.done().await.unwrap();
     q.add_rate_limited("z".to_string()).await.unwrap();

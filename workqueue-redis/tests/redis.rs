@@ -10,7 +10,7 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use support::server::{Durability, RedisServer};
 use workqueue::AddOptions;
-use workqueue_redis::{AddKind, Error, RateLimit, RedisQueue, TryGetError};
+use workqueue_redis::{AddKind, DoneAndGet, Error, RateLimit, RedisQueue, TryGet};
 
 async fn queue(server: &RedisServer, name: &str, lease: Duration) -> RedisQueue<String> {
     RedisQueue::builder(name)
@@ -42,13 +42,13 @@ async fn an_expired_lease_is_reclaimed_and_its_holder_fenced() {
         .await
         .unwrap();
     q.add("key".to_string()).await.unwrap();
-    let stale = q.try_get().await.unwrap().unwrap();
-    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    let stale = q.try_get().await.unwrap().into_lease().unwrap();
+    assert!(q.try_get().await.unwrap().is_empty());
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(stale.is_lost(), "the local deadline has passed too");
 
     // The next get reclaims the item and hands it out under a larger token.
-    let fresh = q.try_get().await.unwrap().unwrap();
+    let fresh = q.try_get().await.unwrap().into_lease().unwrap();
     assert!(fresh.token() > stale.token());
     let stats = q.stats(10).await.unwrap();
     assert_eq!(stats.stalled, 1);
@@ -59,9 +59,9 @@ async fn an_expired_lease_is_reclaimed_and_its_holder_fenced() {
     assert!(matches!(stale.done().await, Err(Error::LeaseLost)));
     // ...so the fresh holder's claim and the pending re-add are intact.
     assert_eq!(q.processing_len().await.unwrap(), 1);
-    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    assert!(q.try_get().await.unwrap().is_empty());
     fresh.done().await.unwrap();
-    let again = q.try_get().await.unwrap().unwrap();
+    let again = q.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!(again.item(), "key");
     again.done().await.unwrap();
 }
@@ -76,10 +76,7 @@ async fn a_held_lease_renews_itself_past_its_duration() {
     let lease = q.get().await.unwrap().unwrap();
     let other = q.clone();
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(
-        other.try_get().await.unwrap().err(),
-        Some(TryGetError::Empty)
-    );
+    assert!(other.try_get().await.unwrap().is_empty());
     assert!(!lease.is_lost());
     assert!(lease.valid_until() > Instant::now());
     lease.done().await.unwrap();
@@ -148,7 +145,7 @@ async fn tokens_keep_growing_when_the_server_lost_its_counter() {
     };
     let q = queue(&server, "tokens", Duration::from_secs(5)).await;
     q.add("a".to_string()).await.unwrap();
-    let before = q.try_get().await.unwrap().unwrap();
+    let before = q.try_get().await.unwrap().into_lease().unwrap();
     let token = before.token();
     before.abandon();
     server.kill();
@@ -168,7 +165,7 @@ async fn tokens_keep_growing_when_the_server_lost_its_counter() {
         AddKind::Queued,
         "everything was lost, as expected"
     );
-    let after = q.try_get().await.unwrap().unwrap();
+    let after = q.try_get().await.unwrap().into_lease().unwrap();
     assert!(after.token() > token, "{} > {token}", after.token());
 }
 
@@ -181,7 +178,7 @@ async fn a_restart_with_aof_keeps_the_queue_and_its_leases() {
     for item in ["a", "b", "c"] {
         q.add(item.to_string()).await.unwrap();
     }
-    let a = q.try_get().await.unwrap().unwrap();
+    let a = q.try_get().await.unwrap().into_lease().unwrap();
     q.add_after("d".to_string(), Duration::from_millis(100))
         .await
         .unwrap();
@@ -234,7 +231,7 @@ async fn an_item_that_does_not_deserialize_goes_to_the_dead_letters() {
     assert!(dead[0].error.contains("invalid type"), "{}", dead[0].error);
     let stats = q.stats(10).await.unwrap();
     assert_eq!((stats.dead, stats.depth, stats.in_flight), (1, 0, 0));
-    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    assert!(q.try_get().await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -279,7 +276,7 @@ async fn keys_are_namespaced_per_queue_with_one_hash_tag() {
     a.add("x".to_string()).await.unwrap();
     b.add("x".to_string()).await.unwrap();
     assert_eq!(c.len().await.unwrap(), 0, "another prefix is another queue");
-    let lease = a.try_get().await.unwrap().unwrap();
+    let lease = a.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!(b.len().await.unwrap(), 1, "another name is another queue");
     lease.done().await.unwrap();
 
@@ -350,7 +347,7 @@ async fn stats_show_depth_delays_leases_and_failures() {
         .unwrap();
     q.add_rate_limited("d".to_string()).await.unwrap();
     q.add_rate_limited("d".to_string()).await.unwrap();
-    let a = q.try_get().await.unwrap().unwrap();
+    let a = q.try_get().await.unwrap().into_lease().unwrap();
     q.add("a".to_string()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let stats = q.stats(10).await.unwrap();
@@ -655,7 +652,7 @@ async fn pipelined_adds_and_done_and_get_keep_the_rules() {
     q.add("a".to_string()).await.unwrap(); // re-added while processing
     let mut order = vec![lease.item().clone()];
     loop {
-        let (done, next) = q.done_and_get(lease).await.unwrap();
+        let DoneAndGet { done, next, .. } = q.done_and_get(lease).await.unwrap();
         done.unwrap();
         match next {
             Some(next) => {
@@ -678,10 +675,10 @@ async fn pipelined_adds_and_done_and_get_keep_the_rules() {
         .await
         .unwrap();
     stale_queue.add("x".to_string()).await.unwrap();
-    let stale = stale_queue.try_get().await.unwrap().unwrap();
+    let stale = stale_queue.try_get().await.unwrap().into_lease().unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let fresh = stale_queue.try_get().await.unwrap().unwrap();
-    let (done, next) = stale_queue.done_and_get(stale).await.unwrap();
+    let fresh = stale_queue.try_get().await.unwrap().into_lease().unwrap();
+    let DoneAndGet { done, next, .. } = stale_queue.done_and_get(stale).await.unwrap();
     assert!(done.unwrap_err().is_lease_lost());
     assert!(next.is_none());
     assert_eq!(stale_queue.processing_len().await.unwrap(), 1);
@@ -705,8 +702,8 @@ async fn an_item_whose_workers_keep_dying_goes_to_the_dead_letters() {
     q.add("fine".to_string()).await.unwrap();
     // "fine" stalls once, then is done: its count starts over.
     for round in 0..2 {
-        let first = q.try_get().await.unwrap().unwrap();
-        let second = q.try_get().await.unwrap().unwrap();
+        let first = q.try_get().await.unwrap().into_lease().unwrap();
+        let second = q.try_get().await.unwrap().into_lease().unwrap();
         assert_eq!(
             (first.item().as_str(), second.item().as_str()),
             ("poison", "fine")
@@ -725,7 +722,7 @@ async fn an_item_whose_workers_keep_dying_goes_to_the_dead_letters() {
     }
     // The second expiry of "poison" dead-letters it.
     assert_eq!(q.len().await.unwrap(), 0);
-    assert_eq!(q.try_get().await.unwrap().err(), Some(TryGetError::Empty));
+    assert!(q.try_get().await.unwrap().is_empty());
     let dead = q.dead_letters(10).await.unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].item, "\"poison\"");
@@ -753,9 +750,9 @@ async fn mutations_break_the_rules_they_name() {
         .await
         .unwrap();
     q.add("a".to_string()).await.unwrap();
-    let stale = q.try_get().await.unwrap().unwrap();
+    let stale = q.try_get().await.unwrap().into_lease().unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let fresh = q.try_get().await.unwrap().unwrap();
+    let fresh = q.try_get().await.unwrap().into_lease().unwrap();
     assert!(fresh.token() > stale.token());
     stale
         .done()
@@ -777,7 +774,7 @@ async fn mutations_break_the_rules_they_name() {
         .await
         .unwrap();
     q.add("b".to_string()).await.unwrap();
-    let lease = q.try_get().await.unwrap().unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!(
         q.add("b".to_string()).await.unwrap().kind,
         AddKind::Deferred
@@ -788,7 +785,7 @@ async fn mutations_break_the_rules_they_name() {
     // Without mutations the same sequence keeps the re-add.
     let q = queue(&server, "mut-none", Duration::from_secs(10)).await;
     q.add("b".to_string()).await.unwrap();
-    let lease = q.try_get().await.unwrap().unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
     q.add("b".to_string()).await.unwrap();
     lease.done().await.unwrap();
     assert_eq!(q.len().await.unwrap(), 1);
@@ -809,19 +806,19 @@ async fn a_released_or_reclaimed_item_keeps_its_priority_at_the_head() {
     let prio = |p| AddOptions::default().priority(p);
     q.add("low".to_string()).await.unwrap();
     q.add_with("hi".to_string(), prio(5)).await.unwrap();
-    let lease = q.try_get().await.unwrap().unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!((lease.item().as_str(), lease.priority()), ("hi", 5));
     q.add_with("other".to_string(), prio(5)).await.unwrap();
 
     // Released: back at the head of priority 5, ahead of the item added there meanwhile.
     lease.release().await.unwrap();
-    let lease = q.try_get().await.unwrap().unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!((lease.item().as_str(), lease.priority()), ("hi", 5));
 
     // Reclaimed after its holder vanished: the same.
     lease.abandon();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let lease = q.try_get().await.unwrap().unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!((lease.item().as_str(), lease.priority()), ("hi", 5));
 
     // A re-add with a higher priority while processing folds into the release.
@@ -829,7 +826,7 @@ async fn a_released_or_reclaimed_item_keeps_its_priority_at_the_head() {
     lease.release().await.unwrap();
     assert_eq!(q.len().await.unwrap(), 3);
     let mut order = Vec::new();
-    while let Ok(lease) = q.try_get().await.unwrap() {
+    while let TryGet::Leased(lease) = q.try_get().await.unwrap() {
         order.push((lease.item().clone(), lease.priority()));
         lease.done().await.unwrap();
     }
@@ -857,14 +854,14 @@ async fn done_and_get_hands_out_the_highest_priority() {
     let prio = |p| AddOptions::default().priority(p);
     q.add("zero".to_string()).await.unwrap();
     q.add_with("three".to_string(), prio(3)).await.unwrap();
-    let lease = q.try_get().await.unwrap().unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!(lease.priority(), 3);
     q.add_with("seven".to_string(), prio(7)).await.unwrap();
-    let (done, next) = q.done_and_get(lease).await.unwrap();
+    let DoneAndGet { done, next, .. } = q.done_and_get(lease).await.unwrap();
     done.unwrap();
     let next = next.expect("a ready item");
     assert_eq!((next.item().as_str(), next.priority()), ("seven", 7));
-    let (done, next) = q.done_and_get(next).await.unwrap();
+    let DoneAndGet { done, next, .. } = q.done_and_get(next).await.unwrap();
     done.unwrap();
     let next = next.expect("a ready item");
     assert_eq!((next.item().as_str(), next.priority()), ("zero", 0));

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use workqueue_redis::{Error, Lease, RedisQueue};
+use workqueue_redis::{DoneAndGet, Error, Lease, RedisQueue};
 
 use super::Ctx;
 use super::report::{OURS_REDIS, Sample};
@@ -57,7 +57,7 @@ async fn consume(
     while let Some(lease) = current {
         seen(&lease);
         count += 1;
-        let (done, next) = queue.done_and_get(lease).await?;
+        let DoneAndGet { done, next, .. } = queue.done_and_get(lease).await?;
         done?;
         current = match next {
             Some(next) => Some(next),

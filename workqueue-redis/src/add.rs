@@ -1,0 +1,367 @@
+//! Adds: [`AddKind`] and [`Added`], the add operations, and the failure counts that
+//! rate-limited adds keep (`forget`, `num_requeues`).
+
+use std::borrow::Borrow;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use workqueue::AddOptions;
+
+use crate::error::{Error, Transient};
+use crate::queue::{RedisQueue, micros};
+use crate::reply::{self, AddReply};
+use crate::scripts::SCRIPTS;
+
+/// What an add did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AddKind {
+    /// The queue is shut down: the add was ignored.
+    Ignored,
+    /// The item was queued (it was new, or waiting for a delay and is ready now).
+    Queued,
+    /// The item was already queued (or already due to be queued again when its lease ends):
+    /// nothing changed.
+    Duplicate,
+    /// The item is being processed: it will be queued again when its lease ends.
+    Deferred,
+    /// The item waits for its delay (the earliest of its pending delays).
+    Delayed,
+}
+
+/// The outcome of [`RedisQueue::add`], [`add_after`](RedisQueue::add_after) and
+/// [`add_rate_limited`](RedisQueue::add_rate_limited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Added {
+    /// What the add did.
+    pub kind: AddKind,
+    /// The add's place in the queue's total order: taken from the counter that also issues
+    /// lease tokens, so a lease whose token is larger was handed out after this add. Zero when
+    /// the add was ignored.
+    pub seq: u64,
+    /// The delay the item got (for [`add_rate_limited`](RedisQueue::add_rate_limited), the
+    /// rate limiter's answer).
+    pub delay: Duration,
+}
+
+impl Added {
+    /// Reads an add script's reply; `delay` is the caller's, if it chose one.
+    fn parse(value: Value, delay: Option<Duration>) -> Result<Self, Error> {
+        let reply: AddReply = reply::parse("add", value)?;
+        Ok(Added {
+            kind: reply.kind,
+            seq: reply.seq,
+            delay: delay.or(reply.delay).unwrap_or(Duration::ZERO),
+        })
+    }
+}
+
+/// The priority argument of the add scripts: empty when none was given.
+fn priority_arg(priority: Option<i32>) -> String {
+    priority.map_or_else(String::new, |p| p.to_string())
+}
+
+/// The reply of an add that this handle ignored because it is shut down.
+/// Adds per run of the `add_many` script: about a millisecond of the server's time.
+const ADD_MANY_CHUNK: usize = 200;
+
+const IGNORED: Added = Added {
+    kind: AddKind::Ignored,
+    seq: 0,
+    delay: Duration::ZERO,
+};
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
+    fn encode(item: &T) -> Result<String, Error> {
+        serde_json::to_string(item).map_err(Error::Serialize)
+    }
+
+    /// Marks `item` as needing processing: client-go's `Add`.
+    ///
+    /// A new item joins the tail; an item already queued stays where it is; an item waiting
+    /// for a delay becomes ready now (once); an item being processed is queued again when its
+    /// lease ends; after [`shut_down`](Self::shut_down) (of this handle) or
+    /// [`shut_down_fleet`](Self::shut_down_fleet) adds are ignored.
+    ///
+    /// # Errors
+    ///
+    /// A connection error (after the [retry deadline](crate::Builder::retry_deadline)) leaves it
+    /// unknown whether the add was applied; adding again is harmless. A full server
+    /// (`maxmemory` under `noeviction`) refuses adds at once with an `OOM` error.
+    pub async fn add(&self, item: impl Borrow<T>) -> Result<Added, Error> {
+        self.add_now(item.borrow(), None).await
+    }
+
+    /// Adds `item` as `options` ask: at once, after a delay, rate limited (with a delay too,
+    /// the shorter one wins), and with a priority: the in-memory queue's
+    /// [`add_with`](workqueue::WorkQueue::add_with), with its rules across processes.
+    ///
+    /// Higher priorities are handed out first, in add order within a priority. A re-add can
+    /// raise a queued or delayed item's priority (a raised item goes behind the items already
+    /// waiting at its new priority), never lower it; without a priority a new item gets 0 and a
+    /// known one keeps its own. An item re-added while processing is queued when its lease
+    /// ends with the highest priority its re-adds gave since it was handed out (0 if none
+    /// gave one); a released or reclaimed item goes back to the head of the higher of that
+    /// and the priority it was handed out with. [`Lease::priority`](crate::Lease::priority)
+    /// tells a worker the priority of what it holds.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add).
+    pub async fn add_with(
+        &self,
+        item: impl Borrow<T>,
+        options: AddOptions,
+    ) -> Result<Added, Error> {
+        let item = item.borrow();
+        let priority = options.requested_priority();
+        if options.is_rate_limited() {
+            self.add_limited(item, options.delay(), priority).await
+        } else if options.delay().is_zero() {
+            self.add_now(item, priority).await
+        } else {
+            self.add_delayed(item, options.delay(), priority).await
+        }
+    }
+
+    /// The `add` script, with a priority or none.
+    async fn add_now(&self, item: &T, priority: Option<i32>) -> Result<Added, Error> {
+        if self.is_closed() {
+            return Ok(IGNORED);
+        }
+        let raw = Self::encode(item.borrow())?;
+        let raw = &raw;
+        let value: Value = self
+            .inner
+            .call("add", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.add)
+                    .arg(raw)
+                    .arg(priority_arg(priority))
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        Added::parse(value, Some(Duration::ZERO))
+    }
+
+    /// Adds `item` once `delay` has passed on the server's clock: client-go's `AddAfter`.
+    ///
+    /// A zero delay adds at once. For an item already waiting for a delay the earlier ready
+    /// time wins; an item already queued stays queued once.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add).
+    pub async fn add_after(&self, item: impl Borrow<T>, delay: Duration) -> Result<Added, Error> {
+        self.add_delayed(item.borrow(), delay, None).await
+    }
+
+    /// The `add_after` script, with a priority or none.
+    async fn add_delayed(
+        &self,
+        item: &T,
+        delay: Duration,
+        priority: Option<i32>,
+    ) -> Result<Added, Error> {
+        if self.is_closed() {
+            return Ok(IGNORED);
+        }
+        let raw = Self::encode(item.borrow())?;
+        let raw = &raw;
+        let value: Value = self
+            .inner
+            .call("add_after", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.add_after)
+                    .arg(raw)
+                    .arg(micros(delay))
+                    .arg(priority_arg(priority))
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        Added::parse(value, Some(delay))
+    }
+
+    /// Adds `item` after the delay the queue's [`RateLimit`](crate::RateLimit) gives it:
+    /// client-go's `AddRateLimited`. The item's failure count goes up by one (even after a
+    /// fleet-wide shut down, as in client-go); [`forget`](Self::forget) resets it.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add); a retry after a connection error may count a failure twice.
+    pub async fn add_rate_limited(&self, item: impl Borrow<T>) -> Result<Added, Error> {
+        self.add_limited(item.borrow(), Duration::ZERO, None).await
+    }
+
+    /// The `add_rate_limited` script: the limiter's delay, or `after` if that is shorter (zero:
+    /// no delay of the caller's), with a priority or none.
+    async fn add_limited(
+        &self,
+        item: &T,
+        after: Duration,
+        priority: Option<i32>,
+    ) -> Result<Added, Error> {
+        if self.is_closed() {
+            return Ok(IGNORED);
+        }
+        let raw = Self::encode(item.borrow())?;
+        let raw = &raw;
+        let limit = &self.inner.rate_limit;
+        let (qps, burst) = limit.bucket().unwrap_or((0.0, 0));
+        let value: Value = self
+            .inner
+            .call("add_rate_limited", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.add_rate_limited)
+                    .arg(raw)
+                    .arg(micros(limit.base_delay()))
+                    .arg(micros(limit.max_delay()))
+                    .arg(qps)
+                    .arg(burst)
+                    .arg(micros(after))
+                    .arg(priority_arg(priority))
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        Added::parse(value, None)
+    }
+
+    /// Adds every item, as [`add`](Self::add) does one by one, in one round trip (a pipeline of
+    /// the `add` script: each add is still atomic on its own, and they apply in order).
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add); on an error, any prefix of the adds may have been applied.
+    pub async fn add_all<I>(&self, items: I) -> Result<Vec<Added>, Error>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<T>,
+    {
+        self.add_all_after(items.into_iter().map(|item| (item, Duration::ZERO)))
+            .await
+    }
+
+    /// Adds every item after its delay, as [`add_after`](Self::add_after) does one by one, in
+    /// one round trip.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add_all`](Self::add_all).
+    pub async fn add_all_after<I, B>(&self, items: I) -> Result<Vec<Added>, Error>
+    where
+        I: IntoIterator<Item = (B, Duration)>,
+        B: Borrow<T>,
+    {
+        let mut args = Vec::new();
+        let mut delays = Vec::new();
+        for (item, delay) in items {
+            args.extend([
+                Self::encode(item.borrow())?,
+                micros(delay).to_string(),
+                String::new(),
+            ]);
+            delays.push(delay);
+        }
+        // `add_many` runs a chunk of adds per call: one script run instead of one per add,
+        // short enough (about a millisecond) not to hold up the server's other clients.
+        let calls: Vec<_> = args
+            .chunks(3 * ADD_MANY_CHUNK)
+            .map(|chunk| (&SCRIPTS.add_many, chunk.to_vec()))
+            .collect();
+        if self.is_closed() {
+            return Ok(delays.iter().map(|_| IGNORED).collect());
+        }
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let deadline = Instant::now() + self.inner.retry_deadline;
+        let mut backoff = Duration::from_millis(20);
+        let values = loop {
+            match self.inner.pipeline(&calls).await {
+                // Only a refusal (nothing ran) is retried: after a connection error some adds
+                // may have applied, and the caller decides.
+                Err(e)
+                    if Transient::of(&e) == Some(Transient::Refused)
+                        && Instant::now() + backoff < deadline =>
+                {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                other => break other?,
+            }
+        };
+        let mut replies = Vec::with_capacity(delays.len());
+        for value in values {
+            match value {
+                Value::Array(chunk) => replies.extend(chunk),
+                other => {
+                    return Err(Error::Protocol(format!(
+                        "add_many: expected an array of replies, got {other:?}"
+                    )));
+                }
+            }
+        }
+        if replies.len() != delays.len() {
+            return Err(Error::Protocol(format!(
+                "add_many: {} replies to {} adds",
+                replies.len(),
+                delays.len()
+            )));
+        }
+        replies
+            .into_iter()
+            .zip(delays)
+            .map(|(value, delay)| Added::parse(value, Some(delay)))
+            .collect()
+    }
+
+    /// Resets the failure count of `item`: client-go's `Forget`. Call it when processing
+    /// succeeded.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn forget(&self, item: impl Borrow<T>) -> Result<(), Error> {
+        let raw = Self::encode(item.borrow())?;
+        let raw = &raw;
+        let _: i64 = self
+            .inner
+            .call("forget", |mut con| async move {
+                redis::cmd("HDEL")
+                    .arg(self.inner.keys.fail())
+                    .arg(raw)
+                    .query_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// How many times `item` was rate limited since it was last forgotten: client-go's
+    /// `NumRequeues`.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn num_requeues(&self, item: impl Borrow<T>) -> Result<usize, Error> {
+        let raw = Self::encode(item.borrow())?;
+        let raw = &raw;
+        let count: Option<u64> = self
+            .inner
+            .call("num_requeues", |mut con| async move {
+                redis::cmd("HGET")
+                    .arg(self.inner.keys.fail())
+                    .arg(raw)
+                    .query_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(count.unwrap_or(0) as usize)
+    }
+}

@@ -1,0 +1,318 @@
+//! Getters: [`get`](RedisQueue::get) (which waits), [`try_get`](RedisQueue::try_get) and
+//! [`done_and_get`](RedisQueue::done_and_get), all made of one look at the queue (the `get`
+//! script), and their results [`TryGet`] and [`DoneAndGet`].
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use workqueue::TryGetError;
+
+use crate::error::Error;
+use crate::inner::Inner;
+use crate::lease::Lease;
+use crate::queue::{RedisQueue, micros};
+use crate::reply::{self, DoneReply, GetReply};
+use crate::scripts::SCRIPTS;
+use crate::wait::{Owed, Waiting};
+
+/// What [`RedisQueue::try_get`] found, looking once without waiting.
+///
+/// The in-memory queue's [`try_get`](workqueue::WorkQueue::try_get) gives the same three
+/// answers as `Result<Lease<T>, TryGetError>`; [`into_result`](Self::into_result) turns this
+/// one into that shape.
+#[must_use = "a lease inside is released when dropped"]
+pub enum TryGet<T> {
+    /// An item was ready: it is handed out under this lease.
+    Leased(Lease<T>),
+    /// Nothing is ready now: the queue holds nothing, or only items waiting for a delay or
+    /// under a lease, or it is [paused](RedisQueue::pause).
+    Empty,
+    /// This handle is shut down ([`shut_down`](RedisQueue::shut_down)), or the queue is shut
+    /// down for every process ([`shut_down_fleet`](RedisQueue::shut_down_fleet)) and has
+    /// nothing ready: no item will come.
+    ShutDown,
+}
+
+impl<T> TryGet<T> {
+    /// The lease, if an item was handed out ([`TryGet::Leased`]).
+    pub fn into_lease(self) -> Option<Lease<T>> {
+        match self {
+            TryGet::Leased(lease) => Some(lease),
+            TryGet::Empty | TryGet::ShutDown => None,
+        }
+    }
+
+    /// Returns `true` for [`TryGet::Leased`].
+    pub fn is_leased(&self) -> bool {
+        matches!(self, TryGet::Leased(_))
+    }
+
+    /// Returns `true` for [`TryGet::Empty`].
+    pub fn is_empty(&self) -> bool {
+        matches!(self, TryGet::Empty)
+    }
+
+    /// Returns `true` for [`TryGet::ShutDown`].
+    pub fn is_shut_down(&self) -> bool {
+        matches!(self, TryGet::ShutDown)
+    }
+
+    /// The in-memory queue's shape: the lease, or [`TryGetError::Empty`] or
+    /// [`TryGetError::ShutDown`].
+    ///
+    /// # Errors
+    ///
+    /// [`TryGetError::Empty`] for [`TryGet::Empty`], [`TryGetError::ShutDown`] for
+    /// [`TryGet::ShutDown`].
+    pub fn into_result(self) -> Result<Lease<T>, TryGetError> {
+        match self {
+            TryGet::Leased(lease) => Ok(lease),
+            TryGet::Empty => Err(TryGetError::Empty),
+            TryGet::ShutDown => Err(TryGetError::ShutDown),
+        }
+    }
+}
+
+impl<T> fmt::Debug for TryGet<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryGet::Leased(lease) => f.debug_tuple("Leased").field(lease).finish(),
+            TryGet::Empty => f.write_str("Empty"),
+            TryGet::ShutDown => f.write_str("ShutDown"),
+        }
+    }
+}
+
+/// What [`RedisQueue::done_and_get`] did: the `done` of the lease it was given, and the next
+/// lease, from one round trip.
+#[must_use = "the done's outcome is in `done`, and a lease in `next` is released when dropped"]
+#[non_exhaustive]
+pub struct DoneAndGet<T> {
+    /// The `done`'s outcome, as [`Lease::done`] reports it: `Err(`[`Error::LeaseLost`]`)` if
+    /// the lease was lost (the server changed nothing; the item was reclaimed). On a handle
+    /// that is shut down the `done` is sent alone, with [`Lease::done`]'s retries and errors.
+    pub done: Result<(), Error>,
+    /// The next lease, or `None` if nothing was ready (call [`get`](RedisQueue::get) to
+    /// wait), or the queue (or this handle) is shut down.
+    pub next: Option<Lease<T>>,
+}
+
+impl<T> fmt::Debug for DoneAndGet<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DoneAndGet")
+            .field("done", &self.done)
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+/// One attempt of `get`.
+enum Attempt<T> {
+    Leased(Lease<T>),
+    ShutDown,
+    /// Nothing ready; something may be due after this long.
+    Empty(Option<Duration>),
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
+    /// Waits for the next item and hands it out under a [`Lease`]: client-go's `Get`.
+    ///
+    /// Returns `Ok(None)` once this handle is shut down ([`shut_down`](Self::shut_down)), or
+    /// the queue is shut down for every process ([`shut_down_fleet`](Self::shut_down_fleet))
+    /// and has nothing ready. Promotes delayed items that are due and reclaims expired leases
+    /// of dead workers first. While nothing is ready it waits for a wake-up from the server
+    /// (one `BZPOPMIN` on a wake-up marker per handle, shared by its getters, on a
+    /// connection of its own), so an add in any process wakes a waiting getter.
+    ///
+    /// Transient server states (a lost connection, a restart, `LOADING`, `BUSY`, `TRYAGAIN`,
+    /// `MASTERDOWN`, `READONLY`) are waited out with backoff for up to the
+    /// [retry deadline](crate::Builder::retry_deadline), counted from the server's last answer: a
+    /// worker loop rides out a server restart.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future loses no item and costs nothing: the shared wait goes on for the
+    /// other getters (or ends), a wake-up this getter received but did not use is passed on,
+    /// and an item leased by a call whose answer never arrived is reclaimed when that lease
+    /// expires.
+    ///
+    /// # Errors
+    ///
+    /// Errors that are not transient (for example a server refusing scripts), and transient
+    /// ones that outlast the retry deadline.
+    pub async fn get(&self) -> Result<Option<Lease<T>>, Error> {
+        let _waiting = Waiting::new(&self.inner.wake);
+        let mut rx = self.inner.wake.subscribe();
+        let mut owed = Owed::new(&self.inner);
+        loop {
+            rx.borrow_and_update();
+            let deadline = Instant::now() + self.inner.retry_deadline;
+            let attempt = self.attempt(deadline).await;
+            owed.set(false);
+            match attempt? {
+                Attempt::Leased(lease) => return Ok(Some(lease)),
+                Attempt::ShutDown => return Ok(None),
+                Attempt::Empty(wait) => {
+                    let wait = wait.map_or(self.inner.poll, |w| w.min(self.inner.poll));
+                    self.inner.ensure_waiter();
+                    tokio::select! {
+                        changed = rx.changed() => {
+                            owed.set(changed.is_ok());
+                        }
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands out the next item if one is ready now, without waiting: [`TryGet::Leased`],
+    /// [`TryGet::Empty`] or [`TryGet::ShutDown`]. Like [`get`](Self::get), it promotes
+    /// delayed items that are due and reclaims expired leases first.
+    ///
+    /// # Errors
+    ///
+    /// A failure to talk to the server, after the [retry deadline](crate::Builder::retry_deadline).
+    pub async fn try_get(&self) -> Result<TryGet<T>, Error> {
+        let deadline = Instant::now() + self.inner.retry_deadline;
+        Ok(match self.attempt(deadline).await? {
+            Attempt::Leased(lease) => TryGet::Leased(lease),
+            Attempt::ShutDown => TryGet::ShutDown,
+            Attempt::Empty(_) => TryGet::Empty,
+        })
+    }
+
+    /// Marks `lease`'s item done and hands out the next ready item, in one round trip (a
+    /// pipeline of `done` then `get`, each atomic on its own). [`DoneAndGet::done`] is the
+    /// `done`'s outcome (see [`Lease::done`]); [`DoneAndGet::next`] is the next lease, or `None`
+    /// if nothing was ready (call [`get`](Self::get) to wait) or the queue (or this handle) is
+    /// shut down.
+    ///
+    /// # Errors
+    ///
+    /// A failure to talk to the server (then whether the `done` applied is unknown, and a lease
+    /// the `get` may have taken is reclaimed when it expires).
+    pub async fn done_and_get(&self, lease: Lease<T>) -> Result<DoneAndGet<T>, Error> {
+        // Counts as out until the done is through, for a drain.
+        self.inner.lease_started();
+        let _out = LeaseOut(&self.inner);
+        let (raw, token) = lease.finish();
+        if self.is_closed() {
+            return Ok(DoneAndGet {
+                done: self.inner.finish(&raw, token, false).await,
+                next: None,
+            });
+        }
+        let started = Instant::now();
+        let call = [(
+            &SCRIPTS.done_get,
+            vec![
+                raw,
+                token.to_string(),
+                self.inner.mutations.to_string(),
+                micros(self.inner.lease).to_string(),
+                self.inner.max_stalls.to_string(),
+                self.inner.dead_letter_cap.to_string(),
+            ],
+        )];
+        let reply = self.inner.pipeline(&call).await?.pop();
+        let [done, next] = match reply {
+            Some(Value::Array(parts)) => <[Value; 2]>::try_from(parts).map_err(|parts| {
+                Error::Protocol(format!("done_get: expected two replies, got {parts:?}"))
+            })?,
+            other => {
+                return Err(Error::Protocol(format!(
+                    "done_get: expected two replies, got {other:?}"
+                )));
+            }
+        };
+        let done = reply::parse::<DoneReply>("done", done)?.0;
+        let done = if done { Ok(()) } else { Err(Error::LeaseLost) };
+        let next = match self.interpret(next, started).await? {
+            Some(Attempt::Leased(lease)) => Some(lease),
+            _ => None,
+        };
+        Ok(DoneAndGet { done, next })
+    }
+
+    /// One look at the queue (the `get` script), until `deadline` for transient states.
+    async fn attempt(&self, deadline: Instant) -> Result<Attempt<T>, Error> {
+        loop {
+            if self.is_closed() {
+                return Ok(Attempt::ShutDown);
+            }
+            let started = Instant::now();
+            let value: Value = self
+                .inner
+                .call_until("get", deadline, |mut con| async move {
+                    self.inner
+                        .invocation(&SCRIPTS.get)
+                        .arg(micros(self.inner.lease))
+                        .arg(self.inner.max_stalls)
+                        .arg(self.inner.dead_letter_cap)
+                        .invoke_async(&mut con)
+                        .await
+                })
+                .await?;
+            if let Some(attempt) = self.interpret(value, started).await? {
+                return Ok(attempt);
+            }
+        }
+    }
+
+    /// Reads the answer of the `get` script; `None` if the item was moved to the dead letters.
+    async fn interpret(&self, value: Value, started: Instant) -> Result<Option<Attempt<T>>, Error> {
+        match reply::parse("get", value)? {
+            GetReply::Leased {
+                raw,
+                token,
+                priority,
+            } => {
+                let decoded = match String::from_utf8(raw) {
+                    Ok(text) => serde_json::from_str::<T>(&text)
+                        .map(|item| (item, text.clone()))
+                        .map_err(|e| (text.into_bytes(), e.to_string())),
+                    Err(e) => {
+                        let error =
+                            format!("the stored item is not valid UTF-8: {}", e.utf8_error());
+                        Err((e.into_bytes(), error))
+                    }
+                };
+                match decoded {
+                    Ok((item, text)) => Ok(Some(Attempt::Leased(Lease::new(
+                        self.inner.clone(),
+                        item,
+                        text,
+                        token,
+                        priority,
+                        started,
+                    )))),
+                    Err((raw, error)) => {
+                        tracing::warn!(
+                            queue = %self.inner.name,
+                            item = %String::from_utf8_lossy(&raw),
+                            %error,
+                            "workqueue-redis: an item cannot be deserialized; moved to the dead-letter list"
+                        );
+                        self.inner.dead_letter(&raw, token, &error).await?;
+                        Ok(None)
+                    }
+                }
+            }
+            GetReply::ShutDown => Ok(Some(Attempt::ShutDown)),
+            GetReply::Empty(wait) => Ok(Some(Attempt::Empty(wait))),
+        }
+    }
+}
+
+/// Ends a lease count taken by `done_and_get` when dropped.
+struct LeaseOut<'a>(&'a Inner);
+
+impl Drop for LeaseOut<'_> {
+    fn drop(&mut self) {
+        self.0.lease_ended();
+    }
+}

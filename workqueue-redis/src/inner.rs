@@ -1,0 +1,261 @@
+//! [`Inner`]: what every handle and lease of one queue share, and the calls that wait out
+//! transient server states.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManagerConfig;
+use redis::{Script, ScriptInvocation, Value};
+
+use crate::connection::{Conn, Source};
+use crate::error::{Error, Transient};
+use crate::persistence::Persistence;
+use crate::queue::micros;
+use crate::rate_limit::RateLimit;
+use crate::scripts::{Keys, SCRIPTS};
+use crate::wait::Wakeups;
+
+/// What every handle and lease of one queue share.
+pub(crate) struct Inner {
+    pub(crate) name: String,
+    pub(crate) keys: Keys,
+    pub(crate) source: Source,
+    /// Commands (multiplexed, reconnecting); replaced after a `READONLY`.
+    pub(crate) con: RwLock<Conn>,
+    /// The configuration `con` was made with, for a reconnect.
+    pub(crate) client_config: ConnectionManagerConfig,
+    /// Idle connections for blocking waits, which must not stall the shared one.
+    pub(crate) blocking: Mutex<Vec<Conn>>,
+    pub(crate) lease: Duration,
+    pub(crate) renew_every: Duration,
+    pub(crate) auto_renew: bool,
+    pub(crate) rate_limit: RateLimit,
+    pub(crate) poll: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) max_stalls: u32,
+    pub(crate) max_hold: Duration,
+    pub(crate) dead_letter_cap: usize,
+    pub(crate) retry_deadline: Duration,
+    /// [`Mutation`](crate::builder::Mutation) bits, passed to the fenced scripts; 0 outside
+    /// the fault tests.
+    pub(crate) mutations: u32,
+    pub(crate) persistence: Option<Persistence>,
+    /// This handle (and its clones) is shut down: no more gets or adds here.
+    pub(crate) shut: AtomicBool,
+    /// Leases handed out by this handle that are not finished yet.
+    pub(crate) leases_out: AtomicUsize,
+    pub(crate) wake: Wakeups,
+}
+
+impl Inner {
+    /// The command connection.
+    pub(crate) fn con(&self) -> Conn {
+        self.con.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the command connection (after `READONLY`: the server became a replica, and a
+    /// new connection may reach the new primary).
+    async fn reconnect(&self) {
+        #[allow(
+            irrefutable_let_patterns,
+            reason = "refutable with the cluster feature"
+        )]
+        let Source::Single(client) = &self.source else {
+            // The cluster client follows failovers by itself.
+            return;
+        };
+        match client
+            .get_connection_manager_with_config(self.client_config.clone())
+            .await
+        {
+            Ok(con) => {
+                *self.con.write().unwrap_or_else(|e| e.into_inner()) = Conn::Manager(con);
+            }
+            Err(error) => {
+                tracing::warn!(queue = %self.name, %error, "workqueue-redis: reconnect failed");
+            }
+        }
+    }
+
+    /// Runs `op` on the command connection, waiting out transient server states (see
+    /// [`Builder::retry_deadline`](crate::Builder::retry_deadline)) until `deadline`.
+    pub(crate) async fn call_until<R, F, Fut>(
+        &self,
+        what: &'static str,
+        deadline: Instant,
+        mut op: F,
+    ) -> Result<R, Error>
+    where
+        F: FnMut(Conn) -> Fut,
+        Fut: Future<Output = redis::RedisResult<R>>,
+    {
+        let mut backoff = Duration::from_millis(20);
+        let mut warned = false;
+        loop {
+            let error = match op(self.con()).await {
+                Ok(reply) => return Ok(reply),
+                Err(e) => Error::from(e),
+            };
+            let Some(transient) = Transient::of(&error) else {
+                return Err(error);
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(error);
+            }
+            if !warned {
+                tracing::warn!(queue = %self.name, op = what, %error, "workqueue-redis: retrying");
+                warned = true;
+            }
+            if transient == Transient::ReadOnly {
+                self.reconnect().await;
+            }
+            // The last attempt is made at the deadline.
+            tokio::time::sleep(backoff.min(deadline - now)).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// [`call_until`](Self::call_until) the queue's retry deadline from now.
+    pub(crate) async fn call<R, F, Fut>(&self, what: &'static str, op: F) -> Result<R, Error>
+    where
+        F: FnMut(Conn) -> Fut,
+        Fut: Future<Output = redis::RedisResult<R>>,
+    {
+        self.call_until(what, Instant::now() + self.retry_deadline, op)
+            .await
+    }
+
+    /// An invocation of `script` with the queue's keys.
+    pub(crate) fn invocation<'a>(&'a self, script: &'a Script) -> ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        for key in &self.keys.all {
+            invocation.key(key.as_str());
+        }
+        invocation
+    }
+
+    /// An `EVALSHA` of `script` with the queue's keys, for pipelines.
+    pub(crate) fn evalsha(&self, script: &Script) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(self.keys.all.len());
+        for key in &self.keys.all {
+            cmd.arg(key.as_str());
+        }
+        cmd
+    }
+
+    /// Runs `calls` (script, arguments) as one pipeline of `EVALSHA`s, in one round trip.
+    /// Each call is atomic on its own. A call the server answered with `NOSCRIPT` (its script
+    /// cache was emptied, say by a restart) did not run; it is run again on its own, which
+    /// loads the script, after the calls that did run.
+    pub(crate) async fn pipeline(
+        &self,
+        calls: &[(&Script, Vec<String>)],
+    ) -> Result<Vec<Value>, Error> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (script, args) in calls {
+            let mut cmd = self.evalsha(script);
+            for arg in args {
+                cmd.arg(arg.as_str());
+            }
+            pipe.add_command(cmd);
+        }
+        let mut con = self.con();
+        let mut replies: Vec<Value> = pipe.query_async(&mut con).await?;
+        for (reply, (script, args)) in replies.iter_mut().zip(calls) {
+            let Value::ServerError(error) = reply else {
+                continue;
+            };
+            if error.kind() != Some(redis::ServerErrorKind::NoScript) {
+                return Err(Error::Redis(error.clone().into()));
+            }
+            let mut invocation = self.invocation(script);
+            for arg in args {
+                invocation.arg(arg.as_str());
+            }
+            *reply = invocation.invoke_async(&mut con).await?;
+        }
+        Ok(replies)
+    }
+
+    /// `renew`: `Ok(false)` if the lease is no longer this holder's. Waits out transient
+    /// states until `deadline`.
+    pub(crate) async fn renew(
+        &self,
+        raw: &str,
+        token: u64,
+        deadline: Instant,
+    ) -> Result<bool, Error> {
+        let renewed: i64 = self
+            .call_until("renew", deadline, |mut con| async move {
+                self.invocation(&SCRIPTS.renew)
+                    .arg(raw)
+                    .arg(token)
+                    .arg(micros(self.lease))
+                    .arg(self.mutations)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    /// `done` (or `release`), retried through transient states while the lease could still
+    /// be ours.
+    pub(crate) async fn finish(&self, raw: &str, token: u64, release: bool) -> Result<(), Error> {
+        let give_up = Instant::now() + self.lease.max(self.retry_deadline) + self.response_timeout;
+        let script = if release {
+            &SCRIPTS.release
+        } else {
+            &SCRIPTS.done
+        };
+        // Whether an attempt may have been applied without our seeing the answer.
+        let mut unsure = false;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let outcome: Result<i64, redis::RedisError> = self
+                .invocation(script)
+                .arg(raw)
+                .arg(token)
+                .arg(self.mutations)
+                .invoke_async(&mut self.con())
+                .await;
+            match outcome {
+                Ok(1) | Ok(2) => return Ok(()),
+                Ok(_) if unsure => return Err(Error::OutcomeUnknown),
+                Ok(_) => return Err(Error::LeaseLost),
+                Err(e) => {
+                    let e = Error::from(e);
+                    let transient = Transient::of(&e);
+                    if transient.is_none() || Instant::now() + backoff >= give_up {
+                        return Err(if unsure { Error::OutcomeUnknown } else { e });
+                    }
+                    if transient == Some(Transient::Connection) {
+                        unsure = true;
+                    }
+                    if transient == Some(Transient::ReadOnly) {
+                        self.reconnect().await;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// A lease of this handle was handed out.
+    pub(crate) fn lease_started(&self) {
+        self.leases_out.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A lease of this handle was finished (done, released or abandoned).
+    pub(crate) fn lease_ended(&self) {
+        if self.leases_out.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.wake.wake_all();
+        }
+    }
+}
