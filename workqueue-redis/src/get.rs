@@ -109,6 +109,27 @@ impl<T> fmt::Debug for DoneAndGet<T> {
     }
 }
 
+/// What [`RedisQueue::done_and_get_many`] did: the `done` of each lease it was given, and the
+/// next leases, from one round trip.
+#[must_use = "the dones' outcomes are in `done`, and leases in `next` are released when dropped"]
+#[non_exhaustive]
+pub struct DoneAndGetMany<T> {
+    /// Each `done`'s outcome, in the order of the leases given, as [`Lease::done`] reports it.
+    pub done: Vec<Result<(), Error>>,
+    /// The leases handed out, in hand-out order: as many as were ready, up to the `max` asked
+    /// for, and none once the queue (or this handle) is shut down.
+    pub next: Vec<Lease<T>>,
+}
+
+impl<T> fmt::Debug for DoneAndGetMany<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DoneAndGetMany")
+            .field("done", &self.done)
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
 /// One attempt of `get`.
 enum Attempt<T> {
     Leased(Lease<T>),
@@ -185,10 +206,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         })
     }
 
-    /// Marks `lease`'s item done and hands out the next ready item, in one round trip (a
-    /// pipeline of `done` then `get`, each atomic on its own). [`DoneAndGet::done`] is the
-    /// `done`'s outcome (see [`Lease::done`]); [`DoneAndGet::next`] is the next lease, or `None`
-    /// if nothing was ready (call [`get`](Self::get) to wait) or the queue (or this handle) is
+    /// Marks `lease`'s item done and hands out the next ready item, in one round trip and one
+    /// script run (`done` then `get`, atomic together). [`DoneAndGet::done`] is the `done`'s
+    /// outcome (see [`Lease::done`]); [`DoneAndGet::next`] is the next lease, or `None` if
+    /// nothing was ready (call [`get`](Self::get) to wait) or the queue (or this handle) is
     /// shut down.
     ///
     /// # Errors
@@ -196,46 +217,94 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// A failure to talk to the server (then whether the `done` applied is unknown, and a lease
     /// the `get` may have taken is reclaimed when it expires).
     pub async fn done_and_get(&self, lease: Lease<T>) -> Result<DoneAndGet<T>, Error> {
-        // Counts as out until the done is through, for a drain.
+        let DoneAndGetMany { mut done, next } = self.done_and_get_many(vec![lease], 1).await?;
+        Ok(DoneAndGet {
+            done: done.pop().unwrap_or(Ok(())),
+            next: next.into_iter().next(),
+        })
+    }
+
+    /// Marks every lease's item done and hands out up to `max` ready items, in one round trip
+    /// and one script run: a batched worker loop, which pays one round trip for many items.
+    /// With no leases it is a [`try_get`](Self::try_get) of up to `max` items.
+    ///
+    /// The items handed out are leased from the moment of the call, and their leases are
+    /// renewed while held as any lease is; a worker that takes more than it can start soon
+    /// only keeps them from the other workers. [`DoneAndGetMany::done`] has the outcome of
+    /// each lease's `done`, in the order of `leases`; [`DoneAndGetMany::next`] has the new
+    /// leases in hand-out order, fewer than `max` (or none) when fewer were ready or the queue
+    /// (or this handle) is shut down.
+    ///
+    /// # Errors
+    ///
+    /// A failure to talk to the server (then whether the `done`s applied is unknown, and leases
+    /// the call may have taken are reclaimed when they expire).
+    pub async fn done_and_get_many(
+        &self,
+        leases: Vec<Lease<T>>,
+        max: usize,
+    ) -> Result<DoneAndGetMany<T>, Error> {
+        // Counts as out until the dones are through, for a drain.
         self.inner.lease_started();
         let _out = LeaseOut(&self.inner);
-        let (raw, token) = lease.finish();
+        let finished: Vec<(String, u64)> = leases.into_iter().map(Lease::finish).collect();
         if self.is_closed() {
-            return Ok(DoneAndGet {
-                done: self.inner.finish(&raw, token, false).await,
-                next: None,
+            let mut done = Vec::with_capacity(finished.len());
+            for (raw, token) in &finished {
+                done.push(self.inner.finish(raw, *token, false).await);
+            }
+            return Ok(DoneAndGetMany {
+                done,
+                next: Vec::new(),
             });
         }
         let started = Instant::now();
-        let call = [(
-            &SCRIPTS.done_get,
-            vec![
-                raw,
-                token.to_string(),
-                self.inner.mutations.to_string(),
-                micros(self.inner.lease).to_string(),
-                self.inner.max_stalls.to_string(),
-                self.inner.dead_letter_cap.to_string(),
-            ],
-        )];
-        let reply = self.inner.pipeline(&call).await?.pop();
-        let [done, next] = match reply {
-            Some(Value::Array(parts)) => <[Value; 2]>::try_from(parts).map_err(|parts| {
-                Error::Protocol(format!("done_get: expected two replies, got {parts:?}"))
-            })?,
-            other => {
-                return Err(Error::Protocol(format!(
-                    "done_get: expected two replies, got {other:?}"
-                )));
+        let mut args = Vec::with_capacity(5 + 2 * finished.len());
+        args.extend([
+            self.inner.mutations.to_string(),
+            micros(self.inner.lease).to_string(),
+            self.inner.max_stalls.to_string(),
+            self.inner.dead_letter_cap.to_string(),
+            max.to_string(),
+        ]);
+        for (raw, token) in finished {
+            args.extend([raw, token.to_string()]);
+        }
+        let reply = self
+            .inner
+            .pipeline(&[(&SCRIPTS.done_get, args)])
+            .await?
+            .pop();
+        let protocol = |what: &dyn fmt::Debug| {
+            Error::Protocol(format!(
+                "done_get: expected two lists of replies, got {what:?}"
+            ))
+        };
+        let [done, taken] = match reply {
+            Some(Value::Array(parts)) => {
+                <[Value; 2]>::try_from(parts).map_err(|parts| protocol(&parts))?
             }
+            other => return Err(protocol(&other)),
         };
-        let done = reply::parse::<DoneReply>("done", done)?.0;
-        let done = if done { Ok(()) } else { Err(Error::LeaseLost) };
-        let next = match self.interpret(next, started).await? {
-            Some(Attempt::Leased(lease)) => Some(lease),
-            _ => None,
+        let (Value::Array(done), Value::Array(taken)) = (done, taken) else {
+            return Err(Error::Protocol(
+                "done_get: expected two lists of replies".into(),
+            ));
         };
-        Ok(DoneAndGet { done, next })
+        let done = done
+            .into_iter()
+            .map(|reply| {
+                let done = reply::parse::<DoneReply>("done", reply)?.0;
+                Ok(if done { Ok(()) } else { Err(Error::LeaseLost) })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let mut next = Vec::with_capacity(taken.len());
+        for reply in taken {
+            if let Some(Attempt::Leased(lease)) = self.interpret(reply, started).await? {
+                next.push(lease);
+            }
+        }
+        Ok(DoneAndGetMany { done, next })
     }
 
     /// One look at the queue (the `get` script), until `deadline` for transient states.

@@ -117,7 +117,7 @@ pub use connection::MIN_REDIS_VERSION;
 pub use counters::Counters;
 pub use dead_letter::DeadLetter;
 pub use error::Error;
-pub use get::{DoneAndGet, TryGet};
+pub use get::{DoneAndGet, DoneAndGetMany, TryGet};
 pub use lease::Lease;
 pub use persistence::Persistence;
 pub use queue::RedisQueue;

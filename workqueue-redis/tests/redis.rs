@@ -10,7 +10,7 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use support::server::{Durability, RedisServer};
 use workqueue::AddOptions;
-use workqueue_redis::{AddKind, DoneAndGet, Error, RateLimit, RedisQueue, TryGet};
+use workqueue_redis::{AddKind, DoneAndGet, DoneAndGetMany, Error, RateLimit, RedisQueue, TryGet};
 
 async fn queue(server: &RedisServer, name: &str, lease: Duration) -> RedisQueue<String> {
     RedisQueue::builder(name)
@@ -607,6 +607,52 @@ async fn batched_adds_give_the_answers_of_adds_one_by_one() {
     batched.shut_down_fleet().await.unwrap();
     let ignored = batched.add_all(["x", "y"].map(String::from)).await.unwrap();
     assert!(ignored.iter().all(|a| a.kind == AddKind::Ignored));
+}
+
+#[tokio::test]
+async fn done_and_get_many_finishes_a_batch_and_takes_the_next() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let q = queue(&server, "many", Duration::from_secs(10)).await;
+    q.add_all((0..10).map(|i| format!("i{i}"))).await.unwrap();
+    // No leases: a try_get of up to three, in FIFO order.
+    let DoneAndGetMany { done, next, .. } = q.done_and_get_many(Vec::new(), 3).await.unwrap();
+    assert!(done.is_empty());
+    let items: Vec<&String> = next.iter().map(|l| l.item()).collect();
+    assert_eq!(items, ["i0", "i1", "i2"]);
+    // i1 is re-added while processing: done re-queues it at the tail.
+    q.add("i1".to_string()).await.unwrap();
+    assert_eq!(q.processing_len().await.unwrap(), 3);
+    let DoneAndGetMany { done, next, .. } = q.done_and_get_many(next, 4).await.unwrap();
+    assert!(done.iter().all(Result::is_ok));
+    assert_eq!(done.len(), 3);
+    let items: Vec<&String> = next.iter().map(|l| l.item()).collect();
+    assert_eq!(items, ["i3", "i4", "i5", "i6"]);
+    // Fewer ready than asked for: all of them, i1 last.
+    let DoneAndGetMany { done, next, .. } = q.done_and_get_many(next, 100).await.unwrap();
+    assert_eq!(done.len(), 4);
+    let items: Vec<&String> = next.iter().map(|l| l.item()).collect();
+    assert_eq!(items, ["i7", "i8", "i9", "i1"]);
+    assert!(q.is_empty().await.unwrap());
+    // A lease lost meanwhile (i8's) is refused and changes nothing; the others are done.
+    assert_eq!(next[1].item(), "i8");
+    let con = &mut raw_connection(&server).await;
+    let _: () = redis::cmd("HDEL")
+        .arg("wq:{many}:lease")
+        .arg("\"i8\"")
+        .query_async(con)
+        .await
+        .unwrap();
+    let DoneAndGetMany { done, next, .. } = q.done_and_get_many(next, 5).await.unwrap();
+    assert!(next.is_empty());
+    assert!(done[0].is_ok() && done[2].is_ok() && done[3].is_ok());
+    assert!(matches!(done[1], Err(Error::LeaseLost)));
+    // Once this handle is shut down nothing more is handed out.
+    q.add("late".to_string()).await.unwrap();
+    q.shut_down().await.unwrap();
+    let DoneAndGetMany { next, .. } = q.done_and_get_many(Vec::new(), 5).await.unwrap();
+    assert!(next.is_empty());
 }
 
 #[tokio::test]

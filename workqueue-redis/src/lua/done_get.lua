@@ -1,9 +1,23 @@
--- done_get(item, token, lease): `done` of the holder's item, then `get`, in
--- one call: a worker's loop finishes an item and takes the next in one round
--- trip and one script run.
--- ARGV[1] = item, ARGV[2] = token, ARGV[3] = test mutations (as for done),
--- ARGV[4] = lease duration (us), ARGV[5] = max stalls, ARGV[6] = dead-letter
--- cap (as for get).
--- Returns {done's reply, get's reply}.
-local finished = finish(ARGV[1], ARGV[2], ARGV[3])
-return {finished, take(now_us(), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]) or 0)}
+-- done_get(flags, lease, max_stalls, cap, max, item, token, ...): `done` of
+-- each holder's item in turn, then `get` up to `max` times, in one call: a
+-- worker's loop finishes its items and takes the next ones in one round trip
+-- and one script run. `flags` as for done; `lease`, `max_stalls` and `cap` as
+-- for get. The hand-outs stop at the first that finds nothing.
+-- Returns {{done's reply, ...}, {get's reply for each item handed out, ...}}.
+local flags = ARGV[1]
+local lease, max_stalls = tonumber(ARGV[2]), tonumber(ARGV[3])
+local cap, max = tonumber(ARGV[4]) or 0, tonumber(ARGV[5])
+local finished = {}
+for i = 6, #ARGV - 1, 2 do
+  finished[#finished + 1] = finish(ARGV[i], ARGV[i + 1], flags)
+end
+local now = now_us()
+local taken = {}
+while #taken < max do
+  local reply = take(now, lease, max_stalls, cap)
+  if reply[1] ~= 1 then
+    break
+  end
+  taken[#taken + 1] = reply
+end
+return {finished, taken}

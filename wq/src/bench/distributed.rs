@@ -4,7 +4,10 @@
 //!
 //! Both sides batch adds by 100 (`add_all` / `addBulk`, one round trip per batch) and complete
 //! items one at a time; workqueue-redis completes and takes the next item in one round trip
-//! (`done_and_get`), as a BullMQ worker does (`moveToFinished` fetches the next job).
+//! (`done_and_get`), as a BullMQ worker does (`moveToFinished` fetches the next job). W1 runs a
+//! second time with the consumer completing and taking 32 items per round trip
+//! (`done_and_get_many`, `impl` `workqueue-redis-batch`), which BullMQ's open-source worker
+//! has no counterpart for.
 //! workqueue-redis does more per item: fenced leases on the server clock, renewed while held,
 //! exact client-go dedup (a re-add while processing is delivered once more after `done`).
 //!
@@ -19,10 +22,10 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use workqueue_redis::{DoneAndGet, Error, Lease, RedisQueue};
+use workqueue_redis::{DoneAndGetMany, Error, Lease, RedisQueue};
 
 use super::Ctx;
-use super::report::{OURS_REDIS, Sample};
+use super::report::{OURS_REDIS, OURS_REDIS_BATCH, Sample};
 
 type Figures = Vec<(&'static str, f64)>;
 
@@ -46,29 +49,33 @@ async fn open(url: &str, workload: &str) -> Result<RedisQueue<u64>, Error> {
     Ok(queue)
 }
 
-/// Processes items until the queue is shut down, completing each and taking the next in one
-/// round trip; calls `seen` for every item.
+/// Processes items until the queue is shut down, completing the items in hand and taking up to
+/// `batch` next ones in one round trip; calls `seen` for every item.
 async fn consume(
     queue: RedisQueue<u64>,
+    batch: usize,
     mut seen: impl FnMut(&Lease<u64>) + Send,
 ) -> Result<usize, Error> {
     let mut count = 0;
-    let mut current = queue.get().await?;
-    while let Some(lease) = current {
-        seen(&lease);
-        count += 1;
-        let DoneAndGet { done, next, .. } = queue.done_and_get(lease).await?;
-        done?;
-        current = match next {
-            Some(next) => Some(next),
-            None => queue.get().await?,
+    let mut current: Vec<Lease<u64>> = queue.get().await?.into_iter().collect();
+    while !current.is_empty() {
+        for lease in &current {
+            seen(lease);
+        }
+        count += current.len();
+        let DoneAndGetMany { done, next, .. } = queue.done_and_get_many(current, batch).await?;
+        done.into_iter().collect::<Result<(), Error>>()?;
+        current = if next.is_empty() {
+            queue.get().await?.into_iter().collect()
+        } else {
+            next
         };
     }
     Ok(count)
 }
 
 /// W1: 1 producer adds `n` distinct keys; 1 consumer gets and completes them.
-async fn w1(url: &str, n: usize) -> Result<Figures, Error> {
+async fn w1(url: &str, n: usize, batch: usize) -> Result<Figures, Error> {
     let queue = open(url, "w1").await?;
     let started = Instant::now();
     let producer = {
@@ -84,7 +91,7 @@ async fn w1(url: &str, n: usize) -> Result<Figures, Error> {
     let seen = Arc::new(AtomicUsize::new(0));
     let consumer = {
         let (queue, seen) = (queue.clone(), seen.clone());
-        tokio::spawn(consume(queue, move |_| {
+        tokio::spawn(consume(queue, batch, move |_| {
             seen.fetch_add(1, Ordering::Relaxed);
         }))
     };
@@ -119,7 +126,7 @@ async fn w3(url: &str, adds: usize) -> Result<Figures, Error> {
         })
         .collect();
     let consumers: Vec<_> = (0..2)
-        .map(|_| tokio::spawn(consume(queue.clone(), |_| {})))
+        .map(|_| tokio::spawn(consume(queue.clone(), 1, |_| {})))
         .collect();
     for producer in producers {
         producer.await.expect("producer")?;
@@ -151,7 +158,7 @@ async fn w4(url: &str, n: usize) -> Result<Figures, Error> {
     let consumers: Vec<_> = (0..2)
         .map(|_| {
             let (due, lateness) = (due.clone(), lateness.clone());
-            tokio::spawn(consume(queue.clone(), move |lease| {
+            tokio::spawn(consume(queue.clone(), 1, move |lease| {
                 let now = Instant::now();
                 let at = due.lock().unwrap().get(lease.item()).copied();
                 if let Some(at) = at {
@@ -288,16 +295,29 @@ where
     Ok(samples)
 }
 
-/// W1 on Redis, beside BullMQ.
+/// W1 on Redis, beside BullMQ; then with the consumer taking items in batches
+/// ([`BATCH`] per round trip, `impl` `workqueue-redis-batch`).
 pub(crate) fn run_w1(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {
     let size = sizes(ctx.quick).0;
-    measure(
-        ctx,
-        "W1",
-        size,
-        move |url| async move { w1(&url, size).await },
-    )
+    let mut samples = measure(ctx, "W1", size, move |url| async move {
+        w1(&url, size, 1).await
+    })?;
+    let server = ctx.redis.ok_or("no Redis server")?;
+    ctx.step(&format!("{OURS_REDIS_BATCH} ({size})"));
+    let figures = server
+        .runtime
+        .block_on(w1(&server.url, size, BATCH))
+        .map_err(|e| e.to_string())?;
+    samples.extend(
+        figures
+            .into_iter()
+            .map(|(metric, value)| Sample::new("W1", OURS_REDIS_BATCH, metric, value)),
+    );
+    Ok(samples)
 }
+
+/// Items a batched consumer completes and takes per round trip (`done_and_get_many`).
+const BATCH: usize = 32;
 
 /// W3 on Redis, beside BullMQ.
 pub(crate) fn run_w3(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {

@@ -13,6 +13,8 @@ pub(crate) const OURS: &str = "workqueue";
 pub(crate) const OURS_ASYNC: &str = "workqueue-async";
 /// Our queue on Redis (crate `workqueue-redis`), with `wq bench --redis URL`.
 pub(crate) const OURS_REDIS: &str = "workqueue-redis";
+/// workqueue-redis with a consumer that completes and takes items in batches.
+pub(crate) const OURS_REDIS_BATCH: &str = "workqueue-redis-batch";
 /// BullMQ on the same Redis server, the reference of `wq bench --redis URL`.
 pub(crate) const BULLMQ: &str = "bullmq";
 /// One thread, no locks, `VecDeque` + hash sets (BENCH.md's practical limit (a)).
@@ -196,7 +198,7 @@ fn verdict(met: bool) -> &'static str {
 /// The goal text for our figure `value` on its own line (absolute goals, which are the
 /// in-memory queue's).
 fn absolute_goal(workload: &str, metric: &str, ours: &str, value: f64) -> String {
-    if ours == OURS_REDIS {
+    if ours == OURS_REDIS || ours == OURS_REDIS_BATCH {
         return String::new();
     }
     let Some(goal) = GOALS
@@ -216,7 +218,7 @@ fn absolute_goal(workload: &str, metric: &str, ours: &str, value: f64) -> String
 
 /// The goal text for the ratio of our figure to `reference` (the in-memory queue's goals).
 fn ratio_goal(workload: &str, metric: &str, ours: &str, reference: &str, ratio: f64) -> String {
-    if ours == OURS_REDIS {
+    if ours == OURS_REDIS || ours == OURS_REDIS_BATCH {
         return String::new();
     }
     GOALS
@@ -272,7 +274,7 @@ fn format_value(metric: &str, v: f64) -> String {
 }
 
 fn is_ours(imp: &str) -> bool {
-    imp == OURS || imp == OURS_ASYNC || imp == OURS_REDIS
+    imp == OURS || imp == OURS_ASYNC || imp == OURS_REDIS || imp == OURS_REDIS_BATCH
 }
 
 /// Prints the table: one block per (workload, figure), our figures each beside every
