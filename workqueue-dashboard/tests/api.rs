@@ -52,7 +52,7 @@ fn find<'a>(queues: &'a serde_json::Value, name: &str) -> &'a serde_json::Value 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queues_are_listed_with_their_figures() {
-    let Some(server) = RedisServer::require(&[]) else {
+    let Some(server) = support::redis_server(&[]) else {
         return;
     };
     let a: RedisQueue<u32> = queue(&server, "alpha").await;
@@ -109,7 +109,7 @@ async fn queues_are_listed_with_their_figures() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_are_requeued_one_or_all_and_purged() {
-    let Some(server) = RedisServer::require(&[]) else {
+    let Some(server) = support::redis_server(&[]) else {
         return;
     };
     let q = with_dead_letter(&server, "q").await;
@@ -148,7 +148,7 @@ async fn dead_letters_are_requeued_one_or_all_and_purged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_stops_delivery_and_resume_wakes_getters() {
-    let Some(server) = RedisServer::require(&[]) else {
+    let Some(server) = support::redis_server(&[]) else {
         return;
     };
     let q: RedisQueue<u32> = queue(&server, "jobs").await;
@@ -198,7 +198,7 @@ async fn pause_stops_delivery_and_resume_wakes_getters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forget_clears_an_items_failures() {
-    let Some(server) = RedisServer::require(&[]) else {
+    let Some(server) = support::redis_server(&[]) else {
         return;
     };
     let q: RedisQueue<String> = queue(&server, "retry").await;
@@ -227,7 +227,7 @@ async fn forget_clears_an_items_failures() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actions_need_the_csrf_header_and_a_same_origin() {
-    let Some(server) = RedisServer::require(&[]) else {
+    let Some(server) = support::redis_server(&[]) else {
         return;
     };
     let q: RedisQueue<u32> = queue(&server, "jobs").await;
@@ -276,7 +276,7 @@ async fn actions_need_the_csrf_header_and_a_same_origin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_guards_the_page_and_the_api() {
-    let Some(server) = RedisServer::require(&[]) else {
+    let Some(server) = support::redis_server(&[]) else {
         return;
     };
     let q: RedisQueue<u32> = queue(&server, "jobs").await;
@@ -328,7 +328,7 @@ async fn a_token_guards_the_page_and_the_api() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_refuses_every_action() {
-    let Some(server) = RedisServer::require(&[]) else {
+    let Some(server) = support::redis_server(&[]) else {
         return;
     };
     let q = with_dead_letter(&server, "jobs").await;
@@ -350,7 +350,7 @@ async fn read_only_refuses_every_action() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_history_follow_the_queues() {
-    let Some(server) = RedisServer::require(&[]) else {
+    let Some(server) = support::redis_server(&[]) else {
         return;
     };
     let q: RedisQueue<u32> = queue(&server, "jobs").await;
@@ -410,7 +410,7 @@ async fn metrics_and_history_follow_the_queues() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_password_is_never_shown() {
-    let Some(server) = RedisServer::require(&["--requirepass", "right-pass"]) else {
+    let Some(server) = support::redis_server(&["--requirepass", "right-pass"]) else {
         return;
     };
     let url = format!("redis://:wrong-secret-pass@127.0.0.1:{}/", server.port());
@@ -463,7 +463,7 @@ async fn in_process_queues_show_through_their_probes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_queues_under_the_prefix_are_listed() {
-    let Some(server) = RedisServer::require(&[]) else {
+    let Some(server) = support::redis_server(&[]) else {
         return;
     };
     for (prefix, name) in [("wq", "mine"), ("team", "theirs"), ("team", "also")] {

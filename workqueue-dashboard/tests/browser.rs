@@ -13,7 +13,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{ClientBuilder, Locator};
-use support::RedisServer;
 use workqueue_dashboard::{Config, RedisSource, router};
 use workqueue_redis::{RedisQueue, TryGet};
 
@@ -109,7 +108,7 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
     let Some((chromium, driver_bin)) = require_browser() else {
         return;
     };
-    let Some(server) = RedisServer::require(&[]) else {
+    let Some(server) = support::redis_server(&[]) else {
         return;
     };
 

@@ -2,9 +2,9 @@
 //! `redis-server`, and never prints the Redis password.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const WQ: &str = env!("CARGO_BIN_EXE_wq");
 
@@ -18,57 +18,14 @@ impl Drop for Stop {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
-}
+#[path = "../../workqueue-redis/tests/support/server.rs"]
+mod server;
 
-/// A password-protected `redis-server` on a free loopback port, or `None` when it is missing
-/// and `WQ_SKIP_REDIS_TESTS=1` outside CI; a missing server fails the test otherwise.
-fn redis(password: &str) -> Option<(Stop, u16, std::path::PathBuf)> {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-        if !ci && std::env::var("WQ_SKIP_REDIS_TESTS").is_ok_and(|v| v == "1") {
-            return None;
-        }
-        panic!("redis-server not found: install the Debian package redis-server");
-    }
-    let port = free_port();
-    let dir = std::env::temp_dir().join(format!("wq-dashboard-cli-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "no", "--requirepass", password])
-        .args([
-            "--dir",
-            &dir.display().to_string(),
-            "--logfile",
-            "redis.log",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stop = Stop(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Some((stop, port, dir))
+/// A password-protected `redis-server` from workqueue-redis's test support, or `None` when it
+/// is missing and `WQ_SKIP_REDIS_TESTS=1` outside CI; a missing server fails the test
+/// otherwise.
+fn redis(password: &str) -> Option<server::RedisServer> {
+    server::require_with(server::Durability::None, &["--requirepass", password])
 }
 
 fn http_get(addr: &str, path: &str) -> String {
@@ -105,9 +62,10 @@ fn anything_but_loopback_needs_a_token() {
 
 #[test]
 fn serves_the_queues_and_hides_the_password() {
-    let Some((_server, port, dir)) = redis("pw-s3cret") else {
+    let Some(server) = redis("pw-s3cret") else {
         return;
     };
+    let port = server.port();
     let url = format!("redis://:pw-s3cret@127.0.0.1:{port}/");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
@@ -149,5 +107,4 @@ fn serves_the_queues_and_hides_the_password() {
         metrics.contains("workqueue_depth{name=\"mail\"} 2"),
         "{metrics}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }

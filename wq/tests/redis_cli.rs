@@ -2,69 +2,19 @@
 //! on a free loopback port: the URL comes from `WQ_REDIS_URL`, and the password shows up
 //! nowhere in the output.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const PASSWORD: &str = "Op3rator-Secret";
 
-struct Server {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
-}
+#[path = "../../workqueue-redis/tests/support/server.rs"]
+mod server;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Starts `redis-server`; fails naming the Debian package when it is missing, unless
-/// `WQ_SKIP_REDIS_TESTS=1` outside CI.
-fn server() -> Option<Server> {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-        if !ci && std::env::var("WQ_SKIP_REDIS_TESTS").is_ok_and(|v| v == "1") {
-            eprintln!(
-                "note: redis-server not found; WQ_SKIP_REDIS_TESTS=1, so this test does not run"
-            );
-            return None;
-        }
-        panic!(
-            "redis-server not found: install the Debian package redis-server, or set \
-             WQ_SKIP_REDIS_TESTS=1 to skip the Redis tests knowingly"
-        );
-    }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let dir = std::env::temp_dir().join(format!("wq-cli-redis-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--dir", &dir.display().to_string(), "--save", ""])
-        .args(["--requirepass", PASSWORD, "--appendonly", "yes"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run redis-server");
-    let server = Server { child, port, dir };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(server)
+/// A `redis-server` with a password and an AOF, from workqueue-redis's test support: a
+/// missing binary fails the test naming the Debian package, unless `WQ_SKIP_REDIS_TESTS=1`
+/// outside CI (then `None`).
+fn server() -> Option<server::RedisServer> {
+    server::require_with(server::Durability::EverySec, &["--requirepass", PASSWORD])
 }
 
 fn wq(url: &str, args: &[&str]) -> Output {
@@ -94,7 +44,7 @@ fn stdout(out: &Output) -> String {
 #[test]
 fn operator_commands_take_the_url_from_the_environment_and_never_print_the_password() {
     let Some(server) = server() else { return };
-    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port);
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port());
 
     let stats = stdout(&wq(&url, &["redis", "stats", "jobs"]));
     assert!(stats.contains("queue          jobs"), "{stats}");
@@ -116,7 +66,7 @@ fn operator_commands_take_the_url_from_the_environment_and_never_print_the_passw
     assert!(requeued.contains("0 dead letters requeued"), "{requeued}");
 
     // A wrong password fails without showing it.
-    let wrong = format!("redis://:Wrong-Secret@127.0.0.1:{}/", server.port);
+    let wrong = format!("redis://:Wrong-Secret@127.0.0.1:{}/", server.port());
     let out = wq(&wrong, &["redis", "stats", "jobs"]);
     assert!(!out.status.success());
     // A queue name the library refuses.
@@ -138,7 +88,7 @@ fn the_redis_demo_runs_workers_in_two_processes_and_its_checks_hold() {
     let Some(server) = server() else {
         return;
     };
-    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port);
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port());
     let helper = Command::new(env!("CARGO_BIN_EXE_wq"))
         .args(["redis", "demo", "--queue", "cli-demo", "--workers-only"])
         .args(["--workers", "3"])
@@ -204,11 +154,11 @@ fn the_redis_demo_runs_workers_in_two_processes_and_its_checks_hold() {
 }
 
 /// `wq bench --redis` reports in `wq bench`'s `--json` schema (one object per line and figure,
-/// `impl` `workqueue-redis`), and the deprecated `wq redis bench` still runs it, saying so.
+/// `impl` `workqueue-redis`, and `workqueue-redis-batch` for W1's batched consumer), and the deprecated `wq redis bench` still runs it, saying so.
 #[test]
 fn the_bench_on_redis_speaks_the_bench_json_schema() {
     let Some(server) = server() else { return };
-    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port);
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port());
     let check = |text: &str| {
         let lines: Vec<serde_json::Value> = text
             .lines()
@@ -222,8 +172,16 @@ fn the_bench_on_redis_speaks_the_bench_json_schema() {
         assert!(w1["value"].as_f64().is_some_and(|v| v > 0.0), "{text}");
         assert_eq!(w1["runs"], 1, "{text}");
         assert!(
-            lines.iter().all(|v| v["impl"] == "workqueue-redis"),
+            lines
+                .iter()
+                .all(|v| v["impl"] == "workqueue-redis" || v["impl"] == "workqueue-redis-batch"),
             "--no-bullmq measures no BullMQ: {text}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|v| v["impl"] == "workqueue-redis-batch" && v["workload"] == "W1"),
+            "W1 with a batched consumer: {text}"
         );
     };
     let args = ["--quick", "--no-bullmq", "-w", "W1", "--json"];
