@@ -685,3 +685,39 @@ async fn a_custom_resource_is_reconciled_for_its_owned_and_watched_objects() {
     assert_eq!(count("alpha"), 3);
     assert_eq!(count("beta"), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_reconcile_is_retried_and_the_controller_goes_on() {
+    let server = FakeApiServer::start().await;
+    server.apply(&configmap("crashy", "v1"));
+    server.apply(&configmap("calm", "v1"));
+    let attempts = Arc::new(Mutex::new(HashMap::<String, usize>::new()));
+    let controller = Controller::new(configmaps(&server), watcher::Config::default()).run(
+        |configmap: Arc<ConfigMap>, attempts: Arc<Mutex<HashMap<String, usize>>>| async move {
+            let name = configmap.name_any();
+            let attempt = {
+                let mut attempts = attempts.lock().unwrap();
+                let attempt = attempts.entry(name.clone()).or_default();
+                *attempt += 1;
+                *attempt
+            };
+            assert!(
+                !(name == "crashy" && attempt == 1),
+                "a bug in the reconcile"
+            );
+            Outcome::Done
+        },
+        attempts.clone(),
+    );
+
+    eventually("crashy's retry and calm", || {
+        let attempts = attempts.lock().unwrap();
+        attempts.get("crashy") == Some(&2) && attempts.get("calm") == Some(&1)
+    })
+    .await;
+    let summary = controller.shut_down().await;
+    assert_eq!(
+        (summary.panicked, summary.retried, summary.succeeded),
+        (1, 1, 2)
+    );
+}
