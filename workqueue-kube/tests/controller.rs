@@ -721,3 +721,34 @@ async fn a_panicking_reconcile_is_retried_and_the_controller_goes_on() {
         (1, 1, 2)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outside_triggers_reconcile_one_object_or_all() {
+    let server = FakeApiServer::start().await;
+    for name in ["web-0", "web-1", "web-2"] {
+        server.apply(&configmap(name, "v1"));
+    }
+    let (one, one_requests) = futures::channel::mpsc::unbounded();
+    let (all, all_requests) = futures::channel::mpsc::unbounded();
+    let recorder = Recorder::new();
+    let controller = Controller::new(configmaps(&server), watcher::Config::default())
+        .reconcile_on(one_requests)
+        .reconcile_all_on(all_requests)
+        .run(reconcile, recorder.clone());
+    eventually("the first list", || *recorder.finished.lock().unwrap() == 3).await;
+
+    one.unbounded_send(ObjectRef::new("web-1").within("default"))
+        .unwrap();
+    eventually("web-1 again", || recorder.count("web-1") == 2).await;
+    all.unbounded_send(()).unwrap();
+    eventually("everything again", || {
+        *recorder.finished.lock().unwrap() == 7
+    })
+    .await;
+
+    controller.shut_down().await;
+    assert_eq!(
+        ["web-0", "web-1", "web-2"].map(|name| recorder.count(name)),
+        [2, 3, 2]
+    );
+}
