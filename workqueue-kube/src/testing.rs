@@ -42,6 +42,10 @@ pub struct Requests {
     pub watches: u64,
     /// Watches refused because their resource version had expired.
     pub expired: u64,
+    /// Bookmarks sent (one per open watch that allows them, per [`FakeApiServer::bookmark`]).
+    pub bookmarks: u64,
+    /// The resource version the last watch asked to start from.
+    pub watched_from: u64,
 }
 
 /// An in-process API server speaking list and watch over HTTP on `127.0.0.1`.
@@ -453,6 +457,7 @@ fn watch_response(
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|&v| v != 0)
         .unwrap_or(state.resource_version);
+    state.requests.watched_from = from;
     if from <= state.expired_through {
         state.requests.expired += 1;
         let error = json!({
@@ -536,7 +541,7 @@ impl Watch {
     /// The events logged since the last read, as lines; `Ok(None)` if there are none, `None`
     /// if the watch has ended.
     fn read_log(&mut self) -> Option<Option<String>> {
-        let state = self.shared.lock();
+        let mut state = self.shared.lock();
         if state.closed || state.watch_generation != self.generation {
             return None;
         }
@@ -544,17 +549,21 @@ impl Watch {
             self.kind = state.kinds.get(&self.target.resource).cloned();
         }
         let mut chunk = String::new();
+        let mut bookmarks = 0;
         for entry in &state.log[self.position..] {
             let line = if entry.kind == "BOOKMARK" {
                 match (&self.kind, self.bookmarks) {
-                    (Some((api_version, kind)), true) => json!({
+                    (Some((api_version, kind)), true) => {
+                        bookmarks += 1;
+                        json!({
                         "type": "BOOKMARK",
                         "object": {
                             "apiVersion": api_version,
                             "kind": kind,
                             "metadata": { "resourceVersion": entry.resource_version.to_string() },
                         },
-                    }),
+                        })
+                    }
                     _ => continue,
                 }
             } else if entry.resource == self.target.resource
@@ -572,6 +581,7 @@ impl Watch {
             chunk.push('\n');
         }
         self.position = state.log.len();
+        state.requests.bookmarks += bookmarks;
         Some((!chunk.is_empty()).then_some(chunk))
     }
 }

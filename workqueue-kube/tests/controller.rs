@@ -327,11 +327,21 @@ async fn dropped_watches_and_bookmarks_resume_without_a_relist() {
 
     // Each drop ends a watch that is open, so that the next change needs a new one.
     eventually("the first watch", || server.requests().watches == 1).await;
+    // Changes to another kind move the resource version on; a bookmark tells the watcher.
+    server.apply(&widget("elsewhere", 1));
+    server.apply(&widget("elsewhere", 2));
+    let bookmarked = server.resource_version();
     server.bookmark();
+    // The stream delivers what it sent before it ends, so the watcher has the bookmark.
+    eventually("the bookmark sent", || server.requests().bookmarks == 1).await;
     server.drop_watches();
+    eventually("the watch after the bookmark", || {
+        server.requests().watches == 2
+    })
+    .await;
+    assert_eq!(server.requests().watched_from, bookmarked);
     server.apply(&configmap("web", "v2"));
     eventually("the change after the drop", || recorder.count("web") == 2).await;
-    eventually("the second watch", || server.requests().watches == 2).await;
     server.drop_watches();
     server.apply(&configmap("web", "v3"));
     eventually("the change after the second drop", || {
