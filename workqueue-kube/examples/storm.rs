@@ -10,6 +10,12 @@
 //! memory (which includes the API server's 10,000 objects and event log, the same for both;
 //! the memory before the controller starts is printed beside it).
 //!
+//! Priorities cost some merging here: live updates (priority 0) overtake the listed keys
+//! (-100), so an object reconciled early for its first update is reconciled again for the
+//! next, where first-in-first-out order would have folded the later updates into one late
+//! reconcile. That is the rule's purpose (a live change is not held back by a relist), and its
+//! price in a storm that updates every listed object.
+//!
 //! Retries: this runner backs off per object (5 ms doubling, the queue's
 //! `ExponentialFailure`); kube's `error_policy` has no per-object count, so it requeues after
 //! a fixed 5 ms.
