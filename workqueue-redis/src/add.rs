@@ -328,8 +328,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// A connection error.
     pub async fn forget(&self, item: impl Borrow<T>) -> Result<(), Error> {
-        let raw = Self::encode(item.borrow())?;
-        let raw = &raw;
+        self.forget_raw(&Self::encode(item.borrow())?).await
+    }
+
+    /// [`forget`](Self::forget) of an item's stored text.
+    pub(crate) async fn forget_raw(&self, raw: &str) -> Result<(), Error> {
         let _: i64 = self
             .inner
             .call("forget", |mut con| async move {

@@ -61,6 +61,22 @@ where
         RedisQueue::get(self)
     }
 
+    /// The forget, the done and the next hand-out in one round trip and one script run
+    /// ([`RedisQueue::done_and_get_many`] of one lease, forgetting first when `forget`).
+    ///
+    /// # Errors
+    ///
+    /// As for [`RedisQueue::done_and_get`]; a lease the call took is released.
+    async fn done_and_next(
+        &self,
+        lease: Lease<T>,
+        forget: bool,
+    ) -> Result<Option<Lease<T>>, Error> {
+        let mut step = self.done_and_get_with(vec![lease], 1, forget).await?;
+        step.done.pop().unwrap_or(Ok(()))?;
+        Ok(step.next.pop())
+    }
+
     /// Stops this handle ([`RedisQueue::shut_down`]); the queue on the server goes on for the
     /// other processes, so nothing is dropped.
     fn shut_down(&self) -> Vec<T> {

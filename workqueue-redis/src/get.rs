@@ -244,6 +244,17 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         leases: Vec<Lease<T>>,
         max: usize,
     ) -> Result<DoneAndGetMany<T>, Error> {
+        self.done_and_get_with(leases, max, false).await
+    }
+
+    /// [`done_and_get_many`](Self::done_and_get_many), forgetting each item's failures first
+    /// (client-go's `Forget` after a success) when `forget` is set.
+    pub(crate) async fn done_and_get_with(
+        &self,
+        leases: Vec<Lease<T>>,
+        max: usize,
+        forget: bool,
+    ) -> Result<DoneAndGetMany<T>, Error> {
         // Counts as out until the dones are through, for a drain.
         self.inner.lease_started();
         let _out = LeaseOut(&self.inner);
@@ -251,7 +262,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         if self.is_closed() {
             let mut done = Vec::with_capacity(finished.len());
             for (raw, token) in &finished {
-                done.push(self.inner.finish(raw, *token, false).await);
+                let forgotten = if forget {
+                    self.forget_raw(raw).await
+                } else {
+                    Ok(())
+                };
+                done.push(self.inner.finish(raw, *token, false).await.and(forgotten));
             }
             return Ok(DoneAndGetMany {
                 done,
@@ -266,6 +282,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             self.inner.max_stalls.to_string(),
             self.inner.dead_letter_cap.to_string(),
             max.to_string(),
+            u8::from(forget).to_string(),
         ]);
         for (raw, token) in finished {
             args.extend([raw, token.to_string()]);

@@ -135,6 +135,35 @@ pub trait Queue: Clone + Send + Sync + 'static {
     /// A backend's failure that outlasted its own retries.
     fn get(&self) -> impl Future<Output = Result<Option<Self::Lease>, Self::Error>> + Send;
 
+    /// A worker loop's step from one item to the next: marks `lease` done, after forgetting
+    /// the item's rate-limiter history if `forget` is set (after a success), and may hand out
+    /// the next item that is ready now, without waiting.
+    ///
+    /// A shared backend does it all in one round trip. The default calls
+    /// [`forget`](Self::forget) and [`QueueLease::done`] and hands out nothing, so the loop
+    /// calls [`get`](Self::get) next; a failed `forget` does not keep the `done` from running.
+    /// A lease it hands out is the caller's, as one from `get` is.
+    ///
+    /// # Errors
+    ///
+    /// The `done`'s failure (as for [`QueueLease::done`]), else the `forget`'s; a lease the
+    /// call took is then released.
+    fn done_and_next(
+        &self,
+        lease: Self::Lease,
+        forget: bool,
+    ) -> impl Future<Output = Result<Option<Self::Lease>, Self::Error>> + Send {
+        async move {
+            let forgotten = if forget {
+                self.forget(lease.item()).await
+            } else {
+                Ok(())
+            };
+            lease.done().await?;
+            forgotten.map(|()| None)
+        }
+    }
+
     /// Shuts this handle down: client-go's `ShutDown`. Its adds are ignored from now on and
     /// its getters wake; items already queued are still handed out (in memory), or left on the
     /// server for the other processes (on a shared backend, where a handle's shut down stops

@@ -1,14 +1,19 @@
--- done_get(flags, lease, max_stalls, cap, max, item, token, ...): `done` of
--- each holder's item in turn, then `get` up to `max` times, in one call: a
--- worker's loop finishes its items and takes the next ones in one round trip
--- and one script run. `flags` as for done; `lease`, `max_stalls` and `cap` as
--- for get. The hand-outs stop at the first that finds nothing.
+-- done_get(flags, lease, max_stalls, cap, max, forget, item, token, ...):
+-- `done` of each holder's item in turn (after client-go's Forget of it when
+-- `forget` is 1: the worker succeeded), then `get` up to `max` times, in one
+-- call: a worker's loop finishes its items and takes the next ones in one
+-- round trip and one script run. `flags` as for done; `lease`, `max_stalls` and
+-- `cap` as for get. The hand-outs stop at the first that finds nothing.
 -- Returns {{done's reply, ...}, {get's reply for each item handed out, ...}}.
 local flags = ARGV[1]
 local lease, max_stalls = tonumber(ARGV[2]), tonumber(ARGV[3])
 local cap, max = tonumber(ARGV[4]) or 0, tonumber(ARGV[5])
+local forget = ARGV[6] == '1'
 local finished = {}
-for i = 6, #ARGV - 1, 2 do
+for i = 7, #ARGV - 1, 2 do
+  if forget then
+    redis.call('HDEL', K_FAIL, ARGV[i])
+  end
   finished[#finished + 1] = finish(ARGV[i], ARGV[i + 1], flags)
 end
 local now = now_us()

@@ -185,7 +185,18 @@ async fn worker<T, Q, F, Fut>(
     let _exit = ExitGuard(core.clone());
     let mut stopped = core.stop.stopped();
     let mut backoff = BACKOFF_MIN;
+    // A lease the backend handed out with the last done.
+    let mut next: Option<Q::Lease> = None;
     loop {
+        if let Some(lease) = next.take() {
+            if core.stop.is_stopped() {
+                // Once stopped, no new item is processed: hand it back.
+                core.leave_unprocessed(lease).await;
+                break;
+            }
+            next = process(&core, slot, &*handler, timeout, lease).await;
+            continue;
+        }
         // Biased: once stopped, no new item is taken. `get` is cancel safe, so dropping it
         // here loses nothing.
         let lease = tokio::select! {
@@ -215,13 +226,32 @@ async fn worker<T, Q, F, Fut>(
             }
         };
         backoff = BACKOFF_MIN;
-        let span = core.span(lease.item(), lease.priority()).await;
-        core.begin(slot, &lease);
-        let handled = run(&*handler, lease.item().clone(), timeout)
-            .instrument(span.clone())
-            .await;
-        core.finish(slot, lease, handled).instrument(span).await;
+        next = process(&core, slot, &*handler, timeout, lease).await;
     }
+}
+
+/// Processes one item in worker `slot`; returns the next lease if the backend handed one out
+/// with the done.
+async fn process<T, Q, F, Fut>(
+    core: &Core<T, Q>,
+    slot: usize,
+    handler: &F,
+    timeout: Option<Duration>,
+    lease: Q::Lease,
+) -> Option<Q::Lease>
+where
+    T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static,
+    Q: Queue<Item = T>,
+    F: Fn(T) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoOutcome,
+{
+    let span = core.span(lease.item(), lease.priority()).await;
+    core.begin(slot, &lease);
+    let handled = run(handler, lease.item().clone(), timeout)
+        .instrument(span.clone())
+        .await;
+    core.finish(slot, lease, handled).instrument(span).await
 }
 
 /// The first wait after a backend's `get` failed; it doubles up to [`BACKOFF_MAX`].

@@ -179,19 +179,25 @@ where
 
     /// The span one item's processing runs in: `workqueue.item`, with the queue's name, the
     /// item, the priority it was handed out with and its retries so far (left empty if the
-    /// backend cannot tell).
+    /// backend cannot tell; not asked for when no subscriber records the span).
     pub(crate) async fn span(&self, item: &T, priority: i32) -> tracing::Span {
-        let retries = match self.queue.num_requeues(item).await {
-            Ok(retries) => Some(retries),
-            Err(error) => {
-                tracing::warn!(
-                    queue = self.queue.name(),
-                    item = ?item,
-                    %error,
-                    "cannot read the item's retries"
-                );
-                None
+        // The retries cost a round trip on a shared backend: asked for only when a subscriber
+        // records spans of this level here.
+        let retries = if tracing::span_enabled!(tracing::Level::INFO) {
+            match self.queue.num_requeues(item).await {
+                Ok(retries) => Some(retries),
+                Err(error) => {
+                    tracing::warn!(
+                        queue = self.queue.name(),
+                        item = ?item,
+                        %error,
+                        "cannot read the item's retries"
+                    );
+                    None
+                }
             }
+        } else {
+            None
         };
         tracing::info_span!(
             "workqueue.item",
@@ -218,11 +224,20 @@ where
     ///
     /// A backend's failure never loses the item: a retry that cannot be added releases the
     /// lease (the item is handed out again), a `done` that fails leaves the lease to expire.
-    pub(crate) async fn finish(&self, slot: usize, lease: Q::Lease, handled: Handled) {
+    ///
+    /// Returns the next lease when the backend handed one out with the `done`
+    /// ([`Queue::done_and_next`]): the worker processes it without a `get`.
+    pub(crate) async fn finish(
+        &self,
+        slot: usize,
+        lease: Q::Lease,
+        handled: Handled,
+    ) -> Option<Q::Lease> {
         let item = lease.item().clone();
+        // A success forgets the item's failures, with the done.
+        let success = matches!(handled, Handled::Outcome(Outcome::Done));
         let requeue = match handled {
             Handled::Outcome(Outcome::Done) => {
-                self.forget(&item).await;
                 self.counters.succeeded.fetch_add(1, Ordering::Relaxed);
                 None
             }
@@ -265,12 +280,12 @@ where
                 self.retry(&item, Some(Failure::TimedOut(timeout))).await
             }
         };
-        match requeue {
-            None => self.done(lease).await,
+        let next = match requeue {
+            None => self.done(lease, success).await,
             Some(how) => match Queue::add_with(&self.queue, item.clone(), how.options()).await {
                 Ok(true) => {
                     self.counters.retried.fetch_add(1, Ordering::Relaxed);
-                    self.done(lease).await;
+                    self.done(lease, false).await
                 }
                 Ok(false) => {
                     tracing::debug!(
@@ -279,6 +294,7 @@ where
                         "the queue is shut down: the retry is left unfinished"
                     );
                     self.leave_unprocessed(lease).await;
+                    None
                 }
                 Err(error) => {
                     tracing::warn!(
@@ -288,24 +304,31 @@ where
                         "cannot add the retry; releasing the item so that it is handed out again"
                     );
                     self.leave_unprocessed(lease).await;
+                    None
                 }
             },
-        }
+        };
         *self.slots[slot].lock() = None;
         self.counters.processed.fetch_add(1, Ordering::Release);
+        next
     }
 
-    /// Marks the lease done, logging a failure (the backend hands the item out again once the
-    /// lease expires, so nothing is lost).
-    async fn done(&self, lease: Q::Lease) {
+    /// Marks the lease done (forgetting the item's failures first if `forget`), logging a
+    /// failure (the backend hands the item out again once the lease expires, so nothing is
+    /// lost); returns the next lease if the backend handed one out with the done.
+    async fn done(&self, lease: Q::Lease, forget: bool) -> Option<Q::Lease> {
         let item = lease.item().clone();
-        if let Err(error) = lease.done().await {
-            tracing::warn!(
-                queue = self.queue.name(),
-                item = ?item,
-                %error,
-                "cannot mark the item done; it is handed out again once its lease expires"
-            );
+        match self.queue.done_and_next(lease, forget).await {
+            Ok(next) => next,
+            Err(error) => {
+                tracing::warn!(
+                    queue = self.queue.name(),
+                    item = ?item,
+                    %error,
+                    "cannot mark the item done (or forget its failures); a shared backend hands it out again once its lease expires"
+                );
+                None
+            }
         }
     }
 

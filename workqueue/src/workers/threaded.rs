@@ -107,8 +107,10 @@ where
     R: IntoOutcome,
 {
     let _exit = ExitGuard(core);
+    // A lease the queue handed out with the last done.
+    let mut next = None;
     while !core.stop.is_stopped() {
-        let Some(lease) = core.queue.blocking_get() else {
+        let Some(lease) = next.take().or_else(|| core.queue.blocking_get()) else {
             break;
         };
         if core.stop.is_stopped() {
@@ -126,7 +128,10 @@ where
                 Ok(Err(error)) => Handled::Failed(error),
                 Err(payload) => Handled::Panicked(panic_message(payload.as_ref())),
             };
-        in_memory(core.finish(slot, lease, handled));
+        next = in_memory(core.finish(slot, lease, handled));
+    }
+    if let Some(lease) = next {
+        in_memory(core.leave_unprocessed(lease));
     }
 }
 
