@@ -33,14 +33,14 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Future for Get<'_, T> {
         let this = &mut *self;
         let shared = &this.queue.shared;
         let waiter = &mut this.waiter;
-        shared.locked(|inner, after, _| match shared.pop_locked(inner, after) {
-            Some(done) => {
+        shared.locked(|inner, _| match shared.pop_locked(inner) {
+            (Some(done), after) => {
                 if let Some(id) = waiter.take() {
                     inner.waiters.cancel(id);
                 }
-                Poll::Ready(done.ok())
+                (Poll::Ready(done.ok()), after)
             }
-            None => {
+            (None, after) => {
                 let registered = match *waiter {
                     Some(id) => inner.waiters.update(id, cx.waker()),
                     None => false,
@@ -48,7 +48,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Future for Get<'_, T> {
                 if !registered {
                     *waiter = Some(inner.waiters.register(Signal::Task(cx.waker().clone())));
                 }
-                Poll::Pending
+                (Poll::Pending, after)
             }
         })
     }
