@@ -361,7 +361,11 @@ pub(super) struct Promoted {
 impl Promoted {
     /// Records the adds and wakes the getters; call it without the queue's lock.
     pub(super) fn run<T>(self, shared: &Shared<T>) {
-        finish_unlocked::<T>(shared, self.wake, self.adds, false, None, None, None, false);
+        finish_unlocked::<T>(
+            shared,
+            self.wake,
+            (self.adds, false, None, None, None, false),
+        );
     }
 
     /// Nothing to do after the lock.
@@ -390,10 +394,11 @@ impl<T> After<T> {
         }
     }
 
-    /// Takes the waiters to wake, releases the lock, then does the rest. Taking them is out
-    /// of line: the common call wakes nobody.
+    /// Releases the lock, then does the rest. A call that wakes someone goes
+    /// [`finish_waking`]'s way, out of line: the common call wakes nobody, and then moves
+    /// no wake-up set around.
     #[inline(always)]
-    fn finish(self, shared: &Shared<T>, mut guard: MutexGuard<'_, Inner<T>>) {
+    fn finish(self, shared: &Shared<T>, guard: MutexGuard<'_, Inner<T>>) {
         let After {
             wake,
             wake_drain,
@@ -404,22 +409,15 @@ impl<T> After<T> {
             unused,
             notify_timer,
         } = self;
-        let wakeups = if wake > 0 || wake_drain {
-            take_waiters(&mut guard, wake, wake_drain)
-        } else {
-            Wakeups::None
-        };
+        // `rest` is put together in each branch: put together before the branch, it would
+        // be kept in memory for the out-of-line call, on the common path too.
+        if wake > 0 || wake_drain {
+            let rest = (adds, retry, got, worked, unused, notify_timer);
+            return finish_waking(shared, guard, Wakeups::None, wake, wake_drain, rest);
+        }
         drop(guard);
-        finish_unlocked(
-            shared,
-            wakeups,
-            adds,
-            retry,
-            got,
-            worked,
-            unused,
-            notify_timer,
-        );
+        let rest = (adds, retry, got, worked, unused, notify_timer);
+        finish_unlocked(shared, Wakeups::None, rest);
     }
 
     /// [`finish`](Self::finish) after a promotion: its wake-ups and adds come first.
@@ -427,7 +425,7 @@ impl<T> After<T> {
     fn finish_promoted(
         self,
         shared: &Shared<T>,
-        mut guard: MutexGuard<'_, Inner<T>>,
+        guard: MutexGuard<'_, Inner<T>>,
         promoted: Promoted,
     ) {
         let After {
@@ -440,51 +438,47 @@ impl<T> After<T> {
             unused,
             notify_timer,
         } = self;
-        let wakeups = promoted
-            .wake
-            .merge(take_waiters(&mut guard, wake, wake_drain));
-        drop(guard);
-        let adds = promoted.adds + adds;
-        finish_unlocked(
-            shared,
-            wakeups,
-            adds,
+        let rest = (
+            promoted.adds + adds,
             retry,
             got,
             worked,
             unused,
             notify_timer,
         );
+        finish_waking(shared, guard, promoted.wake, wake, wake_drain, rest);
     }
 }
 
-/// Takes `getters` waiting getters, then every caller of a drain if `drain`, to be woken
-/// once the lock is released.
+/// What is left of an [`After`] once the waiters to wake are taken: the adds, the retry, the
+/// get's wait, the work's duration, the unused item and the timer's notification.
+type Rest<T> = (usize, bool, Option<u64>, Option<u64>, Option<T>, bool);
+
+/// Takes `getters` waiting getters, then every caller of a drain if `drain`, after `first`;
+/// releases the lock; then does the rest.
 #[inline(never)]
-fn take_waiters<T>(inner: &mut Inner<T>, getters: usize, drain: bool) -> Wakeups {
-    let wakeups = inner.waiters.take(getters);
+fn finish_waking<T>(
+    shared: &Shared<T>,
+    mut guard: MutexGuard<'_, Inner<T>>,
+    first: Wakeups,
+    getters: usize,
+    drain: bool,
+    rest: Rest<T>,
+) {
+    let mut wakeups = first.merge(guard.waiters.take(getters));
     if drain {
-        wakeups.merge(inner.drain_waiters.take_all())
-    } else {
-        wakeups
+        wakeups = wakeups.merge(guard.drain_waiters.take_all());
     }
+    drop(guard);
+    finish_unlocked(shared, wakeups, rest);
 }
 
 /// What every call does once the lock is released: wakes the timer if asked, records the
 /// metrics, drops the unused item and wakes the waiters. Metrics come first, so a woken
 /// getter sees them recorded.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)] // the parts of an `After`, taken apart
-fn finish_unlocked<T>(
-    shared: &Shared<T>,
-    wake: Wakeups,
-    adds: usize,
-    retry: bool,
-    got: Option<u64>,
-    worked: Option<u64>,
-    unused: Option<T>,
-    notify_timer: bool,
-) {
+fn finish_unlocked<T>(shared: &Shared<T>, wake: Wakeups, rest: Rest<T>) {
+    let (adds, retry, got, worked, unused, notify_timer) = rest;
     if notify_timer {
         shared.timer_cv.notify_one();
     }
