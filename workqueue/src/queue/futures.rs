@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use super::WorkQueue;
+use crate::error::TryGetError;
 use crate::lease::Lease;
 use crate::waiters::Signal;
 
@@ -34,13 +35,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Future for Get<'_, T> {
         let shared = &this.queue.shared;
         let waiter = &mut this.waiter;
         shared.locked(|inner, _| match shared.pop_locked(inner) {
-            (Some(done), after) => {
-                if let Some(id) = waiter.take() {
-                    inner.waiters.cancel(id);
-                }
-                (Poll::Ready(done.ok()), after)
-            }
-            (None, after) => {
+            (Err(TryGetError::Empty), after) => {
                 let registered = match *waiter {
                     Some(id) => inner.waiters.update(id, cx.waker()),
                     None => false,
@@ -49,6 +44,12 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Future for Get<'_, T> {
                     *waiter = Some(inner.waiters.register(Signal::Task(cx.waker().clone())));
                 }
                 (Poll::Pending, after)
+            }
+            (done, after) => {
+                if let Some(id) = waiter.take() {
+                    inner.waiters.cancel(id);
+                }
+                (Poll::Ready(done.ok()), after)
             }
         })
     }

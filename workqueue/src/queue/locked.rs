@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::timer::{TimerState, join_unless_current};
 use crate::QueueStats;
 use crate::clock::Clock;
+use crate::error::TryGetError;
 use crate::lease::Lease;
 use crate::metrics::QueueMetrics;
 use crate::rate_limiter::RateLimiter;
@@ -212,23 +213,24 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         }
     }
 
-    /// Pops an item under the lock: `Some(Ok)` with a lease, `Some(Err)` if shut down and
-    /// empty, `None` if nothing is ready; and the get's metric, for after the lock.
+    /// Pops an item under the lock: a lease, or why there is none (what
+    /// [`WorkQueue::try_get`](super::WorkQueue::try_get) returns); and the get's metric, for
+    /// after the lock.
     #[inline]
     pub(super) fn pop_locked(
         self: &Arc<Self>,
         inner: &mut Inner<T>,
-    ) -> (Option<Result<Lease<T>, ()>>, After<T>) {
+    ) -> (Result<Lease<T>, TryGetError>, After<T>) {
         match inner.state.pop(self.metrics_now()) {
             Some(popped) => {
                 self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
                 let lease = Lease::new(self.clone(), popped.item, popped.slot, popped.priority);
                 let mut after = After::NONE;
                 after.got = popped.queued_for;
-                (Some(Ok(lease)), after)
+                (Ok(lease), after)
             }
-            None if inner.state.is_shutting_down() => (Some(Err(())), After::NONE),
-            None => (None, After::NONE),
+            None if inner.state.is_shutting_down() => (Err(TryGetError::ShutDown), After::NONE),
+            None => (Err(TryGetError::Empty), After::NONE),
         }
     }
 

@@ -439,7 +439,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
                     inner.waiters.cancel(id);
                 }
                 let popped = shared.pop_locked(inner);
-                if popped.0.is_none() {
+                if popped.0.as_ref().is_err_and(TryGetError::is_empty) {
                     waiter = Some(
                         inner
                             .waiters
@@ -449,9 +449,9 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
                 popped
             });
             match outcome {
-                Some(Ok(lease)) => return Some(lease),
-                Some(Err(())) => return None,
-                None => sync::thread::park(),
+                Ok(lease) => return Some(lease),
+                Err(TryGetError::ShutDown) => return None,
+                Err(TryGetError::Empty) => sync::thread::park(),
             }
         }
     }
@@ -475,12 +475,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// ```
     #[inline]
     pub fn try_get(&self) -> Result<Lease<T>, TryGetError> {
-        let outcome = self.shared.locked(|inner, _| self.shared.pop_locked(inner));
-        match outcome {
-            Some(Ok(lease)) => Ok(lease),
-            Some(Err(())) => Err(TryGetError::ShutDown),
-            None => Err(TryGetError::Empty),
-        }
+        self.shared.locked(|inner, _| self.shared.pop_locked(inner))
     }
 
     /// Shuts the queue down: new adds are ignored from now on, waiting getters wake, and items
