@@ -311,7 +311,10 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
 
     /// Looks `item` up, or reserves a slot for it. Returns the slot, and `item` back if an
     /// equal item was there already (the caller drops it once the lock is released).
-    #[inline]
+    ///
+    /// Always inlined into its two callers: out of line, the slot and the item came back
+    /// through memory, and every add paid for the round trip.
+    #[inline(always)]
     fn find_or_insert(&mut self, item: T, hash: u32, priority: i32) -> (u32, Option<T>) {
         let entries = &self.entries;
         match self.index.entry(
