@@ -199,6 +199,9 @@ impl<T, S> State<T, S> {
         self.heap.first().map(|node| node.at)
     }
 
+    // The rules from here to the end of this block need no bounds on `T`: a `Lease`, which
+    // has none, ends through `done`, and every call promotes first.
+
     /// Moves every delayed item due at `now` to the ready queues (or marks it dirty if it is
     /// being processed). Returns how many became ready to hand out.
     #[inline]
