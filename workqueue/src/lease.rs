@@ -91,7 +91,7 @@ impl<T> AsRef<T> for Lease<T> {
 
 impl<T> Drop for Lease<T> {
     fn drop(&mut self) {
-        self.shared.release(self.slot);
+        self.shared.done(self.slot);
     }
 }
 

@@ -222,7 +222,6 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
                 hasher,
                 name,
                 metrics,
-                done_hook: Shared::done,
                 _clock_callback: clock_driven.then_some(callback),
             }
         });

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use super::WorkQueue;
+use crate::error::TryGetError;
 use crate::lease::Lease;
 use crate::waiters::Signal;
 
@@ -33,14 +34,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Future for Get<'_, T> {
         let this = &mut *self;
         let shared = &this.queue.shared;
         let waiter = &mut this.waiter;
-        shared.locked(|inner, after, _| match shared.pop_locked(inner, after) {
-            Some(done) => {
-                if let Some(id) = waiter.take() {
-                    inner.waiters.cancel(id);
-                }
-                Poll::Ready(done.ok())
-            }
-            None => {
+        shared.locked(|inner, _| match shared.pop_locked(inner) {
+            (Err(TryGetError::Empty), after) => {
                 let registered = match *waiter {
                     Some(id) => inner.waiters.update(id, cx.waker()),
                     None => false,
@@ -48,7 +43,13 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Future for Get<'_, T> {
                 if !registered {
                     *waiter = Some(inner.waiters.register(Signal::Task(cx.waker().clone())));
                 }
-                Poll::Pending
+                (Poll::Pending, after)
+            }
+            (done, after) => {
+                if let Some(id) = waiter.take() {
+                    inner.waiters.cancel(id);
+                }
+                (Poll::Ready(done.ok()), after)
             }
         })
     }

@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 use super::timer::{TimerState, join_unless_current};
 use crate::QueueStats;
 use crate::clock::Clock;
+use crate::error::TryGetError;
 use crate::lease::Lease;
 use crate::metrics::QueueMetrics;
 use crate::rate_limiter::RateLimiter;
 use crate::state::{Added, State, item_hash};
-use crate::sync::{AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 use crate::waiters::{Waiters, Wakeups};
 
 /// Everything behind the lock.
@@ -54,33 +55,53 @@ pub(crate) struct Shared<T> {
     pub(super) name: Option<String>,
     /// Where a named queue with a metrics provider reports; `None` records nothing.
     pub(super) metrics: Option<Box<dyn QueueMetrics>>,
-    /// [`Shared::done`], stored so that dropping a [`Lease`] needs no bounds on `T` (the
-    /// bounds live on the impls that build a queue, not on `Lease`).
-    pub(super) done_hook: fn(&Shared<T>, u32),
     /// Keeps the callback a driving clock holds weakly alive.
     pub(super) _clock_callback: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
-impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
+// The protocol needs no bounds on `T`: dropping a `Lease` (which has none) goes through it.
+impl<T> Shared<T> {
     /// The one lock protocol. Takes the lock, moves due delayed items to the ready queue
     /// (one clock read, only when something is delayed), runs `act`, releases the lock, then
-    /// runs what `act` left in [`After`]: record the metrics, free the item the queue did not
-    /// keep, wake the waiters. User code (wakers, recorders, `T`'s `Drop`) never runs under
-    /// the lock.
+    /// runs the [`After`] that `act` returned with its result: record the metrics, free the
+    /// item the queue did not keep, wake the waiters. User code (wakers, recorders, `T`'s
+    /// `Drop`) never runs under the lock.
     ///
     /// `act` gets the time read for the promotion, if one was read, so that a call that needs
     /// the time reads the clock once.
+    ///
+    /// The protocol sits on every call, so its shape is chosen for the common call (an add,
+    /// a get, a done, with nothing delayed and nobody waiting): `act` returns its [`After`]
+    /// rather than filling one in, so that none is alive while `act` runs user code (`T`'s
+    /// `Eq`, `Hash`, `Clone`) and the compiler keeps it in registers; the waiters to wake
+    /// are a count, taken from the lists once `act` is done, out of line; and a call that
+    /// promoted something finishes out of line too.
     #[inline]
     pub(super) fn locked<R>(
         &self,
-        act: impl FnOnce(&mut Inner<T>, &mut After<T>, Option<u64>) -> R,
+        act: impl FnOnce(&mut Inner<T>, Option<u64>) -> (R, After<T>),
+    ) -> R {
+        self.locked_with((), |inner, (), now| act(inner, now))
+    }
+
+    /// [`locked`](Self::locked), handing `input` to `act`: what `act` consumes (the item to
+    /// add). Passed beside `act` rather than captured by it, so that `act` holds only plain
+    /// values: a capture that needs dropping would make the compiler keep all of `act`'s
+    /// captures in memory, for the unwinding paths of the calls made before `act` runs.
+    #[inline]
+    pub(super) fn locked_with<I, R>(
+        &self,
+        input: I,
+        act: impl FnOnce(&mut Inner<T>, I, Option<u64>) -> (R, After<T>),
     ) -> R {
         let mut inner = self.inner.lock();
-        let mut after = After::default();
-        let now = self.promote(&mut inner, &mut after);
-        let result = act(&mut inner, &mut after, now);
-        drop(inner);
-        after.run(self);
+        let promoted = self.promote(&mut inner);
+        let now = promoted.as_ref().map(|&(now, _)| now);
+        let (result, after) = act(&mut inner, input, now);
+        match promoted {
+            None => after.finish(self, inner),
+            Some((_, promoted)) => after.finish_promoted(self, inner, promoted),
+        }
         result
     }
 
@@ -101,29 +122,33 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         }
     }
 
-    /// Moves due delayed items to the ready queue; returns the waiters to wake and the
-    /// metrics to record for them, once the lock is released, and the time it read, if it
-    /// read one.
+    /// Moves due delayed items to the ready queue. If something is delayed, returns the time
+    /// it read and what to do once the lock is released (the waiters to wake, the metrics to
+    /// record); `None` if nothing is delayed (no clock read).
     #[inline]
-    pub(super) fn promote(&self, inner: &mut Inner<T>, after: &mut After<T>) -> Option<u64> {
+    pub(super) fn promote(&self, inner: &mut Inner<T>) -> Option<(u64, Promoted)> {
         if inner.state.delayed_len() == 0 {
             return None;
         }
-        Some(self.promote_due(inner, after))
+        Some(self.promote_due(inner))
     }
 
     /// [`promote`](Self::promote) once something is delayed: kept out of line so that the
-    /// check above stays small in every call. Returns the time it read.
+    /// check above stays small in every call.
     #[inline(never)]
-    fn promote_due(&self, inner: &mut Inner<T>, after: &mut After<T>) -> u64 {
+    fn promote_due(&self, inner: &mut Inner<T>) -> (u64, Promoted) {
         let now = self.now_ns();
         let promoted = inner.state.promote(now);
-        after.adds += promoted.counted;
+        let mut wake = Wakeups::None;
         if promoted.ready > 0 {
             self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-            after.wake = std::mem::take(&mut after.wake).merge(inner.waiters.take(promoted.ready));
+            wake = inner.waiters.take(promoted.ready);
         }
-        now
+        let promoted = Promoted {
+            adds: promoted.counted,
+            wake,
+        };
+        (now, promoted)
     }
 
     /// Reports to the queue's metrics, if it has any. Never called with the queue's lock
@@ -144,10 +169,30 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         }
     }
 
+    /// Drops a lease: client-go's `Done`. Due items are promoted first, as by every other
+    /// call, so an item re-queued here goes behind them.
+    #[inline]
+    pub(crate) fn done(&self, slot: u32) {
+        self.locked(move |inner, _| {
+            let done = inner.state.done(slot, self.metrics_now());
+            // The queue's copy of an item it no longer tracks is freed outside the lock.
+            let mut after = After::new(done.removed);
+            if done.requeued {
+                self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+                after.wake = usize::from(!inner.waiters.is_empty());
+            }
+            after.wake_drain = inner.state.processing() == 0 && inner.drain;
+            after.worked = done.worked_for;
+            ((), after)
+        });
+    }
+}
+
+impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     /// The stats, promoting due items first (what [`WorkQueue::stats`](super::WorkQueue::stats)
     /// returns).
     pub(super) fn stats(&self) -> QueueStats {
-        self.locked(|inner, _, _| self.stats_locked(inner))
+        self.locked(|inner, _| (self.stats_locked(inner), After::NONE))
     }
 
     /// The stats as they stand, without promoting: what a [`QueueProbe`](crate::metrics::QueueProbe)
@@ -168,27 +213,24 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         }
     }
 
-    /// Pops an item under the lock: `Some(Ok)` with a lease, `Some(Err)` if shut down and
-    /// empty, `None` if nothing is ready. The get's metric goes in `after`.
+    /// Pops an item under the lock: a lease, or why there is none (what
+    /// [`WorkQueue::try_get`](super::WorkQueue::try_get) returns); and the get's metric, for
+    /// after the lock.
     #[inline]
     pub(super) fn pop_locked(
         self: &Arc<Self>,
         inner: &mut Inner<T>,
-        after: &mut After<T>,
-    ) -> Option<Result<Lease<T>, ()>> {
+    ) -> (Result<Lease<T>, TryGetError>, After<T>) {
         match inner.state.pop(self.metrics_now()) {
             Some(popped) => {
                 self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+                let lease = Lease::new(self.clone(), popped.item, popped.slot, popped.priority);
+                let mut after = After::NONE;
                 after.got = popped.queued_for;
-                Some(Ok(Lease::new(
-                    self.clone(),
-                    popped.item,
-                    popped.slot,
-                    popped.priority,
-                )))
+                (Ok(lease), after)
             }
-            None if inner.state.is_shutting_down() => Some(Err(())),
-            None => None,
+            None if inner.state.is_shutting_down() => (Err(TryGetError::ShutDown), After::NONE),
+            None => (Err(TryGetError::Empty), After::NONE),
         }
     }
 
@@ -197,21 +239,19 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     #[inline]
     pub(crate) fn add_now(&self, item: T, priority: Option<i32>, retry: bool) -> bool {
         let hash = item_hash(&self.hasher, &item);
-        self.locked(|inner, after, _| {
+        self.locked_with(item, move |inner, item, _| {
             let accepted = !inner.state.is_shutting_down();
             let (added, unused) = inner
                 .state
                 .add_hashed(item, hash, priority, self.metrics_now());
-            after.retry = retry && accepted;
-            after.adds += usize::from(added.counted);
-            after.unused = unused;
+            let mut after = After::new(unused);
             if added.ready {
                 self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-                if !inner.waiters.is_empty() {
-                    after.wake = std::mem::take(&mut after.wake).merge(inner.waiters.take_one());
-                }
+                after.wake = usize::from(!inner.waiters.is_empty());
             }
-            accepted
+            after.adds = usize::from(added.counted);
+            after.retry = retry && accepted;
+            (accepted, after)
         })
     }
 
@@ -229,45 +269,27 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
             return self.add_now(item, priority, retry);
         }
         let hash = item_hash(&self.hasher, &item);
-        self.locked(|inner, after, now| {
+        self.locked_with(item, move |inner, item, now| {
             if inner.state.is_shutting_down() {
                 // Freed once the lock is released.
-                after.unused = Some(item);
-                return false;
+                return (false, After::new(Some(item)));
             }
             let now = now.unwrap_or_else(|| self.now_ns());
             let at = now.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
-            after.retry = retry;
             let (added, unused): (Added, _) = inner.state.add_at_hashed(item, hash, at, priority);
-            after.unused = unused;
+            let mut notify_timer = false;
             if added.new_head && !self.clock_driven {
                 if inner.timer.thread.is_none() {
                     self.start_timer(inner);
                 } else if at < inner.timer.sleeping_until {
-                    after.notify_timer = true;
+                    notify_timer = true;
                 }
             }
-            true
+            let mut after = After::new(unused);
+            after.retry = retry;
+            after.notify_timer = notify_timer;
+            (true, after)
         })
-    }
-
-    /// Drops a lease: client-go's `Done`. Due items are promoted first, as by every other
-    /// call, so an item re-queued here goes behind them.
-    #[inline]
-    pub(super) fn done(&self, slot: u32) {
-        self.locked(|inner, after, _| {
-            let done = inner.state.done(slot, self.metrics_now());
-            after.worked = done.worked_for;
-            if done.requeued {
-                self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-                after.wake = std::mem::take(&mut after.wake).merge(inner.waiters.take_one());
-            }
-            if inner.state.processing() == 0 && inner.drain {
-                after.wake = std::mem::take(&mut after.wake).merge(inner.drain_waiters.take_all());
-            }
-            // The queue's copy of an item it no longer tracks is freed outside the lock.
-            after.unused = done.removed;
-        });
     }
 
     /// Shuts the queue down; returns the delayed items it dropped (see `State::shut_down`
@@ -302,20 +324,20 @@ impl<T> Shared<T> {
     pub(super) fn peek<R>(&self, read: impl FnOnce(&Inner<T>) -> R) -> R {
         read(&self.inner.lock())
     }
-
-    /// Ends the lease on `slot`: [`Shared::done`], through the hook stored at build time.
-    #[inline]
-    pub(crate) fn release(&self, slot: u32) {
-        (self.done_hook)(self, slot);
-    }
 }
 
 /// What a call decided under the lock and does once it is released: wake waiters, report
 /// metrics, drop an item the queue did not keep (user code all three: a waker, a
 /// recorder, `T`'s `Drop`, none of which may run under the queue's lock).
+///
+/// A call builds it with [`After::new`] (or takes [`After::NONE`]), then sets the plain
+/// fields it needs.
 pub(crate) struct After<T> {
-    /// Waiters to wake.
-    pub(super) wake: Wakeups,
+    /// Getters to wake, from the front of the waiter list: taken once the call's work is
+    /// done, still under the lock.
+    pub(super) wake: usize,
+    /// Wake every caller waiting for a drain (taken likewise, after the getters).
+    pub(super) wake_drain: bool,
     /// Items that became dirty: the adds metric.
     pub(super) adds: usize,
     /// Count one retry.
@@ -330,28 +352,58 @@ pub(crate) struct After<T> {
     pub(super) notify_timer: bool,
 }
 
-impl<T> Default for After<T> {
-    fn default() -> Self {
+/// What a promotion of due items does once the lock is released.
+pub(super) struct Promoted {
+    /// Items that became dirty: the adds metric.
+    adds: usize,
+    /// The getters it took from the waiter list, one per item made ready.
+    wake: Wakeups,
+}
+
+impl Promoted {
+    /// Records the adds and wakes the getters; call it without the queue's lock.
+    pub(super) fn run<T>(self, shared: &Shared<T>) {
+        finish_unlocked::<T>(
+            shared,
+            self.wake,
+            (self.adds, false, None, None, None, false),
+        );
+    }
+
+    /// Nothing to do after the lock.
+    pub(super) fn is_idle(&self) -> bool {
+        matches!(self.wake, Wakeups::None) && self.adds == 0
+    }
+}
+
+impl<T> After<T> {
+    /// Nothing to do after the lock.
+    pub(super) const NONE: Self = Self::new(None);
+
+    /// Drop `unused` (if any) once the lock is released, and nothing else yet: the call sets
+    /// the other fields on the result.
+    #[inline(always)]
+    pub(super) const fn new(unused: Option<T>) -> Self {
         Self {
-            wake: Wakeups::None,
+            wake: 0,
+            wake_drain: false,
             adds: 0,
             retry: false,
             got: None,
             worked: None,
-            unused: None,
+            unused,
             notify_timer: false,
         }
     }
-}
 
-impl<T: Eq + Hash + Clone + Send + Sync + 'static> After<T> {
-    /// Wakes the timer if asked, records the metrics, wakes the waiters and drops the unused
-    /// item; call it without the queue's lock. Metrics come first, so a woken getter sees
-    /// them recorded.
+    /// Releases the lock, then does the rest. A call that wakes someone goes
+    /// [`finish_waking`]'s way, out of line: the common call wakes nobody, and then moves
+    /// no wake-up set around.
     #[inline(always)]
-    pub(super) fn run(self, shared: &Shared<T>) {
+    fn finish(self, shared: &Shared<T>, guard: MutexGuard<'_, Inner<T>>) {
         let After {
             wake,
+            wake_drain,
             adds,
             retry,
             got,
@@ -359,39 +411,101 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> After<T> {
             unused,
             notify_timer,
         } = self;
-        if notify_timer {
-            shared.timer_cv.notify_one();
+        // `rest` is put together in each branch: put together before the branch, it would
+        // be kept in memory for the out-of-line call, on the common path too.
+        if wake > 0 || wake_drain {
+            let rest = (adds, retry, got, worked, unused, notify_timer);
+            return finish_waking(shared, guard, Wakeups::None, wake, wake_drain, rest);
         }
-        if shared.metrics.is_some() && (adds > 0 || retry || got.is_some() || worked.is_some()) {
-            Self::record(shared, adds, retry, got, worked);
-        }
-        drop(unused);
-        wake.wake();
+        drop(guard);
+        let rest = (adds, retry, got, worked, unused, notify_timer);
+        finish_unlocked(shared, Wakeups::None, rest);
     }
 
-    /// The metrics part of [`run`](Self::run), out of line: only named queues get here.
+    /// [`finish`](Self::finish) after a promotion: its wake-ups and adds come first.
     #[inline(never)]
-    fn record(shared: &Shared<T>, adds: usize, retry: bool, got: Option<u64>, worked: Option<u64>) {
-        shared.record(|metrics| {
-            if retry {
-                metrics.retry();
-            }
-            (0..adds).for_each(|_| metrics.add());
-            if let Some(waited) = got {
-                metrics.get(Duration::from_nanos(waited));
-            }
-            if let Some(worked) = worked {
-                metrics.done(Duration::from_nanos(worked));
-            }
-        });
+    fn finish_promoted(
+        self,
+        shared: &Shared<T>,
+        guard: MutexGuard<'_, Inner<T>>,
+        promoted: Promoted,
+    ) {
+        let After {
+            wake,
+            wake_drain,
+            adds,
+            retry,
+            got,
+            worked,
+            unused,
+            notify_timer,
+        } = self;
+        let rest = (
+            promoted.adds + adds,
+            retry,
+            got,
+            worked,
+            unused,
+            notify_timer,
+        );
+        finish_waking(shared, guard, promoted.wake, wake, wake_drain, rest);
     }
 }
 
-impl<T> After<T> {
-    /// Nothing to do after the lock.
-    pub(super) fn is_idle(&self) -> bool {
-        matches!(self.wake, Wakeups::None) && self.adds == 0
+/// What is left of an [`After`] once the waiters to wake are taken: the adds, the retry, the
+/// get's wait, the work's duration, the unused item and the timer's notification.
+type Rest<T> = (usize, bool, Option<u64>, Option<u64>, Option<T>, bool);
+
+/// Takes `getters` waiting getters, then every caller of a drain if `drain`, after `first`;
+/// releases the lock; then does the rest.
+#[inline(never)]
+fn finish_waking<T>(
+    shared: &Shared<T>,
+    mut guard: MutexGuard<'_, Inner<T>>,
+    first: Wakeups,
+    getters: usize,
+    drain: bool,
+    rest: Rest<T>,
+) {
+    let mut wakeups = first.merge(guard.waiters.take(getters));
+    if drain {
+        wakeups = wakeups.merge(guard.drain_waiters.take_all());
     }
+    drop(guard);
+    finish_unlocked(shared, wakeups, rest);
+}
+
+/// What every call does once the lock is released: wakes the timer if asked, records the
+/// metrics, drops the unused item and wakes the waiters. Metrics come first, so a woken
+/// getter sees them recorded.
+#[inline(always)]
+fn finish_unlocked<T>(shared: &Shared<T>, wake: Wakeups, rest: Rest<T>) {
+    let (adds, retry, got, worked, unused, notify_timer) = rest;
+    if notify_timer {
+        shared.timer_cv.notify_one();
+    }
+    if shared.metrics.is_some() && (adds > 0 || retry || got.is_some() || worked.is_some()) {
+        record(shared, adds, retry, got, worked);
+    }
+    drop(unused);
+    wake.wake();
+}
+
+/// The metrics part of [`finish_unlocked`], out of line: only named queues get here.
+#[inline(never)]
+fn record<T>(shared: &Shared<T>, adds: usize, retry: bool, got: Option<u64>, worked: Option<u64>) {
+    shared.record(|metrics| {
+        if retry {
+            metrics.retry();
+        }
+        (0..adds).for_each(|_| metrics.add());
+        if let Some(waited) = got {
+            metrics.get(Duration::from_nanos(waited));
+        }
+        if let Some(worked) = worked {
+            metrics.done(Duration::from_nanos(worked));
+        }
+    });
 }
 
 /// Converts a sum of nanoseconds to a `Duration`, saturating.

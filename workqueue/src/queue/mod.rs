@@ -24,6 +24,7 @@ use crossbeam_utils::Backoff;
 
 pub use builder::{AddOptions, Builder};
 pub use futures::{Drain, Get};
+use locked::After;
 pub(crate) use locked::Shared;
 
 use crate::error::TryGetError;
@@ -312,7 +313,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// counted. This is client-go's `Len`; like it, the figure is informational, since other
     /// threads may change it at once.
     pub fn len(&self) -> usize {
-        self.shared.locked(|inner, _, _| inner.state.len())
+        self.shared
+            .locked(|inner, _| (inner.state.len(), After::NONE))
     }
 
     /// Returns `true` if no item is waiting to be handed out now (see [`len`](Self::len)).
@@ -323,7 +325,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// The number of items waiting for a delay to pass (including delayed re-adds of items
     /// being processed).
     pub fn delayed_len(&self) -> usize {
-        self.shared.locked(|inner, _, _| inner.state.delayed_len())
+        self.shared
+            .locked(|inner, _| (inner.state.delayed_len(), After::NONE))
     }
 
     /// A snapshot of the queue's sizes and in-flight work.
@@ -431,24 +434,24 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         // pop, or register to be unparked; then unlock, wake and record, and park.
         let mut waiter: Option<u64> = None;
         loop {
-            let outcome = shared.locked(|inner, after, _| {
+            let outcome = shared.locked(|inner, _| {
                 if let Some(id) = waiter.take() {
                     inner.waiters.cancel(id);
                 }
-                let outcome = shared.pop_locked(inner, after);
-                if outcome.is_none() {
+                let popped = shared.pop_locked(inner);
+                if popped.0.as_ref().is_err_and(TryGetError::is_empty) {
                     waiter = Some(
                         inner
                             .waiters
                             .register(Signal::Thread(sync::thread::current())),
                     );
                 }
-                outcome
+                popped
             });
             match outcome {
-                Some(Ok(lease)) => return Some(lease),
-                Some(Err(())) => return None,
-                None => sync::thread::park(),
+                Ok(lease) => return Some(lease),
+                Err(TryGetError::ShutDown) => return None,
+                Err(TryGetError::Empty) => sync::thread::park(),
             }
         }
     }
@@ -472,14 +475,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// ```
     #[inline]
     pub fn try_get(&self) -> Result<Lease<T>, TryGetError> {
-        let outcome = self
-            .shared
-            .locked(|inner, after, _| self.shared.pop_locked(inner, after));
-        match outcome {
-            Some(Ok(lease)) => Ok(lease),
-            Some(Err(())) => Err(TryGetError::ShutDown),
-            None => Err(TryGetError::Empty),
-        }
+        self.shared.locked(|inner, _| self.shared.pop_locked(inner))
     }
 
     /// Shuts the queue down: new adds are ignored from now on, waiting getters wake, and items

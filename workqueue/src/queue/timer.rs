@@ -32,7 +32,7 @@ pub(super) fn join_unless_current(thread: Option<JoinHandle<()>>) {
 impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     /// Called by a driving clock (a [`FakeClock`](crate::clock::FakeClock)) after it moved.
     pub(super) fn on_clock_advance(&self) {
-        self.locked(|_, _, _| ());
+        self.locked(|_, _| ((), After::NONE));
     }
 
     /// Starts the timer thread; called under the lock by the first delayed add.
@@ -90,10 +90,10 @@ fn timer_run<T: Eq + Hash + Clone + Send + Sync + 'static>(shared: &Shared<T>) {
         if inner.state.is_shutting_down() || shared.handles.load(Ordering::Acquire) == 0 {
             return;
         }
-        let mut after = After::default();
-        shared.promote(&mut inner, &mut after);
-        if !after.is_idle() {
-            sync::unlocked(&mut inner, || after.run(shared));
+        if let Some((_, promoted)) = shared.promote(&mut inner)
+            && !promoted.is_idle()
+        {
+            sync::unlocked(&mut inner, || promoted.run(shared));
             continue;
         }
         match inner.state.next_deadline() {

@@ -1,7 +1,5 @@
 //! Giving memory back after a burst: shrinking and renumbering the slots, with hysteresis.
 
-use std::hash::{BuildHasher, Hash};
-
 use hashbrown::HashTable;
 use slab::Slab;
 
@@ -27,7 +25,7 @@ pub(super) fn shrink_target(live: usize) -> usize {
     (2 * live).max(SHRINK_FLOOR)
 }
 
-impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
+impl<T, S> State<T, S> {
     /// Gives a burst's memory back while the queue still holds items: moves every entry
     /// that is not being processed to the lowest free slots (a lease holds its slot, so
     /// those stay), rebuilds the index, renumbers the heap, the ready queues (dropping

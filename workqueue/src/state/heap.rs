@@ -2,8 +2,6 @@
 //! remembers its position in the heap, so a delayed item can be removed or moved in
 //! O(log n).
 
-use std::hash::{BuildHasher, Hash};
-
 use super::compact::{oversized, shrink_target};
 use super::{NOT_IN_HEAP, State};
 
@@ -30,7 +28,7 @@ impl Node {
     }
 }
 
-impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
+impl<T, S> State<T, S> {
     pub(super) fn heap_push(&mut self, at: u64, slot: u32) -> usize {
         let seq = self.seq;
         self.seq = self.seq.wrapping_add(1);
