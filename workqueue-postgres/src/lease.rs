@@ -1,0 +1,327 @@
+//! [`Lease`]: an item handed out by a [`PgQueue`](crate::PgQueue), with its fencing token.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::error::Error;
+use crate::queue::Inner;
+
+/// The shared state of a lease and its renewal task.
+struct LeaseState {
+    /// Set when the database refused a renewal.
+    lost: AtomicBool,
+    /// Until when the lease is surely valid, by this process's monotonic clock: the send time
+    /// of the last call that set the deadline, plus the lease, minus a margin.
+    valid_until: Mutex<Instant>,
+    /// Wakes [`Lease::lost`] waiters.
+    notify: Notify,
+}
+
+impl LeaseState {
+    fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn extend(&self, until: Instant) {
+        let mut valid = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        if until > *valid {
+            *valid = until;
+        }
+        drop(valid);
+        self.notify.notify_waiters();
+    }
+
+    fn lose(&self) {
+        self.lost.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire) || Instant::now() >= self.valid_until()
+    }
+}
+
+/// The claim on one item while a worker processes it: client-go's item between `Get` and
+/// `Done`, made to survive crashes.
+///
+/// A lease lasts the queue's [lease duration](crate::Builder::lease_duration) on the
+/// **database's** clock and is renewed in the background while held. If its holder dies,
+/// stalls or loses the database for longer than that, the next `get` in any process reclaims
+/// the item and hands it out again.
+///
+/// Every lease carries a **fencing token** from the queue's sequence: unique, and larger for
+/// later hand-outs. `done`, renewals and releases are accepted only while the token is the
+/// item's current one, so a holder that lost its lease can neither mark the item done nor
+/// clear the claim of the worker that has it now. Pass it downstream for end-to-end fencing.
+///
+/// # Only `done` marks an item done
+///
+/// **Dropping a lease without [`done`](Self::done) releases the item**: it is handed out again
+/// at once (at the head of the queue), and no stall is counted. So an aborted task, a
+/// `select!` or `timeout` around the handler, an early return or a panic never turns
+/// unfinished work into finished work. The release is sent in the background on the tokio
+/// runtime the lease was handed out on; without one, the lease expires as after a crash.
+pub struct Lease<T> {
+    item: T,
+    raw: String,
+    token: i64,
+    priority: i32,
+    queue: Arc<Inner>,
+    state: Arc<LeaseState>,
+    renewer: Option<JoinHandle<()>>,
+    runtime: Option<tokio::runtime::Handle>,
+    finished: bool,
+}
+
+impl<T> Lease<T> {
+    pub(crate) fn new(
+        queue: Arc<Inner>,
+        item: T,
+        raw: String,
+        token: i64,
+        priority: i32,
+        sent: Instant,
+    ) -> Self {
+        let state = Arc::new(LeaseState {
+            lost: AtomicBool::new(false),
+            valid_until: Mutex::new(sent + margin(queue.lease)),
+            notify: Notify::new(),
+        });
+        let renewer = queue.auto_renew.then(|| {
+            tokio::spawn(renew_loop(
+                queue.clone(),
+                raw.clone(),
+                token,
+                state.clone(),
+                sent + queue.max_hold,
+            ))
+        });
+        queue.lease_started();
+        Lease {
+            item,
+            raw,
+            token,
+            priority,
+            queue,
+            state,
+            renewer,
+            runtime: tokio::runtime::Handle::try_current().ok(),
+            finished: false,
+        }
+    }
+
+    /// The item.
+    pub fn item(&self) -> &T {
+        &self.item
+    }
+
+    /// The lease's fencing token: unique per hand-out, and larger for later hand-outs.
+    pub fn token(&self) -> u64 {
+        self.token.unsigned_abs()
+    }
+
+    /// The priority the item was handed out with (0 for an item never given one).
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// The item as stored (its JSON text).
+    pub fn raw(&self) -> &str {
+        &self.raw
+    }
+
+    /// Whether the lease is (or may be) lost: the database refused a renewal, or renewals
+    /// failed for so long that the item may have been reclaimed.
+    pub fn is_lost(&self) -> bool {
+        self.state.is_lost()
+    }
+
+    /// Until when this process is sure the lease is valid (its monotonic clock).
+    pub fn valid_until(&self) -> Instant {
+        self.state.valid_until()
+    }
+
+    /// Completes when the lease is lost (see [`is_lost`](Self::is_lost)).
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let state = self.state.clone();
+        async move {
+            loop {
+                let notified = state.notify.notified();
+                if state.is_lost() {
+                    return;
+                }
+                let until = state.valid_until();
+                tokio::select! {
+                    () = notified => {}
+                    () = tokio::time::sleep_until(until.into()) => {}
+                }
+            }
+        }
+    }
+
+    /// Renews the lease now: it lasts the lease duration from now on the database's clock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease is no longer this holder's; a database error.
+    pub async fn renew(&self) -> Result<(), Error> {
+        let deadline = Instant::now() + self.queue.lease;
+        renew_once(&self.queue, &self.raw, self.token, &self.state, deadline).await
+    }
+
+    /// Marks the item done: client-go's `Done`. If it was re-added while processing it is
+    /// queued again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease was lost (nothing changed); [`Error::OutcomeUnknown`]
+    /// if the connection failed and a retry found the lease gone.
+    pub async fn done(mut self) -> Result<(), Error> {
+        self.stop_renewing();
+        self.queue.finish(&self.raw, self.token, false).await
+    }
+
+    /// Lets go of the item without marking it done, and waits for the database to take it
+    /// back: what dropping the lease does in the background.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease was lost already; as for [`done`](Self::done).
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.stop_renewing();
+        self.queue.finish(&self.raw, self.token, true).await
+    }
+
+    /// Lets go of the item without a release, as a crashed worker would: it is handed out
+    /// again once the lease expires. For tests and for stopping a worker fast.
+    pub fn abandon(mut self) {
+        self.stop_renewing();
+    }
+
+    fn stop_renewing(&mut self) {
+        self.finished = true;
+        if let Some(renewer) = self.renewer.take() {
+            renewer.abort();
+        }
+    }
+}
+
+/// The part of a lease this process counts on: the lease, minus 5 % for clock rates.
+fn margin(lease: Duration) -> Duration {
+    lease - lease / 20
+}
+
+async fn renew_once(
+    queue: &Inner,
+    raw: &str,
+    token: i64,
+    state: &LeaseState,
+    deadline: Instant,
+) -> Result<(), Error> {
+    let sent = Instant::now();
+    if queue.renew(raw, token, deadline).await? {
+        state.extend(sent + margin(queue.lease));
+        Ok(())
+    } else {
+        state.lose();
+        Err(Error::LeaseLost)
+    }
+}
+
+/// Renews every `renew_every` until the lease is lost or `stop` (the maximum hold) is
+/// reached; retries failed renewals sooner.
+async fn renew_loop(
+    queue: Arc<Inner>,
+    raw: String,
+    token: i64,
+    state: Arc<LeaseState>,
+    stop: Instant,
+) {
+    let mut wait = queue.renew_every;
+    loop {
+        tokio::time::sleep(wait).await;
+        if state.is_lost() {
+            state.lose();
+            return;
+        }
+        if Instant::now() >= stop {
+            tracing::warn!(queue = %queue.name, item = %raw, max_hold = ?queue.max_hold,
+                "workqueue-postgres: a lease was held for the maximum hold time; renewal stops and it will expire");
+            return;
+        }
+        let limit = queue.renew_every.max(Duration::from_millis(100));
+        let attempt = tokio::time::timeout(
+            limit,
+            renew_once(&queue, &raw, token, &state, Instant::now() + limit),
+        )
+        .await;
+        match attempt {
+            Ok(Ok(())) => wait = queue.renew_every,
+            Ok(Err(Error::LeaseLost)) => return,
+            Ok(Err(error)) => {
+                tracing::warn!(queue = %queue.name, item = %raw, %error, "workqueue-postgres: lease renewal failed");
+                wait = (queue.renew_every / 4).max(Duration::from_millis(10));
+            }
+            Err(_) => wait = (queue.renew_every / 4).max(Duration::from_millis(10)),
+        }
+    }
+}
+
+impl<T> Deref for Lease<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.item
+    }
+}
+
+impl<T> Drop for Lease<T> {
+    fn drop(&mut self) {
+        if let Some(renewer) = self.renewer.take() {
+            renewer.abort();
+        }
+        if self.finished {
+            self.queue.lease_ended();
+            return;
+        }
+        // Released, not done (see "Only `done` marks an item done").
+        let runtime = self
+            .runtime
+            .take()
+            .or_else(|| tokio::runtime::Handle::try_current().ok());
+        match runtime {
+            Some(runtime) => {
+                let queue = self.queue.clone();
+                let raw = std::mem::take(&mut self.raw);
+                let token = self.token;
+                runtime.spawn(async move {
+                    if let Err(error) = queue.finish(&raw, token, true).await
+                        && !error.is_lease_lost()
+                    {
+                        tracing::warn!(queue = %queue.name, item = %raw, %error,
+                            "workqueue-postgres: releasing a dropped lease failed; it will expire");
+                    }
+                    queue.lease_ended();
+                });
+            }
+            None => self.queue.lease_ended(),
+        }
+    }
+}
+
+impl<T> fmt::Debug for Lease<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("item", &self.raw)
+            .field("token", &self.token)
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
