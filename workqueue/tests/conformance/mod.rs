@@ -7,6 +7,9 @@
 
 #![allow(dead_code)]
 
+#[macro_use]
+pub(crate) mod workers;
+
 use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, Instant};
