@@ -57,6 +57,9 @@
 //! transaction (`&mut tx`). Every add is one call of a SQL function whose writes, and whose
 //! `NOTIFY`, belong to that transaction: rolled back, nothing is queued and nobody is woken;
 //! committed, the item is queued and the getters waiting in every process are woken.
+//! Until it ends, the transaction holds the row of each item it added: a `done` or a renewal
+//! of that item waits for it (and nobody can reclaim it meanwhile), so keep such transactions
+//! short, as any transaction that locks rows. Run them at `READ COMMITTED`, the default.
 //!
 //! # Claims, wake-ups, leases
 //!

@@ -530,18 +530,23 @@ async fn kill_9_of_the_server_and_a_restart_loses_nothing() {
     assert_passed(&report);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_paused_past_its_lease_is_fenced_off() {
-    let _serial = SERIAL.lock().await;
-    let Some(mut s) = Scenario::start(400, 100, "").await else {
-        return;
-    };
+/// Two worker processes on four hot keys; the first is paused mid-item for five leases.
+async fn paused_past_the_lease(mutation: &'static str) -> Option<Report> {
+    let mut s = Scenario::start(400, 100, mutation).await?;
     s.spawn(2);
     s.spawn(2);
     let producer = s.produce(150, 4, Duration::from_millis(5));
     s.pause(0, Duration::from_millis(2000)).await;
     producer.await.unwrap();
-    let report = s.finish(Duration::from_secs(60)).await;
+    Some(s.finish(Duration::from_secs(60)).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_paused_past_its_lease_is_fenced_off() {
+    let _serial = SERIAL.lock().await;
+    let Some(report) = paused_past_the_lease("").await else {
+        return;
+    };
     assert_passed(&report);
     assert!(
         report.refused > 0,
@@ -573,15 +578,9 @@ async fn thirty_two_workers_on_hot_keys_never_overlap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_without_fencing_the_checker_fails() {
     let _serial = SERIAL.lock().await;
-    let Some(mut s) = Scenario::start(400, 100, "no-fencing").await else {
+    let Some(report) = paused_past_the_lease("no-fencing").await else {
         return;
     };
-    s.spawn(2);
-    s.spawn(2);
-    let producer = s.produce(150, 4, Duration::from_millis(5));
-    s.pause(0, Duration::from_millis(2000)).await;
-    producer.await.unwrap();
-    let report = s.finish(Duration::from_secs(60)).await;
     println!("{report:?}");
     assert!(
         !report.stale_done_accepted.is_empty(),

@@ -3,50 +3,14 @@
 use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use workqueue::lease_clock::{LeaseClock, Renewal, RenewalEnd, renew_while_held};
 
 use crate::error::Error;
 use crate::queue::Inner;
-
-/// The shared state of a lease and its renewal task.
-struct LeaseState {
-    /// Set when the server refused a renewal, or the local deadline passed.
-    lost: AtomicBool,
-    /// Until when the lease is surely valid, by this process's monotonic clock: the send time
-    /// of the last call that set the server's deadline, plus the lease, minus a margin.
-    valid_until: Mutex<Instant>,
-    /// Wakes [`Lease::lost`] waiters.
-    notify: Notify,
-}
-
-impl LeaseState {
-    fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn extend(&self, until: Instant) {
-        let mut valid = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
-        if until > *valid {
-            *valid = until;
-        }
-        drop(valid);
-        self.notify.notify_waiters();
-    }
-
-    fn lose(&self) {
-        self.lost.store(true, Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire) || Instant::now() >= self.valid_until()
-    }
-}
 
 /// The claim on one item while a worker processes it: client-go's item between `Get` and
 /// `Done`, made to survive crashes.
@@ -88,7 +52,7 @@ pub struct Lease<T> {
     token: u64,
     priority: i32,
     queue: Arc<Inner>,
-    state: Arc<LeaseState>,
+    state: Arc<LeaseClock>,
     renewer: Option<JoinHandle<()>>,
     /// The runtime the lease was handed out on: a drop sends the release there.
     runtime: Option<tokio::runtime::Handle>,
@@ -104,11 +68,7 @@ impl<T> Lease<T> {
         priority: i32,
         sent: Instant,
     ) -> Self {
-        let state = Arc::new(LeaseState {
-            lost: AtomicBool::new(false),
-            valid_until: Mutex::new(sent + margin(queue.lease)),
-            notify: Notify::new(),
-        });
+        let state = Arc::new(LeaseClock::new(sent, queue.lease));
         let renewer = queue.auto_renew.then(|| {
             tokio::spawn(renew_loop(
                 queue.clone(),
@@ -171,20 +131,7 @@ impl<T> Lease<T> {
     /// Completes when the lease is lost (see [`is_lost`](Self::is_lost)); never completes
     /// while it is renewed. Race your work against it to stop when it is.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let state = self.state.clone();
-        async move {
-            loop {
-                let notified = state.notify.notified();
-                if state.is_lost() {
-                    return;
-                }
-                let until = state.valid_until();
-                tokio::select! {
-                    () = notified => {}
-                    () = tokio::time::sleep_until(until.into()) => {}
-                }
-            }
-        }
+        self.state.lost()
     }
 
     /// Renews the lease now: it lasts the lease duration from now on the server's clock.
@@ -250,22 +197,16 @@ impl<T> Lease<T> {
     }
 }
 
-/// The part of a lease this process counts on: the lease, minus 5 % for clock rate
-/// differences.
-fn margin(lease: Duration) -> Duration {
-    lease - lease / 20
-}
-
 async fn renew_once(
     queue: &Inner,
     raw: &str,
     token: u64,
-    state: &LeaseState,
+    state: &LeaseClock,
     deadline: Instant,
 ) -> Result<(), Error> {
     let sent = Instant::now();
     if queue.renew(raw, token, deadline).await? {
-        state.extend(sent + margin(queue.lease));
+        state.renewed(sent, queue.lease);
         Ok(())
     } else {
         state.lose();
@@ -273,46 +214,35 @@ async fn renew_once(
     }
 }
 
-/// Renews every `renew_every` until the lease is lost or `stop` (the maximum hold time) is
-/// reached; retries failed renewals sooner.
+/// Renews the lease while it is held (see [`renew_while_held`]), logging what fails.
 async fn renew_loop(
     queue: Arc<Inner>,
     raw: String,
     token: u64,
-    state: Arc<LeaseState>,
+    state: Arc<LeaseClock>,
     stop: Instant,
 ) {
-    let mut wait = queue.renew_every;
-    loop {
-        tokio::time::sleep(wait).await;
-        if state.is_lost() {
-            state.lose();
-            return;
-        }
-        if Instant::now() >= stop {
-            tracing::warn!(
-                queue = %queue.name,
-                item = %raw,
-                max_hold = ?queue.max_hold,
-                "workqueue-redis: a lease was held for the maximum hold time; renewal stops and it will expire"
-            );
-            return;
-        }
-        let limit = queue.renew_every.max(Duration::from_millis(100));
-        let attempt = tokio::time::timeout(
-            limit,
-            renew_once(&queue, &raw, token, &state, Instant::now() + limit),
-        )
-        .await;
-        match attempt {
-            Ok(Ok(())) => wait = queue.renew_every,
-            Ok(Err(Error::LeaseLost)) => return,
-            Ok(Err(error)) => {
-                tracing::warn!(queue = %queue.name, item = %raw, %error, "workqueue-redis: lease renewal failed");
-                wait = (queue.renew_every / 4).max(Duration::from_millis(10));
+    let end = renew_while_held(state.clone(), queue.renew_every, stop, |deadline| {
+        let (queue, raw, state) = (&queue, &raw, &state);
+        async move {
+            match renew_once(queue, raw, token, state, deadline).await {
+                Ok(()) => Renewal::Renewed,
+                Err(Error::LeaseLost) => Renewal::Lost,
+                Err(error) => {
+                    tracing::warn!(queue = %queue.name, item = %raw, %error, "workqueue-redis: lease renewal failed");
+                    Renewal::Failed
+                }
             }
-            Err(_) => wait = (queue.renew_every / 4).max(Duration::from_millis(10)),
         }
+    })
+    .await;
+    if end == RenewalEnd::MaxHold {
+        tracing::warn!(
+            queue = %queue.name,
+            item = %raw,
+            max_hold = ?queue.max_hold,
+            "workqueue-redis: a lease was held for the maximum hold time; renewal stops and it will expire"
+        );
     }
 }
 
