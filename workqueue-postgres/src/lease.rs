@@ -4,10 +4,9 @@ use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use tokio::task::JoinHandle;
-use workqueue::lease_clock::{LeaseClock, Renewal, RenewalEnd, renew_while_held};
+use workqueue::lease_clock::{Held, LeaseBackend, LeaseClock, Renewal};
 
 use crate::error::Error;
 use crate::queue::Inner;
@@ -34,14 +33,8 @@ use crate::queue::Inner;
 /// runtime the lease was handed out on; without one, the lease expires as after a crash.
 pub struct Lease<T> {
     item: T,
-    raw: String,
-    token: i64,
     priority: i32,
-    queue: Arc<Inner>,
-    state: Arc<LeaseClock>,
-    renewer: Option<JoinHandle<()>>,
-    runtime: Option<tokio::runtime::Handle>,
-    finished: bool,
+    held: Held<Inner>,
 }
 
 impl<T> Lease<T> {
@@ -53,27 +46,10 @@ impl<T> Lease<T> {
         priority: i32,
         sent: Instant,
     ) -> Self {
-        let state = Arc::new(LeaseClock::new(sent, queue.lease));
-        let renewer = queue.auto_renew.then(|| {
-            tokio::spawn(renew_loop(
-                queue.clone(),
-                raw.clone(),
-                token,
-                state.clone(),
-                sent + queue.max_hold,
-            ))
-        });
-        queue.lease_started();
         Lease {
             item,
-            raw,
-            token,
             priority,
-            queue,
-            state,
-            renewer,
-            runtime: tokio::runtime::Handle::try_current().ok(),
-            finished: false,
+            held: Held::new(queue, raw, token, sent),
         }
     }
 
@@ -84,7 +60,7 @@ impl<T> Lease<T> {
 
     /// The lease's fencing token: unique per hand-out, and larger for later hand-outs.
     pub fn token(&self) -> u64 {
-        self.token.unsigned_abs()
+        self.held.token().unsigned_abs()
     }
 
     /// The priority the item was handed out with (0 for an item never given one).
@@ -94,23 +70,23 @@ impl<T> Lease<T> {
 
     /// The item as stored (its JSON text).
     pub fn raw(&self) -> &str {
-        &self.raw
+        self.held.raw()
     }
 
     /// Whether the lease is (or may be) lost: the database refused a renewal, or renewals
     /// failed for so long that the item may have been reclaimed.
     pub fn is_lost(&self) -> bool {
-        self.state.is_lost()
+        self.held.clock().is_lost()
     }
 
     /// Until when this process is sure the lease is valid (its monotonic clock).
     pub fn valid_until(&self) -> Instant {
-        self.state.valid_until()
+        self.held.clock().valid_until()
     }
 
     /// Completes when the lease is lost (see [`is_lost`](Self::is_lost)).
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.state.lost()
+        self.held.clock().lost()
     }
 
     /// Renews the lease now: it lasts the lease duration from now on the database's clock.
@@ -119,8 +95,16 @@ impl<T> Lease<T> {
     ///
     /// [`Error::LeaseLost`] if the lease is no longer this holder's; a database error.
     pub async fn renew(&self) -> Result<(), Error> {
-        let deadline = Instant::now() + self.queue.lease;
-        renew_once(&self.queue, &self.raw, self.token, &self.state, deadline).await
+        let queue = self.held.backend();
+        let deadline = Instant::now() + queue.lease;
+        renew_once(
+            queue,
+            self.held.raw(),
+            self.held.token(),
+            self.held.clock(),
+            deadline,
+        )
+        .await
     }
 
     /// Marks the item done: client-go's `Done`. If it was re-added while processing it is
@@ -131,8 +115,9 @@ impl<T> Lease<T> {
     /// [`Error::LeaseLost`] if the lease was lost (nothing changed); [`Error::OutcomeUnknown`]
     /// if the connection failed and a retry found the lease gone.
     pub async fn done(mut self) -> Result<(), Error> {
-        self.stop_renewing();
-        self.queue.finish(&self.raw, self.token, false).await
+        self.held.finish();
+        let held = &self.held;
+        held.backend().finish(held.raw(), held.token(), false).await
     }
 
     /// Lets go of the item without marking it done, and waits for the database to take it
@@ -142,66 +127,86 @@ impl<T> Lease<T> {
     ///
     /// [`Error::LeaseLost`] if the lease was lost already; as for [`done`](Self::done).
     pub async fn release(mut self) -> Result<(), Error> {
-        self.stop_renewing();
-        self.queue.finish(&self.raw, self.token, true).await
+        self.held.finish();
+        let held = &self.held;
+        held.backend().finish(held.raw(), held.token(), true).await
     }
 
     /// Lets go of the item without a release, as a crashed worker would: it is handed out
     /// again once the lease expires. For tests and for stopping a worker fast.
     pub fn abandon(mut self) {
-        self.stop_renewing();
-    }
-
-    fn stop_renewing(&mut self) {
-        self.finished = true;
-        if let Some(renewer) = self.renewer.take() {
-            renewer.abort();
-        }
+        self.held.finish();
     }
 }
 
+/// One renewal: the clock learns the answer.
 async fn renew_once(
     queue: &Inner,
     raw: &str,
     token: i64,
-    state: &LeaseClock,
+    clock: &LeaseClock,
     deadline: Instant,
 ) -> Result<(), Error> {
     let sent = Instant::now();
     if queue.renew(raw, token, deadline).await? {
-        state.renewed(sent, queue.lease);
+        clock.renewed(sent, queue.lease);
         Ok(())
     } else {
-        state.lose();
+        clock.lose();
         Err(Error::LeaseLost)
     }
 }
 
-/// Renews the lease while it is held (see [`renew_while_held`]), logging what fails.
-async fn renew_loop(
-    queue: Arc<Inner>,
-    raw: String,
-    token: i64,
-    state: Arc<LeaseClock>,
-    stop: Instant,
-) {
-    let end = renew_while_held(state.clone(), queue.renew_every, stop, |deadline| {
-        let (queue, raw, state) = (&queue, &raw, &state);
-        async move {
-            match renew_once(queue, raw, token, state, deadline).await {
-                Ok(()) => Renewal::Renewed,
-                Err(Error::LeaseLost) => Renewal::Lost,
-                Err(error) => {
-                    tracing::warn!(queue = %queue.name, item = %raw, %error, "workqueue-postgres: lease renewal failed");
-                    Renewal::Failed
-                }
+impl LeaseBackend for Inner {
+    type Token = i64;
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.renew_every
+    }
+
+    fn auto_renew(&self) -> bool {
+        self.auto_renew
+    }
+
+    fn max_hold(&self) -> Duration {
+        self.max_hold
+    }
+
+    async fn renew(&self, raw: &str, token: i64, clock: &LeaseClock, deadline: Instant) -> Renewal {
+        match renew_once(self, raw, token, clock, deadline).await {
+            Ok(()) => Renewal::Renewed,
+            Err(Error::LeaseLost) => Renewal::Lost,
+            Err(error) => {
+                tracing::warn!(queue = %self.name, item = %raw, %error, "workqueue-postgres: lease renewal failed");
+                Renewal::Failed
             }
         }
-    })
-    .await;
-    if end == RenewalEnd::MaxHold {
-        tracing::warn!(queue = %queue.name, item = %raw, max_hold = ?queue.max_hold,
+    }
+
+    fn held_too_long(&self, raw: &str) {
+        tracing::warn!(queue = %self.name, item = %raw, max_hold = ?self.max_hold,
             "workqueue-postgres: a lease was held for the maximum hold time; renewal stops and it will expire");
+    }
+
+    async fn release_dropped(self: Arc<Self>, raw: String, token: i64) {
+        if let Err(error) = self.finish(&raw, token, true).await
+            && !error.is_lease_lost()
+        {
+            tracing::warn!(queue = %self.name, item = %raw, %error,
+                "workqueue-postgres: releasing a dropped lease failed; it will expire");
+        }
+    }
+
+    fn lease_started(&self) {
+        Inner::lease_started(self);
+    }
+
+    fn lease_ended(&self) {
+        Inner::lease_ended(self);
     }
 }
 
@@ -213,45 +218,11 @@ impl<T> Deref for Lease<T> {
     }
 }
 
-impl<T> Drop for Lease<T> {
-    fn drop(&mut self) {
-        if let Some(renewer) = self.renewer.take() {
-            renewer.abort();
-        }
-        if self.finished {
-            self.queue.lease_ended();
-            return;
-        }
-        // Released, not done (see "Only `done` marks an item done").
-        let runtime = self
-            .runtime
-            .take()
-            .or_else(|| tokio::runtime::Handle::try_current().ok());
-        match runtime {
-            Some(runtime) => {
-                let queue = self.queue.clone();
-                let raw = std::mem::take(&mut self.raw);
-                let token = self.token;
-                runtime.spawn(async move {
-                    if let Err(error) = queue.finish(&raw, token, true).await
-                        && !error.is_lease_lost()
-                    {
-                        tracing::warn!(queue = %queue.name, item = %raw, %error,
-                            "workqueue-postgres: releasing a dropped lease failed; it will expire");
-                    }
-                    queue.lease_ended();
-                });
-            }
-            None => self.queue.lease_ended(),
-        }
-    }
-}
-
 impl<T> fmt::Debug for Lease<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
-            .field("item", &self.raw)
-            .field("token", &self.token)
+            .field("item", &self.held.raw())
+            .field("token", &self.held.token())
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }

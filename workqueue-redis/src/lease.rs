@@ -4,10 +4,9 @@ use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use tokio::task::JoinHandle;
-use workqueue::lease_clock::{LeaseClock, Renewal, RenewalEnd, renew_while_held};
+use workqueue::lease_clock::{Held, LeaseBackend, LeaseClock, Renewal};
 
 use crate::error::Error;
 use crate::queue::Inner;
@@ -48,15 +47,8 @@ use crate::queue::Inner;
 /// leaked or held by a deadlocked handler expires then.
 pub struct Lease<T> {
     item: T,
-    raw: String,
-    token: u64,
     priority: i32,
-    queue: Arc<Inner>,
-    state: Arc<LeaseClock>,
-    renewer: Option<JoinHandle<()>>,
-    /// The runtime the lease was handed out on: a drop sends the release there.
-    runtime: Option<tokio::runtime::Handle>,
-    finished: bool,
+    held: Held<Inner>,
 }
 
 impl<T> Lease<T> {
@@ -68,27 +60,10 @@ impl<T> Lease<T> {
         priority: i32,
         sent: Instant,
     ) -> Self {
-        let state = Arc::new(LeaseClock::new(sent, queue.lease));
-        let renewer = queue.auto_renew.then(|| {
-            tokio::spawn(renew_loop(
-                queue.clone(),
-                raw.clone(),
-                token,
-                state.clone(),
-                sent + queue.max_hold,
-            ))
-        });
-        queue.lease_started();
         Lease {
             item,
-            raw,
-            token,
             priority,
-            queue,
-            state,
-            renewer,
-            runtime: tokio::runtime::Handle::try_current().ok(),
-            finished: false,
+            held: Held::new(queue, raw, token, sent),
         }
     }
 
@@ -100,7 +75,7 @@ impl<T> Lease<T> {
     /// The lease's fencing token: unique per hand-out, and larger for later hand-outs of the
     /// queue.
     pub fn token(&self) -> u64 {
-        self.token
+        self.held.token()
     }
 
     /// The priority the item was handed out with (see [`RedisQueue::add_with`]; 0 for an item
@@ -113,25 +88,25 @@ impl<T> Lease<T> {
 
     /// The item as stored on the server (its JSON text).
     pub fn raw(&self) -> &str {
-        &self.raw
+        self.held.raw()
     }
 
     /// Whether the lease is (or may be) lost: the server refused a renewal, or renewals failed
     /// for so long that the server may have reclaimed the item. Work done after this turns
     /// `true` may overlap with another worker's; its `done` will be refused.
     pub fn is_lost(&self) -> bool {
-        self.state.is_lost()
+        self.held.clock().is_lost()
     }
 
     /// Until when this process is sure the lease is valid (its monotonic clock).
     pub fn valid_until(&self) -> Instant {
-        self.state.valid_until()
+        self.held.clock().valid_until()
     }
 
     /// Completes when the lease is lost (see [`is_lost`](Self::is_lost)); never completes
     /// while it is renewed. Race your work against it to stop when it is.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.state.lost()
+        self.held.clock().lost()
     }
 
     /// Renews the lease now: it lasts the lease duration from now on the server's clock.
@@ -142,8 +117,16 @@ impl<T> Lease<T> {
     ///
     /// [`Error::LeaseLost`] if the lease is no longer this holder's; a connection error.
     pub async fn renew(&self) -> Result<(), Error> {
-        let deadline = Instant::now() + self.queue.lease;
-        renew_once(&self.queue, &self.raw, self.token, &self.state, deadline).await
+        let queue = self.held.backend();
+        let deadline = Instant::now() + queue.lease;
+        renew_once(
+            queue,
+            self.held.raw(),
+            self.held.token(),
+            self.held.clock(),
+            deadline,
+        )
+        .await
     }
 
     /// Marks the item done: client-go's `Done`. If it was re-added while processing it is
@@ -156,11 +139,9 @@ impl<T> Lease<T> {
     /// connection failed and a retry found the lease gone. Transient errors are retried while
     /// the lease may still be valid.
     pub async fn done(mut self) -> Result<(), Error> {
-        self.finished = true;
-        if let Some(renewer) = self.renewer.take() {
-            renewer.abort();
-        }
-        self.queue.finish(&self.raw, self.token, false).await
+        self.held.finish();
+        let held = &self.held;
+        held.backend().finish(held.raw(), held.token(), false).await
     }
 
     /// Lets go of the item without marking it done, and waits for the server to take it back:
@@ -171,29 +152,21 @@ impl<T> Lease<T> {
     ///
     /// [`Error::LeaseLost`] if the lease was lost already; as for [`done`](Self::done).
     pub async fn release(mut self) -> Result<(), Error> {
-        self.finished = true;
-        if let Some(renewer) = self.renewer.take() {
-            renewer.abort();
-        }
-        self.queue.finish(&self.raw, self.token, true).await
+        self.held.finish();
+        let held = &self.held;
+        held.backend().finish(held.raw(), held.token(), true).await
     }
 
     /// Stops renewing and takes the item's key and token, for a `done` sent elsewhere.
     pub(crate) fn finish(mut self) -> (String, u64) {
-        self.finished = true;
-        if let Some(renewer) = self.renewer.take() {
-            renewer.abort();
-        }
-        (std::mem::take(&mut self.raw), self.token)
+        let token = self.held.token();
+        (self.held.take_raw(), token)
     }
 
     /// Lets go of the item without marking it done, as a crashed worker would: it is handed
     /// out again once the lease expires. For tests and for shutting a worker down fast.
     pub fn abandon(mut self) {
-        self.finished = true;
-        if let Some(renewer) = self.renewer.take() {
-            renewer.abort();
-        }
+        self.held.finish();
     }
 }
 
@@ -214,35 +187,60 @@ async fn renew_once(
     }
 }
 
-/// Renews the lease while it is held (see [`renew_while_held`]), logging what fails.
-async fn renew_loop(
-    queue: Arc<Inner>,
-    raw: String,
-    token: u64,
-    state: Arc<LeaseClock>,
-    stop: Instant,
-) {
-    let end = renew_while_held(state.clone(), queue.renew_every, stop, |deadline| {
-        let (queue, raw, state) = (&queue, &raw, &state);
-        async move {
-            match renew_once(queue, raw, token, state, deadline).await {
-                Ok(()) => Renewal::Renewed,
-                Err(Error::LeaseLost) => Renewal::Lost,
-                Err(error) => {
-                    tracing::warn!(queue = %queue.name, item = %raw, %error, "workqueue-redis: lease renewal failed");
-                    Renewal::Failed
-                }
+impl LeaseBackend for Inner {
+    type Token = u64;
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.renew_every
+    }
+
+    fn auto_renew(&self) -> bool {
+        self.auto_renew
+    }
+
+    fn max_hold(&self) -> Duration {
+        self.max_hold
+    }
+
+    async fn renew(&self, raw: &str, token: u64, clock: &LeaseClock, deadline: Instant) -> Renewal {
+        match renew_once(self, raw, token, clock, deadline).await {
+            Ok(()) => Renewal::Renewed,
+            Err(Error::LeaseLost) => Renewal::Lost,
+            Err(error) => {
+                tracing::warn!(queue = %self.name, item = %raw, %error, "workqueue-redis: lease renewal failed");
+                Renewal::Failed
             }
         }
-    })
-    .await;
-    if end == RenewalEnd::MaxHold {
+    }
+
+    fn held_too_long(&self, raw: &str) {
         tracing::warn!(
-            queue = %queue.name,
+            queue = %self.name,
             item = %raw,
-            max_hold = ?queue.max_hold,
+            max_hold = ?self.max_hold,
             "workqueue-redis: a lease was held for the maximum hold time; renewal stops and it will expire"
         );
+    }
+
+    /// Released, not done: see "Only `done` marks an item done" on [`Lease`].
+    async fn release_dropped(self: Arc<Self>, raw: String, token: u64) {
+        if let Err(error) = self.finish(&raw, token, true).await
+            && !error.is_lease_lost()
+        {
+            tracing::warn!(queue = %self.name, item = %raw, %error, "workqueue-redis: releasing a dropped lease failed; it will expire");
+        }
+    }
+
+    fn lease_started(&self) {
+        Inner::lease_started(self);
+    }
+
+    fn lease_ended(&self) {
+        Inner::lease_ended(self);
     }
 }
 
@@ -260,47 +258,11 @@ impl<T> AsRef<T> for Lease<T> {
     }
 }
 
-impl<T> Drop for Lease<T> {
-    fn drop(&mut self) {
-        if let Some(renewer) = self.renewer.take() {
-            renewer.abort();
-        }
-        if self.finished {
-            self.queue.lease_ended();
-            return;
-        }
-        // Released, not done: see "Only `done` marks an item done" above. Without a runtime
-        // the lease expires on the server instead.
-        let runtime = self
-            .runtime
-            .take()
-            .or_else(|| tokio::runtime::Handle::try_current().ok());
-        match runtime {
-            Some(runtime) => {
-                let queue = self.queue.clone();
-                let raw = std::mem::take(&mut self.raw);
-                let token = self.token;
-                // A runtime that is shutting down drops the task (and so the release): the
-                // lease then expires as after a crash.
-                runtime.spawn(async move {
-                    if let Err(error) = queue.finish(&raw, token, true).await
-                        && !error.is_lease_lost()
-                    {
-                        tracing::warn!(queue = %queue.name, item = %raw, %error, "workqueue-redis: releasing a dropped lease failed; it will expire");
-                    }
-                    queue.lease_ended();
-                });
-            }
-            None => self.queue.lease_ended(),
-        }
-    }
-}
-
 impl<T> fmt::Debug for Lease<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
-            .field("item", &self.raw)
-            .field("token", &self.token)
+            .field("item", &self.held.raw())
+            .field("token", &self.held.token())
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }
