@@ -88,12 +88,16 @@
 //!
 //! # PgBouncer
 //!
-//! In transaction mode, every call works (each is one statement, or one transaction), with
-//! two conditions: `LISTEN` needs a session, so build with [`listen(false)`](Builder::listen)
-//! (getters poll) or give the queue a direct connection for it; and sqlx prepares statements,
-//! which needs PgBouncer 1.21 or newer with `max_prepared_statements` set. Session mode needs
-//! nothing.
-//!
+//! Every call is one statement or one short transaction, so the queue's own SQL suits
+//! transaction pooling, with three conditions. `LISTEN` needs a session: build with
+//! [`listen(false)`](Builder::listen), and getters poll. sqlx names its prepared statements,
+//! which PgBouncer supports in transaction mode only from 1.21 on, with
+//! `max_prepared_statements` set; with 1.18 (Debian 12's) the second call on a pooled server
+//! connection fails with `prepared statement "sqlx_s_1" already exists`. And sqlx sends the
+//! startup parameter `extra_float_digits`, so PgBouncer needs
+//! `ignore_startup_parameters = extra_float_digits`. Without a PgBouncer that meets these,
+//! connect the queue to PostgreSQL directly.
+
 //! # What can still lose work
 //!
 //! Nothing acknowledged is lost while the database keeps its commits (`fsync` on and
