@@ -95,8 +95,8 @@
 //! `max_prepared_statements` set; with 1.18 (Debian 12's) the second call on a pooled server
 //! connection fails with `prepared statement "sqlx_s_1" already exists`. And sqlx sends the
 //! startup parameter `extra_float_digits`, so PgBouncer needs
-//! `ignore_startup_parameters = extra_float_digits`. Without a PgBouncer that meets these,
-//! connect the queue to PostgreSQL directly.
+//! `ignore_startup_parameters = extra_float_digits`. In session mode (that setting aside)
+//! the queue works as on a direct connection, `LISTEN` included.
 
 //! # What can still lose work
 //!
