@@ -3,50 +3,13 @@
 use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
-use tokio::task::JoinHandle;
+use workqueue::lease_clock::{Held, LeaseBackend, LeaseClock, Renewal};
 
 use crate::error::Error;
 use crate::inner::Inner;
-
-/// The shared state of a lease and its renewal task.
-struct LeaseState {
-    /// Set when the server refused a renewal, or the local deadline passed.
-    lost: AtomicBool,
-    /// Until when the lease is surely valid, by this process's monotonic clock: the send time
-    /// of the last call that set the server's deadline, plus the lease, minus a margin.
-    valid_until: Mutex<Instant>,
-    /// Wakes [`Lease::lost`] waiters.
-    notify: Notify,
-}
-
-impl LeaseState {
-    fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn extend(&self, until: Instant) {
-        let mut valid = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
-        if until > *valid {
-            *valid = until;
-        }
-        drop(valid);
-        self.notify.notify_waiters();
-    }
-
-    fn lose(&self) {
-        self.lost.store(true, Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire) || Instant::now() >= self.valid_until()
-    }
-}
 
 /// The claim on one item while a worker processes it: client-go's item between `Get` and
 /// `Done`, made to survive crashes.
@@ -84,15 +47,8 @@ impl LeaseState {
 /// leaked or held by a deadlocked handler expires then.
 pub struct Lease<T> {
     item: T,
-    raw: String,
-    token: u64,
     priority: i32,
-    queue: Arc<Inner>,
-    state: Arc<LeaseState>,
-    renewer: Option<JoinHandle<()>>,
-    /// The runtime the lease was handed out on: a drop sends the release there.
-    runtime: Option<tokio::runtime::Handle>,
-    finished: bool,
+    held: Held<Inner>,
 }
 
 impl<T> Lease<T> {
@@ -104,31 +60,10 @@ impl<T> Lease<T> {
         priority: i32,
         sent: Instant,
     ) -> Self {
-        let state = Arc::new(LeaseState {
-            lost: AtomicBool::new(false),
-            valid_until: Mutex::new(sent + margin(queue.lease)),
-            notify: Notify::new(),
-        });
-        let renewer = queue.auto_renew.then(|| {
-            tokio::spawn(renew_loop(
-                queue.clone(),
-                raw.clone(),
-                token,
-                state.clone(),
-                sent + queue.max_hold,
-            ))
-        });
-        queue.lease_started();
         Lease {
             item,
-            raw,
-            token,
             priority,
-            queue,
-            state,
-            renewer,
-            runtime: tokio::runtime::Handle::try_current().ok(),
-            finished: false,
+            held: Held::new(queue, raw, token, sent),
         }
     }
 
@@ -140,7 +75,7 @@ impl<T> Lease<T> {
     /// The lease's fencing token: unique per hand-out, and larger for later hand-outs of the
     /// queue.
     pub fn token(&self) -> u64 {
-        self.token
+        self.held.token()
     }
 
     /// The priority the item was handed out with (see [`RedisQueue::add_with`]; 0 for an item
@@ -153,38 +88,25 @@ impl<T> Lease<T> {
 
     /// The item as stored on the server (its JSON text).
     pub fn raw(&self) -> &str {
-        &self.raw
+        self.held.raw()
     }
 
     /// Whether the lease is (or may be) lost: the server refused a renewal, or renewals failed
     /// for so long that the server may have reclaimed the item. Work done after this turns
     /// `true` may overlap with another worker's; its `done` will be refused.
     pub fn is_lost(&self) -> bool {
-        self.state.is_lost()
+        self.held.clock().is_lost()
     }
 
     /// Until when this process is sure the lease is valid (its monotonic clock).
     pub fn valid_until(&self) -> Instant {
-        self.state.valid_until()
+        self.held.clock().valid_until()
     }
 
     /// Completes when the lease is lost (see [`is_lost`](Self::is_lost)); never completes
     /// while it is renewed. Race your work against it to stop when it is.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let state = self.state.clone();
-        async move {
-            loop {
-                let notified = state.notify.notified();
-                if state.is_lost() {
-                    return;
-                }
-                let until = state.valid_until();
-                tokio::select! {
-                    () = notified => {}
-                    () = tokio::time::sleep_until(until.into()) => {}
-                }
-            }
-        }
+        self.held.clock().lost()
     }
 
     /// Renews the lease now: it lasts the lease duration from now on the server's clock.
@@ -195,8 +117,16 @@ impl<T> Lease<T> {
     ///
     /// [`Error::LeaseLost`] if the lease is no longer this holder's; a connection error.
     pub async fn renew(&self) -> Result<(), Error> {
-        let deadline = Instant::now() + self.queue.lease;
-        renew_once(&self.queue, &self.raw, self.token, &self.state, deadline).await
+        let queue = self.held.backend();
+        let deadline = Instant::now() + queue.lease;
+        renew_once(
+            queue,
+            self.held.raw(),
+            self.held.token(),
+            self.held.clock(),
+            deadline,
+        )
+        .await
     }
 
     /// Marks the item done: client-go's `Done`. If it was re-added while processing it is
@@ -209,11 +139,9 @@ impl<T> Lease<T> {
     /// connection failed and a retry found the lease gone. Transient errors are retried while
     /// the lease may still be valid.
     pub async fn done(mut self) -> Result<(), Error> {
-        self.finished = true;
-        if let Some(renewer) = self.renewer.take() {
-            renewer.abort();
-        }
-        self.queue.finish(&self.raw, self.token, false).await
+        self.held.finish();
+        let held = &self.held;
+        held.backend().finish(held.raw(), held.token(), false).await
     }
 
     /// Lets go of the item without marking it done, and waits for the server to take it back:
@@ -224,48 +152,34 @@ impl<T> Lease<T> {
     ///
     /// [`Error::LeaseLost`] if the lease was lost already; as for [`done`](Self::done).
     pub async fn release(mut self) -> Result<(), Error> {
-        self.finished = true;
-        if let Some(renewer) = self.renewer.take() {
-            renewer.abort();
-        }
-        self.queue.finish(&self.raw, self.token, true).await
+        self.held.finish();
+        let held = &self.held;
+        held.backend().finish(held.raw(), held.token(), true).await
     }
 
     /// Stops renewing and takes the item's key and token, for a `done` sent elsewhere.
     pub(crate) fn finish(mut self) -> (String, u64) {
-        self.finished = true;
-        if let Some(renewer) = self.renewer.take() {
-            renewer.abort();
-        }
-        (std::mem::take(&mut self.raw), self.token)
+        let token = self.held.token();
+        (self.held.take_raw(), token)
     }
 
     /// Lets go of the item without marking it done, as a crashed worker would: it is handed
     /// out again once the lease expires. For tests and for shutting a worker down fast.
     pub fn abandon(mut self) {
-        self.finished = true;
-        if let Some(renewer) = self.renewer.take() {
-            renewer.abort();
-        }
+        self.held.finish();
     }
-}
-
-/// The part of a lease this process counts on: the lease, minus 5 % for clock rate
-/// differences.
-fn margin(lease: Duration) -> Duration {
-    lease - lease / 20
 }
 
 async fn renew_once(
     queue: &Inner,
     raw: &str,
     token: u64,
-    state: &LeaseState,
+    state: &LeaseClock,
     deadline: Instant,
 ) -> Result<(), Error> {
     let sent = Instant::now();
     if queue.renew(raw, token, deadline).await? {
-        state.extend(sent + margin(queue.lease));
+        state.renewed(sent, queue.lease);
         Ok(())
     } else {
         state.lose();
@@ -273,46 +187,60 @@ async fn renew_once(
     }
 }
 
-/// Renews every `renew_every` until the lease is lost or `stop` (the maximum hold time) is
-/// reached; retries failed renewals sooner.
-async fn renew_loop(
-    queue: Arc<Inner>,
-    raw: String,
-    token: u64,
-    state: Arc<LeaseState>,
-    stop: Instant,
-) {
-    let mut wait = queue.renew_every;
-    loop {
-        tokio::time::sleep(wait).await;
-        if state.is_lost() {
-            state.lose();
-            return;
-        }
-        if Instant::now() >= stop {
-            tracing::warn!(
-                queue = %queue.name,
-                item = %raw,
-                max_hold = ?queue.max_hold,
-                "workqueue-redis: a lease was held for the maximum hold time; renewal stops and it will expire"
-            );
-            return;
-        }
-        let limit = queue.renew_every.max(Duration::from_millis(100));
-        let attempt = tokio::time::timeout(
-            limit,
-            renew_once(&queue, &raw, token, &state, Instant::now() + limit),
-        )
-        .await;
-        match attempt {
-            Ok(Ok(())) => wait = queue.renew_every,
-            Ok(Err(Error::LeaseLost)) => return,
-            Ok(Err(error)) => {
-                tracing::warn!(queue = %queue.name, item = %raw, %error, "workqueue-redis: lease renewal failed");
-                wait = (queue.renew_every / 4).max(Duration::from_millis(10));
+impl LeaseBackend for Inner {
+    type Token = u64;
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.renew_every
+    }
+
+    fn auto_renew(&self) -> bool {
+        self.auto_renew
+    }
+
+    fn max_hold(&self) -> Duration {
+        self.max_hold
+    }
+
+    async fn renew(&self, raw: &str, token: u64, clock: &LeaseClock, deadline: Instant) -> Renewal {
+        match renew_once(self, raw, token, clock, deadline).await {
+            Ok(()) => Renewal::Renewed,
+            Err(Error::LeaseLost) => Renewal::Lost,
+            Err(error) => {
+                tracing::warn!(queue = %self.name, item = %raw, %error, "workqueue-redis: lease renewal failed");
+                Renewal::Failed
             }
-            Err(_) => wait = (queue.renew_every / 4).max(Duration::from_millis(10)),
         }
+    }
+
+    fn held_too_long(&self, raw: &str) {
+        tracing::warn!(
+            queue = %self.name,
+            item = %raw,
+            max_hold = ?self.max_hold,
+            "workqueue-redis: a lease was held for the maximum hold time; renewal stops and it will expire"
+        );
+    }
+
+    /// Released, not done: see "Only `done` marks an item done" on [`Lease`].
+    async fn release_dropped(self: Arc<Self>, raw: String, token: u64) {
+        if let Err(error) = self.finish(&raw, token, true).await
+            && !error.is_lease_lost()
+        {
+            tracing::warn!(queue = %self.name, item = %raw, %error, "workqueue-redis: releasing a dropped lease failed; it will expire");
+        }
+    }
+
+    fn lease_started(&self) {
+        Inner::lease_started(self);
+    }
+
+    fn lease_ended(&self) {
+        Inner::lease_ended(self);
     }
 }
 
@@ -330,47 +258,11 @@ impl<T> AsRef<T> for Lease<T> {
     }
 }
 
-impl<T> Drop for Lease<T> {
-    fn drop(&mut self) {
-        if let Some(renewer) = self.renewer.take() {
-            renewer.abort();
-        }
-        if self.finished {
-            self.queue.lease_ended();
-            return;
-        }
-        // Released, not done: see "Only `done` marks an item done" above. Without a runtime
-        // the lease expires on the server instead.
-        let runtime = self
-            .runtime
-            .take()
-            .or_else(|| tokio::runtime::Handle::try_current().ok());
-        match runtime {
-            Some(runtime) => {
-                let queue = self.queue.clone();
-                let raw = std::mem::take(&mut self.raw);
-                let token = self.token;
-                // A runtime that is shutting down drops the task (and so the release): the
-                // lease then expires as after a crash.
-                runtime.spawn(async move {
-                    if let Err(error) = queue.finish(&raw, token, true).await
-                        && !error.is_lease_lost()
-                    {
-                        tracing::warn!(queue = %queue.name, item = %raw, %error, "workqueue-redis: releasing a dropped lease failed; it will expire");
-                    }
-                    queue.lease_ended();
-                });
-            }
-            None => self.queue.lease_ended(),
-        }
-    }
-}
-
 impl<T> fmt::Debug for Lease<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
-            .field("item", &self.raw)
-            .field("token", &self.token)
+            .field("item", &self.held.raw())
+            .field("token", &self.held.token())
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }

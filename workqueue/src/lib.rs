@@ -210,6 +210,9 @@ mod backend;
 pub mod clock;
 mod error;
 mod lease;
+#[cfg(feature = "tokio")]
+#[doc(hidden)]
+pub mod lease_clock;
 pub mod metrics;
 mod parallelize;
 mod queue;

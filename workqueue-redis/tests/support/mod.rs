@@ -1,145 +1,24 @@
 //! Test support: a `redis-server` of the test's own, and the behaviour suite's view of a
-//! queue (one trait, implemented for the in-memory queue and for the Redis queue).
+//! queue (the shared suite's trait, `workqueue/tests/conformance`, implemented here for the
+//! Redis queue).
 
 #![allow(dead_code)]
 
+#[macro_use]
+#[path = "../../../workqueue/tests/conformance/mod.rs"]
+pub(crate) mod conformance;
 pub(crate) mod server;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use workqueue::rate_limiter::{ExponentialFailure, MaxOf, RateLimiter, TokenBucket};
-use workqueue::{AddOptions, TryGetError, WorkQueue};
+#[allow(unused_imports, reason = "not every test binary runs the suite")]
+pub(crate) use conformance::{Backend, Factory, MemoryFactory, Opts};
+use workqueue::{AddOptions, TryGetError};
 use workqueue_redis::{RateLimit, RedisQueue};
 
 pub(crate) use server::RedisServer;
-
-/// The rate limiter a rule asks for; both backends build the same one.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Opts {
-    /// Exponential backoff: base and cap.
-    pub(crate) base: Duration,
-    pub(crate) max: Duration,
-    /// A token bucket: rate and burst.
-    pub(crate) bucket: Option<(f64, u32)>,
-}
-
-impl Default for Opts {
-    fn default() -> Self {
-        Opts {
-            base: Duration::from_millis(5),
-            max: Duration::from_secs(1000),
-            bucket: None,
-        }
-    }
-}
-
-/// A queue as the behaviour suite sees it: `WorkQueue`'s methods, made async.
-pub(crate) trait Backend: Clone + Send + Sync + 'static {
-    /// What `get` hands out.
-    type Lease: Send + 'static;
-    fn add(&self, item: &str) -> impl Future<Output = ()> + Send;
-    fn add_after(&self, item: &str, delay: Duration) -> impl Future<Output = ()> + Send;
-    fn add_rate_limited(&self, item: &str) -> impl Future<Output = ()> + Send;
-    fn add_with(&self, item: &str, options: AddOptions) -> impl Future<Output = ()> + Send;
-    fn forget(&self, item: &str) -> impl Future<Output = ()> + Send;
-    fn num_requeues(&self, item: &str) -> impl Future<Output = usize> + Send;
-    fn len(&self) -> impl Future<Output = usize> + Send;
-    fn get(&self) -> impl Future<Output = Option<Self::Lease>> + Send;
-    fn try_get(&self) -> impl Future<Output = Result<Self::Lease, TryGetError>> + Send;
-    fn shut_down(&self) -> impl Future<Output = ()> + Send;
-    fn shut_down_with_drain(&self) -> impl Future<Output = ()> + Send;
-    fn is_shutting_down(&self) -> impl Future<Output = bool> + Send;
-    fn item(lease: &Self::Lease) -> String;
-    fn priority(lease: &Self::Lease) -> i32;
-    fn done(lease: Self::Lease) -> impl Future<Output = ()> + Send;
-}
-
-/// Makes fresh, empty queues for one test.
-pub(crate) trait Factory: Send + Sync {
-    type Queue: Backend;
-    fn queue(&self, opts: Opts) -> impl Future<Output = Self::Queue> + Send;
-}
-
-// ===== in memory =====
-
-#[derive(Clone)]
-pub(crate) struct Memory(WorkQueue<String>);
-
-pub(crate) struct MemoryFactory;
-
-impl Factory for MemoryFactory {
-    type Queue = Memory;
-
-    async fn queue(&self, opts: Opts) -> Memory {
-        let exponential = ExponentialFailure::new(opts.base, opts.max);
-        let queue = match opts.bucket {
-            None => WorkQueue::builder().rate_limiter(exponential).build(),
-            Some((qps, burst)) => {
-                let limiters: Vec<Box<dyn RateLimiter<String>>> = vec![
-                    Box::new(exponential),
-                    Box::new(TokenBucket::new(qps, burst as usize)),
-                ];
-                WorkQueue::builder()
-                    .rate_limiter(MaxOf::new(limiters))
-                    .build()
-            }
-        };
-        Memory(queue)
-    }
-}
-
-impl Backend for Memory {
-    type Lease = workqueue::Lease<String>;
-
-    async fn add(&self, item: &str) {
-        self.0.add(item.to_owned());
-    }
-    async fn add_after(&self, item: &str, delay: Duration) {
-        self.0.add_after(item.to_owned(), delay);
-    }
-    async fn add_rate_limited(&self, item: &str) {
-        self.0.add_rate_limited(item.to_owned());
-    }
-    async fn add_with(&self, item: &str, options: AddOptions) {
-        self.0.add_with(item.to_owned(), options);
-    }
-    async fn forget(&self, item: &str) {
-        self.0.forget(&item.to_owned());
-    }
-    async fn num_requeues(&self, item: &str) -> usize {
-        self.0.num_requeues(&item.to_owned())
-    }
-    async fn len(&self) -> usize {
-        self.0.len()
-    }
-    async fn get(&self) -> Option<Self::Lease> {
-        self.0.get().await
-    }
-    async fn try_get(&self) -> Result<Self::Lease, TryGetError> {
-        self.0.try_get()
-    }
-    async fn shut_down(&self) {
-        self.0.shut_down();
-    }
-    async fn shut_down_with_drain(&self) {
-        self.0.shut_down_with_drain().await;
-    }
-    async fn is_shutting_down(&self) -> bool {
-        self.0.is_shutting_down()
-    }
-    fn item(lease: &Self::Lease) -> String {
-        lease.item().clone()
-    }
-    fn priority(lease: &Self::Lease) -> i32 {
-        lease.priority()
-    }
-    async fn done(lease: Self::Lease) {
-        lease.done();
-    }
-}
 
 // ===== on Redis =====
 

@@ -1,0 +1,93 @@
+//! [`PgQueue`] as a [`workqueue::Queue`]: the backend [`workqueue::Workers`] run on.
+//!
+//! Each trait method is the queue's own method of the same name, with what API.md says of
+//! backends beyond one process: a lease dropped without `done` is released; `shut_down`
+//! stops this handle only and drops nothing (delayed items stay in the database).
+
+use std::future::Future;
+use std::hash::Hash;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use workqueue::{AddOptions, Queue, QueueLease};
+
+use crate::error::Error;
+use crate::lease::Lease;
+use crate::queue::{AddKind, PgQueue};
+
+impl<T> Queue for PgQueue<T>
+where
+    T: Serialize + DeserializeOwned + Eq + Hash + Clone + Send + Sync + 'static,
+{
+    type Item = T;
+    type Lease = Lease<T>;
+    type Error = Error;
+
+    fn name(&self) -> Option<&str> {
+        Some(PgQueue::name(self))
+    }
+
+    async fn add_with(&self, item: T, options: AddOptions) -> Result<bool, Error> {
+        let added = PgQueue::add_with(self, &item, options).await?;
+        Ok(added.kind != AddKind::Ignored)
+    }
+
+    fn forget(&self, item: &T) -> impl Future<Output = Result<(), Error>> + Send {
+        PgQueue::forget(self, item)
+    }
+
+    fn num_requeues(&self, item: &T) -> impl Future<Output = Result<usize, Error>> + Send {
+        PgQueue::num_requeues(self, item)
+    }
+
+    fn len(&self) -> impl Future<Output = Result<usize, Error>> + Send {
+        PgQueue::len(self)
+    }
+
+    fn get(&self) -> impl Future<Output = Result<Option<Lease<T>>, Error>> + Send {
+        PgQueue::get(self)
+    }
+
+    /// Stops this handle; the queue goes on for the other processes, so nothing is dropped.
+    fn shut_down(&self) -> Vec<T> {
+        PgQueue::shut_down(self);
+        Vec::new()
+    }
+
+    fn shut_down_with_drain(&self) -> impl Future<Output = Result<(), Error>> + Send {
+        PgQueue::shut_down_with_drain(self)
+    }
+
+    fn is_shutting_down(&self) -> impl Future<Output = Result<bool, Error>> + Send {
+        PgQueue::is_shutting_down(self)
+    }
+}
+
+impl<T> QueueLease for Lease<T>
+where
+    T: Send + Sync + 'static,
+{
+    type Item = T;
+    type Error = Error;
+
+    fn item(&self) -> &T {
+        Lease::item(self)
+    }
+
+    fn priority(&self) -> i32 {
+        Lease::priority(self)
+    }
+
+    fn done(self) -> impl Future<Output = Result<(), Error>> + Send {
+        Lease::done(self)
+    }
+
+    /// The database takes the item back and hands it out again, so the queue still holds it
+    /// (`Ok(true)`), also when the lease was lost already (the item was reclaimed).
+    async fn release(self) -> Result<bool, Error> {
+        match Lease::release(self).await {
+            Ok(()) | Err(Error::LeaseLost) => Ok(true),
+            Err(error) => Err(error),
+        }
+    }
+}

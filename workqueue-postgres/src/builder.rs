@@ -1,0 +1,278 @@
+//! [`Builder`]: the options of a [`PgQueue`], and the pool it opens.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::error::Error;
+use crate::queue::{Inner, Mutation, PgQueue, Wakeups};
+
+/// The options of a [`PgQueue`]; start with [`PgQueue::builder`].
+///
+/// # Defaults
+///
+/// Leases of 30 s renewed every 10 s while held for at most an hour, an item moved to the
+/// dead letters after 5 expired leases in a row, at most 10,000 dead letters, client-go's
+/// controller rate limiter (5 ms doubling to 1000 s per item, and a bucket of 10 retries a
+/// second with a burst of 100), `LISTEN` for wake-ups with blocked getters looking again at
+/// least every 2 s, transient failures retried for up to 30 s, the schema installed at build.
+#[must_use]
+pub struct Builder<T> {
+    name: String,
+    url: Option<String>,
+    pool: Option<PgPool>,
+    max_connections: u32,
+    lease: Duration,
+    renew_every: Option<Duration>,
+    auto_renew: bool,
+    base_delay: Duration,
+    max_delay: Duration,
+    bucket: Option<(f64, u32)>,
+    poll: Duration,
+    listen: bool,
+    migrate: bool,
+    max_stalls: u32,
+    max_hold: Duration,
+    dead_letter_cap: usize,
+    retry_deadline: Duration,
+    mutations: i32,
+    _item: PhantomData<fn() -> T>,
+}
+
+impl<T> fmt::Debug for Builder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("name", &self.name)
+            .field("lease", &self.lease)
+            .field("auto_renew", &self.auto_renew)
+            .field("listen", &self.listen)
+            .field("max_stalls", &self.max_stalls)
+            .field("dead_letter_cap", &self.dead_letter_cap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
+    /// The defaults (see above), for a queue named `name`.
+    pub(crate) fn new(name: String) -> Self {
+        Builder {
+            name,
+            url: None,
+            pool: None,
+            max_connections: 10,
+            lease: Duration::from_secs(30),
+            renew_every: None,
+            auto_renew: true,
+            base_delay: Duration::from_millis(5),
+            max_delay: Duration::from_secs(1000),
+            bucket: Some((10.0, 100)),
+            poll: Duration::from_secs(2),
+            listen: true,
+            migrate: true,
+            max_stalls: 5,
+            max_hold: Duration::from_secs(3600),
+            dead_letter_cap: 10_000,
+            retry_deadline: Duration::from_secs(30),
+            mutations: 0,
+            _item: PhantomData,
+        }
+    }
+
+    /// The database: `postgres://user:password@host:port/database` (TLS with feature `tls`
+    /// and `sslmode=require` or stricter). The queue opens a pool of its own.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// The database, as a pool you share with the rest of the application.
+    pub fn pool(mut self, pool: PgPool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// The size of the pool the queue opens for a [`url`](Self::url). Default 10.
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max.max(1);
+        self
+    }
+
+    /// How long a lease lasts without renewal (database clock). A worker that dies holding an
+    /// item frees it after at most this long. Default 30 s.
+    pub fn lease_duration(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How often a held lease is renewed. Default a third of the lease duration.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// Whether leases renew themselves while held (default `true`). Without it, call
+    /// [`Lease::renew`](crate::Lease::renew) yourself.
+    pub fn auto_renew(mut self, auto_renew: bool) -> Self {
+        self.auto_renew = auto_renew;
+        self
+    }
+
+    /// The per-item exponential backoff of rate-limited adds: `base * 2^(failures - 1)`,
+    /// capped at `max`. Default 5 ms and 1000 s.
+    pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
+        self.base_delay = base;
+        self.max_delay = max;
+        self
+    }
+
+    /// The queue-wide token bucket of rate-limited adds (`qps` retries a second, `burst` at
+    /// once), or `None` for none. Default 10 a second with a burst of 100.
+    ///
+    /// # Panics
+    ///
+    /// If `qps` is not positive or `burst` is zero.
+    pub fn token_bucket(mut self, bucket: Option<(f64, u32)>) -> Self {
+        if let Some((qps, burst)) = bucket {
+            assert!(
+                qps.is_finite() && qps > 0.0,
+                "the bucket's rate must be positive"
+            );
+            assert!(burst > 0, "the bucket's burst must be positive");
+        }
+        self.bucket = bucket;
+        self
+    }
+
+    /// The longest a blocked getter waits before it looks at the queue again even without a
+    /// wake-up. Default 2 s.
+    pub fn poll_interval(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+
+    /// Whether getters wake on `LISTEN`/`NOTIFY` (default `true`). Turn it off behind a
+    /// connection pooler in transaction mode (PgBouncer), where `LISTEN` does not work: the
+    /// getters then find new items by polling every [`poll_interval`](Self::poll_interval).
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.listen = listen;
+        self
+    }
+
+    /// Whether [`build`](Self::build) installs or upgrades the schema (default `true`). Turn it
+    /// off where the application's role may not create tables, and run [`PgQueue::migrate`]
+    /// once with one that may.
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
+    /// Moves an item to the dead letters once its lease expired this many times in a row
+    /// (its workers died or stalled each time: a poison item). A `done` resets the count; a
+    /// released lease does not count. Default 5; 0 means no limit.
+    pub fn max_stalls(mut self, max_stalls: u32) -> Self {
+        self.max_stalls = max_stalls;
+        self
+    }
+
+    /// The longest a lease is renewed automatically; after it the lease expires a lease
+    /// duration later (and counts as a stall). Default 1 hour.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = max_hold;
+        self
+    }
+
+    /// The most dead letters kept per queue; beyond it the oldest are dropped and counted.
+    /// Default 10,000; 0 means no cap.
+    pub fn dead_letter_cap(mut self, cap: usize) -> Self {
+        self.dead_letter_cap = cap;
+        self
+    }
+
+    /// How long an operation keeps retrying, with backoff, through a lost connection or a
+    /// restarting server before it returns the error. Default 30 s.
+    pub fn retry_deadline(mut self, deadline: Duration) -> Self {
+        self.retry_deadline = deadline;
+        self
+    }
+
+    /// Switches on a deliberate bug (see [`Mutation`]). It exists only to prove that the
+    /// fault tests can fail.
+    #[doc(hidden)]
+    pub fn mutation(mut self, mutation: Mutation) -> Self {
+        self.mutations |= mutation.bit();
+        self
+    }
+
+    /// Connects, installs the schema (unless told not to), registers the queue and starts
+    /// listening for wake-ups.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty name, no database, or a lease under 10 ms;
+    /// [`Error::Migrate`] if the schema cannot be installed; [`Error::Database`] if the
+    /// database cannot be reached.
+    pub async fn build(self) -> Result<PgQueue<T>, Error> {
+        if self.name.is_empty() {
+            return Err(Error::Config("the queue name is empty".into()));
+        }
+        if self.lease < Duration::from_millis(10) {
+            return Err(Error::Config("the lease must last at least 10 ms".into()));
+        }
+        let pool = match (self.pool, &self.url) {
+            (Some(pool), _) => pool,
+            (None, Some(url)) => {
+                PgPoolOptions::new()
+                    .max_connections(self.max_connections)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect(url)
+                    .await?
+            }
+            (None, None) => return Err(Error::Config("no database: give a url or a pool".into())),
+        };
+        if self.migrate {
+            crate::migrate::migrate(&pool).await?;
+        }
+        sqlx::query("INSERT INTO workqueue_queues (name) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(&self.name)
+            .execute(&pool)
+            .await?;
+        let renew_every = self
+            .renew_every
+            .unwrap_or(self.lease / 3)
+            .max(Duration::from_millis(1));
+        let inner = Arc::new(Inner {
+            name: self.name,
+            pool,
+            lease: self.lease,
+            renew_every,
+            auto_renew: self.auto_renew,
+            base_delay: self.base_delay,
+            max_delay: self.max_delay,
+            bucket: self.bucket,
+            poll: self.poll.max(Duration::from_millis(1)),
+            max_stalls: self.max_stalls,
+            max_hold: self.max_hold,
+            dead_letter_cap: self.dead_letter_cap,
+            retry_deadline: self.retry_deadline,
+            mutations: self.mutations,
+            shut: AtomicBool::new(false),
+            leases_out: AtomicUsize::new(0),
+            wake: Wakeups::new(),
+            listener: Mutex::new(None),
+        });
+        if self.listen {
+            crate::queue::start_listener(&inner).await?;
+        }
+        Ok(PgQueue {
+            inner,
+            _item: PhantomData,
+        })
+    }
+}

@@ -1,0 +1,83 @@
+//! Errors.
+
+use std::fmt;
+
+/// What can go wrong talking to the queue.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database could not be reached, or answered with an error.
+    Database(sqlx::Error),
+    /// The schema could not be installed or upgraded.
+    Migrate(String),
+    /// An item could not be serialized.
+    Serialize(serde_json::Error),
+    /// The lease was no longer this holder's: it expired and was reclaimed (and perhaps handed
+    /// to another worker). The fencing token made the database refuse the call, so it changed
+    /// nothing.
+    LeaseLost,
+    /// A `done` whose first attempt failed on the connection was retried, and the retry found
+    /// the lease gone: the first attempt may or may not have been applied.
+    OutcomeUnknown,
+    /// The queue's configuration is unusable (an empty name, no database, a lease under 10 ms).
+    Config(String),
+}
+
+impl Error {
+    /// Returns `true` for [`Error::LeaseLost`].
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost)
+    }
+
+    /// Returns `true` if the error came from the connection (the call may be retried; it may
+    /// or may not have been applied), or from a server that is starting or shutting down.
+    pub fn is_connection(&self) -> bool {
+        match self {
+            Error::Database(e) => match e {
+                sqlx::Error::Io(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
+                | sqlx::Error::Tls(_) => true,
+                // 57P01..57P03: admin shutdown, crash shutdown, cannot connect now; 08xxx:
+                // connection exceptions; 40001/40P01: serialization failure, deadlock.
+                sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                    code.starts_with("08") || code.starts_with("57P") || code.starts_with("40")
+                }),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Database(e) => write!(f, "postgres: {e}"),
+            Error::Migrate(msg) => write!(f, "cannot install the schema: {msg}"),
+            Error::Serialize(e) => write!(f, "cannot serialize the item: {e}"),
+            Error::LeaseLost => f.write_str("the lease was lost (expired and reclaimed)"),
+            Error::OutcomeUnknown => {
+                f.write_str("the connection failed during done; whether it was applied is unknown")
+            }
+            Error::Config(msg) => write!(f, "invalid configuration: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Database(e) => Some(e),
+            Error::Serialize(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        Error::Database(e)
+    }
+}

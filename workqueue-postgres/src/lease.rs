@@ -1,0 +1,229 @@
+//! [`Lease`]: an item handed out by a [`PgQueue`](crate::PgQueue), with its fencing token.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use workqueue::lease_clock::{Held, LeaseBackend, LeaseClock, Renewal};
+
+use crate::error::Error;
+use crate::queue::Inner;
+
+/// The claim on one item while a worker processes it: client-go's item between `Get` and
+/// `Done`, made to survive crashes.
+///
+/// A lease lasts the queue's [lease duration](crate::Builder::lease_duration) on the
+/// **database's** clock and is renewed in the background while held. If its holder dies,
+/// stalls or loses the database for longer than that, the next `get` in any process reclaims
+/// the item and hands it out again.
+///
+/// Every lease carries a **fencing token** from the queue's sequence: unique, and larger for
+/// later hand-outs. `done`, renewals and releases are accepted only while the token is the
+/// item's current one, so a holder that lost its lease can neither mark the item done nor
+/// clear the claim of the worker that has it now. Pass it downstream for end-to-end fencing.
+///
+/// # Only `done` marks an item done
+///
+/// **Dropping a lease without [`done`](Self::done) releases the item**: it is handed out again
+/// at once (at the head of the queue), and no stall is counted. So an aborted task, a
+/// `select!` or `timeout` around the handler, an early return or a panic never turns
+/// unfinished work into finished work. The release is sent in the background on the tokio
+/// runtime the lease was handed out on; without one, the lease expires as after a crash.
+pub struct Lease<T> {
+    item: T,
+    priority: i32,
+    held: Held<Inner>,
+}
+
+impl<T> Lease<T> {
+    pub(crate) fn new(
+        queue: Arc<Inner>,
+        item: T,
+        raw: String,
+        token: i64,
+        priority: i32,
+        sent: Instant,
+    ) -> Self {
+        Lease {
+            item,
+            priority,
+            held: Held::new(queue, raw, token, sent),
+        }
+    }
+
+    /// The item.
+    pub fn item(&self) -> &T {
+        &self.item
+    }
+
+    /// The lease's fencing token: unique per hand-out, and larger for later hand-outs.
+    pub fn token(&self) -> u64 {
+        self.held.token().unsigned_abs()
+    }
+
+    /// The priority the item was handed out with (0 for an item never given one).
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// The item as stored (its JSON text).
+    pub fn raw(&self) -> &str {
+        self.held.raw()
+    }
+
+    /// Whether the lease is (or may be) lost: the database refused a renewal, or renewals
+    /// failed for so long that the item may have been reclaimed.
+    pub fn is_lost(&self) -> bool {
+        self.held.clock().is_lost()
+    }
+
+    /// Until when this process is sure the lease is valid (its monotonic clock).
+    pub fn valid_until(&self) -> Instant {
+        self.held.clock().valid_until()
+    }
+
+    /// Completes when the lease is lost (see [`is_lost`](Self::is_lost)).
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.held.clock().lost()
+    }
+
+    /// Renews the lease now: it lasts the lease duration from now on the database's clock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease is no longer this holder's; a database error.
+    pub async fn renew(&self) -> Result<(), Error> {
+        let queue = self.held.backend();
+        let deadline = Instant::now() + queue.lease;
+        renew_once(
+            queue,
+            self.held.raw(),
+            self.held.token(),
+            self.held.clock(),
+            deadline,
+        )
+        .await
+    }
+
+    /// Marks the item done: client-go's `Done`. If it was re-added while processing it is
+    /// queued again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease was lost (nothing changed); [`Error::OutcomeUnknown`]
+    /// if the connection failed and a retry found the lease gone.
+    pub async fn done(mut self) -> Result<(), Error> {
+        self.held.finish();
+        let held = &self.held;
+        held.backend().finish(held.raw(), held.token(), false).await
+    }
+
+    /// Lets go of the item without marking it done, and waits for the database to take it
+    /// back: what dropping the lease does in the background.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease was lost already; as for [`done`](Self::done).
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.held.finish();
+        let held = &self.held;
+        held.backend().finish(held.raw(), held.token(), true).await
+    }
+
+    /// Lets go of the item without a release, as a crashed worker would: it is handed out
+    /// again once the lease expires. For tests and for stopping a worker fast.
+    pub fn abandon(mut self) {
+        self.held.finish();
+    }
+}
+
+/// One renewal: the clock learns the answer.
+async fn renew_once(
+    queue: &Inner,
+    raw: &str,
+    token: i64,
+    clock: &LeaseClock,
+    deadline: Instant,
+) -> Result<(), Error> {
+    let sent = Instant::now();
+    if queue.renew(raw, token, deadline).await? {
+        clock.renewed(sent, queue.lease);
+        Ok(())
+    } else {
+        clock.lose();
+        Err(Error::LeaseLost)
+    }
+}
+
+impl LeaseBackend for Inner {
+    type Token = i64;
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.renew_every
+    }
+
+    fn auto_renew(&self) -> bool {
+        self.auto_renew
+    }
+
+    fn max_hold(&self) -> Duration {
+        self.max_hold
+    }
+
+    async fn renew(&self, raw: &str, token: i64, clock: &LeaseClock, deadline: Instant) -> Renewal {
+        match renew_once(self, raw, token, clock, deadline).await {
+            Ok(()) => Renewal::Renewed,
+            Err(Error::LeaseLost) => Renewal::Lost,
+            Err(error) => {
+                tracing::warn!(queue = %self.name, item = %raw, %error, "workqueue-postgres: lease renewal failed");
+                Renewal::Failed
+            }
+        }
+    }
+
+    fn held_too_long(&self, raw: &str) {
+        tracing::warn!(queue = %self.name, item = %raw, max_hold = ?self.max_hold,
+            "workqueue-postgres: a lease was held for the maximum hold time; renewal stops and it will expire");
+    }
+
+    async fn release_dropped(self: Arc<Self>, raw: String, token: i64) {
+        if let Err(error) = self.finish(&raw, token, true).await
+            && !error.is_lease_lost()
+        {
+            tracing::warn!(queue = %self.name, item = %raw, %error,
+                "workqueue-postgres: releasing a dropped lease failed; it will expire");
+        }
+    }
+
+    fn lease_started(&self) {
+        Inner::lease_started(self);
+    }
+
+    fn lease_ended(&self) {
+        Inner::lease_ended(self);
+    }
+}
+
+impl<T> Deref for Lease<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.item
+    }
+}
+
+impl<T> fmt::Debug for Lease<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("item", &self.held.raw())
+            .field("token", &self.held.token())
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}

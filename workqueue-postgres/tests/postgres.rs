@@ -1,0 +1,374 @@
+//! What only the PostgreSQL queue has: transactional enqueue, leases with fencing tokens on
+//! the database's clock, release on drop, dead letters, a handle's own shut down, polling
+//! without `LISTEN`, and the schema's migrations. Each test starts its own server.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{PgServer, unique};
+use workqueue::{AddOptions, TryGetError};
+use workqueue_postgres::{AddKind, Error, PgQueue};
+
+async fn queue(server: &PgServer, lease: Duration) -> PgQueue<String> {
+    PgQueue::builder(unique("pg"))
+        .url(server.url())
+        .lease_duration(lease)
+        .poll_interval(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("connect to the test server")
+}
+
+/// The next item within 5 s.
+async fn next(queue: &PgQueue<String>) -> workqueue_postgres::Lease<String> {
+    tokio::time::timeout(Duration::from_secs(5), queue.get())
+        .await
+        .expect("an item within 5 s")
+        .unwrap()
+        .expect("an item, not shut down")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_add_queues_nothing() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let queue = queue(&server, Duration::from_secs(10)).await;
+    let mut tx = queue.pool().begin().await.unwrap();
+    let added = queue.add_in(&mut tx, "order-1".to_owned()).await.unwrap();
+    assert_eq!(added.kind, AddKind::Queued);
+    queue
+        .add_with_in(
+            &mut tx,
+            "order-2".to_owned(),
+            AddOptions::default().priority(3),
+        )
+        .await
+        .unwrap();
+    queue
+        .add_after_in(&mut tx, "order-3".to_owned(), Duration::from_millis(1))
+        .await
+        .unwrap();
+    // Not visible to anyone else before the commit.
+    assert_eq!(queue.len().await.unwrap(), 0);
+    tx.rollback().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(queue.len().await.unwrap(), 0);
+    assert_eq!(queue.delayed_len().await.unwrap(), 0);
+    assert_eq!(
+        queue.try_get().await.unwrap().err(),
+        Some(TryGetError::Empty)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_add_is_queued_and_wakes_a_blocked_getter() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    // Getters poll only every 30 s: a wake-up within 5 s is the NOTIFY of the commit.
+    let queue = queue(&server, Duration::from_secs(10)).await;
+    let other = PgQueue::<String>::builder(queue.name())
+        .url(server.url())
+        .poll_interval(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let getter = tokio::spawn(async move { next(&other).await.item().clone() });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut tx = queue.pool().begin().await.unwrap();
+    sqlx::query("CREATE TABLE IF NOT EXISTS orders (id text PRIMARY KEY)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO orders VALUES ('order-1')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    queue.add_in(&mut tx, "order-1".to_owned()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !getter.is_finished(),
+        "nothing is handed out before the commit"
+    );
+    tx.commit().await.unwrap();
+    let item = tokio::time::timeout(Duration::from_secs(5), getter)
+        .await
+        .expect("woken by the commit")
+        .unwrap();
+    assert_eq!(item, "order-1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_holder_is_fenced_off() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let queue: PgQueue<String> = PgQueue::builder(unique("fence"))
+        .url(server.url())
+        .lease_duration(Duration::from_millis(300))
+        .auto_renew(false)
+        .build()
+        .await
+        .unwrap();
+    queue.add("key".to_owned()).await.unwrap();
+    let stale = next(&queue).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(stale.is_lost(), "past its deadline, locally too");
+    let fresh = next(&queue).await;
+    assert!(fresh.token() > stale.token(), "tokens grow");
+    assert!(stale.renew().await.unwrap_err().is_lease_lost());
+    assert!(matches!(stale.done().await, Err(Error::LeaseLost)));
+    // The new holder's claim is intact: nobody else gets the item, and its done is accepted.
+    queue.add("key".to_owned()).await.unwrap();
+    assert_eq!(
+        queue.try_get().await.unwrap().err(),
+        Some(TryGetError::Empty)
+    );
+    fresh.done().await.unwrap();
+    let again = next(&queue).await;
+    assert_eq!(
+        again.item(),
+        "key",
+        "the re-add while the fresh lease was held"
+    );
+    again.done().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_leases_are_renewed_past_their_duration() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let queue = queue(&server, Duration::from_millis(400)).await;
+    queue.add("key".to_owned()).await.unwrap();
+    let lease = next(&queue).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!lease.is_lost());
+    assert_eq!(
+        queue.try_get().await.unwrap().err(),
+        Some(TryGetError::Empty)
+    );
+    lease.done().await.unwrap();
+    assert_eq!(queue.processing_len().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_lease_is_released_and_handed_out_again_promptly() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    // A lease of an hour: only the release can hand the item out again within 5 s.
+    let queue = queue(&server, Duration::from_secs(3600)).await;
+    queue.add("a".to_owned()).await.unwrap();
+    queue.add("b".to_owned()).await.unwrap();
+    let a = next(&queue).await;
+    let started = Instant::now();
+    drop(a);
+    // The release is sent in the background.
+    while queue.len().await.unwrap() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "released within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let again = next(&queue).await;
+    assert_eq!(again.item(), "a", "a released item goes to the head");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    again.done().await.unwrap();
+    let b = next(&queue).await;
+    assert_eq!(b.item(), "b");
+    b.release().await.unwrap();
+    let b = next(&queue).await;
+    b.done().await.unwrap();
+    assert_eq!(
+        queue.try_get().await.unwrap().err(),
+        Some(TryGetError::Empty)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_whose_leases_keep_expiring_becomes_a_dead_letter() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let queue: PgQueue<String> = PgQueue::builder(unique("dead"))
+        .url(server.url())
+        .lease_duration(Duration::from_millis(100))
+        .auto_renew(false)
+        .max_stalls(2)
+        .dead_letter_cap(2)
+        .build()
+        .await
+        .unwrap();
+    for item in ["p1", "p2", "p3"] {
+        queue.add(item.to_owned()).await.unwrap();
+        queue.add_rate_limited(item.to_owned()).await.unwrap();
+        queue.forget(item.to_owned()).await.unwrap();
+        queue.add_rate_limited(item.to_owned()).await.unwrap();
+        for _ in 0..2 {
+            next(&queue).await.abandon();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // The second expiry buries it: nothing comes out.
+        assert_eq!(
+            queue.try_get().await.unwrap().err(),
+            Some(TryGetError::Empty)
+        );
+    }
+    let letters = queue.dead_letters(10).await.unwrap();
+    let items: Vec<&str> = letters.iter().map(|l| l.item.as_str()).collect();
+    assert_eq!(items, ["\"p3\"", "\"p2\""], "capped at 2, newest first");
+    assert_eq!(letters[0].reason, "stalled");
+    assert_eq!(letters[0].stalls, 2);
+    assert_eq!(letters[0].failures, 1);
+    assert_eq!(queue.dead_dropped().await.unwrap(), 1);
+    assert_eq!(queue.num_requeues("p3".to_owned()).await.unwrap(), 0);
+    assert!(queue.requeue_dead_letter(&letters[0]).await.unwrap());
+    assert!(!queue.requeue_dead_letter(&letters[0]).await.unwrap());
+    let p3 = next(&queue).await;
+    assert_eq!(p3.item(), "p3");
+    p3.done().await.unwrap();
+    assert_eq!(queue.purge_dead_letters().await.unwrap(), 1);
+    assert!(queue.dead_letters(10).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_that_does_not_deserialize_becomes_a_dead_letter() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let name = unique("types");
+    let numbers: PgQueue<u32> = PgQueue::builder(name.clone())
+        .url(server.url())
+        .build()
+        .await
+        .unwrap();
+    let texts: PgQueue<String> = PgQueue::builder(name)
+        .url(server.url())
+        .build()
+        .await
+        .unwrap();
+    texts.add("not a number".to_owned()).await.unwrap();
+    numbers.add(7).await.unwrap();
+    let lease = tokio::time::timeout(Duration::from_secs(5), numbers.get())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(*lease.item(), 7);
+    lease.done().await.unwrap();
+    let letters = numbers.dead_letters(10).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].item, "\"not a number\"");
+    assert!(
+        letters[0].reason.contains("invalid type"),
+        "{}",
+        letters[0].reason
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handles_shut_down_stops_only_that_handle() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let queue = queue(&server, Duration::from_secs(10)).await;
+    let other = PgQueue::<String>::builder(queue.name())
+        .url(server.url())
+        .build()
+        .await
+        .unwrap();
+    queue.add("a".to_owned()).await.unwrap();
+    let held = next(&queue).await;
+    let blocked = {
+        let queue = queue.clone();
+        tokio::spawn(async move { queue.get().await.unwrap().is_none() })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    queue.shut_down();
+    assert!(
+        blocked.await.unwrap(),
+        "a blocked getter of the handle wakes with None"
+    );
+    assert_eq!(
+        queue.add("b".to_owned()).await.unwrap().kind,
+        AddKind::Ignored
+    );
+    assert!(queue.is_shutting_down().await.unwrap());
+    assert!(!other.is_shutting_down().await.unwrap());
+    other.add("c".to_owned()).await.unwrap();
+    let drain = {
+        let queue = queue.clone();
+        tokio::spawn(async move { queue.shut_down_with_drain().await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!drain.is_finished(), "the drain waits for the held lease");
+    held.done().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), drain)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(next(&other).await.item(), "c");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_listen_getters_find_items_by_polling() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    // As behind PgBouncer in transaction mode: no LISTEN connection at all.
+    let queue: PgQueue<String> = PgQueue::builder(unique("poll"))
+        .url(server.url())
+        .listen(false)
+        .poll_interval(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let getter = {
+        let queue = queue.clone();
+        tokio::spawn(async move { next(&queue).await.item().clone() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    queue.add("x".to_owned()).await.unwrap();
+    assert_eq!(getter.await.unwrap(), "x");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_processes_install_the_schema_once() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let builds = (0..6).map(|i| {
+        let url = server.url();
+        tokio::spawn(async move {
+            PgQueue::<String>::builder(format!("schema-{i}"))
+                .url(url)
+                .build()
+                .await
+                .map(|_| ())
+        })
+    });
+    for build in builds.collect::<Vec<_>>() {
+        build.await.unwrap().unwrap();
+    }
+    let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
+    let versions: Vec<i32> = sqlx::query_scalar("SELECT version FROM workqueue_migrations")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(versions, [workqueue_postgres::SCHEMA_VERSION]);
+    // Every name the schema made carries the prefix.
+    let stray: Vec<String> = sqlx::query_scalar(
+        "SELECT relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'public' AND relname NOT LIKE 'workqueue\\_%'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(stray.is_empty(), "{stray:?}");
+    PgQueue::<String>::migrate(&pool).await.unwrap();
+}
