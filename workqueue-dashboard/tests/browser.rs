@@ -13,8 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{ClientBuilder, Locator};
+use workqueue::TryGet;
 use workqueue_dashboard::{Config, RedisSource, router};
-use workqueue_redis::{RedisQueue, TryGet};
+use workqueue_redis::RedisQueue;
 
 const SKIP_VAR: &str = "WQ_SKIP_BROWSER_TESTS";
 

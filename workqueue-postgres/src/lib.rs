@@ -121,4 +121,3 @@ pub use error::Error;
 pub use lease::Lease;
 pub use migrate::SCHEMA_VERSION;
 pub use queue::{AddKind, Added, DeadLetter, Mutation, PgQueue};
-pub use workqueue::TryGetError;

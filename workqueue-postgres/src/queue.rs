@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use sqlx::postgres::PgListener;
 use sqlx::{PgConnection, PgPool};
 use tokio::task::JoinHandle;
-use workqueue::{AddOptions, TryGetError};
+use workqueue::{AddOptions, TryGet};
 
 use crate::builder::Builder;
 use crate::error::Error;
@@ -767,17 +767,18 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     }
 
     /// One look at the queue without waiting: client-go has no such call, the in-memory
-    /// queue's `try_get` does.
+    /// queue's `try_get` does. [`TryGet::Leased`], [`TryGet::Empty`] or
+    /// [`TryGet::ShutDown`]; [`TryGet::into_result`] gives the in-memory queue's shape.
     ///
     /// # Errors
     ///
     /// As for [`get`](Self::get).
-    pub async fn try_get(&self) -> Result<Result<Lease<T>, TryGetError>, Error> {
+    pub async fn try_get(&self) -> Result<TryGet<Lease<T>>, Error> {
         let deadline = Instant::now() + self.inner.retry_deadline;
         Ok(match self.attempt(deadline).await? {
-            Attempt::Leased(lease) => Ok(lease),
-            Attempt::ShutDown => Err(TryGetError::ShutDown),
-            Attempt::Empty(_) => Err(TryGetError::Empty),
+            Attempt::Leased(lease) => TryGet::Leased(lease),
+            Attempt::ShutDown => TryGet::ShutDown,
+            Attempt::Empty(_) => TryGet::Empty,
         })
     }
 

@@ -57,7 +57,7 @@ async fn a_rolled_back_add_queues_nothing() {
     assert_eq!(queue.len().await.unwrap(), 0);
     assert_eq!(queue.delayed_len().await.unwrap(), 0);
     assert_eq!(
-        queue.try_get().await.unwrap().err(),
+        queue.try_get().await.unwrap().into_result().err(),
         Some(TryGetError::Empty)
     );
 }
@@ -123,7 +123,7 @@ async fn a_stale_holder_is_fenced_off() {
     // The new holder's claim is intact: nobody else gets the item, and its done is accepted.
     queue.add("key".to_owned()).await.unwrap();
     assert_eq!(
-        queue.try_get().await.unwrap().err(),
+        queue.try_get().await.unwrap().into_result().err(),
         Some(TryGetError::Empty)
     );
     fresh.done().await.unwrap();
@@ -147,7 +147,7 @@ async fn held_leases_are_renewed_past_their_duration() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!lease.is_lost());
     assert_eq!(
-        queue.try_get().await.unwrap().err(),
+        queue.try_get().await.unwrap().into_result().err(),
         Some(TryGetError::Empty)
     );
     lease.done().await.unwrap();
@@ -184,7 +184,7 @@ async fn a_dropped_lease_is_released_and_handed_out_again_promptly() {
     let b = next(&queue).await;
     b.done().await.unwrap();
     assert_eq!(
-        queue.try_get().await.unwrap().err(),
+        queue.try_get().await.unwrap().into_result().err(),
         Some(TryGetError::Empty)
     );
 }
@@ -214,7 +214,7 @@ async fn an_item_whose_leases_keep_expiring_becomes_a_dead_letter() {
         }
         // The second expiry buries it: nothing comes out.
         assert_eq!(
-            queue.try_get().await.unwrap().err(),
+            queue.try_get().await.unwrap().into_result().err(),
             Some(TryGetError::Empty)
         );
     }

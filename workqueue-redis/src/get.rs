@@ -1,6 +1,6 @@
 //! Getters: [`get`](RedisQueue::get) (which waits), [`try_get`](RedisQueue::try_get) and
 //! [`done_and_get`](RedisQueue::done_and_get), all made of one look at the queue (the `get`
-//! script), and their results [`TryGet`] and [`DoneAndGet`].
+//! script), and their results [`DoneAndGet`] and [`DoneAndGetMany`].
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workqueue::TryGetError;
+use workqueue::TryGet;
 
 use crate::error::Error;
 use crate::inner::Inner;
@@ -17,74 +17,6 @@ use crate::queue::{RedisQueue, micros};
 use crate::reply::{self, DoneReply, GetReply};
 use crate::scripts::SCRIPTS;
 use crate::wait::{Owed, Waiting};
-
-/// What [`RedisQueue::try_get`] found, looking once without waiting.
-///
-/// The in-memory queue's [`try_get`](workqueue::WorkQueue::try_get) gives the same three
-/// answers as `Result<Lease<T>, TryGetError>`; [`into_result`](Self::into_result) turns this
-/// one into that shape.
-#[must_use = "a lease inside is released when dropped"]
-pub enum TryGet<T> {
-    /// An item was ready: it is handed out under this lease.
-    Leased(Lease<T>),
-    /// Nothing is ready now: the queue holds nothing, or only items waiting for a delay or
-    /// under a lease, or it is [paused](RedisQueue::pause).
-    Empty,
-    /// This handle is shut down ([`shut_down`](RedisQueue::shut_down)), or the queue is shut
-    /// down for every process ([`shut_down_fleet`](RedisQueue::shut_down_fleet)) and has
-    /// nothing ready: no item will come.
-    ShutDown,
-}
-
-impl<T> TryGet<T> {
-    /// The lease, if an item was handed out ([`TryGet::Leased`]).
-    pub fn into_lease(self) -> Option<Lease<T>> {
-        match self {
-            TryGet::Leased(lease) => Some(lease),
-            TryGet::Empty | TryGet::ShutDown => None,
-        }
-    }
-
-    /// Returns `true` for [`TryGet::Leased`].
-    pub fn is_leased(&self) -> bool {
-        matches!(self, TryGet::Leased(_))
-    }
-
-    /// Returns `true` for [`TryGet::Empty`].
-    pub fn is_empty(&self) -> bool {
-        matches!(self, TryGet::Empty)
-    }
-
-    /// Returns `true` for [`TryGet::ShutDown`].
-    pub fn is_shut_down(&self) -> bool {
-        matches!(self, TryGet::ShutDown)
-    }
-
-    /// The in-memory queue's shape: the lease, or [`TryGetError::Empty`] or
-    /// [`TryGetError::ShutDown`].
-    ///
-    /// # Errors
-    ///
-    /// [`TryGetError::Empty`] for [`TryGet::Empty`], [`TryGetError::ShutDown`] for
-    /// [`TryGet::ShutDown`].
-    pub fn into_result(self) -> Result<Lease<T>, TryGetError> {
-        match self {
-            TryGet::Leased(lease) => Ok(lease),
-            TryGet::Empty => Err(TryGetError::Empty),
-            TryGet::ShutDown => Err(TryGetError::ShutDown),
-        }
-    }
-}
-
-impl<T> fmt::Debug for TryGet<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TryGet::Leased(lease) => f.debug_tuple("Leased").field(lease).finish(),
-            TryGet::Empty => f.write_str("Empty"),
-            TryGet::ShutDown => f.write_str("ShutDown"),
-        }
-    }
-}
 
 /// What [`RedisQueue::done_and_get`] did: the `done` of the lease it was given, and the next
 /// lease, from one round trip.
@@ -197,7 +129,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Errors
     ///
     /// A failure to talk to the server, after the [retry deadline](crate::Builder::retry_deadline).
-    pub async fn try_get(&self) -> Result<TryGet<T>, Error> {
+    pub async fn try_get(&self) -> Result<TryGet<Lease<T>>, Error> {
         let deadline = Instant::now() + self.inner.retry_deadline;
         Ok(match self.attempt(deadline).await? {
             Attempt::Leased(lease) => TryGet::Leased(lease),

@@ -6,7 +6,7 @@
 //! [`add_with`](RedisQueue::add_with) (with a priority),
 //! [`forget`](RedisQueue::forget), [`num_requeues`](RedisQueue::num_requeues),
 //! [`len`](RedisQueue::len), [`get`](RedisQueue::get) returning a [`Lease`],
-//! [`try_get`](RedisQueue::try_get) returning a [`TryGet`] (a lease, nothing ready, or shut
+//! [`try_get`](RedisQueue::try_get) returning a [`TryGet`](workqueue::TryGet) (a lease, nothing ready, or shut
 //! down), and [`shut_down`](RedisQueue::shut_down). Any number of worker processes on any
 //! number of machines share one queue, and the rules hold across all of them:
 //!
@@ -117,7 +117,7 @@ pub use connection::MIN_REDIS_VERSION;
 pub use counters::Counters;
 pub use dead_letter::DeadLetter;
 pub use error::Error;
-pub use get::{DoneAndGet, DoneAndGetMany, TryGet};
+pub use get::{DoneAndGet, DoneAndGetMany};
 pub use lease::Lease;
 pub use persistence::Persistence;
 pub use queue::RedisQueue;

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use support::server::{Durability, RedisServer, require, require_with};
-use workqueue_redis::{AddKind, Error, RedisQueue, TryGet};
+use workqueue::TryGet;
+use workqueue_redis::{AddKind, Error, RedisQueue};
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(server.url())

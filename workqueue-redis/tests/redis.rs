@@ -10,7 +10,8 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use support::server::{Durability, RedisServer};
 use workqueue::AddOptions;
-use workqueue_redis::{AddKind, DoneAndGet, DoneAndGetMany, Error, RateLimit, RedisQueue, TryGet};
+use workqueue::TryGet;
+use workqueue_redis::{AddKind, DoneAndGet, DoneAndGetMany, Error, RateLimit, RedisQueue};
 
 async fn queue(server: &RedisServer, name: &str, lease: Duration) -> RedisQueue<String> {
     RedisQueue::builder(name)

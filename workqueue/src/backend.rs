@@ -17,7 +17,7 @@ use std::fmt;
 use std::future::{self, Future};
 use std::hash::Hash;
 
-use crate::{AddOptions, Lease, WorkQueue};
+use crate::{AddOptions, Lease, TryGetError, WorkQueue};
 
 /// A work queue with client-go's rules: dedup, never two workers on one item, delays,
 /// rate-limited retries, shut down. The interface every backend offers to
@@ -299,5 +299,65 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> QueueLease for Lease<T> {
     /// handed out again; `Ok(false)` if the queue is shut down and refused the add.
     fn release(self) -> impl Future<Output = Result<bool, Infallible>> + Send {
         future::ready(Ok(Lease::re_add_and_done(self)))
+    }
+}
+
+/// What a shared backend's `try_get` found, looking once without waiting: a lease `L`,
+/// nothing ready, or a queue shut down (`workqueue_redis::RedisQueue::try_get`,
+/// `workqueue_postgres::PgQueue::try_get`).
+///
+/// The in-memory queue's [`try_get`](WorkQueue::try_get) gives the same three answers as
+/// `Result<Lease<T>, TryGetError>`; [`into_result`](Self::into_result) turns this one into
+/// that shape.
+#[must_use = "a lease inside is released when dropped"]
+#[derive(Debug)]
+pub enum TryGet<L> {
+    /// An item was ready: it is handed out under this lease.
+    Leased(L),
+    /// Nothing is ready now: the queue holds nothing, or only items waiting for a delay or
+    /// under a lease, or it is paused.
+    Empty,
+    /// This handle is shut down, or the queue is shut down for every process and has nothing
+    /// ready: no item will come.
+    ShutDown,
+}
+
+impl<L> TryGet<L> {
+    /// The lease, if an item was handed out ([`TryGet::Leased`]).
+    pub fn into_lease(self) -> Option<L> {
+        match self {
+            TryGet::Leased(lease) => Some(lease),
+            TryGet::Empty | TryGet::ShutDown => None,
+        }
+    }
+
+    /// Returns `true` for [`TryGet::Leased`].
+    pub fn is_leased(&self) -> bool {
+        matches!(self, TryGet::Leased(_))
+    }
+
+    /// Returns `true` for [`TryGet::Empty`].
+    pub fn is_empty(&self) -> bool {
+        matches!(self, TryGet::Empty)
+    }
+
+    /// Returns `true` for [`TryGet::ShutDown`].
+    pub fn is_shut_down(&self) -> bool {
+        matches!(self, TryGet::ShutDown)
+    }
+
+    /// The in-memory queue's shape: the lease, or [`TryGetError::Empty`] or
+    /// [`TryGetError::ShutDown`].
+    ///
+    /// # Errors
+    ///
+    /// [`TryGetError::Empty`] for [`TryGet::Empty`], [`TryGetError::ShutDown`] for
+    /// [`TryGet::ShutDown`].
+    pub fn into_result(self) -> Result<L, TryGetError> {
+        match self {
+            TryGet::Leased(lease) => Ok(lease),
+            TryGet::Empty => Err(TryGetError::Empty),
+            TryGet::ShutDown => Err(TryGetError::ShutDown),
+        }
     }
 }

@@ -88,7 +88,7 @@ impl Backend for Pg {
         self.0.get().await.unwrap()
     }
     async fn try_get(&self) -> Result<Self::Lease, TryGetError> {
-        self.0.try_get().await.unwrap()
+        self.0.try_get().await.unwrap().into_result()
     }
     /// client-go's `ShutDown` of the shared queue: the fleet-wide one (a handle's own
     /// `shut_down` stops only that handle, and has tests of its own).
