@@ -608,6 +608,17 @@ async fn control_without_the_dirty_requeue_the_checker_fails() {
         return;
     };
     s.spawn(4);
+    // The workers are processes that may take seconds to start on a busy machine: the re-adds
+    // go in once they hold items, or they would all fold into queued items.
+    s.produce(4, 4, Duration::ZERO).await.unwrap();
+    let started = Instant::now();
+    while s.queue.processing_len().await.unwrap() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no worker took an item"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let producer = s.produce(60, 4, Duration::from_millis(10));
     producer.await.unwrap();
     let report = s.finish(Duration::from_secs(30)).await;
