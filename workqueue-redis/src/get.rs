@@ -207,7 +207,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             });
         }
         let started = Instant::now();
-        let mut args = Vec::with_capacity(5 + 2 * finished.len());
+        let mut args = Vec::with_capacity(6 + 2 * finished.len());
         args.extend([
             self.inner.mutations.to_string(),
             micros(self.inner.lease).to_string(),
@@ -229,16 +229,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 "done_get: expected two lists of replies, got {what:?}"
             ))
         };
-        let [done, taken] = match reply {
-            Some(Value::Array(parts)) => {
-                <[Value; 2]>::try_from(parts).map_err(|parts| protocol(&parts))?
-            }
+        let (done, taken) = match reply {
+            Some(Value::Array(parts)) => match <[Value; 2]>::try_from(parts) {
+                Ok([Value::Array(done), Value::Array(taken)]) => (done, taken),
+                other => return Err(protocol(&other)),
+            },
             other => return Err(protocol(&other)),
-        };
-        let (Value::Array(done), Value::Array(taken)) = (done, taken) else {
-            return Err(Error::Protocol(
-                "done_get: expected two lists of replies".into(),
-            ));
         };
         let done = done
             .into_iter()
