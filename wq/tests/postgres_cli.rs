@@ -62,7 +62,10 @@ fn the_bench_on_postgres_speaks_the_bench_json_schema() {
     assert!(stderr.contains("pg-boss not measured"), "{stderr}");
 
     // A workload that has no PostgreSQL version is refused, naming the option.
-    let out = wq(&url, &["bench", "--postgres", "--quick", "-w", "W2"]);
+    let out = wq(
+        &url,
+        &["bench", "--postgres", "--quick", "--no-pgboss", "-w", "W2"],
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("with --postgres"), "{stderr}");

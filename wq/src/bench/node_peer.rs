@@ -45,7 +45,8 @@ pub(crate) const BULLMQ_PEER: Peer = Peer {
     url_var: "WQ_REDIS_URL",
 };
 
-/// pg-boss, beside `wq bench --postgres`.
+/// pg-boss, beside `wq bench --postgres`. Its manifest asks for node 22.12 or later; npm only
+/// warns about an older node, and the bench's script runs on node 20 as well.
 pub(crate) const PGBOSS_PEER: Peer = Peer {
     name: PGBOSS,
     version: "12.38.0",
