@@ -349,6 +349,14 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
+    /// The option that chooses it, for messages.
+    pub(crate) fn flag(self) -> &'static str {
+        match self {
+            Backend::Redis => "--redis",
+            Backend::Postgres => "--postgres",
+        }
+    }
+
     /// The `impl` of our figures on it.
     fn ours(self) -> &'static str {
         match self {
@@ -428,14 +436,6 @@ impl Server {
             description,
             notes: Mutex::default(),
         })
-    }
-
-    /// The option that chose this server, for messages.
-    pub(crate) fn flag(&self) -> &'static str {
-        match self.backend {
-            Backend::Redis => "--redis",
-            Backend::Postgres => "--postgres",
-        }
     }
 
     /// The notes, each once, in the order they were made.

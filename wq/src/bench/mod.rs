@@ -254,26 +254,9 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
         )),
         (None, None) => None,
     };
-    let server = match backend {
-        None => None,
-        Some((backend, url, no_peer)) => {
-            let Some(url) = url else {
-                return ExitCode::FAILURE;
-            };
-            match distributed::Server::connect(backend, url, no_peer) {
-                Ok(server) => Some(server),
-                Err(e) => {
-                    eprintln!("wq bench: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-    };
-    let flag = match &server {
-        Some(server) => server.flag(),
-        None => "",
-    };
-    let known = if server.is_some() {
+    // The workloads first: a refused one installs no reference and opens no connection.
+    let flag = backend.as_ref().map_or("", |(backend, ..)| backend.flag());
+    let known = if backend.is_some() {
         SERVER_WORKLOADS
     } else {
         WORKLOADS
@@ -291,6 +274,21 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
                 known.iter().map(|w| w.id).collect::<Vec<_>>().join(", ")
             );
             return ExitCode::FAILURE;
+        }
+    };
+    let server = match backend {
+        None => None,
+        Some((backend, url, no_peer)) => {
+            let Some(url) = url else {
+                return ExitCode::FAILURE;
+            };
+            match distributed::Server::connect(backend, url, no_peer) {
+                Ok(server) => Some(server),
+                Err(e) => {
+                    eprintln!("wq bench: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
         }
     };
     let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 });
