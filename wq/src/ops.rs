@@ -125,13 +125,19 @@ enum DeadLettersCommand {
 /// The URL given to `--redis`, or `$WQ_REDIS_URL` for `--redis` alone; `None` (after a
 /// message) if neither is there.
 pub(crate) fn url_or_env(given: String) -> Option<String> {
+    url_from(given, "--redis", "WQ_REDIS_URL")
+}
+
+/// The URL given to option `flag`, or when none was given, the one in the environment
+/// variable `var`; `None` (having said why) without either.
+pub(crate) fn url_from(given: String, flag: &str, var: &str) -> Option<String> {
     if !given.is_empty() {
         return Some(given);
     }
-    match std::env::var("WQ_REDIS_URL") {
+    match std::env::var(var) {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            eprintln!("wq: --redis without a URL needs WQ_REDIS_URL");
+            eprintln!("wq: {flag} without a URL needs {var}");
             None
         }
     }

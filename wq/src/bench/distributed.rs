@@ -1,20 +1,34 @@
-//! `wq bench --redis URL`: BENCH.md's W1, W3 and W4 on a queue on Redis (`impl`
-//! `workqueue-redis`), beside BullMQ (npm package `bullmq`, `impl` `bullmq`) doing the same adds
-//! and completions on the same server in the same run, in the report of `wq bench`.
+//! `wq bench --redis URL` and `wq bench --postgres URL`: BENCH.md's W1, W3 and W4 on our queue
+//! on a server (`impl` `workqueue-redis` or `workqueue-postgres`), beside the reference that
+//! lives on the same kind of server (BullMQ, `impl` `bullmq`; pg-boss, `impl` `pg-boss`), doing
+//! the same adds and completions on the same server in the same run, in the report of
+//! `wq bench`.
 //!
-//! Both sides batch adds by 100 (`add_all` / `addBulk`, one round trip per batch) and complete
-//! items one at a time; workqueue-redis completes and takes the next item in one round trip
-//! (`done_and_get`), as a BullMQ worker does (`moveToFinished` fetches the next job). W1 runs a
-//! second time with the consumer completing and taking 32 items per round trip
+//! The drivers of the three workloads are written once, over [`Shared`]: what each backend
+//! does per batch of adds and how its consumer takes and completes items.
+//!
+//! **Redis.** Both sides batch adds by 100 (`add_all` / `addBulk`, one round trip per batch)
+//! and complete items one at a time; workqueue-redis completes and takes the next item in one
+//! round trip (`done_and_get`), as a BullMQ worker does (`moveToFinished` fetches the next
+//! job). W1 runs a second time with the consumer completing and taking 32 items per round trip
 //! (`done_and_get_many`, `impl` `workqueue-redis-batch`), which BullMQ's open-source worker
 //! has no counterpart for.
-//! workqueue-redis does more per item: fenced leases on the server clock, renewed while held,
-//! exact client-go dedup (a re-add while processing is delivered once more after `done`).
 //!
-//! BullMQ runs in `node` (see [`super::bullmq`]); without `node`/`npm` its figures are missing
-//! and a note says why.
+//! **PostgreSQL.** workqueue-postgres batches adds by 100 per transaction (`add_in`, one
+//! commit per batch) and completes items one at a time (`get`, then `Lease::done`: two
+//! statements per item); getters wake on `LISTEN`/`NOTIFY`. pg-boss inserts batches of 100
+//! (`insert`, one statement) and completes one job at a time (a worker with `batchSize` 1);
+//! see `wq/benchmarks/pg-boss/bench.mjs` for its queue policy and polling interval.
+//!
+//! Our queues do more per item than either reference: fenced leases on the server's clock,
+//! renewed while held, exact client-go dedup (a re-add while processing is delivered once more
+//! after `done`).
+//!
+//! The references run in `node` (see [`super::node_peer`]); without `node`/`npm` their
+//! figures are missing and a note says why.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,12 +36,15 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use workqueue_redis::{DoneAndGetMany, Error, Lease, RedisQueue};
+use workqueue_postgres::PgQueue;
+use workqueue_redis::{DoneAndGetMany, Lease, RedisQueue};
 
 use super::Ctx;
-use super::report::{OURS_REDIS, OURS_REDIS_BATCH, Sample};
+use super::node_peer::{BULLMQ_PEER, PGBOSS_PEER, Peer};
+use super::report::{OURS_POSTGRES, OURS_REDIS, OURS_REDIS_BATCH, Sample};
 
 type Figures = Vec<(&'static str, f64)>;
+type Error = String;
 
 /// The sizes of a run: W1 items, W3 adds, W4 items.
 fn sizes(quick: bool) -> (usize, usize, usize) {
@@ -38,60 +55,175 @@ fn sizes(quick: bool) -> (usize, usize, usize) {
     }
 }
 
-async fn open(url: &str, workload: &str) -> Result<RedisQueue<u64>, Error> {
-    let queue = RedisQueue::builder(format!("wq-bench-{workload}-{}", std::process::id()))
-        .url(url)
-        .lease_duration(Duration::from_secs(30))
-        .check_persistence(false)
-        .build()
-        .await?;
-    queue.delete().await?;
-    Ok(queue)
+/// Items per batch of adds, on both sides.
+const ADD_BATCH: usize = 100;
+
+/// What the workload drivers need of a queue on a server.
+trait Shared: Clone + Send + Sync + 'static {
+    /// A fresh, empty queue for `workload`.
+    fn open(url: &str, workload: &str) -> impl Future<Output = Result<Self, Error>> + Send;
+    /// Adds `keys` as one batch.
+    fn add_batch(&self, keys: &[u64]) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Adds each key after its delay, as one batch.
+    fn add_batch_after(
+        &self,
+        batch: Vec<(u64, Duration)>,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Processes items until the queue is shut down, taking up to `batch` per round trip where
+    /// the backend can; calls `seen` for every item; returns how many it processed.
+    fn consume(
+        self,
+        batch: usize,
+        seen: impl FnMut(&u64) + Send + 'static,
+    ) -> impl Future<Output = Result<usize, Error>> + Send;
+    /// Items queued or being processed.
+    fn pending(&self) -> impl Future<Output = Result<usize, Error>> + Send;
+    /// Shuts this handle down (its getters return `None`).
+    fn shut_down(&self) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Deletes the queue.
+    fn delete(&self) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
-/// Processes items until the queue is shut down, completing the items in hand and taking up to
-/// `batch` next ones in one round trip; calls `seen` for every item.
-async fn consume(
-    queue: RedisQueue<u64>,
-    batch: usize,
-    mut seen: impl FnMut(&Lease<u64>) + Send,
-) -> Result<usize, Error> {
-    let mut count = 0;
-    let mut current: Vec<Lease<u64>> = queue.get().await?.into_iter().collect();
-    while !current.is_empty() {
-        for lease in &current {
-            seen(lease);
-        }
-        count += current.len();
-        let DoneAndGetMany { done, next, .. } = queue.done_and_get_many(current, batch).await?;
-        done.into_iter().collect::<Result<(), Error>>()?;
-        current = if next.is_empty() {
-            queue.get().await?.into_iter().collect()
-        } else {
-            next
-        };
+fn text(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+impl Shared for RedisQueue<u64> {
+    async fn open(url: &str, workload: &str) -> Result<Self, Error> {
+        let queue = RedisQueue::builder(format!("wq-bench-{workload}-{}", std::process::id()))
+            .url(url)
+            .lease_duration(Duration::from_secs(30))
+            .check_persistence(false)
+            .build()
+            .await
+            .map_err(text)?;
+        queue.delete().await.map_err(text)?;
+        Ok(queue)
     }
-    Ok(count)
+
+    async fn add_batch(&self, keys: &[u64]) -> Result<(), Error> {
+        self.add_all(keys).await.map(drop).map_err(text)
+    }
+
+    async fn add_batch_after(&self, batch: Vec<(u64, Duration)>) -> Result<(), Error> {
+        self.add_all_after(batch).await.map(drop).map_err(text)
+    }
+
+    /// Completes the items in hand and takes up to `batch` next ones in one round trip.
+    async fn consume(
+        self,
+        batch: usize,
+        mut seen: impl FnMut(&u64) + Send + 'static,
+    ) -> Result<usize, Error> {
+        let mut count = 0;
+        let mut current: Vec<Lease<u64>> = self.get().await.map_err(text)?.into_iter().collect();
+        while !current.is_empty() {
+            for lease in &current {
+                seen(lease.item());
+            }
+            count += current.len();
+            let DoneAndGetMany { done, next, .. } =
+                self.done_and_get_many(current, batch).await.map_err(text)?;
+            done.into_iter().collect::<Result<(), _>>().map_err(text)?;
+            current = if next.is_empty() {
+                self.get().await.map_err(text)?.into_iter().collect()
+            } else {
+                next
+            };
+        }
+        Ok(count)
+    }
+
+    async fn pending(&self) -> Result<usize, Error> {
+        Ok(self.len().await.map_err(text)? + self.processing_len().await.map_err(text)?)
+    }
+
+    async fn shut_down(&self) -> Result<(), Error> {
+        RedisQueue::shut_down(self).await.map_err(text)
+    }
+
+    async fn delete(&self) -> Result<(), Error> {
+        RedisQueue::delete(self).await.map_err(text)
+    }
+}
+
+impl Shared for PgQueue<u64> {
+    async fn open(url: &str, workload: &str) -> Result<Self, Error> {
+        let queue = PgQueue::builder(format!("wq-bench-{workload}-{}", std::process::id()))
+            .url(url)
+            .lease_duration(Duration::from_secs(30))
+            .build()
+            .await
+            .map_err(text)?;
+        queue.delete().await.map_err(text)?;
+        Ok(queue)
+    }
+
+    /// One transaction per batch.
+    async fn add_batch(&self, keys: &[u64]) -> Result<(), Error> {
+        let mut tx = self.pool().begin().await.map_err(text)?;
+        for key in keys {
+            self.add_in(&mut tx, key).await.map_err(text)?;
+        }
+        tx.commit().await.map_err(text)
+    }
+
+    /// One transaction per batch.
+    async fn add_batch_after(&self, batch: Vec<(u64, Duration)>) -> Result<(), Error> {
+        let mut tx = self.pool().begin().await.map_err(text)?;
+        for (key, delay) in batch {
+            self.add_after_in(&mut tx, key, delay).await.map_err(text)?;
+        }
+        tx.commit().await.map_err(text)
+    }
+
+    /// One item at a time (`get`, then `done`), whatever `batch` says.
+    async fn consume(
+        self,
+        _batch: usize,
+        mut seen: impl FnMut(&u64) + Send + 'static,
+    ) -> Result<usize, Error> {
+        let mut count = 0;
+        while let Some(lease) = self.get().await.map_err(text)? {
+            seen(lease.item());
+            count += 1;
+            lease.done().await.map_err(text)?;
+        }
+        Ok(count)
+    }
+
+    async fn pending(&self) -> Result<usize, Error> {
+        Ok(self.len().await.map_err(text)? + self.processing_len().await.map_err(text)?)
+    }
+
+    async fn shut_down(&self) -> Result<(), Error> {
+        PgQueue::shut_down(self);
+        Ok(())
+    }
+
+    async fn delete(&self) -> Result<(), Error> {
+        PgQueue::delete(self).await.map_err(text)
+    }
 }
 
 /// W1: 1 producer adds `n` distinct keys; 1 consumer gets and completes them.
-async fn w1(url: &str, n: usize, batch: usize) -> Result<Figures, Error> {
-    let queue = open(url, "w1").await?;
+async fn w1<Q: Shared>(url: &str, n: usize, batch: usize) -> Result<Figures, Error> {
+    let queue = Q::open(url, "w1").await?;
     let started = Instant::now();
     let producer = {
         let queue = queue.clone();
         tokio::spawn(async move {
             let keys: Vec<u64> = (0..n as u64).collect();
-            for chunk in keys.chunks(100) {
-                queue.add_all(chunk).await?;
+            for chunk in keys.chunks(ADD_BATCH) {
+                queue.add_batch(chunk).await?;
             }
             Ok::<_, Error>(())
         })
     };
     let seen = Arc::new(AtomicUsize::new(0));
     let consumer = {
-        let (queue, seen) = (queue.clone(), seen.clone());
-        tokio::spawn(consume(queue, batch, move |_| {
+        let seen = seen.clone();
+        tokio::spawn(queue.clone().consume(batch, move |_| {
             seen.fetch_add(1, Ordering::Relaxed);
         }))
     };
@@ -107,8 +239,8 @@ async fn w1(url: &str, n: usize, batch: usize) -> Result<Figures, Error> {
 }
 
 /// W3: 4 producers add the same 1,000 keys over and over (`adds` in all); 2 consumers.
-async fn w3(url: &str, adds: usize) -> Result<Figures, Error> {
-    let queue = open(url, "w3").await?;
+async fn w3<Q: Shared>(url: &str, adds: usize) -> Result<Figures, Error> {
+    let queue = Q::open(url, "w3").await?;
     let started = Instant::now();
     let per_producer = adds / 4;
     let producers: Vec<_> = (0..4_u64)
@@ -118,21 +250,21 @@ async fn w3(url: &str, adds: usize) -> Result<Figures, Error> {
                 let keys: Vec<u64> = (0..per_producer as u64)
                     .map(|k| (k * 7 + p * 13) % 1000)
                     .collect();
-                for chunk in keys.chunks(100) {
-                    queue.add_all(chunk).await?;
+                for chunk in keys.chunks(ADD_BATCH) {
+                    queue.add_batch(chunk).await?;
                 }
                 Ok::<_, Error>(())
             })
         })
         .collect();
     let consumers: Vec<_> = (0..2)
-        .map(|_| tokio::spawn(consume(queue.clone(), 1, |_| {})))
+        .map(|_| tokio::spawn(queue.clone().consume(1, |_| {})))
         .collect();
     for producer in producers {
         producer.await.expect("producer")?;
     }
     let adds_per_s = (per_producer * 4) as f64 / started.elapsed().as_secs_f64();
-    while queue.len().await? > 0 || queue.processing_len().await? > 0 {
+    while queue.pending().await? > 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let wall = started.elapsed();
@@ -151,16 +283,16 @@ async fn w3(url: &str, adds: usize) -> Result<Figures, Error> {
 
 /// W4: 1 producer adds `n` distinct keys with a random delay in [0, 2 s]; 2 consumers record
 /// lateness (time of get minus intended ready time).
-async fn w4(url: &str, n: usize) -> Result<Figures, Error> {
-    let queue = open(url, "w4").await?;
+async fn w4<Q: Shared>(url: &str, n: usize) -> Result<Figures, Error> {
+    let queue = Q::open(url, "w4").await?;
     let due: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
     let lateness: Arc<Mutex<Vec<f64>>> = Arc::default();
     let consumers: Vec<_> = (0..2)
         .map(|_| {
             let (due, lateness) = (due.clone(), lateness.clone());
-            tokio::spawn(consume(queue.clone(), 1, move |lease| {
+            tokio::spawn(queue.clone().consume(1, move |item| {
                 let now = Instant::now();
-                let at = due.lock().unwrap().get(lease.item()).copied();
+                let at = due.lock().unwrap().get(item).copied();
                 if let Some(at) = at {
                     let late = now.saturating_duration_since(at).as_secs_f64() * 1000.0;
                     lateness.lock().unwrap().push(late);
@@ -171,11 +303,11 @@ async fn w4(url: &str, n: usize) -> Result<Figures, Error> {
     let started = Instant::now();
     // A fixed seed: every run adds the same delays.
     let mut rng = StdRng::seed_from_u64(42);
-    for chunk_start in (0..n as u64).step_by(100) {
+    for chunk_start in (0..n as u64).step_by(ADD_BATCH) {
         let now = Instant::now();
         let batch: Vec<(u64, Duration)> = {
             let mut due_now = due.lock().unwrap();
-            (chunk_start..(chunk_start + 100).min(n as u64))
+            (chunk_start..(chunk_start + ADD_BATCH as u64).min(n as u64))
                 .map(|key| {
                     let delay = Duration::from_millis(rng.random_range(0..2000));
                     due_now.insert(key, now + delay);
@@ -183,7 +315,7 @@ async fn w4(url: &str, n: usize) -> Result<Figures, Error> {
                 })
                 .collect()
         };
-        queue.add_all_after(batch).await?;
+        queue.add_batch_after(batch).await?;
     }
     let adds_per_s = n as f64 / started.elapsed().as_secs_f64();
     while lateness.lock().unwrap().len() < n {
@@ -207,47 +339,100 @@ async fn w4(url: &str, n: usize) -> Result<Figures, Error> {
     ])
 }
 
-/// A Redis server to measure on, with what it takes: a runtime for the async client, and
-/// BullMQ installed (or why not).
+/// Which kind of server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backend {
+    /// Redis (`--redis`), beside BullMQ.
+    Redis,
+    /// PostgreSQL (`--postgres`), beside pg-boss.
+    Postgres,
+}
+
+impl Backend {
+    /// The option that chooses it, for messages.
+    pub(crate) fn flag(self) -> &'static str {
+        match self {
+            Backend::Redis => "--redis",
+            Backend::Postgres => "--postgres",
+        }
+    }
+
+    /// The `impl` of our figures on it.
+    fn ours(self) -> &'static str {
+        match self {
+            Backend::Redis => OURS_REDIS,
+            Backend::Postgres => OURS_POSTGRES,
+        }
+    }
+
+    /// The reference on the same kind of server.
+    fn peer(self) -> &'static Peer {
+        match self {
+            Backend::Redis => &BULLMQ_PEER,
+            Backend::Postgres => &PGBOSS_PEER,
+        }
+    }
+}
+
+/// A server to measure on, with what it takes: a runtime for the async clients, and the
+/// reference installed (or why not).
 pub(crate) struct Server {
+    backend: Backend,
     url: String,
     runtime: tokio::runtime::Runtime,
-    /// The BullMQ script, installed, or why BullMQ is not measured.
-    bullmq: Result<PathBuf, String>,
-    /// The server's persistence settings, for the report.
+    /// The reference's script, installed, or why the reference is not measured.
+    peer: Result<PathBuf, String>,
+    /// The server, for the report: Redis's persistence settings, PostgreSQL's version.
     pub(crate) description: String,
     /// What could not be measured, for the report.
     pub(crate) notes: Mutex<Vec<String>>,
 }
 
 impl Server {
-    /// Connects to the server at `url`; installs BullMQ unless `no_bullmq`.
-    pub(crate) fn connect(url: String, no_bullmq: bool) -> Result<Self, String> {
+    /// Connects to the server at `url`; installs the reference unless `no_peer`.
+    pub(crate) fn connect(backend: Backend, url: String, no_peer: bool) -> Result<Self, String> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start a runtime: {e}"))?;
-        let probe: RedisQueue<u64> = runtime
-            .block_on(
-                RedisQueue::builder("wq-bench-probe")
+        let description = match backend {
+            Backend::Redis => {
+                let probe: RedisQueue<u64> = runtime
+                    .block_on(
+                        RedisQueue::builder("wq-bench-probe")
+                            .url(url.as_str())
+                            .build(),
+                    )
+                    .map_err(text)?;
+                probe
+                    .persistence()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            }
+            Backend::Postgres => runtime.block_on(async {
+                let probe: PgQueue<u64> = PgQueue::builder("wq-bench-probe")
                     .url(url.as_str())
-                    .build(),
-            )
-            .map_err(|e| e.to_string())?;
-        let description = probe
-            .persistence()
-            .map(ToString::to_string)
-            .unwrap_or_default();
-        let bullmq = if no_bullmq {
-            Err("skipped (--no-bullmq)".to_owned())
+                    .build()
+                    .await
+                    .map_err(text)?;
+                let version: String = sqlx_version(&probe).await?;
+                Ok::<_, String>(version)
+            })?,
+        };
+        let peer = if no_peer {
+            Err(format!(
+                "skipped (--no-{})",
+                backend.peer().name().replace('-', "")
+            ))
         } else {
-            super::bullmq::ready()
+            backend.peer().ready()
         };
         Ok(Self {
+            backend,
             url,
             runtime,
-            bullmq,
+            peer,
             description,
             notes: Mutex::default(),
         })
@@ -259,84 +444,105 @@ impl Server {
         notes.dedup();
         notes
     }
+
+    /// Runs workload driver `redis` or `postgres`, whichever fits the server.
+    fn drive<R, P>(&self, redis: R, postgres: P) -> Result<Figures, Error>
+    where
+        R: Future<Output = Result<Figures, Error>>,
+        P: Future<Output = Result<Figures, Error>>,
+    {
+        match self.backend {
+            Backend::Redis => self.runtime.block_on(redis),
+            Backend::Postgres => self.runtime.block_on(postgres),
+        }
+    }
 }
 
-/// Measures `workload` of `size` on workqueue-redis (`ours`), then BullMQ on the same server.
-fn measure<F>(
+/// The server's version, for the report.
+async fn sqlx_version(queue: &PgQueue<u64>) -> Result<String, String> {
+    let version: String = sqlx::query_scalar("SHOW server_version")
+        .fetch_one(queue.pool())
+        .await
+        .map_err(text)?;
+    Ok(format!("PostgreSQL {version}"))
+}
+
+/// Measures `workload` of `size` on our queue (`ours`), then the reference on the same server.
+fn measure(
     ctx: &Ctx<'_>,
     workload: &'static str,
     size: usize,
-    ours: impl FnOnce(String) -> F,
-) -> Result<Vec<Sample>, String>
-where
-    F: std::future::Future<Output = Result<Figures, Error>>,
-{
-    let server = ctx.redis.ok_or("no Redis server")?;
-    ctx.step(&format!("{OURS_REDIS} ({size})"));
-    let figures = server
-        .runtime
-        .block_on(ours(server.url.clone()))
-        .map_err(|e| e.to_string())?;
+    ours: impl FnOnce(&Server) -> Result<Figures, Error>,
+) -> Result<Vec<Sample>, String> {
+    let server = ctx.server.ok_or("no server")?;
+    let imp = server.backend.ours();
+    ctx.step(&format!("{imp} ({size})"));
+    let figures = ours(server)?;
     let mut samples: Vec<Sample> = figures
         .into_iter()
-        .map(|(metric, value)| Sample::new(workload, OURS_REDIS, metric, value))
+        .map(|(metric, value)| Sample::new(workload, imp, metric, value))
         .collect();
+    let peer = server.backend.peer();
     let mut notes = server.notes.lock().unwrap_or_else(|e| e.into_inner());
-    match &server.bullmq {
+    match &server.peer {
         Ok(script) => {
-            ctx.step(&format!("bullmq ({size})"));
-            match super::bullmq::run(script, &server.url, workload, size) {
+            ctx.step(&format!("{} ({size})", peer.name()));
+            match peer.run(script, &server.url, workload, size) {
                 Ok(theirs) => samples.extend(theirs),
-                Err(e) => notes.push(format!("{workload} bullmq: {e}")),
+                Err(e) => notes.push(format!("{workload} {}: {e}", peer.name())),
             }
         }
-        Err(e) => notes.push(format!("bullmq not measured: {e}")),
+        Err(e) => notes.push(format!("{} not measured: {e}", peer.name())),
     }
     Ok(samples)
 }
 
-/// W1 on Redis, beside BullMQ; then with the consumer taking items in batches
-/// ([`BATCH`] per round trip, `impl` `workqueue-redis-batch`).
+/// W1 on the server, beside the reference; on Redis, then with the consumer taking items in
+/// batches ([`BATCH`] per round trip, `impl` `workqueue-redis-batch`).
 pub(crate) fn run_w1(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {
     let size = sizes(ctx.quick).0;
-    let mut samples = measure(ctx, "W1", size, move |url| async move {
-        w1(&url, size, 1).await
+    let mut samples = measure(ctx, "W1", size, |s| {
+        s.drive(
+            w1::<RedisQueue<u64>>(&s.url, size, 1),
+            w1::<PgQueue<u64>>(&s.url, size, 1),
+        )
     })?;
-    let server = ctx.redis.ok_or("no Redis server")?;
-    ctx.step(&format!("{OURS_REDIS_BATCH} ({size})"));
-    let figures = server
-        .runtime
-        .block_on(w1(&server.url, size, BATCH))
-        .map_err(|e| e.to_string())?;
-    samples.extend(
-        figures
-            .into_iter()
-            .map(|(metric, value)| Sample::new("W1", OURS_REDIS_BATCH, metric, value)),
-    );
+    let server = ctx.server.ok_or("no server")?;
+    if server.backend == Backend::Redis {
+        ctx.step(&format!("{OURS_REDIS_BATCH} ({size})"));
+        let figures = server
+            .runtime
+            .block_on(w1::<RedisQueue<u64>>(&server.url, size, BATCH))?;
+        samples.extend(
+            figures
+                .into_iter()
+                .map(|(metric, value)| Sample::new("W1", OURS_REDIS_BATCH, metric, value)),
+        );
+    }
     Ok(samples)
 }
 
 /// Items a batched consumer completes and takes per round trip (`done_and_get_many`).
 const BATCH: usize = 32;
 
-/// W3 on Redis, beside BullMQ.
+/// W3 on the server, beside the reference.
 pub(crate) fn run_w3(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {
     let size = sizes(ctx.quick).1;
-    measure(
-        ctx,
-        "W3",
-        size,
-        move |url| async move { w3(&url, size).await },
-    )
+    measure(ctx, "W3", size, |s| {
+        s.drive(
+            w3::<RedisQueue<u64>>(&s.url, size),
+            w3::<PgQueue<u64>>(&s.url, size),
+        )
+    })
 }
 
-/// W4 on Redis, beside BullMQ.
+/// W4 on the server, beside the reference.
 pub(crate) fn run_w4(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {
     let size = sizes(ctx.quick).2;
-    measure(
-        ctx,
-        "W4",
-        size,
-        move |url| async move { w4(&url, size).await },
-    )
+    measure(ctx, "W4", size, |s| {
+        s.drive(
+            w4::<RedisQueue<u64>>(&s.url, size),
+            w4::<PgQueue<u64>>(&s.url, size),
+        )
+    })
 }

@@ -3,8 +3,11 @@
 //! Every workload lives in its own module (`w1_fifo`, `p1_priority`, `w2_contended`,
 //! `w3_dedup`, `w4_delay`, `w5_retry`, `w6_memory`), whose module documentation says what it
 //! measures and its caveats. The backend is an option: with `--redis URL` the workloads are
-//! W1, W3 and W4 on a queue on Redis (`distributed`) beside BullMQ (`bullmq`), in the same
-//! report and the same `--json` lines, as `impl` `workqueue-redis` and `bullmq`. A workload returns [`report::Sample`]s (one number per
+//! W1, W3 and W4 on a queue on Redis (`distributed`) beside BullMQ, with `--postgres URL` the
+//! same three on a queue on PostgreSQL beside pg-boss (both references run in `node`, see
+//! `node_peer`), in the same report and the same `--json` lines, as `impl` `workqueue-redis`
+//! and `bullmq`, or `workqueue-postgres` and `pg-boss`. A workload returns
+//! [`report::Sample`]s (one number per
 //! implementation and metric); with `--runs N` every workload runs N times and the report
 //! holds the median of each figure.
 //!
@@ -18,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-mod bullmq;
 mod distributed;
+mod node_peer;
 mod p1_priority;
 mod report;
 mod util;
@@ -52,6 +55,26 @@ pub(crate) struct BenchArgs {
     #[arg(long, requires = "redis")]
     no_bullmq: bool,
 
+    /// Runs W1, W3 and W4 against the PostgreSQL-backed queue at URL (the bench uses queues
+    /// of its own and deletes them) beside pg-boss on the same database, which it installs
+    /// with npm (the versions pinned in wq/benchmarks/pg-boss) into a private directory of
+    /// this user's unless --no-pgboss is given. Same report and --json lines, with `impl`
+    /// workqueue-postgres and pg-boss.
+    /// `--postgres` alone takes the URL from $WQ_POSTGRES_URL (keep a password off the
+    /// command line).
+    #[arg(
+        long,
+        value_name = "URL",
+        num_args = 0..=1,
+        default_missing_value = "",
+        conflicts_with = "redis"
+    )]
+    postgres: Option<String>,
+
+    /// With --postgres: skips pg-boss.
+    #[arg(long, requires = "postgres")]
+    no_pgboss: bool,
+
     /// Workloads to run, comma separated (W1, P1, W2, W3, W4, W5, W6); all by default.
     #[arg(
         short = 'w',
@@ -83,8 +106,8 @@ pub(crate) struct BenchArgs {
 pub(crate) struct Ctx<'a> {
     /// Smaller sizes (`--quick`).
     pub(crate) quick: bool,
-    /// The Redis server, with `--redis`.
-    pub(crate) redis: Option<&'a distributed::Server>,
+    /// The Redis or PostgreSQL server, with `--redis` or `--postgres`.
+    pub(crate) server: Option<&'a distributed::Server>,
     /// This run's number, from 1.
     pub(crate) run: u32,
     /// Runs in all.
@@ -155,21 +178,21 @@ const WORKLOADS: &[Workload] = &[
     },
 ];
 
-/// The workloads on Redis (`--redis URL`), in report order.
-const REDIS_WORKLOADS: &[Workload] = &[
+/// The workloads on a server (`--redis URL`, `--postgres URL`), in report order.
+const SERVER_WORKLOADS: &[Workload] = &[
     Workload {
         id: "W1",
-        title: "fifo on Redis, 1 producer, 1 consumer",
+        title: "fifo on the server, 1 producer, 1 consumer",
         run: distributed::run_w1,
     },
     Workload {
         id: "W3",
-        title: "dedup on Redis, 4 producers of 1,000 keys, 2 consumers",
+        title: "dedup on the server, 4 producers of 1,000 keys, 2 consumers",
         run: distributed::run_w3,
     },
     Workload {
         id: "W4",
-        title: "delay on Redis, random delays, 2 consumers",
+        title: "delay on the server, random delays, 2 consumers",
         run: distributed::run_w4,
     },
 ];
@@ -218,23 +241,23 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
     if let Some(case) = &args.w6_child {
         return w6_memory::child(case, args.w6_items);
     }
-    let server = match args.redis {
-        None => None,
-        Some(url) => {
-            let Some(url) = crate::ops::url_or_env(url) else {
-                return ExitCode::FAILURE;
-            };
-            match distributed::Server::connect(url, args.no_bullmq) {
-                Ok(server) => Some(server),
-                Err(e) => {
-                    eprintln!("wq bench: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
+    let backend = match (args.redis, args.postgres) {
+        (Some(url), _) => Some((
+            distributed::Backend::Redis,
+            crate::ops::url_or_env(url),
+            args.no_bullmq,
+        )),
+        (None, Some(url)) => Some((
+            distributed::Backend::Postgres,
+            crate::ops::url_from(url, "--postgres", "WQ_POSTGRES_URL"),
+            args.no_pgboss,
+        )),
+        (None, None) => None,
     };
-    let known = if server.is_some() {
-        REDIS_WORKLOADS
+    // The workloads first: a refused one installs no reference and opens no connection.
+    let flag = backend.as_ref().map_or("", |(backend, ..)| backend.flag());
+    let known = if backend.is_some() {
+        SERVER_WORKLOADS
     } else {
         WORKLOADS
     };
@@ -243,14 +266,29 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
         Err(unknown) => {
             eprintln!(
                 "wq bench: unknown workload {unknown:?}; known{}: {}",
-                if server.is_some() {
-                    " with --redis"
+                if flag.is_empty() {
+                    String::new()
                 } else {
-                    ""
+                    format!(" with {flag}")
                 },
                 known.iter().map(|w| w.id).collect::<Vec<_>>().join(", ")
             );
             return ExitCode::FAILURE;
+        }
+    };
+    let server = match backend {
+        None => None,
+        Some((backend, url, no_peer)) => {
+            let Some(url) = url else {
+                return ExitCode::FAILURE;
+            };
+            match distributed::Server::connect(backend, url, no_peer) {
+                Ok(server) => Some(server),
+                Err(e) => {
+                    eprintln!("wq bench: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
         }
     };
     let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 });
@@ -259,7 +297,11 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
     progress.line(format!(
         "wq bench{}{}: {} workload(s), {runs} run(s) each; {machine}",
         if args.quick { " --quick" } else { "" },
-        if server.is_some() { " --redis" } else { "" },
+        if flag.is_empty() {
+            String::new()
+        } else {
+            format!(" {flag}")
+        },
         selected.len(),
     ));
     let started = Instant::now();
@@ -269,7 +311,7 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
         for run in 1..=runs {
             let ctx = Ctx {
                 quick: args.quick,
-                redis: server.as_ref(),
+                server: server.as_ref(),
                 run,
                 runs,
                 id: workload.id,
@@ -324,6 +366,8 @@ pub(crate) fn run_distributed(
         quick,
         redis: Some(url),
         no_bullmq,
+        postgres: None,
+        no_pgboss: false,
         workloads,
         runs: None,
         json,

@@ -17,6 +17,10 @@ pub(crate) const OURS_REDIS: &str = "workqueue-redis";
 pub(crate) const OURS_REDIS_BATCH: &str = "workqueue-redis-batch";
 /// BullMQ on the same Redis server, the reference of `wq bench --redis URL`.
 pub(crate) const BULLMQ: &str = "bullmq";
+/// Our queue on PostgreSQL (crate `workqueue-postgres`), with `wq bench --postgres URL`.
+pub(crate) const OURS_POSTGRES: &str = "workqueue-postgres";
+/// pg-boss on the same database, the reference of `wq bench --postgres URL`.
+pub(crate) const PGBOSS: &str = "pg-boss";
 /// One thread, no locks, `VecDeque` + hash sets (BENCH.md's practical limit (a)).
 pub(crate) const LIMIT: &str = "limit-single-thread";
 /// An unbounded crossbeam channel (BENCH.md's practical limit (b)).
@@ -198,7 +202,7 @@ fn verdict(met: bool) -> &'static str {
 /// The goal text for our figure `value` on its own line (absolute goals, which are the
 /// in-memory queue's).
 fn absolute_goal(workload: &str, metric: &str, ours: &str, value: f64) -> String {
-    if ours == OURS_REDIS || ours == OURS_REDIS_BATCH {
+    if is_shared(ours) {
         return String::new();
     }
     let Some(goal) = GOALS
@@ -218,7 +222,7 @@ fn absolute_goal(workload: &str, metric: &str, ours: &str, value: f64) -> String
 
 /// The goal text for the ratio of our figure to `reference` (the in-memory queue's goals).
 fn ratio_goal(workload: &str, metric: &str, ours: &str, reference: &str, ratio: f64) -> String {
-    if ours == OURS_REDIS || ours == OURS_REDIS_BATCH {
+    if is_shared(ours) {
         return String::new();
     }
     GOALS
@@ -274,7 +278,13 @@ fn format_value(metric: &str, v: f64) -> String {
 }
 
 fn is_ours(imp: &str) -> bool {
-    imp == OURS || imp == OURS_ASYNC || imp == OURS_REDIS || imp == OURS_REDIS_BATCH
+    imp == OURS || imp == OURS_ASYNC || is_shared(imp)
+}
+
+/// Whether `imp` is one of our queues on a server (Redis, PostgreSQL), which issue 3's goals
+/// (the in-memory queue's) do not apply to.
+fn is_shared(imp: &str) -> bool {
+    imp == OURS_REDIS || imp == OURS_REDIS_BATCH || imp == OURS_POSTGRES
 }
 
 /// Prints the table: one block per (workload, figure), our figures each beside every

@@ -1,0 +1,168 @@
+// pg-boss doing what `wq bench --postgres` does with workqueue-postgres, on the same database:
+// WQ_POSTGRES_URL=URL node bench.mjs WORKLOAD SIZE  ->  one JSON object per line and figure.
+// The URL comes through the environment, so a password is not in the process list.
+//
+// Settings, each as close to ours as pg-boss allows:
+// - Consumers take and complete one job at a time, through pg-boss's `fetch` and `complete`
+//   (two statements per job, as workqueue-postgres's `get` and `done`). pg-boss's `work()`
+//   would wait out its polling interval after every fetch at `batchSize` 1 (its burst modes
+//   need a larger batch), about 2 jobs/s; so each consumer here is the loop `work()` runs in
+//   burst mode: fetch again at once after a job, and after an empty fetch wait pg-boss's
+//   polling interval at the least it accepts, 0.5 s (MIN_POLLING_INTERVAL_MS). pg-boss wakes
+//   `work()` by LISTEN/NOTIFY only for jobs that are ready at insert, never for a delayed job
+//   coming due, so W4's lateness is bounded by that polling interval either way.
+// - Adds go in batches of 100 through `insert` (one statement per batch).
+// - W3 uses a queue of policy `short`: at most one queued (`created`) job per singletonKey, and
+//   one more may be queued while it is active. That is client-go's dedup rule (a key queued
+//   once, a re-add while processing delivered again), so duplicates fold the same way.
+import { PgBoss } from 'pg-boss';
+
+const url = process.env.WQ_POSTGRES_URL;
+const [workload, sizeText] = process.argv.slice(2);
+const size = Number(sizeText);
+const emit = (metric, value) =>
+  console.log(JSON.stringify({ workload, impl: 'pg-boss', metric, value }));
+const name = `wq-bench-${workload.toLowerCase()}-${process.pid}`;
+const BATCH = 100;
+// pg-boss's least polling interval (MIN_POLLING_INTERVAL_MS).
+const POLL_MS = 500;
+
+const boss = new PgBoss({ connectionString: url, schedule: false, supervise: false });
+boss.on('error', (e) => console.error(`pg-boss: ${e.message}`));
+await boss.start();
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const consumers = [];
+let stopping = false;
+
+// A consumer: fetches one job, runs `handle` on it, completes it; waits POLL_MS after an
+// empty fetch.
+function consume(handle) {
+  const loop = (async () => {
+    while (!stopping) {
+      const [job] = await boss.fetch(name, { batchSize: 1 });
+      if (!job) {
+        await sleep(POLL_MS);
+        continue;
+      }
+      handle(job);
+      await boss.complete(name, job.id);
+    }
+  })();
+  consumers.push(loop);
+}
+
+function percentile(sorted, p) {
+  if (sorted.length === 0) return 0;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+async function w1() {
+  // 1 producer inserts SIZE jobs in batches; 1 worker completes them.
+  await boss.createQueue(name, { policy: 'standard' });
+  let seen = 0;
+  let finish;
+  const finished = new Promise((resolve) => (finish = resolve));
+  const started = Date.now();
+  consume(() => {
+    if (++seen === size) finish();
+  });
+  for (let i = 0; i < size; i += BATCH) {
+    const jobs = [];
+    for (let k = i; k < Math.min(size, i + BATCH); k++) {
+      jobs.push({ data: { key: k } });
+    }
+    await boss.insert(name, jobs);
+  }
+  await finished;
+  emit('items_per_s', size / ((Date.now() - started) / 1000));
+}
+
+async function w3() {
+  // 4 producers add the same 1,000 keys over and over (policy `short` folds a key already
+  // queued); 2 workers complete them.
+  await boss.createQueue(name, { policy: 'short' });
+  const keys = 1000;
+  let deliveries = 0;
+  for (let w = 0; w < 2; w++) {
+    consume(() => deliveries++);
+  }
+  const started = Date.now();
+  const perProducer = Math.floor(size / 4);
+  await Promise.all(
+    [0, 1, 2, 3].map(async (p) => {
+      for (let i = 0; i < perProducer; i += BATCH) {
+        const jobs = [];
+        for (let k = i; k < Math.min(perProducer, i + BATCH); k++) {
+          const key = (k * 7 + p * 13) % keys;
+          jobs.push({ data: { key }, singletonKey: `key-${key}` });
+        }
+        await boss.insert(name, jobs);
+      }
+    }),
+  );
+  const addsPerS = (perProducer * 4) / ((Date.now() - started) / 1000);
+  // Drain: no job of the queue left before `completed` (created, retry, active).
+  const db = boss.getDb();
+  for (;;) {
+    const { rows } = await db.executeSql(
+      "SELECT count(*)::int AS n FROM pgboss.job WHERE name = $1 AND state < 'completed'",
+      [name],
+    );
+    if (rows[0].n === 0) break;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  emit('adds_per_s', addsPerS);
+  emit('deliveries', deliveries);
+  emit('wall_s', (Date.now() - started) / 1000);
+}
+
+async function w4() {
+  // 1 producer inserts SIZE jobs with a random delay in [0, 2 s] (`startAfter`, an interval on
+  // the database's clock, fixed seed); 2 workers record lateness = processing start - intended
+  // ready time.
+  await boss.createQueue(name, { policy: 'standard' });
+  let seed = 42;
+  const random = () => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return seed / 2147483648;
+  };
+  const lateness = [];
+  let finish;
+  const finished = new Promise((resolve) => (finish = resolve));
+  for (let w = 0; w < 2; w++) {
+    consume((job) => {
+      lateness.push(Math.max(0, Date.now() - job.data.due));
+      if (lateness.length === size) finish();
+    });
+  }
+  const started = Date.now();
+  for (let i = 0; i < size; i += BATCH) {
+    const jobs = [];
+    for (let k = i; k < Math.min(size, i + BATCH); k++) {
+      const delay = Math.floor(random() * 2000);
+      jobs.push({
+        data: { key: k, due: Date.now() + delay },
+        startAfter: `${delay} milliseconds`,
+      });
+    }
+    await boss.insert(name, jobs);
+  }
+  const addsPerS = size / ((Date.now() - started) / 1000);
+  await finished;
+  lateness.sort((a, b) => a - b);
+  emit('add_after_per_s', addsPerS);
+  emit('lateness_p50_ms', percentile(lateness, 50));
+  emit('lateness_p99_ms', percentile(lateness, 99));
+  emit('lateness_max_ms', lateness[lateness.length - 1]);
+  emit('wall_s', (Date.now() - started) / 1000);
+}
+
+try {
+  await { W1: w1, W3: w3, W4: w4 }[workload]();
+} finally {
+  stopping = true;
+  await Promise.all(consumers).catch(() => {});
+  await boss.deleteQueue(name).catch(() => {});
+  await boss.stop({ graceful: false, wait: true });
+}
