@@ -92,7 +92,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// unknown whether the add was applied; adding again is harmless. A full server
     /// (`maxmemory` under `noeviction`) refuses adds at once with an `OOM` error.
     pub async fn add(&self, item: impl Borrow<T>) -> Result<Added, Error> {
-        self.add_now(item.borrow(), None).await
+        self.add_delayed(item.borrow(), Duration::ZERO, None).await
     }
 
     /// Adds `item` as `options` ask: at once, after a delay, rate limited (with a delay too,
@@ -120,32 +120,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let priority = options.requested_priority();
         if options.is_rate_limited() {
             self.add_limited(item, options.delay(), priority).await
-        } else if options.delay().is_zero() {
-            self.add_now(item, priority).await
         } else {
             self.add_delayed(item, options.delay(), priority).await
         }
-    }
-
-    /// The `add` script, with a priority or none.
-    async fn add_now(&self, item: &T, priority: Option<i32>) -> Result<Added, Error> {
-        if self.is_closed() {
-            return Ok(IGNORED);
-        }
-        let raw = Self::encode(item.borrow())?;
-        let raw = &raw;
-        let value: Value = self
-            .inner
-            .call("add", |mut con| async move {
-                self.inner
-                    .invocation(&SCRIPTS.add)
-                    .arg(raw)
-                    .arg(priority_arg(priority))
-                    .invoke_async(&mut con)
-                    .await
-            })
-            .await?;
-        Added::parse(value, Some(Duration::ZERO))
     }
 
     /// Adds `item` once `delay` has passed on the server's clock: client-go's `AddAfter`.
@@ -160,7 +137,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         self.add_delayed(item.borrow(), delay, None).await
     }
 
-    /// The `add_after` script, with a priority or none.
+    /// The `add_after` script (a zero delay adds at once), with a priority or none.
     async fn add_delayed(
         &self,
         item: &T,
@@ -232,8 +209,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         Added::parse(value, None)
     }
 
-    /// Adds every item, as [`add`](Self::add) does one by one, in one round trip (a pipeline of
-    /// the `add` script: each add is still atomic on its own, and they apply in order).
+    /// Adds every item, as [`add`](Self::add) does one by one, in one round trip (the
+    /// `add_many` script, 200 adds per run: each add follows the rules of one add, and they
+    /// apply in order).
     ///
     /// # Errors
     ///

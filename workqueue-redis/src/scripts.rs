@@ -96,7 +96,6 @@ const FINISH: &str = include_str!("lua/finish.lua");
 /// Every operation's script. `EVALSHA` runs them; after a server restart or failover that lost
 /// the script cache, the client loads them again on `NOSCRIPT`.
 pub(crate) struct Scripts {
-    pub(crate) add: Script,
     pub(crate) add_after: Script,
     pub(crate) add_many: Script,
     pub(crate) add_rate_limited: Script,
@@ -117,7 +116,6 @@ pub(crate) struct Scripts {
 
 /// The scripts, built once per process.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    add: script(&[include_str!("lua/add.lua")], Oom::Refuse),
     add_after: script(&[include_str!("lua/add_after.lua")], Oom::Refuse),
     add_many: script(&[include_str!("lua/add_many.lua")], Oom::Refuse),
     add_rate_limited: script(&[include_str!("lua/add_rate_limited.lua")], Oom::Refuse),
