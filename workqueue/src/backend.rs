@@ -139,7 +139,8 @@ pub trait Queue: Clone + Send + Sync + 'static {
     /// the item's rate-limiter history if `forget` is set (after a success), and may hand out
     /// the next item that is ready now, without waiting.
     ///
-    /// A shared backend does it all in one round trip. The default calls
+    /// A shared backend does it all in one round trip, and the in-memory queue in one round
+    /// of its lock (where a `done` and a `get` take two). The default calls
     /// [`forget`](Self::forget) and [`QueueLease::done`] and hands out nothing, so the loop
     /// calls [`get`](Self::get) next; a failed `forget` does not keep the `done` from running.
     /// A lease it hands out is the caller's, as one from `get` is.
@@ -262,6 +263,19 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Queue for WorkQueue<T> {
 
     async fn get(&self) -> Result<Option<Lease<T>>, Infallible> {
         Ok(WorkQueue::get(self).await)
+    }
+
+    /// In memory: forgets the item if asked, then marks it done and hands out the next ready
+    /// item in one round of the queue's lock, where a `done` and a `get` take two.
+    fn done_and_next(
+        &self,
+        lease: Lease<T>,
+        forget: bool,
+    ) -> impl Future<Output = Result<Option<Lease<T>>, Infallible>> + Send {
+        if forget {
+            WorkQueue::forget(self, lease.item());
+        }
+        future::ready(Ok(lease.done_and_try_get()))
     }
 
     fn shut_down(&self) -> Vec<T> {

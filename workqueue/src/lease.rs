@@ -73,6 +73,15 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
         self.shared
             .add_now(self.item.clone(), Some(self.priority), false)
     }
+
+    /// Marks the item done and hands out the next ready item, in one round of the queue's
+    /// lock (what [`Queue::done_and_next`](crate::Queue::done_and_next) does in memory).
+    pub(crate) fn done_and_try_get(mut self) -> Option<Lease<T>> {
+        let next = self.shared.done_then_pop(self.slot);
+        // Done already: the drop below must not do it again.
+        self.slot = DONE;
+        next
+    }
 }
 
 impl<T> Deref for Lease<T> {
@@ -89,9 +98,15 @@ impl<T> AsRef<T> for Lease<T> {
     }
 }
 
+/// [`Lease::slot`] of a lease whose item is done already (the state never hands out this
+/// slot: it would be the 4 billionth item held at once).
+const DONE: u32 = u32::MAX;
+
 impl<T> Drop for Lease<T> {
     fn drop(&mut self) {
-        self.shared.done(self.slot);
+        if self.slot != DONE {
+            self.shared.done(self.slot);
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread;
 
-use workqueue::{TryGetError, WorkQueue};
+use workqueue::{Lease, Queue, TryGetError, WorkQueue};
 
 #[test]
 fn a_lease_reads_as_its_item() {
@@ -123,4 +123,97 @@ fn lease_debug_needs_no_debug_item() {
     let lease = queue.try_get().unwrap();
     let text = format!("{lease:?}");
     assert!(text.starts_with("Lease"), "{text}");
+}
+
+/// `Queue::done_and_next` on the in-memory queue, whose future is ready at once.
+fn step<T>(queue: &WorkQueue<T>, lease: Lease<T>, forget: bool) -> Option<Lease<T>>
+where
+    T: Eq + std::hash::Hash + Clone + Send + Sync + 'static,
+{
+    let next = futures::executor::block_on(Queue::done_and_next(queue, lease, forget));
+    next.unwrap_or_else(|never| match never {})
+}
+
+/// `Queue::done_and_next` in memory: one lock round marks the item done and hands out the
+/// next ready one, in the queue's order; `None` once nothing is ready.
+#[test]
+fn done_and_next_hands_out_the_next_item_in_order() {
+    let queue = WorkQueue::new();
+    for key in ["a", "b", "c"] {
+        queue.add(key);
+    }
+    let a = queue.try_get().unwrap();
+    let b = step(&queue, a, false).expect("b is ready");
+    assert_eq!(*b, "b");
+    assert_eq!(queue.processing_len(), 1, "a is done, b is out");
+    let c = step(&queue, b, false).expect("c is ready");
+    assert_eq!(*c, "c");
+    let none = step(&queue, c, false);
+    assert!(none.is_none());
+    assert_eq!(queue.processing_len(), 0);
+    assert_eq!(queue.tracked_len(), 0);
+}
+
+/// An item re-added while processing goes to the tail when `done_and_next` ends its lease,
+/// behind the items already waiting, and comes out once more.
+#[test]
+fn done_and_next_queues_a_re_added_item_behind_the_others() {
+    let queue = WorkQueue::new();
+    queue.add("a");
+    queue.add("b");
+    let a = queue.try_get().unwrap();
+    queue.add("a");
+    queue.add("c");
+    let mut order = Vec::new();
+    let mut next = step(&queue, a, false);
+    while let Some(lease) = next {
+        order.push(*lease);
+        next = step(&queue, lease, false);
+    }
+    assert_eq!(order, ["b", "c", "a"]);
+    assert_eq!(queue.try_get().unwrap_err(), TryGetError::Empty);
+}
+
+/// With `forget`, `done_and_next` clears the item's failures (after a success); without,
+/// it keeps them.
+#[test]
+fn done_and_next_forgets_only_when_asked() {
+    let queue = WorkQueue::new();
+    queue.add("x");
+    queue.add("y");
+    let x = queue.try_get().unwrap();
+    queue.add_rate_limited("x");
+    queue.add_rate_limited("x");
+    assert_eq!(queue.num_requeues(&"x"), 2);
+    let y = step(&queue, x, false).unwrap();
+    assert_eq!(queue.num_requeues(&"x"), 2, "kept without forget");
+    queue.add_rate_limited("y");
+    assert_eq!(queue.num_requeues(&"y"), 1);
+    let _ = step(&queue, y, true);
+    assert_eq!(queue.num_requeues(&"y"), 0, "forgotten");
+}
+
+/// A drain waits through `done_and_next` steps: it ends only when the last lease is done
+/// and nothing more is handed out.
+#[test]
+fn done_and_next_keeps_a_drain_waiting_until_the_last_lease() {
+    let queue = WorkQueue::new();
+    queue.add("a");
+    queue.add("b");
+    let a = queue.try_get().unwrap();
+    let drainer = {
+        let queue = queue.clone();
+        thread::spawn(move || queue.blocking_shut_down_with_drain())
+    };
+    while !queue.is_shutting_down() {
+        thread::yield_now();
+    }
+    // Queued items are still handed out after a shut down.
+    let b = step(&queue, a, false).expect("b is still handed out");
+    assert!(!drainer.is_finished(), "b is out: the drain goes on");
+    assert_eq!(queue.processing_len(), 1);
+    let none = step(&queue, b, false);
+    assert!(none.is_none());
+    drainer.join().unwrap();
+    assert_eq!(queue.processing_len(), 0);
 }

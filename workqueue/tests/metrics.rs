@@ -146,6 +146,32 @@ fn client_go_test_metrics_sequence_step_by_step() {
     assert_eq!(r.retries, 0);
 }
 
+/// `Queue::done_and_next` records what a done and a get record: the work duration of the
+/// item it ends and the queue latency of the one it hands out.
+#[test]
+fn done_and_next_records_the_done_and_the_get() {
+    use workqueue::Queue;
+    let clock = FakeClock::new();
+    let provider = TestProvider::default();
+    let queue = named_queue(&clock, &provider);
+    queue.add("a");
+    queue.add("b");
+    let a = queue.try_get().unwrap();
+    clock.step(Duration::from_micros(40));
+    let b = futures::executor::block_on(Queue::done_and_next(&queue, a, false))
+        .unwrap()
+        .unwrap();
+    assert_eq!(*b, "b");
+    let r = provider.snapshot();
+    assert_eq!(r.work.len(), 1);
+    assert!(close(r.work[0], 4e-05), "work {:?}", r.work);
+    assert_eq!(r.latency.len(), 2);
+    assert!(close(r.latency[1], 4e-05), "latency {:?}", r.latency);
+    assert_eq!(r.depth, 0);
+    drop(b);
+    assert_eq!(provider.stats().processing, 0);
+}
+
 #[test]
 fn unfinished_work_sums_every_lease_and_longest_is_the_oldest() {
     let clock = FakeClock::new();

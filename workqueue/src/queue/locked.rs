@@ -173,18 +173,22 @@ impl<T> Shared<T> {
     /// call, so an item re-queued here goes behind them.
     #[inline]
     pub(crate) fn done(&self, slot: u32) {
-        self.locked(move |inner, _| {
-            let done = inner.state.done(slot, self.metrics_now());
-            // The queue's copy of an item it no longer tracks is freed outside the lock.
-            let mut after = After::new(done.removed);
-            if done.requeued {
-                self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-                after.wake = usize::from(!inner.waiters.is_empty());
-            }
-            after.wake_drain = inner.state.processing() == 0 && inner.drain;
-            after.worked = done.worked_for;
-            ((), after)
-        });
+        self.locked(move |inner, _| ((), self.done_locked(inner, slot)));
+    }
+
+    /// The done itself, under the lock: what [`done`](Self::done) does once it holds it.
+    #[inline(always)]
+    fn done_locked(&self, inner: &mut Inner<T>, slot: u32) -> After<T> {
+        let done = inner.state.done(slot, self.metrics_now());
+        // The queue's copy of an item it no longer tracks is freed outside the lock.
+        let mut after = After::new(done.removed);
+        if done.requeued {
+            self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+            after.wake = usize::from(!inner.waiters.is_empty());
+        }
+        after.wake_drain = inner.state.processing() == 0 && inner.drain;
+        after.worked = done.worked_for;
+        after
     }
 }
 
@@ -232,6 +236,26 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
             None if inner.state.is_shutting_down() => (Err(TryGetError::ShutDown), After::NONE),
             None => (Err(TryGetError::Empty), After::NONE),
         }
+    }
+
+    /// Marks the lease in `slot` done, then hands out the next ready item, in one lock round
+    /// instead of two: a worker loop's step from one item to the next
+    /// ([`Queue::done_and_next`](crate::Queue::done_and_next)). `None` if nothing is ready
+    /// (or the queue is shut down and has nothing left).
+    pub(crate) fn done_then_pop(self: &Arc<Self>, slot: u32) -> Option<Lease<T>> {
+        self.locked(move |inner, _| {
+            let mut after = self.done_locked(inner, slot);
+            let (popped, got) = self.pop_locked(inner);
+            if popped.is_ok() {
+                // Ready items are one fewer than the done left: if it queued its item again,
+                // this call took an item in its place, and there is nobody new to wake; and
+                // a lease is out again, so a drain is not over.
+                after.wake = 0;
+                after.wake_drain = false;
+                after.got = got.got;
+            }
+            (popped.ok(), after)
+        })
     }
 
     /// Adds `item` now; returns `false` if the queue is shut down and refused it. `retry`

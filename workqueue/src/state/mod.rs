@@ -361,7 +361,11 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             TableEntry::Occupied(occupied) => (*occupied.get(), Some(item)),
             TableEntry::Vacant(vacant) => {
                 let slot = self.entries.vacant_key();
-                let slot32 = u32::try_from(slot).expect("more than 4 billion items in one queue");
+                // `u32::MAX` is never a slot: a lease uses it to say its item is done.
+                let slot32 = u32::try_from(slot)
+                    .ok()
+                    .filter(|&s| s != u32::MAX)
+                    .expect("more than 4 billion items in one queue");
                 vacant.insert(slot32);
                 self.entries.insert(Entry {
                     item,

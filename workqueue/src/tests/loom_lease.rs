@@ -124,3 +124,51 @@ fn loom_dropped_get_future_racing_add_loses_no_item() {
         assert!(taken.load(Ordering::SeqCst));
     });
 }
+
+/// A worker's step from one item to the next in one lock round (`done_and_next` in memory)
+/// racing an adder and a parked getter: every item is delivered exactly once more (the
+/// re-added one included), never to two holders at once, and the parked getter is never
+/// left waiting while an item is ready.
+#[test]
+fn loom_done_and_next_loses_no_wakeup_and_no_item() {
+    loom::model(|| {
+        let queue: WorkQueue<u32> = WorkQueue::new();
+        let in_flight = InFlight::default();
+        queue.add(1);
+        let lease = queue.try_get().unwrap();
+        in_flight.enter(*lease);
+
+        let adder = {
+            let queue = queue.clone();
+            thread::spawn(move || {
+                queue.add(1);
+                queue.add(2);
+            })
+        };
+        let getter = {
+            let queue = queue.clone();
+            let in_flight = in_flight.clone();
+            thread::spawn(move || {
+                let lease = queue.blocking_get().expect("not shut down");
+                in_flight.enter(*lease);
+                in_flight.leave(*lease);
+                *lease
+            })
+        };
+        in_flight.leave(*lease);
+        let mut delivered = Vec::new();
+        if let Some(next) = lease.done_and_try_get() {
+            in_flight.enter(*next);
+            delivered.push(*next);
+            in_flight.leave(*next);
+        }
+        adder.join().unwrap();
+        delivered.push(getter.join().unwrap());
+        while let Ok(rest) = queue.try_get() {
+            delivered.push(*rest);
+        }
+        delivered.sort_unstable();
+        assert_eq!(delivered, [1, 2]);
+        assert_eq!(queue.tracked_len(), 0);
+    });
+}
