@@ -109,7 +109,8 @@ fn ours_async(keys: &[Key]) -> f64 {
 }
 
 /// client-go's `queue.go` on one thread, no lock: each key is added, then got and done.
-fn limit_single_thread(keys: &[Key]) -> f64 {
+/// W2's limit too: the same keys, the same work, whatever the number of threads.
+pub(super) fn limit_single_thread(keys: &[Key]) -> f64 {
     type Set = HashSet<Key, foldhash::fast::RandomState>;
     let mut queue: VecDeque<Key> = VecDeque::new();
     let mut dirty = Set::default();

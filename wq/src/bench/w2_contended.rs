@@ -7,6 +7,9 @@
 //!   drop); the last producer to finish calls `shut_down` and consumers drain until `None`.
 //! - `workqueue-async`: the same producers; 4 consumer tasks awaiting `get()` on a tokio
 //!   multi-thread runtime with one worker per core.
+//! - `limit-single-thread`: W1's, on the same keys: one thread doing client-go's add / get /
+//!   done with no lock, the most one core can do with the cycle (issue 17's goal for W2 is a
+//!   share of it, as for W1).
 //! - `crossbeam-channel`: one unbounded channel, 4 sending threads, 4 receiving threads.
 //!
 //! Caveats: 8 busy threads on a 2-core machine spend much of their time preempted; a
@@ -23,7 +26,7 @@ use std::time::Instant;
 use workqueue::WorkQueue;
 
 use super::Ctx;
-use super::report::{CROSSBEAM, OURS, OURS_ASYNC, Sample};
+use super::report::{CROSSBEAM, LIMIT, OURS, OURS_ASYNC, Sample};
 use super::util::{self, Key, Span};
 
 const ID: &str = "W2";
@@ -39,6 +42,13 @@ pub(crate) fn run(ctx: &Ctx<'_>) -> Vec<Sample> {
     out.push(Sample::new(ID, OURS, METRIC, ours_sync(&keys)));
     ctx.step(OURS_ASYNC);
     out.push(Sample::new(ID, OURS_ASYNC, METRIC, ours_async(&keys)));
+    ctx.step(LIMIT);
+    out.push(Sample::new(
+        ID,
+        LIMIT,
+        METRIC,
+        super::w1_fifo::limit_single_thread(&keys),
+    ));
     ctx.step(CROSSBEAM);
     out.push(Sample::new(ID, CROSSBEAM, METRIC, crossbeam(&keys)));
     out
