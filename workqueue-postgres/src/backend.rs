@@ -48,6 +48,16 @@ where
         PgQueue::get(self)
     }
 
+    /// [`PgQueue::done_and_get`]: the done (after the forget) and the next ready item in one
+    /// round trip and one commit.
+    fn done_and_next(
+        &self,
+        lease: Lease<T>,
+        forget: bool,
+    ) -> impl Future<Output = Result<Option<Lease<T>>, Error>> + Send {
+        PgQueue::done_and_get(self, lease, forget)
+    }
+
     /// Stops this handle; the queue goes on for the other processes, so nothing is dropped.
     fn shut_down(&self) -> Vec<T> {
         PgQueue::shut_down(self);

@@ -132,6 +132,14 @@ impl<T> Lease<T> {
         held.backend().finish(held.raw(), held.token(), true).await
     }
 
+    /// Stops renewing, for a call that ends the lease itself
+    /// ([`PgQueue::done_and_get`](crate::PgQueue::done_and_get)); the item as stored and the
+    /// token. The lease still counts as out (for a drain) until it is dropped.
+    pub(crate) fn finish_for_call(&mut self) -> (&str, i64) {
+        self.held.finish();
+        (self.held.raw(), self.held.token())
+    }
+
     /// Lets go of the item without a release, as a crashed worker would: it is handed out
     /// again once the lease expires. For tests and for stopping a worker fast.
     pub fn abandon(mut self) {

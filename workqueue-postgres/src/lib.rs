@@ -65,24 +65,30 @@
 //!
 //! A get is one call of `workqueue_get`: due delays and expired leases take effect, then the
 //! first ready row (highest priority, then oldest) is claimed with `FOR UPDATE SKIP LOCKED`,
-//! so getters never wait for each other. Getters wait for a `NOTIFY` on the channel
+//! so getters never wait for each other. A worker's step from one item to the next,
+//! [`PgQueue::done_and_get`] (what [`workqueue::Workers`] call, through
+//! [`workqueue::Queue::done_and_next`]), is one call of `workqueue_done_get`: the `done`, then
+//! the get, in one statement and one commit. Getters wait for a `NOTIFY` on the channel
 //! `workqueue` (one `LISTEN` connection per handle), and look again at least every
 //! [`poll_interval`](Builder::poll_interval) and when a delay or a lease deadline is due.
 //!
 //! A [`Lease`] lasts a [lease duration](Builder::lease_duration) on the database's clock and
 //! is renewed while held. Its fencing token comes from the sequence `workqueue_seq`, so it
 //! grows across restarts; a holder whose lease expired and was reclaimed can neither mark the
-//! item done nor renew it. Only [`Lease::done`] marks an item done: a dropped lease is
-//! released and handed out again at once. An item whose leases expire
+//! item done nor renew it. Only [`Lease::done`] (or [`PgQueue::done_and_get`]) marks an item
+//! done: a dropped lease is released and handed out again at once. An item whose leases expire
 //! [`max_stalls`](Builder::max_stalls) times in a row, or whose text no longer deserializes,
 //! moves to the dead letters ([`PgQueue::dead_letters`], capped).
 //!
 //! # Schema
 //!
 //! Installed by embedded, versioned SQL ([`SCHEMA_VERSION`]), every name prefixed
-//! `workqueue_`. All queues share one table set with a `queue` column: one migration for any
-//! number of queues, and a queue is created by naming it. The cost: every queue's rows share
-//! the tables' indexes and vacuum, so one queue with a huge backlog slows scans of another
+//! `workqueue_`. A process refuses to build against a schema newer than its own. Version 2
+//! only adds the function `workqueue_done_get`, so processes of version 1 already running
+//! keep working beside newer ones; a process of version 1 started after one of version 2
+//! migrated the database refuses to build. All queues share one table set with a `queue`
+//! column: one migration for any number of queues, and a queue is created by naming it. The
+//! cost: every queue's rows share the tables' indexes and vacuum, so one queue with a huge backlog slows scans of another
 //! only through index size (every index leads with `queue`), and dropping one queue is a
 //! `DELETE` ([`PgQueue::delete`]), not a `DROP TABLE`.
 //!

@@ -11,10 +11,14 @@ use crate::error::Error;
 
 /// The migrations, in order: (version, SQL). A released migration is never edited; a change
 /// is a new one.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../migrations/0001_schema.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("../migrations/0001_schema.sql")),
+    // `workqueue_done_get`: a done and the next get in one call.
+    (2, include_str!("../migrations/0002_done_get.sql")),
+];
 
 /// The schema version this crate needs.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Applies the migrations the database lacks, each in its own transaction, under an advisory
 /// lock, so that many processes starting at once install the schema once.

@@ -256,8 +256,20 @@ impl Inner {
     /// `done` (or a release), retried through a lost connection while the lease could still
     /// be ours.
     pub(crate) async fn finish(&self, raw: &str, token: i64, release: bool) -> Result<(), Error> {
+        self.finish_from(raw, token, release, false).await
+    }
+
+    /// [`finish`](Self::finish), `unsure` already when an earlier call that may have ended
+    /// the lease lost its answer with the connection: a lease found gone is then
+    /// [`Error::OutcomeUnknown`], not lost.
+    pub(crate) async fn finish_from(
+        &self,
+        raw: &str,
+        token: i64,
+        release: bool,
+        mut unsure: bool,
+    ) -> Result<(), Error> {
         let give_up = Instant::now() + self.lease.max(self.retry_deadline);
-        let mut unsure = false;
         let mut backoff = Duration::from_millis(20);
         loop {
             let outcome: Result<i32, sqlx::Error> =
@@ -356,6 +368,10 @@ enum Attempt<T> {
 
 /// The row `workqueue_get` returns.
 type GetRow = (i32, Option<String>, Option<i64>, Option<i32>, Option<i64>);
+
+/// The row `workqueue_done_get` returns: the done's answer, then the get's kind, item, token
+/// and priority.
+type DoneGetRow = (i32, i32, Option<String>, Option<i64>, Option<i32>);
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Connects to `url` and builds the queue `name` with the defaults.
@@ -574,12 +590,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     ///
     /// As for [`add`](Self::add).
     pub async fn forget(&self, item: impl Borrow<T>) -> Result<(), Error> {
-        let raw = Self::encode(item.borrow())?;
+        self.forget_raw(&Self::encode(item.borrow())?).await
+    }
+
+    /// [`forget`](Self::forget) of the item stored as `raw`.
+    async fn forget_raw(&self, raw: &str) -> Result<(), Error> {
         self.inner
             .call("forget", || {
                 sqlx::query("DELETE FROM workqueue_failures WHERE queue = $1 AND item = $2")
                     .bind(&self.inner.name)
-                    .bind(&raw)
+                    .bind(raw)
                     .execute(&self.inner.pool)
             })
             .await?;
@@ -692,29 +712,117 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 })
                 .await?;
             match (kind, item, token) {
-                (1, Some(raw), Some(token)) => match serde_json::from_str::<T>(&raw) {
-                    Ok(value) => {
-                        return Ok(Attempt::Leased(Lease::new(
-                            self.inner.clone(),
-                            value,
-                            raw,
-                            token,
-                            priority.unwrap_or(0),
-                            started,
-                        )));
+                (1, Some(raw), Some(token)) => {
+                    if let Some(lease) = self.leased(raw, token, priority, started).await? {
+                        return Ok(Attempt::Leased(lease));
                     }
-                    Err(error) => {
-                        tracing::warn!(queue = %self.inner.name, item = %raw, %error,
-                            "workqueue-postgres: an item cannot be deserialized; moved to the dead letters");
-                        self.bury(&raw, token, &error.to_string()).await?;
-                    }
-                },
+                }
                 (2, _, _) => return Ok(Attempt::ShutDown),
                 _ => {
                     let wait = wait.map(|us| Duration::from_micros(us.max(1).unsigned_abs()));
                     return Ok(Attempt::Empty(wait));
                 }
             }
+        }
+    }
+
+    /// The lease of an item `workqueue_get` handed out, or `None` if its text does not
+    /// deserialize (then it is moved to the dead letters).
+    async fn leased(
+        &self,
+        raw: String,
+        token: i64,
+        priority: Option<i32>,
+        started: Instant,
+    ) -> Result<Option<Lease<T>>, Error> {
+        match serde_json::from_str::<T>(&raw) {
+            Ok(value) => Ok(Some(Lease::new(
+                self.inner.clone(),
+                value,
+                raw,
+                token,
+                priority.unwrap_or(0),
+                started,
+            ))),
+            Err(error) => {
+                tracing::warn!(queue = %self.inner.name, item = %raw, %error,
+                    "workqueue-postgres: an item cannot be deserialized; moved to the dead letters");
+                self.bury(&raw, token, &error.to_string()).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Marks `lease` done and hands out the next ready item, if any, without waiting: a
+    /// worker's step from one item to the next in one call of `workqueue_done_get`, so one
+    /// round trip and one commit instead of a `done` and a `get`. With `forget`, the item's
+    /// failures are forgotten first (client-go's `Forget` after a success), in the same call.
+    ///
+    /// The `done` follows [`Lease::done`]'s rules: fenced by the lease's token, and an item
+    /// re-added while processing is queued again (and may be the one handed out). The next
+    /// item is handed out only when the `done` was accepted, and only while this handle is
+    /// not shut down (then it is a plain `done`). `Ok(None)`: nothing was ready; call
+    /// [`get`](Self::get) to wait for the next item.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Lease::done`]. When the connection is lost during the call, the `done` is
+    /// retried alone, as [`Lease::done`] retries it; a next lease the lost call may have
+    /// taken is never seen, and is handed out again once it expires.
+    pub async fn done_and_get(
+        &self,
+        mut lease: Lease<T>,
+        forget: bool,
+    ) -> Result<Option<Lease<T>>, Error> {
+        if self.is_closed() {
+            let forgotten = if forget {
+                self.forget(lease.item()).await
+            } else {
+                Ok(())
+            };
+            lease.done().await?;
+            return forgotten.map(|()| None);
+        }
+        let started = Instant::now();
+        let (raw, token) = lease.finish_for_call();
+        let reply: Result<DoneGetRow, sqlx::Error> = sqlx::query_as(
+            "SELECT done, kind, item, token, priority
+             FROM workqueue_done_get($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&self.inner.name)
+        .bind(raw)
+        .bind(token)
+        .bind(forget)
+        .bind(self.inner.mutations)
+        .bind(micros(self.inner.lease))
+        .bind(int(self.inner.max_stalls))
+        .bind(int(self.inner.dead_letter_cap))
+        .fetch_one(&self.inner.pool)
+        .await;
+        let (done, kind, item, next, priority) = match reply {
+            Ok(row) => row,
+            Err(error) => {
+                let error = Error::from(error);
+                if !error.is_connection() {
+                    return Err(error);
+                }
+                // The call may or may not have committed: settle the done (and the forget)
+                // on their own.
+                let forgotten = if forget {
+                    self.forget_raw(raw).await
+                } else {
+                    Ok(())
+                };
+                self.inner.finish_from(raw, token, false, true).await?;
+                return forgotten.map(|()| None);
+            }
+        };
+        if !matches!(done, 1 | 2) {
+            return Err(Error::LeaseLost);
+        }
+        match (kind, item, next) {
+            (1, Some(raw), Some(next)) => self.leased(raw, next, priority, started).await,
+            _ => Ok(None),
         }
     }
 

@@ -3,7 +3,9 @@
 //! and a restart, a worker `SIGSTOP`ped past its lease, and 32 workers on a few hot keys.
 //!
 //! Workers are processes (this test binary re-run as the ignored test `worker_process`)
-//! that append their history to a file: `S item token time` when a lease is handed out,
+//! that end each item with `done_and_get` (the `done` and the next item in one call, as
+//! `Workers` do) and append their history to a file: `S item token time` when a lease is
+//! handed out,
 //! `D item token time` before its `done` is sent (the handler's end), `E item token result`
 //! after. A producer in the test records every acknowledged add with its sequence number.
 //! The checker then proves, from the histories:
@@ -103,21 +105,30 @@ fn worker_process() {
             let queue = queue.clone();
             let record = record.clone();
             handles.push(tokio::spawn(async move {
+                // The lease handed out with the last `done`, if any.
+                let mut next = None;
                 loop {
-                    let lease = match queue.get().await {
-                        Ok(Some(lease)) => lease,
-                        Ok(None) => return,
-                        Err(_) => {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
+                    let lease = match next.take() {
+                        Some(lease) => lease,
+                        None => match queue.get().await {
+                            Ok(Some(lease)) => lease,
+                            Ok(None) => return,
+                            Err(_) => {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                continue;
+                            }
+                        },
                     };
                     let (item, token) = (lease.item().clone(), lease.token());
                     record(format!("S {item} {token} {}\n", now_us()));
                     tokio::time::sleep(work).await;
                     record(format!("D {item} {token} {}\n", now_us()));
-                    let result = match lease.done().await {
-                        Ok(()) => "ok",
+                    // The done and the next item in one call, as `Workers` end an item.
+                    let result = match queue.done_and_get(lease, false).await {
+                        Ok(taken) => {
+                            next = taken;
+                            "ok"
+                        }
                         Err(Error::LeaseLost) => "refused",
                         Err(_) => "unknown",
                     };

@@ -136,6 +136,61 @@ async fn a_stale_holder_is_fenced_off() {
     again.done().await.unwrap();
 }
 
+/// `done_and_get`: the done and the next ready item in one call, with `done`'s rules: the
+/// next item is the queue's next (a re-add while processing queued behind the others), a
+/// `forget` clears the item's failures, nothing ready gives `None`, and a lost lease's call is
+/// refused and takes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn done_and_get_ends_a_lease_and_hands_out_the_next_item_in_one_call() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let queue = queue(&server, Duration::from_secs(10)).await;
+    queue.add("a".to_owned()).await.unwrap();
+    queue.add("b".to_owned()).await.unwrap();
+    let a = next(&queue).await;
+    assert_eq!(a.item(), "a");
+    // Re-added while processing: queued again at the done, behind b.
+    assert_eq!(
+        queue.add("a".to_owned()).await.unwrap().kind,
+        AddKind::Deferred
+    );
+    // A failure of b, for the forget below.
+    queue.add_rate_limited("b".to_owned()).await.unwrap();
+    assert_eq!(queue.num_requeues("b".to_owned()).await.unwrap(), 1);
+
+    let b = queue
+        .done_and_get(a, false)
+        .await
+        .unwrap()
+        .expect("b is ready");
+    assert_eq!(b.item(), "b");
+    let a_again = queue
+        .done_and_get(b, true)
+        .await
+        .unwrap()
+        .expect("the re-add of a");
+    assert_eq!(a_again.item(), "a");
+    assert_eq!(queue.num_requeues("b".to_owned()).await.unwrap(), 0);
+    assert!(queue.done_and_get(a_again, false).await.unwrap().is_none());
+    assert_eq!(queue.len().await.unwrap(), 0);
+    assert_eq!(queue.processing_len().await.unwrap(), 0);
+
+    // A lease lost (its queue deleted under it): refused, and the next item stays queued.
+    queue.add("c".to_owned()).await.unwrap();
+    let c = next(&queue).await;
+    queue.delete().await.unwrap();
+    queue.add("d".to_owned()).await.unwrap();
+    assert!(matches!(
+        queue.done_and_get(c, false).await,
+        Err(Error::LeaseLost)
+    ));
+    assert_eq!(queue.len().await.unwrap(), 1);
+    let d = next(&queue).await;
+    assert_eq!(d.item(), "d");
+    d.done().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_leases_are_renewed_past_their_duration() {
     let Some(server) = PgServer::start() else {
@@ -356,11 +411,16 @@ async fn many_processes_install_the_schema_once() {
         build.await.unwrap().unwrap();
     }
     let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
-    let versions: Vec<i32> = sqlx::query_scalar("SELECT version FROM workqueue_migrations")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-    assert_eq!(versions, [workqueue_postgres::SCHEMA_VERSION]);
+    let versions: Vec<i32> =
+        sqlx::query_scalar("SELECT version FROM workqueue_migrations ORDER BY version")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    // Every migration, each once.
+    assert_eq!(
+        versions,
+        (1..=workqueue_postgres::SCHEMA_VERSION).collect::<Vec<_>>()
+    );
     // Every name the schema made carries the prefix.
     let stray: Vec<String> = sqlx::query_scalar(
         "SELECT relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -1,7 +1,7 @@
 //! `wq`: the workqueue command line.
 //!
-//! - `wq demo`: a simulated controller on the in-memory queue, or with `--redis URL` on a queue
-//!   on Redis shared by processes (`demo/`).
+//! - `wq demo`: a simulated controller on the in-memory queue, or with `--redis URL` or
+//!   `--postgres URL` on a queue on Redis or PostgreSQL shared by processes (`demo/`).
 //! - `wq bench`: the standard workloads of BENCH.md beside their references; with
 //!   `--redis URL` W1, W3 and W4 on Redis beside BullMQ, in the same report (`bench/`).
 //! - `wq redis stats|shutdown|resume|dead-letters`: a queue on Redis, for operators (`ops.rs`).

@@ -202,6 +202,14 @@ pub(crate) fn block_on(
     what: &str,
     work: impl std::future::Future<Output = Result<ExitCode, workqueue_redis::Error>>,
 ) -> ExitCode {
+    block_on_as(&format!("wq redis {what}"), work)
+}
+
+/// Runs `work` on a two-thread runtime; reports its error as `COMMAND: ...`.
+pub(crate) fn block_on_as<E: std::fmt::Display>(
+    command: &str,
+    work: impl std::future::Future<Output = Result<ExitCode, E>>,
+) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -209,14 +217,14 @@ pub(crate) fn block_on(
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("wq redis {what}: cannot start a runtime: {e}");
+            eprintln!("{command}: cannot start a runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(work) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("wq redis {what}: {e}");
+            eprintln!("{command}: {e}");
             ExitCode::FAILURE
         }
     }

@@ -157,6 +157,9 @@ fn help_explains_every_flag() {
         "--max-retries",
         "--latency-ms",
         "--no-progress",
+        "--redis",
+        "--postgres",
+        "--workers-only",
         "Exit codes",
     ] {
         assert!(
@@ -271,14 +274,12 @@ fn metrics_addr_serves_kubernetes_series_and_linger_keeps_serving_until_ctrl_c()
 }
 
 #[test]
-fn redis_only_flags_need_redis() {
+fn server_only_flags_need_redis_or_postgres() {
     for flags in [&["--workers-only"][..], &["--queue", "other"][..]] {
         let out = demo(flags);
         assert_eq!(out.status.code(), Some(2), "{flags:?}");
-        assert!(
-            text(&out.stderr).contains("--redis"),
-            "{}",
-            text(&out.stderr)
-        );
+        for server in ["--redis", "--postgres"] {
+            assert!(text(&out.stderr).contains(server), "{}", text(&out.stderr));
+        }
     }
 }

@@ -1,8 +1,12 @@
-//! `wq bench --postgres` on a PostgreSQL server that this test starts on a free loopback port
-//! (workqueue-postgres's test support): the URL comes from `WQ_POSTGRES_URL`, and the figures
-//! come in `wq bench`'s `--json` schema.
+//! `wq bench --postgres` and `wq demo --postgres` on a PostgreSQL server that this test starts
+//! on a free loopback port (workqueue-postgres's test support): the URL comes from
+//! `WQ_POSTGRES_URL`, the bench's figures come in `wq bench`'s `--json` schema, and the demo's
+//! checks hold across processes.
 
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 #[path = "../../workqueue-postgres/tests/support/server.rs"]
 mod server;
@@ -94,4 +98,155 @@ fn the_bench_on_postgres_speaks_the_bench_json_schema() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A password in the URL (the test server trusts loopback, so it is not checked): it must
+/// show up nowhere in `wq`'s output.
+const PASSWORD: &str = "Demo-Secret";
+
+fn url_with_password(server: &server::PgServer) -> String {
+    server
+        .url()
+        .replace("postgres@", &format!("postgres:{PASSWORD}@"))
+}
+
+/// Runs `wq demo --postgres` (URL from `WQ_POSTGRES_URL`) with `args`; its stdout, once it
+/// exited 0 without printing the password.
+fn demo(url: &str, args: &[&str]) -> String {
+    let out = wq(url, &[&["demo", "--postgres"][..], args].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stdout.contains(PASSWORD) && !stderr.contains(PASSWORD),
+        "a password in the output: {stdout}{stderr}"
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    stdout
+}
+
+/// A small run: 600 events for 60 objects in a second.
+const SMALL: &[&str] = &["--objects", "60", "--events", "600", "--duration", "1s"];
+
+/// Both checks of a producing process's summary hold.
+fn assert_checks_hold(text: &str) {
+    for check in [
+        "never two workers at once: ok",
+        "every last event reconciled after it arrived: ok",
+    ] {
+        assert!(text.contains(check), "{text}");
+    }
+}
+
+/// The count at the start of the summary row `label`.
+fn row(text: &str, label: &str) -> u64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(label))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no row {label:?} in:\n{text}"))
+}
+
+/// `wq demo --postgres` runs the library's `Workers` on the queue on PostgreSQL: reconciles
+/// happen, some objects fail twice and are given up, and both checks hold.
+#[test]
+fn the_demo_on_postgres_reconciles_and_its_checks_hold() {
+    let Some(server) = server::PgServer::start() else {
+        return;
+    };
+    let url = url_with_password(&server);
+    let text = demo(
+        &url,
+        &[SMALL, &["--failure-rate", "0.3", "--max-retries", "1"]].concat(),
+    );
+    assert!(text.contains("(producers and workers)"), "{text}");
+    assert_eq!(row(&text, "events added"), 600, "{text}");
+    assert!(row(&text, "reconciles") > 0, "{text}");
+    assert_checks_hold(&text);
+    // With 30 % failures and one retry, some objects fail twice and are given up.
+    let given_up = text
+        .lines()
+        .find_map(|line| line.split_once("(given up: "))
+        .and_then(|(_, rest)| rest.trim_end_matches(')').parse::<u64>().ok());
+    assert!(given_up.is_some_and(|n| n > 0), "{text}");
+}
+
+/// A `--workers-only` process shares the queue with the producing one: it starts first and
+/// says when its workers run, the producer's run drains the queue across both processes and
+/// shuts it down, which ends the workers-only process; both exit 0 with their checks holding,
+/// and the workers-only process reconciled part of the work.
+#[test]
+fn the_demo_on_postgres_shares_its_queue_with_a_workers_only_process() {
+    let Some(server) = server::PgServer::start() else {
+        return;
+    };
+    let url = url_with_password(&server);
+    let mut helper = Command::new(env!("CARGO_BIN_EXE_wq"))
+        .args(["demo", "--postgres", "--queue", "shared", "--workers-only"])
+        .args(["--workers", "4"])
+        .env("WQ_POSTGRES_URL", &url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run wq");
+    // Its workers run once it says so (or it failed, and its stderr says why).
+    let mut stderr = BufReader::new(helper.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).expect("read stderr") == 0 {
+            panic!("the workers-only process ended before its workers ran: {said}");
+        }
+        said.push_str(&line);
+        if line.contains("workers on queue shared") {
+            break;
+        }
+    }
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(helper.wait_with_output());
+    });
+
+    let text = demo(
+        &url,
+        &[SMALL, &["--queue", "shared", "--workers", "2"]].concat(),
+    );
+    assert_checks_hold(&text);
+
+    // The fleet shutdown at the end stops the workers-only process too.
+    let helper = done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the workers-only process ends after the fleet shutdown")
+        .expect("wait for wq");
+    let helper_text = String::from_utf8_lossy(&helper.stdout);
+    assert!(helper.status.success(), "{helper_text}{said}");
+    assert!(!helper_text.contains(PASSWORD), "{helper_text}");
+    assert!(helper_text.contains("(workers only)"), "{helper_text}");
+    assert!(
+        helper_text.contains("never two workers at once: ok"),
+        "{helper_text}"
+    );
+    assert!(row(&helper_text, "reconciles") > 0, "{helper_text}");
+}
+
+/// `--redis` and `--postgres` together are refused before anything connects, and
+/// `--postgres` alone needs `WQ_POSTGRES_URL`.
+#[test]
+fn the_demo_takes_one_server_and_postgres_alone_needs_its_variable() {
+    let out = Command::new(env!("CARGO_BIN_EXE_wq"))
+        .args(["demo", "--postgres", "postgres://127.0.0.1:1/x"])
+        .args(["--redis", "redis://127.0.0.1:1/"])
+        .output()
+        .expect("run wq");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_wq"))
+        .args(["demo", "--postgres", "--workers-only"])
+        .env_remove("WQ_POSTGRES_URL")
+        .output()
+        .expect("run wq");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("WQ_POSTGRES_URL"), "{stderr}");
 }

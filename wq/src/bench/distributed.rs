@@ -15,8 +15,9 @@
 //! has no counterpart for.
 //!
 //! **PostgreSQL.** workqueue-postgres batches adds by 100 per transaction (`add_in`, one
-//! commit per batch) and completes items one at a time (`get`, then `Lease::done`: two
-//! statements per item); getters wake on `LISTEN`/`NOTIFY`. pg-boss inserts batches of 100
+//! commit per batch) and completes items one at a time, completing one and taking the next in
+//! one statement and one commit (`done_and_get`, as `Workers` do through
+//! `Queue::done_and_next`); getters wake on `LISTEN`/`NOTIFY`. pg-boss inserts batches of 100
 //! (`insert`, one statement) and completes one job at a time (a worker with `batchSize` 1);
 //! see `wq/benchmarks/pg-boss/bench.mjs` for its queue policy and polling interval.
 //!
@@ -177,17 +178,22 @@ impl Shared for PgQueue<u64> {
         tx.commit().await.map_err(text)
     }
 
-    /// One item at a time (`get`, then `done`), whatever `batch` says.
+    /// One item at a time, whatever `batch` says: the `done` and the next item in one call
+    /// (`done_and_get`, one commit), and a waiting `get` when nothing was ready.
     async fn consume(
         self,
         _batch: usize,
         mut seen: impl FnMut(&u64) + Send + 'static,
     ) -> Result<usize, Error> {
         let mut count = 0;
-        while let Some(lease) = self.get().await.map_err(text)? {
+        let mut next = self.get().await.map_err(text)?;
+        while let Some(lease) = next {
             seen(lease.item());
             count += 1;
-            lease.done().await.map_err(text)?;
+            next = match self.done_and_get(lease, false).await.map_err(text)? {
+                Some(lease) => Some(lease),
+                None => self.get().await.map_err(text)?,
+            };
         }
         Ok(count)
     }

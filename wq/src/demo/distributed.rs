@@ -1,4 +1,8 @@
-//! `wq demo --redis URL`: the demo's controller on a queue on Redis, shared by processes.
+//! `wq demo --redis URL` and `wq demo --postgres URL`: the demo's controller on a queue on a
+//! server, shared by processes. One driver for both servers, over [`Backend`]: the queue, a few
+//! calls of the server's own (a batch of adds with their sequence numbers, drained?, fleet
+//! shut down), and the checks' bookkeeping, kept on the same server ([`super::on_redis`],
+//! [`super::on_postgres`]).
 //!
 //! Producers emit change events for a set of objects (many duplicates, which the queue
 //! merges); workers reconcile with a random latency and fail at `--failure-rate`, retried
@@ -6,20 +10,21 @@
 //! with producers and workers, and as many `--workers-only` processes (on any machine) as you
 //! like: they share one queue. Two checks are made across all processes, on the server:
 //!
-//! - no object was ever reconciled by two workers at once (a claim hash next to the queue);
+//! - no object was ever reconciled by two workers at once (a claim per item while leased);
 //! - every object's last event was reconciled after it arrived (its add's sequence number is
-//!   below the token of an accepted `done`), unless the object was given up.
+//!   below the fencing token of an accepted `done`), unless the object was given up.
 //!
 //! The producing process waits for the queue to drain, shuts it down (which ends the
 //! `--workers-only` processes) and prints the table. Exit code 0 if both checks hold.
 //!
-//! The workers are [`workqueue::Workers`], the same pool as in memory, over the queue on
-//! Redis: retries, give-ups and the stop come from it. The checks wrap the queue in
+//! The workers are [`workqueue::Workers`], the same pool as in memory, over the queue on the
+//! server: retries, give-ups and the stop come from it. The checks wrap the queue in
 //! [`Checked`], a [`Queue`] that claims each item as it is handed out and records the fencing
 //! token of each accepted `done`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::future::Future;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,12 +32,10 @@ use std::time::{Duration, Instant};
 
 use rand::RngExt;
 use rand::rngs::SmallRng;
-use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
 use workqueue::{AddOptions, Queue, QueueLease, Workers};
-use workqueue_redis::{Error, Lease, RateLimit, RedisQueue};
 
-/// Options of the demo on Redis (`wq demo --redis URL`, and the deprecated `wq redis demo`).
+/// Options of the demo on a server (`wq demo --redis URL`, `wq demo --postgres URL`, and the
+/// deprecated `wq redis demo`).
 #[derive(Debug, clap::Args)]
 pub(crate) struct DemoArgs {
     /// The server: `redis://[user:password@]host:port[/db]`, or rediss:// for TLS. Default
@@ -67,6 +70,103 @@ pub(crate) struct DemoArgs {
     pub(crate) workers_only: bool,
 }
 
+/// How long a lease lasts on either server: far longer than a reconcile.
+pub(super) const LEASE: Duration = Duration::from_secs(10);
+
+/// The retries' backoff on either server: per item, exponential from 5 ms, at most 1 s.
+pub(super) const BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
+
+/// The queue's error on backend `B`.
+pub(super) type Error<B> = <<B as Backend>::Queue as Queue>::Error;
+
+/// The queue's lease on backend `B`.
+pub(super) type BackendLease<B> = <<B as Backend>::Queue as Queue>::Lease;
+
+/// What the checks read at the end: per object, the fencing token of its last accepted `done`,
+/// and the objects given up.
+#[derive(Debug, Default)]
+pub(super) struct Ledger {
+    /// Item -> the largest token of an accepted `done` (the last recorded, on Redis).
+    pub(super) done: HashMap<String, u64>,
+    /// Items given up after `--max-retries`.
+    pub(super) given_up: HashSet<String>,
+}
+
+/// What the demo needs of a queue on a server beside the [`Queue`] its workers run on: the
+/// server's own calls for producing and draining, and the bookkeeping of the two checks, kept
+/// on the same server so that every process sharing the queue writes to it.
+///
+/// The bookkeeping of one lease: [`claim`](Self::claim) when it is handed out (a second live
+/// claim of an item means two workers at once); [`end_claim`](Self::end_claim) before its
+/// `done` or release (so that the next holder can claim); [`ended`](Self::ended) after it,
+/// recording the token if the `done` was accepted.
+pub(super) trait Backend: Clone + Send + Sync + 'static {
+    /// The queue the workers run on.
+    type Queue: Queue<Item = String>;
+
+    /// Connects to the server and opens the queue named in `args` and its bookkeeping.
+    fn open(args: &DemoArgs) -> impl Future<Output = Result<Self, Error<Self>>> + Send;
+
+    /// The queue.
+    fn queue(&self) -> &Self::Queue;
+
+    /// A lease's fencing token.
+    fn token(lease: &BackendLease<Self>) -> u64;
+
+    /// Whether `error` says a lease was lost (its `done` refused).
+    fn is_lease_lost(error: &Error<Self>) -> bool;
+
+    /// Adds `items` as one batch; returns each add's sequence number (from the counter that
+    /// issues fencing tokens), in order.
+    fn add_batch(
+        &self,
+        items: &[String],
+    ) -> impl Future<Output = Result<Vec<u64>, Error<Self>>> + Send;
+
+    /// Whether nothing is queued, delayed or in flight in any process, and no lease is still
+    /// being ended: one atomic look, so a drained queue is never reported early.
+    fn is_drained(&self) -> impl Future<Output = Result<bool, Error<Self>>> + Send;
+
+    /// Shuts the queue down for every process (ends the `--workers-only` ones).
+    fn shut_down_fleet(&self) -> impl Future<Output = Result<(), Error<Self>>> + Send;
+
+    /// Whether the queue is shut down for every process.
+    fn is_fleet_shut_down(&self) -> impl Future<Output = Result<bool, Error<Self>>> + Send;
+
+    /// Deletes the queue and the bookkeeping of a previous run of the same queue.
+    fn reset(&self) -> impl Future<Output = Result<(), Error<Self>>> + Send;
+
+    /// Claims `item` for the lease `token`; `false` if another claim is live.
+    fn claim(
+        &self,
+        item: &str,
+        token: u64,
+    ) -> impl Future<Output = Result<bool, Error<Self>>> + Send;
+
+    /// Gives the claim of lease `token` back (`claimed`: whether it was taken), before the
+    /// lease's `done` or release.
+    fn end_claim(
+        &self,
+        item: &str,
+        token: u64,
+        claimed: bool,
+    ) -> impl Future<Output = Result<(), Error<Self>>> + Send;
+
+    /// The lease `token` has ended; records its token if its `done` was `accepted`.
+    fn ended(
+        &self,
+        item: &str,
+        token: u64,
+        accepted: bool,
+    ) -> impl Future<Output = Result<(), Error<Self>>> + Send;
+
+    /// Records that `item` is given up.
+    fn give_up(&self, item: &str) -> impl Future<Output = Result<(), Error<Self>>> + Send;
+
+    /// Reads what the checks need.
+    fn ledger(&self) -> impl Future<Output = Result<Ledger, Error<Self>>> + Send;
+}
+
 #[derive(Default)]
 struct Counters {
     reconciles: AtomicU64,
@@ -75,32 +175,32 @@ struct Counters {
     refused: AtomicU64,
 }
 
-fn key(name: &str, suffix: &str) -> String {
-    format!("wq-demo:{{{name}}}:{suffix}")
-}
-
-/// The demo's view of the queue: the queue on Redis, plus the two checks' bookkeeping around
+/// The demo's view of the queue: the backend's queue, plus the two checks' bookkeeping around
 /// each lease (a claim while it is held, the token of each accepted `done`). A [`Queue`] of
 /// its own, so that the workers are the library's.
-#[derive(Clone)]
-struct Checked {
-    queue: RedisQueue<String>,
-    con: ConnectionManager,
-    /// The claims hash: item -> token of the lease that holds it.
-    claims: Arc<str>,
-    /// Item -> token of its last accepted `done`.
-    done_tokens: Arc<str>,
+struct Checked<B> {
+    backend: B,
     counters: Arc<Counters>,
 }
 
-/// A lease of [`Checked`]: the queue's lease and whether it holds the item's claim.
-struct CheckedLease {
-    lease: Lease<String>,
-    claimed: bool,
-    queue: Checked,
+impl<B: Clone> Clone for Checked<B> {
+    fn clone(&self) -> Self {
+        Checked {
+            backend: self.backend.clone(),
+            counters: self.counters.clone(),
+        }
+    }
 }
 
-impl fmt::Debug for CheckedLease {
+/// A lease of [`Checked`]: the queue's lease and whether it holds the item's claim.
+struct CheckedLease<B: Backend> {
+    lease: BackendLease<B>,
+    token: u64,
+    claimed: bool,
+    queue: Checked<B>,
+}
+
+impl<B: Backend> fmt::Debug for CheckedLease<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CheckedLease")
             .field("lease", &self.lease)
@@ -109,83 +209,78 @@ impl fmt::Debug for CheckedLease {
     }
 }
 
-impl CheckedLease {
+impl<B: Backend> CheckedLease<B> {
     /// Gives the claim back (before the lease ends, so that the next holder can claim).
-    async fn unclaim(&mut self) -> Result<(), Error> {
-        if self.claimed {
-            let _: () = self
-                .queue
-                .con
-                .clone()
-                .hdel(&*self.queue.claims, self.lease.item())
-                .await?;
-            self.claimed = false;
-        }
+    async fn unclaim(&mut self) -> Result<(), Error<B>> {
+        let item = self.lease.item().clone();
+        self.queue
+            .backend
+            .end_claim(&item, self.token, self.claimed)
+            .await?;
+        self.claimed = false;
         Ok(())
     }
 }
 
-impl Queue for Checked {
+impl<B: Backend> Queue for Checked<B> {
     type Item = String;
-    type Lease = CheckedLease;
-    type Error = Error;
+    type Lease = CheckedLease<B>;
+    type Error = Error<B>;
 
     fn name(&self) -> Option<&str> {
-        Queue::name(&self.queue)
+        Queue::name(self.backend.queue())
     }
 
-    async fn add_with(&self, item: String, options: AddOptions) -> Result<bool, Error> {
-        Queue::add_with(&self.queue, item, options).await
+    async fn add_with(&self, item: String, options: AddOptions) -> Result<bool, Error<B>> {
+        Queue::add_with(self.backend.queue(), item, options).await
     }
 
-    async fn forget(&self, item: &String) -> Result<(), Error> {
-        Queue::forget(&self.queue, item).await
+    async fn forget(&self, item: &String) -> Result<(), Error<B>> {
+        Queue::forget(self.backend.queue(), item).await
     }
 
-    async fn num_requeues(&self, item: &String) -> Result<usize, Error> {
-        Queue::num_requeues(&self.queue, item).await
+    async fn num_requeues(&self, item: &String) -> Result<usize, Error<B>> {
+        Queue::num_requeues(self.backend.queue(), item).await
     }
 
-    async fn len(&self) -> Result<usize, Error> {
-        Queue::len(&self.queue).await
+    async fn len(&self) -> Result<usize, Error<B>> {
+        Queue::len(self.backend.queue()).await
     }
 
     /// Hands the next item out and claims it: a second live claim means two workers at once.
-    async fn get(&self) -> Result<Option<CheckedLease>, Error> {
-        let Some(lease) = Queue::get(&self.queue).await? else {
+    async fn get(&self) -> Result<Option<CheckedLease<B>>, Error<B>> {
+        let Some(lease) = Queue::get(self.backend.queue()).await? else {
             return Ok(None);
         };
-        let claimed: bool = self
-            .con
-            .clone()
-            .hset_nx(&*self.claims, lease.item(), lease.token())
-            .await?;
+        let token = B::token(&lease);
+        let claimed = self.backend.claim(lease.item(), token).await?;
         if !claimed {
             self.counters.overlaps.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Some(CheckedLease {
             lease,
+            token,
             claimed,
             queue: self.clone(),
         }))
     }
 
     fn shut_down(&self) -> Vec<String> {
-        Queue::shut_down(&self.queue)
+        Queue::shut_down(self.backend.queue())
     }
 
-    async fn shut_down_with_drain(&self) -> Result<(), Error> {
-        Queue::shut_down_with_drain(&self.queue).await
+    async fn shut_down_with_drain(&self) -> Result<(), Error<B>> {
+        Queue::shut_down_with_drain(self.backend.queue()).await
     }
 
-    async fn is_shutting_down(&self) -> Result<bool, Error> {
-        Queue::is_shutting_down(&self.queue).await
+    async fn is_shutting_down(&self) -> Result<bool, Error<B>> {
+        Queue::is_shutting_down(self.backend.queue()).await
     }
 }
 
-impl QueueLease for CheckedLease {
+impl<B: Backend> QueueLease for CheckedLease<B> {
     type Item = String;
-    type Error = Error;
+    type Error = Error<B>;
 
     fn item(&self) -> &String {
         self.lease.item()
@@ -196,41 +291,42 @@ impl QueueLease for CheckedLease {
     }
 
     /// Marks the item done and, if the server accepted it, records the lease's token.
-    async fn done(mut self) -> Result<(), Error> {
+    async fn done(mut self) -> Result<(), Error<B>> {
         self.unclaim().await?;
-        let (item, token) = (self.lease.item().clone(), self.lease.token());
+        let (item, token) = (self.lease.item().clone(), self.token);
+        let backend = self.queue.backend.clone();
         match self.lease.done().await {
             Ok(()) => {
-                let _: () = self
-                    .queue
-                    .con
-                    .clone()
-                    .hset(&*self.queue.done_tokens, &item, token)
-                    .await?;
+                backend.ended(&item, token, true).await?;
                 Ok(())
             }
             Err(error) => {
-                if error.is_lease_lost() {
+                if B::is_lease_lost(&error) {
                     self.queue.counters.refused.fetch_add(1, Ordering::Relaxed);
                 }
+                // Not recorded: the check counts only dones the server accepted.
+                backend.ended(&item, token, false).await?;
                 Err(error)
             }
         }
     }
 
-    async fn release(mut self) -> Result<bool, Error> {
+    async fn release(mut self) -> Result<bool, Error<B>> {
         self.unclaim().await?;
-        QueueLease::release(self.lease).await
+        let (item, token) = (self.lease.item().clone(), self.token);
+        let backend = self.queue.backend.clone();
+        let released = QueueLease::release(self.lease).await;
+        backend.ended(&item, token, false).await?;
+        released
     }
 }
 
 /// One reconcile: a random latency, and a failure at `--failure-rate` (an `Err`, which the
 /// workers retry with the queue's rate limiter and give up after `--max-retries`). A failure
 /// that will be given up is recorded first, for the check.
-async fn reconcile(
+async fn reconcile<B: Backend>(
     item: String,
-    queue: RedisQueue<String>,
-    mut con: ConnectionManager,
+    backend: B,
     args: Arc<DemoArgs>,
     counters: Arc<Counters>,
     (latency, failed): (Duration, bool),
@@ -241,52 +337,46 @@ async fn reconcile(
         return Ok(());
     }
     counters.failures.fetch_add(1, Ordering::Relaxed);
-    let retries = queue.num_requeues(&item).await.map_err(|e| e.to_string())?;
+    let retries = Queue::num_requeues(backend.queue(), &item)
+        .await
+        .map_err(|e| e.to_string())?;
     if retries >= args.max_retries {
-        let _: () = con
-            .sadd(key(&args.queue, "given-up"), &item)
-            .await
-            .map_err(|e| e.to_string())?;
+        backend.give_up(&item).await.map_err(|e| e.to_string())?;
     }
     Err("simulated failure".to_owned())
 }
 
-/// Runs the demo on Redis.
-pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
+/// The objects whose last event was not reconciled after it arrived: no accepted `done` with
+/// a token above the last add's sequence number, and not given up.
+pub(super) fn missed<'a>(last_add: &'a HashMap<String, u64>, ledger: &Ledger) -> Vec<&'a str> {
+    let mut missed: Vec<&str> = last_add
+        .iter()
+        .filter(|(item, seq)| {
+            !ledger.given_up.contains(*item)
+                && ledger.done.get(*item).is_none_or(|token| token <= seq)
+        })
+        .map(|(item, _)| item.as_str())
+        .collect();
+    missed.sort_unstable();
+    missed
+}
+
+/// Runs the demo on backend `B`.
+pub(super) async fn run<B: Backend>(args: DemoArgs) -> Result<ExitCode, Error<B>> {
     let args = Arc::new(args);
-    let queue: RedisQueue<String> = RedisQueue::builder(args.queue.as_str())
-        .url(args.url.as_str())
-        .lease_duration(Duration::from_secs(10))
-        .rate_limit(RateLimit::exponential(
-            Duration::from_millis(5),
-            Duration::from_secs(1),
-        ))
-        .build()
-        .await?;
-    let client = redis::Client::open(args.url.as_str())?;
-    let mut con = client.get_connection_manager().await?;
+    let backend = B::open(&args).await?;
     let started = Instant::now();
     if args.workers_only {
         // Wait for a producing process to (re)open the queue.
-        while queue.is_fleet_shut_down().await? {
+        while backend.is_fleet_shut_down().await? {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     } else {
-        queue.delete().await?;
-        let _: () = con
-            .del(&[
-                key(&args.queue, "claims"),
-                key(&args.queue, "done"),
-                key(&args.queue, "given-up"),
-            ])
-            .await?;
+        backend.reset().await?;
     }
     let counters = Arc::new(Counters::default());
     let checked = Checked {
-        queue: queue.clone(),
-        con: con.clone(),
-        claims: key(&args.queue, "claims").into(),
-        done_tokens: key(&args.queue, "done").into(),
+        backend: backend.clone(),
         counters: counters.clone(),
     };
     // Seeded from the operating system: processes sharing the queue draw differently.
@@ -295,8 +385,7 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
         .count(args.workers)
         .max_retries(args.max_retries)
         .spawn_async({
-            let (queue, con, args, counters) =
-                (queue.clone(), con.clone(), args.clone(), counters.clone());
+            let (backend, args, counters) = (backend.clone(), args.clone(), counters.clone());
             move |item: String| {
                 let draw = {
                     let mut rng = rng.lock().unwrap_or_else(|e| e.into_inner());
@@ -305,19 +394,17 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
                         rng.random::<f64>() < args.failure_rate,
                     )
                 };
-                reconcile(
-                    item,
-                    queue.clone(),
-                    con.clone(),
-                    args.clone(),
-                    counters.clone(),
-                    draw,
-                )
+                reconcile(item, backend.clone(), args.clone(), counters.clone(), draw)
             }
         });
     let mut last_add: HashMap<String, u64> = HashMap::new();
     let mut adds = 0_u64;
-    if !args.workers_only {
+    if args.workers_only {
+        eprintln!(
+            "wq demo: {} workers on queue {} until it is shut down",
+            args.workers, args.queue
+        );
+    } else {
         let mut rng = rand::make_rng::<SmallRng>();
         let per_event = Duration::from_secs_f64(args.duration.max(0.0) / args.events.max(1) as f64);
         let mut batch = Vec::new();
@@ -330,8 +417,8 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
             };
             batch.push(format!("default/object-{object}"));
             if batch.len() == 50 || n + 1 == args.events {
-                for (item, added) in batch.iter().zip(queue.add_all(&batch).await?) {
-                    last_add.insert(item.clone(), added.seq);
+                for (item, seq) in batch.iter().zip(backend.add_batch(&batch).await?) {
+                    last_add.insert(item.clone(), seq);
                 }
                 adds += batch.len() as u64;
                 batch.clear();
@@ -340,15 +427,11 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
             }
         }
         // Drain: nothing queued, delayed or in flight in any process.
-        loop {
-            let stats = queue.stats(1).await?;
-            if stats.depth == 0 && stats.delayed == 0 && stats.in_flight == 0 {
-                break;
-            }
+        while !backend.is_drained().await? {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         // Stops the workers of every process, including --workers-only ones.
-        queue.shut_down_fleet().await?;
+        backend.shut_down_fleet().await?;
     }
     let summary = workers.wait().await;
     let elapsed = started.elapsed();
@@ -391,15 +474,7 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
     );
     let mut ok = overlaps == 0;
     if !args.workers_only {
-        let done: HashMap<String, u64> = con.hgetall(key(&args.queue, "done")).await?;
-        let given_up: Vec<String> = con.smembers(key(&args.queue, "given-up")).await?;
-        let missed: Vec<&String> = last_add
-            .iter()
-            .filter(|(item, seq)| {
-                !given_up.contains(item) && done.get(*item).is_none_or(|token| token <= seq)
-            })
-            .map(|(item, _)| item)
-            .collect();
+        let missed = missed(&last_add, &backend.ledger().await?);
         println!(
             "check            every last event reconciled after it arrived: {}",
             if missed.is_empty() {
@@ -415,4 +490,46 @@ pub(crate) async fn run(args: DemoArgs) -> Result<ExitCode, Error> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adds(pairs: &[(&str, u64)]) -> HashMap<String, u64> {
+        pairs.iter().map(|&(k, v)| (k.to_owned(), v)).collect()
+    }
+
+    /// The control of the second check: made-up ledgers where an object's last event was
+    /// missed are reported, and only those.
+    #[test]
+    fn the_check_reports_an_object_whose_last_event_no_done_followed() {
+        let last_add = adds(&[("a", 10), ("b", 20), ("c", 30), ("d", 40)]);
+        let ledger = Ledger {
+            done: adds(&[
+                // Reconciled after its last add: fine.
+                ("a", 11),
+                // Reconciled, but by a lease handed out before the last add: missed.
+                ("b", 19),
+                // A token equal to the add's sequence number is not "after" it.
+                ("c", 30),
+            ]),
+            // "d": never reconciled at all.
+            given_up: HashSet::new(),
+        };
+        assert_eq!(missed(&last_add, &ledger), ["b", "c", "d"]);
+
+        // Every object reconciled after its last add, or given up ("d"): nothing missed.
+        let ledger = Ledger {
+            done: adds(&[("a", 11), ("b", 21), ("c", 31)]),
+            given_up: ["d".to_owned()].into_iter().collect(),
+        };
+        assert!(missed(&last_add, &ledger).is_empty());
+        // A give-up covers its own object only: "c", never reconciled, is missed.
+        let ledger = Ledger {
+            done: adds(&[("a", 11), ("b", 21)]),
+            given_up: ["d".to_owned()].into_iter().collect(),
+        };
+        assert_eq!(missed(&last_add, &ledger), ["c"]);
+    }
 }

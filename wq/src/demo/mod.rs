@@ -1,6 +1,7 @@
 //! `wq demo`: a simulated controller on the in-memory queue, the first thing to run. With
-//! `--redis URL` the controller runs on a queue on Redis shared by processes instead
-//! ([`distributed`]).
+//! `--redis URL` or `--postgres URL` the controller runs on a queue on Redis or PostgreSQL
+//! shared by processes instead ([`distributed`], one driver for both servers over
+//! [`on_redis`] and [`on_postgres`]).
 //!
 //! Producers emit bursts of change events for a set of objects, the way an informer calls
 //! `queue.add` for every watch event: many of them name an object that is already waiting,
@@ -20,6 +21,8 @@
 mod args;
 mod checks;
 pub(crate) mod distributed;
+mod on_postgres;
+mod on_redis;
 mod phases;
 mod report;
 mod setup;
@@ -47,8 +50,15 @@ the add-to-reconcile latency and the throughput, and two checks made while runni
 object was reconciled by two workers at once, and every object's last event was reconciled \
 after it arrived.
 
+On a server (--redis URL or --postgres URL) the queue is shared: run one process with \
+producers and workers, and any number with --workers-only on the same --queue. The checks' \
+bookkeeping is kept on the same server (keys wq-demo:{QUEUE}:* on Redis; tables wq_demo_* \
+on PostgreSQL, created if missing), so they hold across every process. The producing \
+process waits for the queue to drain, then shuts it down for every process.
+
 Exit codes: 0 if both checks hold, 1 if one fails, 2 for a bad flag, 130 on Ctrl-C (intake \
 stops, reconciles in flight finish, the table is printed).")]
+#[command(group(clap::ArgGroup::new("server").args(["redis", "postgres"])))]
 pub(crate) struct DemoArgs {
     /// How many objects the simulated cluster holds (1 to 1,000,000); every event names one.
     #[arg(long, default_value = "200", value_name = "N", value_parser = args::objects)]
@@ -111,13 +121,27 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     redis: Option<String>,
 
-    /// With --redis: the queue's name; every process of one demo uses the same.
-    #[arg(long, value_name = "NAME", default_value = "demo", requires = "redis")]
+    /// Runs the producers and workers against the queue on PostgreSQL at URL
+    /// (postgres://user:password@host:port/database; add ?sslmode=require for TLS) instead
+    /// of the in-memory one. Several processes may share it (see --workers-only).
+    /// `--postgres` alone takes the URL from $WQ_POSTGRES_URL (keep a password off the
+    /// command line).
+    #[arg(
+        long,
+        value_name = "URL",
+        num_args = 0..=1,
+        default_missing_value = "",
+        conflicts_with = "redis"
+    )]
+    postgres: Option<String>,
+
+    /// With --redis or --postgres: the queue's name; every process of one demo uses the same.
+    #[arg(long, value_name = "NAME", default_value = "demo", requires = "server")]
     queue: String,
 
-    /// With --redis: runs only workers, on a queue another `wq demo --redis` process
-    /// produces into; ends when that process shuts the queue down.
-    #[arg(long, requires = "redis")]
+    /// With --redis or --postgres: runs only workers, on a queue another `wq demo` process
+    /// on the same server produces into; ends when that process shuts the queue down.
+    #[arg(long, requires = "server")]
     workers_only: bool,
 }
 
@@ -176,11 +200,19 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs the demo.
 pub(crate) fn run(args: DemoArgs) -> ExitCode {
-    if let Some(url) = args.redis {
-        let Some(url) = crate::ops::url_or_env(url) else {
+    let server = match (&args.redis, &args.postgres) {
+        (Some(url), _) => Some((crate::ops::url_or_env(url.clone()), Server::Redis)),
+        (None, Some(url)) => Some((
+            crate::ops::url_from(url.clone(), "--postgres", "WQ_POSTGRES_URL"),
+            Server::Postgres,
+        )),
+        (None, None) => None,
+    };
+    if let Some((url, server)) = server {
+        let Some(url) = url else {
             return ExitCode::FAILURE;
         };
-        return run_distributed(distributed::DemoArgs {
+        let args = distributed::DemoArgs {
             url,
             queue: args.queue,
             objects: args.objects as u64,
@@ -190,7 +222,14 @@ pub(crate) fn run(args: DemoArgs) -> ExitCode {
             max_retries: args.max_retries,
             duration: args.duration.as_secs_f64(),
             workers_only: args.workers_only,
-        });
+        };
+        return match server {
+            Server::Redis => run_distributed(args),
+            Server::Postgres => crate::ops::block_on_as(
+                "wq demo",
+                distributed::run::<on_postgres::OnPostgres>(args),
+            ),
+        };
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -206,9 +245,16 @@ pub(crate) fn run(args: DemoArgs) -> ExitCode {
     runtime.block_on(simulate(args))
 }
 
+/// The server of `wq demo --redis` or `--postgres`.
+#[derive(Debug, Clone, Copy)]
+enum Server {
+    Redis,
+    Postgres,
+}
+
 /// Runs the demo on Redis: `wq demo --redis URL` (and the deprecated `wq redis demo`).
 pub(crate) fn run_distributed(args: distributed::DemoArgs) -> ExitCode {
-    crate::ops::block_on("demo", distributed::run(args))
+    crate::ops::block_on("demo", distributed::run::<on_redis::OnRedis>(args))
 }
 
 /// How long the demo waits, after the producers are done, for the queue to drain: retries

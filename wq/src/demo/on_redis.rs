@@ -1,0 +1,128 @@
+//! The demo's [`Backend`] on Redis (`wq demo --redis URL`): the queue is a
+//! [`RedisQueue`], and the checks' bookkeeping lives in keys beside it,
+//! `wq-demo:{QUEUE}:claims` (item -> token of the lease that holds it), `...:done` (item ->
+//! token of its last accepted `done`) and `...:given-up` (a set).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+use workqueue_redis::{Error, Lease, RateLimit, RedisQueue};
+
+use super::distributed::{BACKOFF, Backend, DemoArgs, LEASE, Ledger};
+
+fn key(name: &str, suffix: &str) -> String {
+    format!("wq-demo:{{{name}}}:{suffix}")
+}
+
+/// The queue on Redis and a connection for the bookkeeping.
+#[derive(Clone)]
+pub(crate) struct OnRedis {
+    queue: RedisQueue<String>,
+    con: ConnectionManager,
+    /// The claims hash: item -> token of the lease that holds it.
+    claims: Arc<str>,
+    /// Item -> token of its last accepted `done`.
+    done: Arc<str>,
+    /// The set of items given up.
+    given_up: Arc<str>,
+}
+
+impl Backend for OnRedis {
+    type Queue = RedisQueue<String>;
+
+    async fn open(args: &DemoArgs) -> Result<Self, Error> {
+        let queue: RedisQueue<String> = RedisQueue::builder(args.queue.as_str())
+            .url(args.url.as_str())
+            .lease_duration(LEASE)
+            .rate_limit(RateLimit::exponential(BACKOFF.0, BACKOFF.1))
+            .build()
+            .await?;
+        let client = redis::Client::open(args.url.as_str())?;
+        let con = client.get_connection_manager().await?;
+        Ok(OnRedis {
+            queue,
+            con,
+            claims: key(&args.queue, "claims").into(),
+            done: key(&args.queue, "done").into(),
+            given_up: key(&args.queue, "given-up").into(),
+        })
+    }
+
+    fn queue(&self) -> &RedisQueue<String> {
+        &self.queue
+    }
+
+    fn token(lease: &Lease<String>) -> u64 {
+        lease.token()
+    }
+
+    fn is_lease_lost(error: &Error) -> bool {
+        error.is_lease_lost()
+    }
+
+    async fn add_batch(&self, items: &[String]) -> Result<Vec<u64>, Error> {
+        Ok(self
+            .queue
+            .add_all(items)
+            .await?
+            .into_iter()
+            .map(|added| added.seq)
+            .collect())
+    }
+
+    /// One script reads the queue's depth, delayed and in-flight counts together.
+    async fn is_drained(&self) -> Result<bool, Error> {
+        let stats = self.queue.stats(1).await?;
+        Ok(stats.depth == 0 && stats.delayed == 0 && stats.in_flight == 0)
+    }
+
+    async fn shut_down_fleet(&self) -> Result<(), Error> {
+        self.queue.shut_down_fleet().await
+    }
+
+    async fn is_fleet_shut_down(&self) -> Result<bool, Error> {
+        self.queue.is_fleet_shut_down().await
+    }
+
+    async fn reset(&self) -> Result<(), Error> {
+        self.queue.delete().await?;
+        let _: () = self
+            .con
+            .clone()
+            .del(&[&*self.claims, &*self.done, &*self.given_up])
+            .await?;
+        Ok(())
+    }
+
+    async fn claim(&self, item: &str, token: u64) -> Result<bool, Error> {
+        Ok(self.con.clone().hset_nx(&*self.claims, item, token).await?)
+    }
+
+    async fn end_claim(&self, item: &str, _token: u64, claimed: bool) -> Result<(), Error> {
+        if claimed {
+            let _: () = self.con.clone().hdel(&*self.claims, item).await?;
+        }
+        Ok(())
+    }
+
+    async fn ended(&self, item: &str, token: u64, accepted: bool) -> Result<(), Error> {
+        if accepted {
+            let _: () = self.con.clone().hset(&*self.done, item, token).await?;
+        }
+        Ok(())
+    }
+
+    async fn give_up(&self, item: &str) -> Result<(), Error> {
+        let _: () = self.con.clone().sadd(&*self.given_up, item).await?;
+        Ok(())
+    }
+
+    async fn ledger(&self) -> Result<Ledger, Error> {
+        let mut con = self.con.clone();
+        let done: HashMap<String, u64> = con.hgetall(&*self.done).await?;
+        let given_up: HashSet<String> = con.smembers(&*self.given_up).await?;
+        Ok(Ledger { done, given_up })
+    }
+}
