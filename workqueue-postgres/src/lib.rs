@@ -83,10 +83,11 @@
 //! # Schema
 //!
 //! Installed by embedded, versioned SQL ([`SCHEMA_VERSION`]), every name prefixed
-//! `workqueue_`. A process refuses to build against a schema newer than its own. Version 2
-//! only adds the function `workqueue_done_get`, so processes of version 1 already running
-//! keep working beside newer ones; a process of version 1 started after one of version 2
-//! migrated the database refuses to build. All queues share one table set with a `queue`
+//! `workqueue_`. Each version records the oldest version whose code still works on its
+//! schema: a process runs on a schema newer than its own when that schema still serves it
+//! (an additive migration, so that the old processes of a rolling upgrade keep starting) and
+//! refuses to build otherwise. Version 2 only adds the function `workqueue_done_get` and
+//! serves version 1. (Processes built before the record existed refuse any newer schema.) All queues share one table set with a `queue`
 //! column: one migration for any number of queues, and a queue is created by naming it. The
 //! cost: every queue's rows share the tables' indexes and vacuum, so one queue with a huge backlog slows scans of another
 //! only through index size (every index leads with `queue`), and dropping one queue is a

@@ -9,12 +9,30 @@ use sqlx::{Executor, PgPool};
 
 use crate::error::Error;
 
-/// The migrations, in order: (version, SQL). A released migration is never edited; a change
-/// is a new one.
-const MIGRATIONS: &[(i32, &str)] = &[
-    (1, include_str!("../migrations/0001_schema.sql")),
-    // `workqueue_done_get`: a done and the next get in one call.
-    (2, include_str!("../migrations/0002_done_get.sql")),
+/// One migration: its version, the oldest schema version whose code still works on the
+/// schema it makes, and its SQL.
+struct Migration {
+    version: i32,
+    /// Code built for this version or any newer one runs on the migrated schema. An additive
+    /// migration (a new function, table or nullable column) keeps older code's value, so that
+    /// the processes of a rolling upgrade that are still old keep starting.
+    serves_from: i32,
+    sql: &'static str,
+}
+
+/// The migrations, in order. A released migration is never edited; a change is a new one.
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        serves_from: 1,
+        sql: include_str!("../migrations/0001_schema.sql"),
+    },
+    // `workqueue_done_get`: a done and the next get in one call. Additive.
+    Migration {
+        version: 2,
+        serves_from: 1,
+        sql: include_str!("../migrations/0002_done_get.sql"),
+    },
 ];
 
 /// The schema version this crate needs.
@@ -36,26 +54,45 @@ pub(crate) async fn migrate(pool: &PgPool) -> Result<(), Error> {
     )
     .execute(&mut *tx)
     .await?;
-    let applied: Option<i32> = sqlx::query_scalar("SELECT max(version) FROM workqueue_migrations")
-        .fetch_one(&mut *tx)
+    // The oldest code each version serves (see `Migration::serves_from`); empty in rows
+    // written before the column existed.
+    sqlx::query("ALTER TABLE workqueue_migrations ADD COLUMN IF NOT EXISTS serves_from integer")
+        .execute(&mut *tx)
         .await?;
-    let applied = applied.unwrap_or(0);
-    if applied > SCHEMA_VERSION {
-        return Err(Error::Migrate(format!(
-            "the database has schema version {applied}, newer than this crate's {SCHEMA_VERSION}"
-        )));
+    let newest: Option<(i32, Option<i32>)> = sqlx::query_as(
+        "SELECT version, serves_from FROM workqueue_migrations ORDER BY version DESC LIMIT 1",
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let applied = newest.map_or(0, |(version, _)| version);
+    if let Some((version, serves_from)) = newest.filter(|&(version, _)| version > SCHEMA_VERSION) {
+        // A newer process migrated the database: run on it if its schema still serves this
+        // crate's code (a rolling upgrade's old processes), refuse otherwise.
+        return match serves_from {
+            Some(oldest) if oldest <= SCHEMA_VERSION => {
+                tx.commit().await?;
+                Ok(())
+            }
+            _ => Err(Error::Migrate(format!(
+                "the database has schema version {version}, newer than this crate's \
+                 {SCHEMA_VERSION}, and it does not serve code of version {SCHEMA_VERSION}: \
+                 upgrade this process"
+            ))),
+        };
     }
-    for &(version, sql) in MIGRATIONS {
+    for migration in MIGRATIONS {
+        let version = migration.version;
         if version <= applied {
             continue;
         }
         // Several statements: the simple query protocol (a `&str` without arguments).
         (&mut *tx)
-            .execute(sql)
+            .execute(migration.sql)
             .await
             .map_err(|e| Error::Migrate(format!("migration {version}: {e}")))?;
-        sqlx::query("INSERT INTO workqueue_migrations (version) VALUES ($1)")
+        sqlx::query("INSERT INTO workqueue_migrations (version, serves_from) VALUES ($1, $2)")
             .bind(version)
+            .bind(migration.serves_from)
             .execute(&mut *tx)
             .await?;
     }

@@ -392,6 +392,51 @@ async fn without_listen_getters_find_items_by_polling() {
     assert_eq!(getter.await.unwrap(), "x");
 }
 
+/// A process runs on a schema a newer process migrated when that schema still serves its
+/// version (a rolling upgrade's old processes), and refuses one that does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_is_used_only_if_it_serves_this_version() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let build = || {
+        PgQueue::<String>::builder("upgrade")
+            .url(server.url())
+            .build()
+    };
+    build().await.unwrap();
+    let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
+    let newer = workqueue_postgres::SCHEMA_VERSION + 1;
+    // What a newer crate with an additive migration would record.
+    sqlx::query("INSERT INTO workqueue_migrations (version, serves_from) VALUES ($1, 1)")
+        .bind(newer)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let queue = build()
+        .await
+        .expect("an additive newer schema serves this version");
+    queue.add("x".to_owned()).await.unwrap();
+    assert_eq!(queue.len().await.unwrap(), 1);
+    // And one that breaks older code.
+    sqlx::query("INSERT INTO workqueue_migrations (version, serves_from) VALUES ($1, $1)")
+        .bind(newer + 1)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let error = build()
+        .await
+        .expect_err("a breaking newer schema is refused");
+    assert!(
+        matches!(error, workqueue_postgres::Error::Migrate(_)),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("upgrade this process"),
+        "{error}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_processes_install_the_schema_once() {
     let Some(server) = PgServer::start() else {
