@@ -240,11 +240,16 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
 
     /// Marks the lease in `slot` done, then hands out the next ready item, in one lock round
     /// instead of two: a worker loop's step from one item to the next
-    /// ([`Queue::done_and_next`](crate::Queue::done_and_next)). `None` if nothing is ready
-    /// (or the queue is shut down and has nothing left).
+    /// ([`Queue::done_and_next`](crate::Queue::done_and_next)). `None` if nothing is ready,
+    /// and once the queue is shut down: the items still queued then are for `get`, as on the
+    /// shared backends, whose shut-down handles hand nothing out with a done (a worker pool
+    /// that stopped its queue takes no more work).
     pub(crate) fn done_then_pop(self: &Arc<Self>, slot: u32) -> Option<Lease<T>> {
         self.locked(move |inner, _| {
             let mut after = self.done_locked(inner, slot);
+            if inner.state.is_shutting_down() {
+                return (None, after);
+            }
             let (popped, got) = self.pop_locked(inner);
             if popped.is_ok() {
                 // Ready items are one fewer than the done left: if it queued its item again,
