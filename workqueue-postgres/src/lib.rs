@@ -87,11 +87,13 @@
 //! schema: a process runs on a schema newer than its own when that schema still serves it
 //! (an additive migration, so that the old processes of a rolling upgrade keep starting) and
 //! refuses to build otherwise. Version 2 only adds the function `workqueue_done_get` and
-//! serves version 1. (Processes built before the record existed refuse any newer schema.) All queues share one table set with a `queue`
-//! column: one migration for any number of queues, and a queue is created by naming it. The
-//! cost: every queue's rows share the tables' indexes and vacuum, so one queue with a huge backlog slows scans of another
-//! only through index size (every index leads with `queue`), and dropping one queue is a
-//! `DELETE` ([`PgQueue::delete`]), not a `DROP TABLE`.
+//! serves version 1. (Processes built before the record existed refuse any newer schema.)
+//!
+//! All queues share one table set with a `queue` column: one migration for any number of
+//! queues, and a queue is created by naming it. The cost: every queue's rows share the
+//! tables' indexes and vacuum, so one queue with a huge backlog slows scans of another only
+//! through index size (every index leads with `queue`), and dropping one queue is a `DELETE`
+//! ([`PgQueue::delete`]), not a `DROP TABLE`.
 //!
 //! # PgBouncer
 //!

@@ -4,7 +4,7 @@ use hashbrown::HashTable;
 use slab::Slab;
 
 use super::stamps::{Times, UNSET};
-use super::{PROCESSING, State, table_hash};
+use super::{PROCESSING, State, index_of};
 
 /// Below this capacity (in items) nothing is shrunk: small queues keep what they have.
 pub(super) const SHRINK_FLOOR: usize = 1024;
@@ -76,14 +76,7 @@ impl<T, S> State<T, S> {
         }
         self.entries = moved.into_iter().collect();
         self.entries.shrink_to_fit();
-        let entries = &self.entries;
-        let mut index = HashTable::with_capacity(entries.len());
-        for (slot, entry) in entries {
-            index.insert_unique(table_hash(entry.hash), slot as u32, |&s| {
-                table_hash(entries[s as usize].hash)
-            });
-        }
-        self.index = index;
+        self.index = index_of(&self.entries, self.entries.len());
         for node in &mut self.heap {
             node.slot = map[node.slot as usize];
         }

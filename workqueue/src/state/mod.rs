@@ -86,6 +86,18 @@ fn table_hash(hash: u32) -> u64 {
     hash | (hash << 32)
 }
 
+/// An index of `entries` with room for `capacity` of them, built from their stored hashes
+/// in slot order (no item is read): what growing the index and compacting the slab both do.
+fn index_of<T>(entries: &Slab<Entry<T>>, capacity: usize) -> HashTable<u32> {
+    let mut index = HashTable::with_capacity(capacity);
+    for (slot, entry) in entries {
+        index.insert_unique(table_hash(entry.hash), slot as u32, |&s| {
+            table_hash(entries[s as usize].hash)
+        });
+    }
+    index
+}
+
 /// What an add did, so the caller knows whom to wake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Added {
@@ -287,14 +299,7 @@ impl<T, S> State<T, S> {
     #[cold]
     #[inline(never)]
     fn grow_index(&mut self) {
-        let entries = &self.entries;
-        let mut index = HashTable::with_capacity(entries.len().max(4) * 2);
-        for (slot, entry) in entries {
-            index.insert_unique(table_hash(entry.hash), slot as u32, |&s| {
-                table_hash(entries[s as usize].hash)
-            });
-        }
-        self.index = index;
+        self.index = index_of(&self.entries, self.entries.len().max(4) * 2);
     }
 
     /// Forgets the entry in `slot`; returns the item for the caller to drop.
