@@ -118,15 +118,26 @@
 //! item; its `done` is refused, but its side effects happened. Use the fencing token
 //! downstream where that matters.
 
+mod add;
+mod admin;
 mod backend;
 mod builder;
+mod dead_letter;
 mod error;
+mod faults;
+mod get;
 mod lease;
+mod listen;
 mod migrate;
 mod queue;
 
-pub use builder::Builder;
+pub use admin::{InFlight, Stats};
+pub use builder::{Builder, MAX_NAME_BYTES};
+pub use dead_letter::DeadLetter;
 pub use error::Error;
+#[cfg(feature = "fault-injection")]
+pub use faults::Mutation;
+pub use get::DoneAndGetMany;
 pub use lease::Lease;
 pub use migrate::SCHEMA_VERSION;
-pub use queue::{AddKind, Added, DeadLetter, Mutation, PgQueue};
+pub use queue::{AddKind, Added, PgQueue};

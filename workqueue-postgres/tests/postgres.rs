@@ -136,6 +136,51 @@ async fn a_stale_holder_is_fenced_off() {
     again.done().await.unwrap();
 }
 
+/// A stale holder's `done_and_get` with a forget (what `Workers` send after a success) is
+/// refused whole: the failure count, which the item's current holder may be failing on,
+/// stays; so does it through `done_and_get_many`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_holders_forget_changes_nothing() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let queue: PgQueue<String> = PgQueue::builder(unique("fence-forget"))
+        .url(server.url())
+        .lease_duration(Duration::from_millis(300))
+        .auto_renew(false)
+        .token_bucket(None)
+        .build()
+        .await
+        .unwrap();
+    queue.add("key".to_owned()).await.unwrap();
+    let stale = next(&queue).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fresh = next(&queue).await;
+    // The current holder fails twice.
+    queue.add_rate_limited("key".to_owned()).await.unwrap();
+    queue.add_rate_limited("key".to_owned()).await.unwrap();
+    assert_eq!(queue.num_requeues("key".to_owned()).await.unwrap(), 2);
+    assert!(matches!(
+        queue.done_and_get(stale, true).await,
+        Err(Error::LeaseLost)
+    ));
+    assert_eq!(
+        queue.num_requeues("key".to_owned()).await.unwrap(),
+        2,
+        "a refused done forgets nothing"
+    );
+    // The same through Workers' step on the trait, from a holder whose lease was taken over.
+    let stale = fresh;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let current = next(&queue).await;
+    let out = workqueue::Queue::done_and_next(&queue, stale, true).await;
+    assert!(matches!(out, Err(Error::LeaseLost)));
+    assert_eq!(queue.num_requeues("key".to_owned()).await.unwrap(), 2);
+    // The holder's own done with a forget is accepted and forgets.
+    assert!(queue.done_and_get(current, true).await.unwrap().is_none());
+    assert_eq!(queue.num_requeues("key".to_owned()).await.unwrap(), 0);
+}
+
 /// `done_and_get`: the done and the next ready item in one call, with `done`'s rules: the
 /// next item is the queue's next (a re-add while processing queued behind the others), a
 /// `forget` clears the item's failures, nothing ready gives `None`, and a lost lease's call is
