@@ -139,5 +139,6 @@ pub use error::Error;
 pub use faults::Mutation;
 pub use get::DoneAndGetMany;
 pub use lease::Lease;
+pub use listen::APPLICATION_NAME;
 pub use migrate::SCHEMA_VERSION;
 pub use queue::{AddKind, Added, PgQueue};

@@ -16,7 +16,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
-use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{Executor, PgPool};
 use tokio::sync::{Notify, mpsc, oneshot};
 
@@ -65,6 +65,10 @@ impl Wakeups {
         self.drained.notified()
     }
 }
+
+/// The `application_name` of the `LISTEN` connection, so operators can tell it apart in
+/// `pg_stat_activity`.
+pub const APPLICATION_NAME: &str = "workqueue-listen";
 
 /// The channel of queue `id`.
 pub(crate) fn channel(id: i32) -> String {
@@ -164,14 +168,10 @@ pub(crate) async fn register(
             None => {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let queues: Arc<Mutex<HashMap<i32, Vec<Weak<Wakeups>>>>> = Arc::default();
-                let private = PgPoolOptions::new()
-                    .max_connections(1)
-                    .min_connections(0)
-                    .max_lifetime(None)
-                    .idle_timeout(None)
-                    .acquire_timeout(Duration::from_secs(10))
-                    .connect_lazy_with((*pool.connect_options()).clone());
-                tokio::spawn(run(Arc::downgrade(&queues), private, rx, check));
+                let options = (*pool.connect_options())
+                    .clone()
+                    .application_name(APPLICATION_NAME);
+                tokio::spawn(run(Arc::downgrade(&queues), options, rx, check));
                 let hub = Arc::new(Hub {
                     key: key.clone(),
                     commands: tx,
@@ -226,8 +226,21 @@ fn wake_queue(queues: &Mutex<HashMap<i32, Vec<Weak<Wakeups>>>>, id: i32, n: u64)
 }
 
 /// Opens the hub's connection and listens on every channel in `channels`.
-async fn connect(pool: &PgPool, channels: &BTreeSet<i32>) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
+///
+/// Each connection comes from a pool of its own: a replaced connection that hangs (its server
+/// stopped answering) is let go in the background, and must not hold up its successor.
+async fn connect(
+    options: &PgConnectOptions,
+    channels: &BTreeSet<i32>,
+) -> Result<PgListener, sqlx::Error> {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy_with(options.clone());
+    let mut listener = PgListener::connect_with(&pool).await?;
     listener.ignore_pool_close_event(true);
     // A lost connection is replaced here, not inside `try_recv`, so that every loss is seen.
     listener.eager_reconnect(false);
@@ -242,7 +255,7 @@ async fn connect(pool: &PgPool, channels: &BTreeSet<i32>) -> Result<PgListener, 
 /// the connection while idle and replaces it when it fails. Ends when the hub is dropped.
 async fn run(
     queues: Weak<Mutex<HashMap<i32, Vec<Weak<Wakeups>>>>>,
-    pool: PgPool,
+    options: PgConnectOptions,
     mut commands: mpsc::UnboundedReceiver<Command>,
     check: Duration,
 ) {
@@ -253,7 +266,7 @@ async fn run(
     let mut backoff = Duration::from_millis(50);
     loop {
         if listener.is_none() {
-            match connect(&pool, &channels).await {
+            match connect(&options, &channels).await {
                 Ok(l) => {
                     listener = Some(l);
                     backoff = Duration::from_millis(50);
