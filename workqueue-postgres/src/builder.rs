@@ -43,6 +43,7 @@ pub struct Builder<T> {
     poll: Duration,
     listen: bool,
     migrate: bool,
+    create: bool,
     max_stalls: u32,
     max_hold: Duration,
     dead_letter_cap: usize,
@@ -81,6 +82,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             poll: Duration::from_secs(2),
             listen: true,
             migrate: true,
+            create: true,
             max_stalls: 5,
             max_hold: Duration::from_secs(3600),
             dead_letter_cap: 10_000,
@@ -183,6 +185,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         self
     }
 
+    /// Whether [`build`](Self::build) creates the queue when the database has none of this
+    /// name (default `true`). Operators' tools turn it off, so that a mistyped name is an
+    /// error rather than a new, empty queue.
+    pub fn create(mut self, create: bool) -> Self {
+        self.create = create;
+        self
+    }
+
     /// Moves an item to the dead letters once its lease expired this many times in a row
     /// (its workers died or stalled each time: a poison item). A `done` resets the count; a
     /// released lease does not count. Default 5; 0 means no limit.
@@ -227,7 +237,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     /// # Errors
     ///
     /// [`Error::Config`] for a name that is empty, longer than [`MAX_NAME_BYTES`] or holds a
-    /// control character, no database, or a lease under 10 ms; [`Error::Migrate`] if the
+    /// control character, no database, a lease under 10 ms, or (with
+    /// [`create(false)`](Self::create)) no queue of this name; [`Error::Migrate`] if the
     /// schema cannot be installed (or, with `migrate(false)`, is missing or of another
     /// version); [`Error::Database`] if the database cannot be reached; [`Error::Listen`] if
     /// the `LISTEN` connection cannot be opened.
@@ -252,15 +263,28 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         } else {
             crate::migrate::check(&pool).await?;
         }
-        let id: i32 = sqlx::query_scalar(
-            "WITH new AS (INSERT INTO workqueue_queues (name) VALUES ($1)
-                          ON CONFLICT (name) DO NOTHING RETURNING id)
-             SELECT id FROM new UNION ALL SELECT id FROM workqueue_queues WHERE name = $1
-             LIMIT 1",
-        )
-        .bind(&self.name)
-        .fetch_one(&pool)
-        .await?;
+        let id: Option<i32> = if self.create {
+            sqlx::query_scalar(
+                "WITH new AS (INSERT INTO workqueue_queues (name) VALUES ($1)
+                              ON CONFLICT (name) DO NOTHING RETURNING id)
+                 SELECT id FROM new UNION ALL SELECT id FROM workqueue_queues WHERE name = $1
+                 LIMIT 1",
+            )
+            .bind(&self.name)
+            .fetch_optional(&pool)
+            .await?
+        } else {
+            sqlx::query_scalar("SELECT id FROM workqueue_queues WHERE name = $1")
+                .bind(&self.name)
+                .fetch_optional(&pool)
+                .await?
+        };
+        let Some(id) = id else {
+            return Err(Error::Config(format!(
+                "the database has no queue named {:?}",
+                self.name
+            )));
+        };
         let renew_every = self
             .renew_every
             .unwrap_or(self.lease / 3)
