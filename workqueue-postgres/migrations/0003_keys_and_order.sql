@@ -37,6 +37,11 @@ ALTER INDEX IF EXISTS workqueue_items_ready RENAME TO workqueue_items_v2_ready;
 ALTER INDEX IF EXISTS workqueue_items_due RENAME TO workqueue_items_v2_due;
 ALTER INDEX IF EXISTS workqueue_items_leased RENAME TO workqueue_items_v2_leased;
 ALTER INDEX IF EXISTS workqueue_dead_queue RENAME TO workqueue_dead_v2_queue;
+ALTER TABLE workqueue_queues_v2 RENAME CONSTRAINT workqueue_queues_pkey TO workqueue_queues_v2_pkey;
+ALTER TABLE workqueue_items_v2 RENAME CONSTRAINT workqueue_items_pkey TO workqueue_items_v2_pkey;
+ALTER TABLE workqueue_failures_v2
+    RENAME CONSTRAINT workqueue_failures_pkey TO workqueue_failures_v2_pkey;
+ALTER TABLE workqueue_dead_v2 RENAME CONSTRAINT workqueue_dead_pkey TO workqueue_dead_v2_pkey;
 
 -- An item's identity: the SHA-256 of its text (as UTF-8).
 CREATE OR REPLACE FUNCTION workqueue_key(x text) RETURNS bytea

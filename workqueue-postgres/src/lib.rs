@@ -179,6 +179,7 @@ mod dead_letter;
 mod error;
 mod faults;
 mod get;
+mod inspect;
 mod lease;
 mod listen;
 mod listing;
@@ -192,6 +193,7 @@ pub use error::Error;
 #[cfg(feature = "fault-injection")]
 pub use faults::Mutation;
 pub use get::DoneAndGetMany;
+pub use inspect::{ItemDetail, ItemInfo, ItemState, LeaseInfo, Page, PageQuery, Removed, SCAN};
 pub use lease::Lease;
 pub use listen::APPLICATION_NAME;
 pub use listing::{QueueSummary, queues};

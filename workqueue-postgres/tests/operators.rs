@@ -236,3 +236,186 @@ async fn stats_show_every_part_and_delete_empties_the_queue() {
     q.add("again".to_owned()).await.unwrap();
     assert_eq!(drain(&q).await, ["again"]);
 }
+
+use workqueue::AddOptions;
+use workqueue_postgres::{ItemState, PageQuery, Removed};
+
+/// Every page of `query` in turn.
+async fn all_pages(q: &PgQueue<String>, mut query: PageQuery) -> (Vec<String>, usize) {
+    let mut items = Vec::new();
+    let mut pages = 0;
+    loop {
+        let page = q.items(&query).await.unwrap();
+        pages += 1;
+        items.extend(page.items.into_iter().map(|i| i.item));
+        match page.next {
+            Some(next) => query = query.cursor(Some(next)),
+            None => return (items, pages),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_of_every_state_reach_both_ends_and_searches_go_on_where_they_stopped() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let q = queue(&server, &unique("pages")).await;
+    // Ready: 2,500 at priority 0 and 3 raised to 5, which come first.
+    q.add_all((0..2500).map(|i| format!("r{i:04}")))
+        .await
+        .unwrap();
+    for i in [7, 70, 700] {
+        q.add_with(format!("r{i:04}"), AddOptions::default().priority(5))
+            .await
+            .unwrap();
+    }
+    let mut handout: Vec<String> = ["r0007", "r0070", "r0700"].map(String::from).to_vec();
+    handout.extend(
+        (0..2500)
+            .map(|i| format!("r{i:04}"))
+            .filter(|r| !["r0007", "r0070", "r0700"].contains(&r.as_str())),
+    );
+    let handout: Vec<String> = handout.into_iter().map(|r| format!("\"{r}\"")).collect();
+    let (ready, pages) = all_pages(&q, PageQuery::new(ItemState::Ready, 1000)).await;
+    assert_eq!((ready.len(), pages), (2503 - 3, 3));
+    assert_eq!(ready, handout);
+    let (backwards, _) = all_pages(&q, PageQuery::new(ItemState::Ready, 700).from_last(true)).await;
+    let mut reversed = handout.clone();
+    reversed.reverse();
+    assert_eq!(backwards, reversed);
+    let first = q
+        .items(&PageQuery::new(ItemState::Ready, 10))
+        .await
+        .unwrap();
+    assert_eq!(first.total, 2500);
+    assert_eq!(first.items[0].priority, Some(5));
+
+    // Delayed, soonest first; in flight; failing.
+    q.add_all_after((0..30).map(|i| (format!("d{i:02}"), Duration::from_secs(600 + i))))
+        .await
+        .unwrap();
+    let (delayed, _) = all_pages(&q, PageQuery::new(ItemState::Delayed, 7)).await;
+    assert_eq!(delayed.len(), 30);
+    assert_eq!(delayed[0], "\"d00\"");
+    assert_eq!(delayed[29], "\"d29\"");
+    let held = q.try_get_many(5).await.unwrap();
+    let page = q
+        .items(&PageQuery::new(ItemState::InFlight, 10))
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 5);
+    assert!(page.items.iter().all(|i| i.lease.is_some()));
+    q.add_rate_limited("f".to_owned()).await.unwrap();
+    let page = q
+        .items(&PageQuery::new(ItemState::Failing, 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        (page.items[0].item.as_str(), page.items[0].failures),
+        ("\"f\"", Some(1))
+    );
+
+    // 12,000 dead letters: the newest first from the last end, and a search that has to read
+    // more than one stretch of rows finds every match, page after page.
+    bury(&admin, &q, "x", 12_000).await;
+    let newest = q
+        .items(&PageQuery::new(ItemState::Dead, 3).from_last(true))
+        .await
+        .unwrap();
+    assert_eq!(newest.total, 12_000);
+    assert_eq!(newest.items[0].item, "\"x11999\"");
+    assert!(
+        newest.items[0]
+            .dead
+            .as_ref()
+            .is_some_and(|d| d.reason == "stalled")
+    );
+    let query = PageQuery::new(ItemState::Dead, 50).search(Some("X11".to_owned()));
+    let (found, pages) = all_pages(&q, query).await;
+    let want = (0..12_000)
+        .filter(|i| format!("{i}").starts_with("11"))
+        .count();
+    assert_eq!(found.len(), want);
+    assert!(found.iter().all(|f| f.starts_with("\"x11")));
+    assert!(
+        pages > 2,
+        "a search reads bounded stretches ({pages} pages)"
+    );
+    // A wildcard in a search is text.
+    let page = q
+        .items(&PageQuery::new(ItemState::Dead, 10).search(Some("%".to_owned())))
+        .await
+        .unwrap();
+    assert!(page.items.is_empty());
+    // A cursor of another state is refused.
+    let err = q
+        .items(&PageQuery::new(ItemState::Ready, 10).cursor(Some("12".to_owned())))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err}");
+    q.done_and_get_many(held, 0).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_has_a_detail_and_single_item_actions_are_idempotent() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let q = queue(&server, &unique("one")).await;
+    q.add_all(["a", "b", "c"].map(String::from)).await.unwrap();
+    let detail = q.item_detail("\"c\"").await.unwrap().unwrap();
+    assert_eq!(detail.states, [ItemState::Ready]);
+    assert_eq!(detail.position, Some(2));
+    assert!(q.item_detail("\"nothing\"").await.unwrap().is_none());
+
+    // A delayed item with failures: retried now, its count kept; a second retry does nothing.
+    q.add_after("late".to_owned(), Duration::from_secs(600))
+        .await
+        .unwrap();
+    q.add_rate_limited("late".to_owned()).await.unwrap();
+    let detail = q.item_detail("\"late\"").await.unwrap().unwrap();
+    assert_eq!(detail.states, [ItemState::Delayed, ItemState::Failing]);
+    assert!(detail.due_in.is_some());
+    assert!(q.retry_now("\"late\"").await.unwrap());
+    assert!(!q.retry_now("\"late\"").await.unwrap());
+    let detail = q.item_detail("\"late\"").await.unwrap().unwrap();
+    assert_eq!(detail.states, [ItemState::Ready, ItemState::Failing]);
+    assert_eq!((detail.failures, detail.position), (1, Some(3)));
+
+    // A leased item re-added: its detail, then remove drops the re-add and keeps the lease.
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
+    q.add(lease.item().clone()).await.unwrap();
+    let detail = q.item_detail("\"a\"").await.unwrap().unwrap();
+    assert_eq!(detail.states, [ItemState::InFlight]);
+    assert!(detail.readded && detail.lease.is_some_and(|l| l.token == lease.token()));
+    assert_eq!(q.remove("\"a\"").await.unwrap(), Removed::PendingDropped);
+    assert_eq!(q.remove("\"a\"").await.unwrap(), Removed::Nothing);
+    lease.done().await.unwrap();
+    assert!(
+        q.item_detail("\"a\"").await.unwrap().is_none(),
+        "not queued again"
+    );
+    // A queued item goes.
+    assert_eq!(q.remove("\"b\"").await.unwrap(), Removed::Removed);
+    assert_eq!(q.remove("\"b\"").await.unwrap(), Removed::Nothing);
+    assert_eq!(drain(&q).await, ["c", "late"]);
+
+    // A dead item's detail lists its letters.
+    bury(&admin, &q, "gone", 1).await;
+    let detail = q.item_detail("\"gone0\"").await.unwrap().unwrap();
+    assert!(detail.states.is_empty());
+    assert_eq!(detail.dead_letters.len(), 1);
+
+    // Run now is refused while the queue is shut down, as an add is.
+    q.add_after("later".to_owned(), Duration::from_secs(600))
+        .await
+        .unwrap();
+    q.shut_down_fleet().await.unwrap();
+    assert!(matches!(
+        q.retry_now("\"later\"").await,
+        Err(Error::ShutDown)
+    ));
+}
