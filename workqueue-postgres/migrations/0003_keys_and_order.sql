@@ -257,12 +257,17 @@ BEGIN
     -- that takes it is handed out after it became ready).
     skip := array_fill(false, ARRAY[n]);
     FOR o, d IN
-        SELECT e.i, abs(r.seq) FROM generate_subscripts(ks, 1) AS e(i)
-        JOIN workqueue_items r ON r.queue = q AND r.key = ks[e.i]
-            AND (r.ready OR (r.token IS NULL AND r.due <= now_))
-        WHERE NOT EXISTS (
-            SELECT 1 FROM generate_subscripts(ks, 1) AS f(j)
-            WHERE ks[f.j] = ks[e.i] AND ps[f.j] > coalesce(r.priority, 0))
+        WITH found AS (
+            -- The rows by key (an index probe each), whatever the statistics say.
+            SELECT r.key, r.seq, coalesce(r.priority, 0) AS priority FROM workqueue_items r
+            WHERE r.queue = q AND r.key = ANY(ks)
+              AND (r.ready OR (r.token IS NULL AND r.due <= now_))
+        ), adds AS (
+            SELECT ks[i] AS key, i, max(ps[i]) OVER (PARTITION BY ks[i]) AS raise
+            FROM generate_subscripts(ks, 1) AS i
+        )
+        SELECT a.i, abs(f.seq) FROM found f JOIN adds a ON a.key = f.key
+        WHERE coalesce(a.raise <= f.priority, true)
     LOOP
         skip[o] := true;
         kinds[o] := 2;
@@ -439,6 +444,7 @@ DECLARE
     promoted integer := 0;
     batch integer;
     next_due timestamptz;
+    taken bytea[];
 BEGIN
     kind := 0;
     SELECT s.shut_down, s.paused INTO shut, paused_ FROM workqueue_queues s WHERE s.id = q;
@@ -454,32 +460,32 @@ BEGIN
         -- Due delayed items join the ready order at their due time (so before anything added
         -- after it). Every due row is promoted, a few thousand per statement.
         LOOP
-            WITH d AS (
-                SELECT i.key FROM workqueue_items i
-                WHERE i.queue = q AND i.due <= now_ AND i.token IS NULL
-                ORDER BY i.due LIMIT 5000 FOR UPDATE SKIP LOCKED
-            )
+            -- The keys first (an array), then the rows by key: the plan cannot start from
+            -- the queue's other rows, whatever the statistics say.
             UPDATE workqueue_items i SET ready = true, avail_at = i.due, due = NULL,
                 last_add = 1
-                FROM d WHERE i.queue = q AND i.key = d.key;
+                WHERE i.queue = q AND i.key = ANY(ARRAY(
+                    SELECT d.key FROM workqueue_items d
+                    WHERE d.queue = q AND d.due <= now_ AND d.token IS NULL
+                    ORDER BY d.due LIMIT 5000 FOR UPDATE SKIP LOCKED));
             GET DIAGNOSTICS batch = ROW_COUNT;
             promoted := promoted + batch;
             EXIT WHEN batch < 5000;
         END LOOP;
     END IF;
-    WITH c AS (
-        SELECT s.key, row_number() OVER () AS o FROM (
-            SELECT i.key FROM workqueue_items i WHERE i.queue = q AND i.ready
-            ORDER BY coalesce(i.priority, 0) DESC, i.avail_at, i.seq
-            LIMIT greatest(n, 1) FOR UPDATE SKIP LOCKED
-        ) s
-    ), leased AS (
+    -- The keys first, in the queue's order, then the rows by key (as for promotion).
+    taken := ARRAY(
+        SELECT i.key FROM workqueue_items i WHERE i.queue = q AND i.ready
+        ORDER BY coalesce(i.priority, 0) DESC, i.avail_at, i.seq
+        LIMIT greatest(n, 1) FOR UPDATE SKIP LOCKED);
+    WITH leased AS (
         UPDATE workqueue_items i SET ready = false, token = nextval('workqueue_seq'),
             lease_until = now_ + make_interval(secs => lease_us / 1e6), leased_at = now_,
             lease_priority = coalesce(i.priority, 0), priority = NULL, dirty = false,
             avail_at = NULL
-            FROM c WHERE i.queue = q AND i.key = c.key
-            RETURNING i.item, i.key, i.token, i.lease_priority, c.o
+            WHERE i.queue = q AND i.key = ANY(taken)
+            RETURNING i.item, i.key, i.token, i.lease_priority,
+                array_position(taken, i.key) AS o
     )
     SELECT array_agg(l.item ORDER BY l.o), array_agg(l.key ORDER BY l.o),
            array_agg(l.token ORDER BY l.o), array_agg(l.lease_priority ORDER BY l.o)
@@ -626,7 +632,8 @@ END $$;
 
 -- Every function runs with a search_path of the schema it was installed in, after
 -- pg_catalog and before pg_temp: a caller's search_path (or an object another role created
--- in a schema it can write) cannot change what the queue's SQL refers to.
+-- in a schema it can write) cannot change what the queue's SQL refers to. (workqueue_key,
+-- whose SQL-standard body was bound at its creation, needs none.)
 DO $$
 DECLARE
     f regprocedure;
@@ -634,6 +641,10 @@ BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
              WHERE p.pronamespace = current_schema()::regnamespace
                AND p.proname LIKE 'workqueue\_%'
+               -- A SQL-standard body binds its names when it is created, whatever the
+               -- search_path; without a SET it stays inlinable into the statements that
+               -- call it.
+               AND p.prosqlbody IS NULL
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp',
                        f, current_schema());

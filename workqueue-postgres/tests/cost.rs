@@ -160,8 +160,9 @@ async fn a_due_row_locked_by_a_transaction_costs_nothing_until_its_commit_wakes_
     lease.done().await.unwrap();
 }
 
-/// Cycles of add, get and done on `q`: the per-call buffers of the get's statements.
-async fn cycle_costs(admin: &PgPool, q: &PgQueue<String>) -> (f64, f64, f64) {
+/// Cycles of add, get and done on `q`: the per-call buffers of the get's statements (the
+/// promotion of due items, the choice of the next ready ones, their claim, the whole get).
+async fn cycle_costs(admin: &PgPool, q: &PgQueue<String>) -> (f64, f64, f64, f64) {
     reset(admin).await;
     for i in 0..200 {
         q.add(format!("c{i}")).await.unwrap();
@@ -169,8 +170,9 @@ async fn cycle_costs(admin: &PgPool, q: &PgQueue<String>) -> (f64, f64, f64) {
         lease.done().await.unwrap();
     }
     (
-        blocks_per_call(admin, "ORDER BY i.due LIMIT").await,
+        blocks_per_call(admin, "ORDER BY d.due LIMIT").await,
         blocks_per_call(admin, "ORDER BY coalesce(i.priority, $").await,
+        blocks_per_call(admin, "WITH leased AS").await,
         blocks_per_call(admin, GET).await,
     )
 }
@@ -203,15 +205,17 @@ async fn a_delayed_backlog_adds_nothing_to_the_cost_of_a_get() {
         .execute(&admin)
         .await
         .unwrap();
-    let (promote0, claim0, get0) = cycle_costs(&admin, &empty).await;
-    let (promote1, claim1, get1) = cycle_costs(&admin, &backlog).await;
+    let (promote0, next0, claim0, get0) = cycle_costs(&admin, &empty).await;
+    let (promote1, next1, claim1, get1) = cycle_costs(&admin, &backlog).await;
     println!(
         "buffers per call, empty queue / 50,000 delayed: promotion {promote0:.1} / {promote1:.1}, \
-         claim {claim0:.1} / {claim1:.1}, whole get {get0:.1} / {get1:.1}"
+         next {next0:.1} / {next1:.1}, claim {claim0:.1} / {claim1:.1}, \
+         whole get {get0:.1} / {get1:.1}"
     );
     // An index scan that reads every delayed row would read hundreds of buffers per call.
     for (what, a, b) in [
         ("promotion", promote0, promote1),
+        ("next", next0, next1),
         ("claim", claim0, claim1),
         ("get", get0, get1),
     ] {

@@ -117,10 +117,11 @@ async fn sql_has_no_fault_switch_and_every_function_keeps_its_search_path() {
         .await
         .unwrap();
     let admin = q.pool();
+    // Pinned: a search_path of its own, or a SQL-standard body (bound at creation).
     let (functions, switches, unpinned): (i64, i64, i64) = sqlx::query_as(
         "SELECT count(*),
                 count(*) FILTER (WHERE 'mutations' = ANY(coalesce(proargnames, '{}'))),
-                count(*) FILTER (WHERE NOT EXISTS (
+                count(*) FILTER (WHERE prosqlbody IS NULL AND NOT EXISTS (
                     SELECT 1 FROM unnest(coalesce(proconfig, '{}')) c
                     WHERE c LIKE 'search_path=pg_catalog, public, pg_temp%'))
          FROM pg_proc WHERE proname LIKE 'workqueue\\_%'",
