@@ -2,9 +2,9 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -12,7 +12,12 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 use crate::error::Error;
-use crate::queue::{Inner, Mutation, PgQueue, Wakeups};
+use crate::faults::Faults;
+use crate::listen::Wakeups;
+use crate::queue::{Inner, PgQueue};
+
+/// The longest queue name, in bytes (UTF-8).
+pub const MAX_NAME_BYTES: usize = 255;
 
 /// The options of a [`PgQueue`]; start with [`PgQueue::builder`].
 ///
@@ -38,11 +43,12 @@ pub struct Builder<T> {
     poll: Duration,
     listen: bool,
     migrate: bool,
+    create: bool,
     max_stalls: u32,
     max_hold: Duration,
     dead_letter_cap: usize,
     retry_deadline: Duration,
-    mutations: i32,
+    faults: Faults,
     _item: PhantomData<fn() -> T>,
 }
 
@@ -76,11 +82,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             poll: Duration::from_secs(2),
             listen: true,
             migrate: true,
+            create: true,
             max_stalls: 5,
             max_hold: Duration::from_secs(3600),
             dead_letter_cap: 10_000,
             retry_deadline: Duration::from_secs(30),
-            mutations: 0,
+            faults: Faults::default(),
             _item: PhantomData,
         }
     }
@@ -92,7 +99,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         self
     }
 
-    /// The database, as a pool you share with the rest of the application.
+    /// The database, as a pool you share with the rest of the application. The queue takes
+    /// a connection from it only for the length of a statement (any number of queues share a
+    /// pool of any size); its `LISTEN` connection is its own, opened with the pool's connect
+    /// options, one per process and database.
     pub fn pool(mut self, pool: PgPool) -> Self {
         self.pool = Some(pool);
         self
@@ -151,7 +161,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     }
 
     /// The longest a blocked getter waits before it looks at the queue again even without a
-    /// wake-up. Default 2 s.
+    /// wake-up (it costs one query each time), and how often the idle `LISTEN` connection is
+    /// checked. Expired leases are taken back at least this often (or a quarter of the lease
+    /// duration, if shorter). Default 2 s.
     pub fn poll_interval(mut self, poll: Duration) -> Self {
         self.poll = poll;
         self
@@ -170,6 +182,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     /// once with one that may.
     pub fn migrate(mut self, migrate: bool) -> Self {
         self.migrate = migrate;
+        self
+    }
+
+    /// Whether [`build`](Self::build) creates the queue when the database has none of this
+    /// name (default `true`). Operators' tools turn it off, so that a mistyped name is an
+    /// error rather than a new, empty queue.
+    pub fn create(mut self, create: bool) -> Self {
+        self.create = create;
         self
     }
 
@@ -202,26 +222,28 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         self
     }
 
-    /// Switches on a deliberate bug (see [`Mutation`]). It exists only to prove that the
-    /// fault tests can fail.
+    /// Switches on a deliberate bug (see [`Mutation`](crate::Mutation)). It exists only to
+    /// prove that the fault tests can fail.
+    #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
-    pub fn mutation(mut self, mutation: Mutation) -> Self {
-        self.mutations |= mutation.bit();
+    pub fn mutation(mut self, mutation: crate::Mutation) -> Self {
+        self.faults.add(mutation);
         self
     }
 
-    /// Connects, installs the schema (unless told not to), registers the queue and starts
-    /// listening for wake-ups.
+    /// Connects, installs the schema (unless told not to; then checks it), registers the
+    /// queue and starts listening for wake-ups.
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for an empty name, no database, or a lease under 10 ms;
-    /// [`Error::Migrate`] if the schema cannot be installed; [`Error::Database`] if the
-    /// database cannot be reached.
+    /// [`Error::Config`] for a name that is empty, longer than [`MAX_NAME_BYTES`] or holds a
+    /// control character, no database, a lease under 10 ms, or (with
+    /// [`create(false)`](Self::create)) no queue of this name; [`Error::Migrate`] if the
+    /// schema cannot be installed (or, with `migrate(false)`, is missing or of another
+    /// version); [`Error::Database`] if the database cannot be reached; [`Error::Listen`] if
+    /// the `LISTEN` connection cannot be opened.
     pub async fn build(self) -> Result<PgQueue<T>, Error> {
-        if self.name.is_empty() {
-            return Err(Error::Config("the queue name is empty".into()));
-        }
+        check_name(&self.name)?;
         if self.lease < Duration::from_millis(10) {
             return Err(Error::Config("the lease must last at least 10 ms".into()));
         }
@@ -238,17 +260,46 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         };
         if self.migrate {
             crate::migrate::migrate(&pool).await?;
+        } else {
+            crate::migrate::check(&pool).await?;
         }
-        sqlx::query("INSERT INTO workqueue_queues (name) VALUES ($1) ON CONFLICT DO NOTHING")
+        let id: Option<i32> = if self.create {
+            sqlx::query_scalar(
+                "WITH new AS (INSERT INTO workqueue_queues (name) VALUES ($1)
+                              ON CONFLICT (name) DO NOTHING RETURNING id)
+                 SELECT id FROM new UNION ALL SELECT id FROM workqueue_queues WHERE name = $1
+                 LIMIT 1",
+            )
             .bind(&self.name)
-            .execute(&pool)
-            .await?;
+            .fetch_optional(&pool)
+            .await?
+        } else {
+            sqlx::query_scalar("SELECT id FROM workqueue_queues WHERE name = $1")
+                .bind(&self.name)
+                .fetch_optional(&pool)
+                .await?
+        };
+        let Some(id) = id else {
+            return Err(Error::Config(format!(
+                "the database has no queue named {:?}",
+                self.name
+            )));
+        };
         let renew_every = self
             .renew_every
             .unwrap_or(self.lease / 3)
             .max(Duration::from_millis(1));
+        let poll = self.poll.max(Duration::from_millis(1));
+        let sweep_every = poll.min(self.lease / 4).max(Duration::from_millis(10));
+        let wake = Arc::new(Wakeups::default());
+        let registration = if self.listen {
+            Some(crate::listen::register(&pool, id, &wake, poll).await?)
+        } else {
+            None
+        };
         let inner = Arc::new(Inner {
             name: self.name,
+            id,
             pool,
             lease: self.lease,
             renew_every,
@@ -256,23 +307,46 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             base_delay: self.base_delay,
             max_delay: self.max_delay,
             bucket: self.bucket,
-            poll: self.poll.max(Duration::from_millis(1)),
+            poll,
+            sweep_every,
+            // The first get sweeps.
+            swept_at: AtomicU64::new(0),
+            epoch: Instant::now()
+                .checked_sub(sweep_every)
+                .unwrap_or_else(Instant::now),
             max_stalls: self.max_stalls,
             max_hold: self.max_hold,
             dead_letter_cap: self.dead_letter_cap,
             retry_deadline: self.retry_deadline,
-            mutations: self.mutations,
+            faults: self.faults,
             shut: AtomicBool::new(false),
             leases_out: AtomicUsize::new(0),
-            wake: Wakeups::new(),
-            listener: Mutex::new(None),
+            wake,
+            _registration: registration,
         });
-        if self.listen {
-            crate::queue::start_listener(&inner).await?;
-        }
         Ok(PgQueue {
             inner,
             _item: PhantomData,
         })
     }
+}
+
+/// Refuses a queue name that is empty, longer than [`MAX_NAME_BYTES`], or holds a control
+/// character (PostgreSQL's text cannot hold NUL; the others would garble logs and listings).
+fn check_name(name: &str) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(Error::Config("the queue name is empty".into()));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(Error::Config(format!(
+            "the queue name is {} bytes long; the limit is {MAX_NAME_BYTES}",
+            name.len()
+        )));
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        return Err(Error::Config(format!(
+            "the queue name holds the control character {c:?}"
+        )));
+    }
+    Ok(())
 }

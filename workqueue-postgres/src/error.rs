@@ -19,8 +19,17 @@ pub enum Error {
     /// A `done` whose first attempt failed on the connection was retried, and the retry found
     /// the lease gone: the first attempt may or may not have been applied.
     OutcomeUnknown,
-    /// The queue's configuration is unusable (an empty name, no database, a lease under 10 ms).
+    /// The queue's configuration is unusable (an empty or too long name, no database, a
+    /// lease under 10 ms).
     Config(String),
+    /// The queue is shut down (for this handle, or for every process): an operator command
+    /// that would queue items again refused, and changed nothing.
+    ShutDown,
+    /// The `LISTEN` connection that wakes getters could not be opened.
+    Listen(String),
+    /// The database answered something this crate does not expect (a schema changed under
+    /// it?).
+    Protocol(String),
 }
 
 impl Error {
@@ -62,6 +71,11 @@ impl fmt::Display for Error {
                 f.write_str("the connection failed during done; whether it was applied is unknown")
             }
             Error::Config(msg) => write!(f, "invalid configuration: {msg}"),
+            Error::ShutDown => {
+                f.write_str("the queue is shut down: nothing was queued again (resume it first)")
+            }
+            Error::Listen(msg) => write!(f, "cannot listen for wake-ups: {msg}"),
+            Error::Protocol(msg) => write!(f, "unexpected answer from the database: {msg}"),
         }
     }
 }

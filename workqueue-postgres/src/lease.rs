@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use workqueue::lease_clock::{Held, LeaseBackend, LeaseClock, Renewal};
 
 use crate::error::Error;
-use crate::queue::Inner;
+use crate::queue::{Claim, Inner};
 
 /// The claim on one item while a worker processes it: client-go's item between `Get` and
 /// `Done`, made to survive crashes.
@@ -42,14 +42,14 @@ impl<T> Lease<T> {
         queue: Arc<Inner>,
         item: T,
         raw: String,
-        token: i64,
+        claim: Claim,
         priority: i32,
         sent: Instant,
     ) -> Self {
         Lease {
             item,
             priority,
-            held: Held::new(queue, raw, token, sent),
+            held: Held::new(queue, raw, claim, sent),
         }
     }
 
@@ -60,7 +60,7 @@ impl<T> Lease<T> {
 
     /// The lease's fencing token: unique per hand-out, and larger for later hand-outs.
     pub fn token(&self) -> u64 {
-        self.held.token().unsigned_abs()
+        self.held.token().token.unsigned_abs()
     }
 
     /// The priority the item was handed out with (0 for an item never given one).
@@ -97,14 +97,7 @@ impl<T> Lease<T> {
     pub async fn renew(&self) -> Result<(), Error> {
         let queue = self.held.backend();
         let deadline = Instant::now() + queue.lease;
-        renew_once(
-            queue,
-            self.held.raw(),
-            self.held.token(),
-            self.held.clock(),
-            deadline,
-        )
-        .await
+        renew_once(queue, self.held.token(), self.held.clock(), deadline).await
     }
 
     /// Marks the item done: client-go's `Done`. If it was re-added while processing it is
@@ -117,7 +110,7 @@ impl<T> Lease<T> {
     pub async fn done(mut self) -> Result<(), Error> {
         self.held.finish();
         let held = &self.held;
-        held.backend().finish(held.raw(), held.token(), false).await
+        held.backend().finish(held.token(), false, false).await
     }
 
     /// Lets go of the item without marking it done, and waits for the database to take it
@@ -129,15 +122,15 @@ impl<T> Lease<T> {
     pub async fn release(mut self) -> Result<(), Error> {
         self.held.finish();
         let held = &self.held;
-        held.backend().finish(held.raw(), held.token(), true).await
+        held.backend().finish(held.token(), true, false).await
     }
 
     /// Stops renewing, for a call that ends the lease itself
-    /// ([`PgQueue::done_and_get`](crate::PgQueue::done_and_get)); the item as stored and the
-    /// token. The lease still counts as out (for a drain) until it is dropped.
-    pub(crate) fn finish_for_call(&mut self) -> (&str, i64) {
+    /// ([`PgQueue::done_and_get`](crate::PgQueue::done_and_get)); the lease's claim. The
+    /// lease still counts as out (for a drain) until it is dropped.
+    pub(crate) fn finish_for_call(&mut self) -> Claim {
         self.held.finish();
-        (self.held.raw(), self.held.token())
+        self.held.token()
     }
 
     /// Lets go of the item without a release, as a crashed worker would: it is handed out
@@ -150,13 +143,12 @@ impl<T> Lease<T> {
 /// One renewal: the clock learns the answer.
 async fn renew_once(
     queue: &Inner,
-    raw: &str,
-    token: i64,
+    claim: Claim,
     clock: &LeaseClock,
     deadline: Instant,
 ) -> Result<(), Error> {
     let sent = Instant::now();
-    if queue.renew(raw, token, deadline).await? {
+    if queue.renew(claim, deadline).await? {
         clock.renewed(sent, queue.lease);
         Ok(())
     } else {
@@ -166,7 +158,7 @@ async fn renew_once(
 }
 
 impl LeaseBackend for Inner {
-    type Token = i64;
+    type Token = Claim;
 
     fn lease(&self) -> Duration {
         self.lease
@@ -184,8 +176,14 @@ impl LeaseBackend for Inner {
         self.max_hold
     }
 
-    async fn renew(&self, raw: &str, token: i64, clock: &LeaseClock, deadline: Instant) -> Renewal {
-        match renew_once(self, raw, token, clock, deadline).await {
+    async fn renew(
+        &self,
+        raw: &str,
+        claim: Claim,
+        clock: &LeaseClock,
+        deadline: Instant,
+    ) -> Renewal {
+        match renew_once(self, claim, clock, deadline).await {
             Ok(()) => Renewal::Renewed,
             Err(Error::LeaseLost) => Renewal::Lost,
             Err(error) => {
@@ -200,8 +198,8 @@ impl LeaseBackend for Inner {
             "workqueue-postgres: a lease was held for the maximum hold time; renewal stops and it will expire");
     }
 
-    async fn release_dropped(self: Arc<Self>, raw: String, token: i64) {
-        if let Err(error) = self.finish(&raw, token, true).await
+    async fn release_dropped(self: Arc<Self>, raw: String, claim: Claim) {
+        if let Err(error) = self.finish(claim, true, false).await
             && !error.is_lease_lost()
         {
             tracing::warn!(queue = %self.name, item = %raw, %error,
@@ -230,7 +228,7 @@ impl<T> fmt::Debug for Lease<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
             .field("item", &self.held.raw())
-            .field("token", &self.held.token())
+            .field("token", &self.held.token().token)
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }

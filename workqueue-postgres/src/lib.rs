@@ -48,52 +48,105 @@
 //! - **Priorities** through [`workqueue::AddOptions`]: higher first, FIFO within one, raised
 //!   and never lowered by a re-add, kept through delays.
 //! - **Shutdown**: [`shut_down`](PgQueue::shut_down) stops one handle,
-//!   [`shut_down_fleet`](PgQueue::shut_down_fleet) every process.
+//!   [`shut_down_fleet`](PgQueue::shut_down_fleet) every process; [`pause`](PgQueue::pause)
+//!   stops the hand-outs of every process and keeps the adds.
+//! - **Order**: ready items come out in the order they became ready: an add's time, or a
+//!   delayed item's due time (whether or not a get ran in between), within a priority.
 //!
-//! # Transactional enqueue
+//! # Transactional enqueue and batches
 //!
-//! [`add_in`](PgQueue::add_in), [`add_after_in`](PgQueue::add_after_in) and
-//! [`add_with_in`](PgQueue::add_with_in) take the caller's connection, inside its
-//! transaction (`&mut tx`). Every add is one call of a SQL function whose writes, and whose
-//! `NOTIFY`, belong to that transaction: rolled back, nothing is queued and nobody is woken;
-//! committed, the item is queued and the getters waiting in every process are woken.
-//! Until it ends, the transaction holds the row of each item it added: a `done` or a renewal
-//! of that item waits for it (and nobody can reclaim it meanwhile), so keep such transactions
-//! short, as any transaction that locks rows. Run them at `READ COMMITTED`, the default.
+//! [`add_in`](PgQueue::add_in), [`add_after_in`](PgQueue::add_after_in),
+//! [`add_with_in`](PgQueue::add_with_in) and [`add_all_in`](PgQueue::add_all_in) take the
+//! caller's connection, inside its transaction (`&mut tx`). Every add is one call of a SQL
+//! function whose writes, and whose `NOTIFY`, belong to that transaction: rolled back,
+//! nothing is queued and nobody is woken; committed, the items are queued and the getters
+//! waiting in every process are woken. Until it ends, the transaction holds the row of each
+//! item it changed (a duplicate of a queued item changes nothing and holds nothing): a getter
+//! skips such a row, and a `done` or a renewal of that item waits for it, so keep such
+//! transactions short, as any transaction that locks rows. Run them at `READ COMMITTED`, the
+//! default.
+//!
+//! [`add_all`](PgQueue::add_all), [`add_all_after`](PgQueue::add_all_after) and
+//! [`add_all_with`](PgQueue::add_all_with) add a batch in one statement (per thousand
+//! items), with one `NOTIFY`, and exactly the rules of adding the items one by one in order.
+//! The rows are locked in the order of their keys, so concurrent batches never deadlock. A
+//! plain [`add`](PgQueue::add) is one statement committed on its own.
 //!
 //! # Claims, wake-ups, leases
 //!
-//! A get is one call of `workqueue_get`: due delays and expired leases take effect, then the
-//! first ready row (highest priority, then oldest) is claimed with `FOR UPDATE SKIP LOCKED`,
-//! so getters never wait for each other. A worker's step from one item to the next,
+//! A get is one call of `workqueue_get`: expired leases are taken back (at most once per
+//! sweep interval per handle), due delayed items join the ready order at their due time,
+//! then the first ready rows (highest priority, then the moment they became ready) are
+//! claimed with `FOR UPDATE SKIP LOCKED`, so getters never wait for each other. Every
+//! statement takes the time once, so each reads through index bounds: the cost of a get does
+//! not grow with a backlog of delayed items. A worker's step from one item to the next,
 //! [`PgQueue::done_and_get`] (what [`workqueue::Workers`] call, through
 //! [`workqueue::Queue::done_and_next`]), is one call of `workqueue_done_get`: the `done`, then
-//! the get, in one statement and one commit. Getters wait for a `NOTIFY` on the channel
-//! `workqueue` (one `LISTEN` connection per handle), and look again at least every
-//! [`poll_interval`](Builder::poll_interval) and when a delay or a lease deadline is due.
+//! the get, in one statement and one commit; [`PgQueue::done_and_get_many`] does it for a
+//! batch.
+//!
+//! Getters wait for a `NOTIFY` on their queue's channel, and look again when the next delayed
+//! item is due and at least every [`poll_interval`](Builder::poll_interval): a getter on an
+//! empty queue costs one query per poll interval. The `LISTEN` connection is one per process
+//! and database, opened with the pool's connect options but outside the pool (named
+//! [`APPLICATION_NAME`] in `pg_stat_activity`): a pool passed with
+//! [`Builder::pool`] lends the queue connections for single statements only, so any number
+//! of queues share a pool of any size. A notification wakes as many getters as items became
+//! ready. The connection is pinged while idle and replaced when it fails or hangs; every
+//! getter then looks at its queue once, so no wake-up is lost.
 //!
 //! A [`Lease`] lasts a [lease duration](Builder::lease_duration) on the database's clock and
-//! is renewed while held. Its fencing token comes from the sequence `workqueue_seq`, so it
-//! grows across restarts; a holder whose lease expired and was reclaimed can neither mark the
-//! item done nor renew it. Only [`Lease::done`] (or [`PgQueue::done_and_get`]) marks an item
-//! done: a dropped lease is released and handed out again at once. An item whose leases expire
+//! is renewed while held (a HOT update: the deadline is in no index). Its fencing token comes
+//! from the sequence `workqueue_seq`, so it grows across restarts; a holder whose lease
+//! expired and was reclaimed can neither mark the item done, nor renew it, nor forget its
+//! failures. Only [`Lease::done`] (or [`PgQueue::done_and_get`]) marks an item done: a
+//! dropped lease is released and handed out again at once. An item whose leases expire
 //! [`max_stalls`](Builder::max_stalls) times in a row, or whose text no longer deserializes,
 //! moves to the dead letters ([`PgQueue::dead_letters`], capped).
 //!
 //! # Schema
 //!
 //! Installed by embedded, versioned SQL ([`SCHEMA_VERSION`]), every name prefixed
-//! `workqueue_`. Each version records the oldest version whose code still works on its
-//! schema: a process runs on a schema newer than its own when that schema still serves it
-//! (an additive migration, so that the old processes of a rolling upgrade keep starting) and
-//! refuses to build otherwise. Version 2 only adds the function `workqueue_done_get` and
-//! serves version 1. (Processes built before the record existed refuse any newer schema.)
+//! `workqueue_`, in the schema first on the migrating connection's search path. Each version
+//! records the oldest version whose code still works on its schema: a process runs on a
+//! schema newer than its own when that schema still serves it (an additive migration, so
+//! that the old processes of a rolling upgrade keep starting) and refuses to build otherwise.
+//! Version 2 only added the function `workqueue_done_get`. Version 3 changed the tables
+//! (below) and serves only version 3: stop the processes of version 2 before the first
+//! process of version 3 starts (they fail their calls meanwhile, and refuse to start).
 //!
-//! All queues share one table set with a `queue` column: one migration for any number of
-//! queues, and a queue is created by naming it. The cost: every queue's rows share the
-//! tables' indexes and vacuum, so one queue with a huge backlog slows scans of another only
-//! through index size (every index leads with `queue`), and dropping one queue is a `DELETE`
-//! ([`PgQueue::delete`]), not a `DROP TABLE`.
+//! All queues share one table set: a queue is a row of `workqueue_queues` with an integer id
+//! (a queue is created by naming it), and every other row names its queue by that id. An
+//! item's identity is the SHA-256 of its JSON text, so items of any size dedup and queue
+//! (PostgreSQL's b-tree entries hold at most 2,704 bytes); queue names hold at most
+//! [`MAX_NAME_BYTES`] bytes and no control character. The cost of one table set: every
+//! queue's rows share the tables' indexes and vacuum, so one queue with a huge backlog slows
+//! another only through index size (every index leads with the queue), and dropping one
+//! queue is a `DELETE` ([`PgQueue::delete`]), not a `DROP TABLE`. The items table leaves room
+//! in each page for HOT updates and is vacuumed after 1% of its rows changed.
+//!
+//! Every function runs with the search path `pg_catalog, <its schema>, pg_temp`, so objects
+//! of the caller's search path (a temporary table, a function in a schema another role may
+//! write) cannot change what the queue's SQL refers to. No function has a switch for the
+//! fault tests' deliberate bugs: those live in this crate's test client only (feature
+//! `fault-injection`).
+//!
+//! # Least privileges
+//!
+//! Run the migrations once with the role that owns the schema ([`PgQueue::migrate`], or a
+//! build with [`migrate(true)`](Builder::migrate), the default). A worker role then needs:
+//!
+//! ```sql
+//! GRANT USAGE ON SCHEMA app TO worker;
+//! GRANT SELECT, INSERT, UPDATE, DELETE
+//!     ON workqueue_queues, workqueue_items, workqueue_failures, workqueue_dead TO worker;
+//! GRANT SELECT ON workqueue_migrations TO worker;
+//! GRANT USAGE ON SEQUENCE workqueue_seq TO worker;
+//! ```
+//!
+//! and `EXECUTE` on the `workqueue_` functions, which every role has unless it was revoked
+//! from `PUBLIC`. A process of such a role may keep `migrate(true)`: a current schema is only
+//! read.
 //!
 //! # PgBouncer
 //!
@@ -118,15 +171,31 @@
 //! item; its `done` is refused, but its side effects happened. Use the fencing token
 //! downstream where that matters.
 
+mod add;
+mod admin;
 mod backend;
 mod builder;
+mod dead_letter;
 mod error;
+mod faults;
+mod get;
+mod inspect;
 mod lease;
+mod listen;
+mod listing;
 mod migrate;
 mod queue;
 
-pub use builder::Builder;
+pub use admin::{InFlight, Stats};
+pub use builder::{Builder, MAX_NAME_BYTES};
+pub use dead_letter::DeadLetter;
 pub use error::Error;
+#[cfg(feature = "fault-injection")]
+pub use faults::Mutation;
+pub use get::DoneAndGetMany;
+pub use inspect::{ItemDetail, ItemInfo, ItemState, LeaseInfo, Page, PageQuery, Removed, SCAN};
 pub use lease::Lease;
+pub use listen::APPLICATION_NAME;
+pub use listing::{QueueSummary, queues};
 pub use migrate::SCHEMA_VERSION;
-pub use queue::{AddKind, Added, DeadLetter, Mutation, PgQueue};
+pub use queue::{AddKind, Added, PgQueue};

@@ -33,14 +33,62 @@ const MIGRATIONS: &[Migration] = &[
         serves_from: 1,
         sql: include_str!("../migrations/0002_done_get.sql"),
     },
+    // Items keyed by a hash, queues by id, the ready order by readiness time, batched adds
+    // and hand-outs, pause. Breaking: version 2's processes cannot run on it.
+    Migration {
+        version: 3,
+        serves_from: 3,
+        sql: include_str!("../migrations/0003_keys_and_order.sql"),
+    },
 ];
 
 /// The schema version this crate needs.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
+
+/// Checks, without changing anything, that the database's schema serves this crate: for a
+/// process built with [`migrate(false)`](crate::Builder::migrate), whose role may not create
+/// tables.
+pub(crate) async fn check(pool: &PgPool) -> Result<(), Error> {
+    let newest: Option<(i32, Option<i32>)> = sqlx::query_as(
+        "SELECT version, serves_from FROM workqueue_migrations ORDER BY version DESC LIMIT 1",
+    )
+    .fetch_optional(pool)
+    .await
+    .map_err(|e| {
+        Error::Migrate(format!(
+            "cannot read the schema's version ({e}): run the migrations once with a role that \
+             may create tables (PgQueue::migrate, or build with migrate(true))"
+        ))
+    })?;
+    match newest {
+        Some((version, _)) if version == SCHEMA_VERSION => Ok(()),
+        Some((version, Some(oldest))) if version > SCHEMA_VERSION && oldest <= SCHEMA_VERSION => {
+            Ok(())
+        }
+        Some((version, _)) if version > SCHEMA_VERSION => Err(Error::Migrate(format!(
+            "the database has schema version {version}, newer than this crate's \
+             {SCHEMA_VERSION}, and it does not serve code of version {SCHEMA_VERSION}: \
+             upgrade this process"
+        ))),
+        Some((version, _)) => Err(Error::Migrate(format!(
+            "the database has schema version {version}, older than this crate's \
+             {SCHEMA_VERSION}: run the migrations (PgQueue::migrate) with the owner role"
+        ))),
+        None => Err(Error::Migrate(
+            "the schema is not installed: run the migrations (PgQueue::migrate) with the owner \
+             role"
+                .into(),
+        )),
+    }
+}
 
 /// Applies the migrations the database lacks, each in its own transaction, under an advisory
-/// lock, so that many processes starting at once install the schema once.
+/// lock, so that many processes starting at once install the schema once. A schema that is
+/// current already is only read, so a role that may not create tables passes.
 pub(crate) async fn migrate(pool: &PgPool) -> Result<(), Error> {
+    if check(pool).await.is_ok() {
+        return Ok(());
+    }
     let mut tx = pool.begin().await?;
     // The key is fixed: every process of every queue takes the same lock.
     sqlx::query("SELECT pg_advisory_xact_lock(7310550117463005201)")

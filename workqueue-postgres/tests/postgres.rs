@@ -136,6 +136,51 @@ async fn a_stale_holder_is_fenced_off() {
     again.done().await.unwrap();
 }
 
+/// A stale holder's `done_and_get` with a forget (what `Workers` send after a success) is
+/// refused whole: the failure count, which the item's current holder may be failing on,
+/// stays; so does it through `done_and_get_many`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_holders_forget_changes_nothing() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let queue: PgQueue<String> = PgQueue::builder(unique("fence-forget"))
+        .url(server.url())
+        .lease_duration(Duration::from_millis(300))
+        .auto_renew(false)
+        .token_bucket(None)
+        .build()
+        .await
+        .unwrap();
+    queue.add("key".to_owned()).await.unwrap();
+    let stale = next(&queue).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fresh = next(&queue).await;
+    // The current holder fails twice.
+    queue.add_rate_limited("key".to_owned()).await.unwrap();
+    queue.add_rate_limited("key".to_owned()).await.unwrap();
+    assert_eq!(queue.num_requeues("key".to_owned()).await.unwrap(), 2);
+    assert!(matches!(
+        queue.done_and_get(stale, true).await,
+        Err(Error::LeaseLost)
+    ));
+    assert_eq!(
+        queue.num_requeues("key".to_owned()).await.unwrap(),
+        2,
+        "a refused done forgets nothing"
+    );
+    // The same through Workers' step on the trait, from a holder whose lease was taken over.
+    let stale = fresh;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let current = next(&queue).await;
+    let out = workqueue::Queue::done_and_next(&queue, stale, true).await;
+    assert!(matches!(out, Err(Error::LeaseLost)));
+    assert_eq!(queue.num_requeues("key".to_owned()).await.unwrap(), 2);
+    // The holder's own done with a forget is accepted and forgets.
+    assert!(queue.done_and_get(current, true).await.unwrap().is_none());
+    assert_eq!(queue.num_requeues("key".to_owned()).await.unwrap(), 0);
+}
+
 /// `done_and_get`: the done and the next ready item in one call, with `done`'s rules: the
 /// next item is the queue's next (a re-add while processing queued behind the others), a
 /// `forget` clears the item's failures, nothing ready gives `None`, and a lost lease's call is
@@ -476,4 +521,105 @@ async fn many_processes_install_the_schema_once() {
     .unwrap();
     assert!(stray.is_empty(), "{stray:?}");
     PgQueue::<String>::migrate(&pool).await.unwrap();
+}
+
+/// A database of schema version 2 with items in every state is upgraded in place: queued items
+/// keep their order, delayed ones their due time, leased ones their holder (and its token),
+/// re-adds while leased, failure counts and dead letters survive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_from_version_2_keeps_every_item() {
+    use sqlx::Executor;
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
+    // Version 2, installed as its crate did, and used through its functions.
+    pool.execute(include_str!("../migrations/0001_schema.sql"))
+        .await
+        .unwrap();
+    pool.execute(include_str!("../migrations/0002_done_get.sql"))
+        .await
+        .unwrap();
+    pool.execute(
+        "CREATE TABLE workqueue_migrations (version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now(), serves_from integer);
+         INSERT INTO workqueue_migrations (version, serves_from) VALUES (1, 1), (2, 1);
+         INSERT INTO workqueue_queues (name) VALUES ('old');
+         SELECT workqueue_add('old', '\"first\"', NULL, 0);
+         SELECT workqueue_add('old', '\"second\"', 3, 0);
+         SELECT workqueue_add('old', '\"third\"', NULL, 0);
+         SELECT workqueue_add('old', '\"later\"', NULL, 3600000000);
+         SELECT workqueue_add('old', '\"held\"', NULL, 0);
+         SELECT workqueue_backoff('old', '\"third\"', 1000, 1000000, 0, 0);
+         INSERT INTO workqueue_dead (queue, item, reason, stalls, failures)
+             VALUES ('old', '\"buried\"', 'stalled', 5, 0);",
+    )
+    .await
+    .unwrap();
+    // `held` is leased (token 1000) and re-added meanwhile.
+    sqlx::query(
+        "UPDATE workqueue_items SET ready = false, token = 1000,
+             lease_until = clock_timestamp() + interval '1 hour', leased_at = clock_timestamp(),
+             dirty = true
+         WHERE item = '\"held\"'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("SELECT setval('workqueue_seq', 2000)")
+        .execute(&pool)
+        .await
+        .unwrap();
+
+    let q: PgQueue<String> = PgQueue::builder("old")
+        .url(server.url())
+        .build()
+        .await
+        .expect("the upgrade to version 3 runs at build");
+    let version: i32 = sqlx::query_scalar("SELECT max(version) FROM workqueue_migrations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(version, workqueue_postgres::SCHEMA_VERSION);
+    assert_eq!(q.num_requeues("third".to_owned()).await.unwrap(), 1);
+    assert_eq!(q.delayed_len().await.unwrap(), 1);
+    assert_eq!(q.processing_len().await.unwrap(), 1);
+    assert_eq!(q.dead_letters(10).await.unwrap()[0].item, "\"buried\"");
+    // New adds go behind the carried-over ones.
+    q.add("new".to_owned()).await.unwrap();
+    let mut order = Vec::new();
+    while let Some(lease) = q.try_get().await.unwrap().into_lease() {
+        order.push((lease.item().clone(), lease.priority()));
+        lease.done().await.unwrap();
+    }
+    assert_eq!(
+        order,
+        [
+            ("second".to_owned(), 3),
+            ("first".to_owned(), 0),
+            ("third".to_owned(), 0),
+            ("new".to_owned(), 0)
+        ]
+    );
+    // The old holder's token still ends its lease, and its re-add is queued then.
+    let token: i64 = sqlx::query_scalar(
+        "SELECT token FROM workqueue_items i JOIN workqueue_queues s ON s.id = i.queue
+         WHERE s.name = 'old' AND i.item = '\"held\"'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(token, 1000);
+    let done: i32 = sqlx::query_scalar(
+        "SELECT workqueue_done(s.id, workqueue_key('\"held\"'), 1000, false, false)
+         FROM workqueue_queues s WHERE s.name = 'old'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(done, 2, "done, and queued again for the re-add");
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
+    assert_eq!(lease.item(), "held");
+    assert!(lease.token() > 2000, "tokens go on growing");
+    lease.done().await.unwrap();
 }

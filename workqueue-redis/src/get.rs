@@ -194,12 +194,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         if self.is_closed() {
             let mut done = Vec::with_capacity(finished.len());
             for (raw, token) in &finished {
-                let forgotten = if forget {
-                    self.forget_raw(raw).await
-                } else {
-                    Ok(())
+                // Forgotten only once the done is accepted: a stale holder changes nothing.
+                let outcome = match self.inner.finish(raw, *token, false).await {
+                    Ok(()) if forget => self.forget_raw(raw).await,
+                    other => other,
                 };
-                done.push(self.inner.finish(raw, *token, false).await.and(forgotten));
+                done.push(outcome);
             }
             return Ok(DoneAndGetMany {
                 done,

@@ -4,7 +4,9 @@
 //!   `--postgres URL` on a queue on Redis or PostgreSQL shared by processes (`demo/`).
 //! - `wq bench`: the standard workloads of BENCH.md beside their references; with
 //!   `--redis URL` W1, W3 and W4 on Redis beside BullMQ, in the same report (`bench/`).
-//! - `wq redis stats|shutdown|resume|dead-letters`: a queue on Redis, for operators (`ops.rs`).
+//! - `wq redis stats|shutdown|pause|resume|dead-letters`: a queue on Redis, for operators
+//!   (`ops.rs`); `wq postgres queues|stats|shutdown|pause|resume|dead-letters` the same on
+//!   PostgreSQL (`pg_ops.rs`).
 //! - `wq dashboard`: a web page, JSON API and metrics for the queues on Redis.
 
 use std::process::ExitCode;
@@ -16,6 +18,7 @@ mod dashboard;
 mod demo;
 mod metrics_server;
 mod ops;
+mod pg_ops;
 
 /// The workqueue command line.
 #[derive(Debug, Parser)]
@@ -31,8 +34,11 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Runs the standard workloads beside their references and prints one table.
     Bench(bench::BenchArgs),
-    /// Operates a queue on Redis: stats, fleet shutdown and resume, dead letters.
+    /// Operates a queue on Redis: stats, fleet shutdown, pause and resume, dead letters.
     Redis(ops::RedisArgs),
+    /// Operates a queue on PostgreSQL: queues, stats, fleet shutdown, pause and resume, dead
+    /// letters.
+    Postgres(pg_ops::PostgresArgs),
     /// Serves a web dashboard of the queues on Redis: `wq dashboard --redis URL`.
     Dashboard(dashboard::DashboardArgs),
 }
@@ -43,6 +49,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Redis(args) => ops::run(args),
+        Command::Postgres(args) => pg_ops::run(args),
         Command::Dashboard(args) => dashboard::run(args),
     }
 }

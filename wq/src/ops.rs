@@ -6,8 +6,8 @@
 //! - `wq redis stats QUEUE`: depth, delayed, in flight (with lease ages), tracked failures,
 //!   stalls, dead letters, and whether the server's persistence settings keep the queue's
 //!   promise.
-//! - `wq redis shutdown QUEUE` / `wq redis resume QUEUE`: shuts the queue down for every
-//!   process, and back.
+//! - `wq redis shutdown QUEUE` / `wq redis pause QUEUE` / `wq redis resume QUEUE`: shuts
+//!   the queue down or pauses it for every process, and back.
 //! - `wq redis dead-letters {list,requeue,requeue-all,purge} QUEUE`: the dead letters.
 //!
 //! The demo and the bench on Redis are options of their commands (`wq demo --redis URL`,
@@ -17,7 +17,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use workqueue_redis::{RedisQueue, Stats};
+use workqueue_redis::RedisQueue;
 
 /// Options of `wq redis`.
 #[derive(Debug, clap::Args)]
@@ -33,8 +33,12 @@ enum RedisCommand {
     /// Shuts the queue down for every process: adds are ignored, queued items are still
     /// handed out, then every worker's get returns None. Undo with `resume`.
     Shutdown(QueueArgs),
-    /// Ends a `shutdown`: adds count again and delayed items come due.
+    /// Ends a `shutdown` or a `pause`, whichever is on: adds count again, delayed items come
+    /// due and gets hand items out.
     Resume(QueueArgs),
+    /// Pauses the queue for every process: gets hand out nothing, adds are kept. Undo with
+    /// `resume`.
+    Pause(QueueArgs),
     /// Lists, requeues or purges the queue's dead letters.
     #[command(subcommand)]
     DeadLetters(DeadLettersCommand),
@@ -171,12 +175,15 @@ pub(crate) fn run(args: RedisArgs) -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }),
         RedisCommand::Resume(args) => block_on("resume", async move {
-            let was = open(&args).await?.resume_fleet().await?;
-            println!(
-                "queue {} {}",
-                args.queue,
-                if was { "resumed" } else { "was not shut down" }
-            );
+            let q = open(&args).await?;
+            let was_shut = q.resume_fleet().await?;
+            let was_paused = q.resume().await?;
+            println!("queue {} {}", args.queue, resumed(was_shut, was_paused));
+            Ok(ExitCode::SUCCESS)
+        }),
+        RedisCommand::Pause(args) => block_on("pause", async move {
+            let was_running = open(&args).await?.pause().await?;
+            println!("queue {} {}", args.queue, paused(was_running, "wq redis"));
             Ok(ExitCode::SUCCESS)
         }),
         RedisCommand::DeadLetters(command) => block_on("dead-letters", dead_letters(command)),
@@ -194,6 +201,25 @@ pub(crate) fn run(args: RedisArgs) -> ExitCode {
                 args.json,
             )
         }
+    }
+}
+
+/// What `resume` says it did.
+pub(crate) fn resumed(was_shut: bool, was_paused: bool) -> &'static str {
+    match (was_shut, was_paused) {
+        (true, true) => "resumed (it was shut down and paused)",
+        (true, false) => "resumed (it was shut down)",
+        (false, true) => "resumed (it was paused)",
+        (false, false) => "was neither shut down nor paused",
+    }
+}
+
+/// What `pause` says it did.
+pub(crate) fn paused(was_running: bool, tool: &str) -> String {
+    if was_running {
+        format!("is paused for every process ({tool} resume undoes it)")
+    } else {
+        "was paused already".to_owned()
     }
 }
 
@@ -267,8 +293,29 @@ async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workqueue
 async fn stats(args: &StatsArgs) -> Result<String, workqueue_redis::Error> {
     let queue = open(&args.queue).await?;
     let stats = queue.stats(args.limit).await?;
+    let paused = queue.is_paused().await?;
     let dead = queue.dead_letters(args.limit).await?;
-    let mut out = render(&args.queue.queue, &stats);
+    let view = View {
+        depth: stats.depth,
+        delayed: stats.delayed,
+        next_delayed_in: stats.next_delayed_in,
+        in_flight: stats.in_flight,
+        in_flight_dirty: stats.in_flight_dirty,
+        leases: stats
+            .leases
+            .iter()
+            .map(|l| (l.item.clone(), l.age, l.expires_in, l.token))
+            .collect(),
+        failing: stats.failing,
+        failures: stats.failures.clone(),
+        stalled: stats.stalled,
+        dead: stats.dead,
+        dead_dropped: stats.dead_dropped,
+        shut_down: stats.shut_down,
+        paused,
+        resume: "wq redis resume",
+    };
+    let mut out = view.render(&args.queue.queue);
     if !dead.is_empty() {
         out.push_str("  dead letters (oldest first):\n");
         for letter in &dead {
@@ -288,56 +335,77 @@ fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
 
-/// The stats as aligned text.
-fn render(name: &str, stats: &Stats) -> String {
-    let mut out = format!("queue          {name}\n");
-    out.push_str(&format!("depth          {}\n", stats.depth));
-    out.push_str(&format!(
-        "delayed        {}{}\n",
-        stats.delayed,
-        stats
-            .next_delayed_in
-            .map(|d| format!(" (next due in {})", secs(d)))
-            .unwrap_or_default()
-    ));
-    out.push_str(&format!(
-        "in flight      {} ({} re-added while processing)\n",
-        stats.in_flight, stats.in_flight_dirty
-    ));
-    for lease in &stats.leases {
+/// A queue's figures as `wq redis stats` and `wq postgres stats` print them, whichever
+/// server holds the queue.
+pub(crate) struct View {
+    pub(crate) depth: usize,
+    pub(crate) delayed: usize,
+    pub(crate) next_delayed_in: Option<Duration>,
+    pub(crate) in_flight: usize,
+    pub(crate) in_flight_dirty: usize,
+    /// Item, age, time until the lease expires, token.
+    pub(crate) leases: Vec<(String, Duration, Duration, u64)>,
+    pub(crate) failing: usize,
+    pub(crate) failures: Vec<(String, u64)>,
+    pub(crate) stalled: usize,
+    pub(crate) dead: usize,
+    pub(crate) dead_dropped: u64,
+    pub(crate) shut_down: bool,
+    pub(crate) paused: bool,
+    /// The command that ends a shut down or a pause.
+    pub(crate) resume: &'static str,
+}
+
+impl View {
+    /// The figures as aligned text.
+    pub(crate) fn render(&self, name: &str) -> String {
+        let mut out = format!("queue          {name}\n");
+        out.push_str(&format!("depth          {}\n", self.depth));
         out.push_str(&format!(
-            "    {}  age {}  lease expires in {}  token {}\n",
-            lease.item,
-            secs(lease.age),
-            secs(lease.expires_in),
-            lease.token
+            "delayed        {}{}\n",
+            self.delayed,
+            self.next_delayed_in
+                .map(|d| format!(" (next due in {})", secs(d)))
+                .unwrap_or_default()
         ));
-    }
-    if stats.leases.len() < stats.in_flight {
         out.push_str(&format!(
-            "    ... {} more\n",
-            stats.in_flight - stats.leases.len()
+            "in flight      {} ({} re-added while processing)\n",
+            self.in_flight, self.in_flight_dirty
         ));
-    }
-    out.push_str(&format!("failures       {} items tracked\n", stats.failing));
-    for (item, count) in &stats.failures {
-        out.push_str(&format!("    {item}  {count} requeues\n"));
-    }
-    out.push_str(&format!(
-        "stalled        {} items (leases reclaimed)\n",
-        stats.stalled
-    ));
-    out.push_str(&format!(
-        "dead letters   {} ({} dropped by the cap)\n",
-        stats.dead, stats.dead_dropped
-    ));
-    out.push_str(&format!(
-        "shut down      {}\n",
-        if stats.shut_down {
-            "yes, for every process (wq redis resume)"
-        } else {
-            "no"
+        for (item, age, expires_in, token) in &self.leases {
+            out.push_str(&format!(
+                "    {item}  age {}  lease expires in {}  token {token}\n",
+                secs(*age),
+                secs(*expires_in),
+            ));
         }
-    ));
-    out
+        if self.leases.len() < self.in_flight {
+            out.push_str(&format!(
+                "    ... {} more\n",
+                self.in_flight - self.leases.len()
+            ));
+        }
+        out.push_str(&format!("failures       {} items tracked\n", self.failing));
+        for (item, count) in &self.failures {
+            out.push_str(&format!("    {item}  {count} requeues\n"));
+        }
+        out.push_str(&format!(
+            "stalled        {} items (leases reclaimed)\n",
+            self.stalled
+        ));
+        out.push_str(&format!(
+            "dead letters   {} ({} dropped by the cap)\n",
+            self.dead, self.dead_dropped
+        ));
+        let flag = |on: bool| {
+            if on {
+                format!("yes, for every process ({} QUEUE)", self.resume)
+            } else {
+                "no".to_owned()
+            }
+        };
+        out.push_str(&format!("shut down      {}\n", flag(self.shut_down)));
+        out.push_str(&format!("paused         {}\n", flag(self.paused)));
+        out
+    }
 }

@@ -250,3 +250,94 @@ fn the_demo_takes_one_server_and_postgres_alone_needs_its_variable() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("WQ_POSTGRES_URL"), "{stderr}");
 }
+
+/// Runs `wq postgres ARGS` on `url`; its exit status and output.
+fn pg(url: &str, args: &[&str]) -> (bool, String, String) {
+    let mut all = vec!["postgres"];
+    all.extend_from_slice(args);
+    let out = wq(url, &all);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `wq postgres` as an operator uses it: the queues at a glance, a queue's stats, fleet shut
+/// down, pause and resume, and dead letters, which stay while the queue is shut down.
+#[test]
+fn the_operator_commands_run_on_postgres() {
+    let Some(server) = server::PgServer::start() else {
+        return;
+    };
+    let url = server.url();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let jobs: workqueue_postgres::PgQueue<String> =
+            workqueue_postgres::PgQueue::connect(&url, "jobs")
+                .await
+                .unwrap();
+        jobs.add_all(["a", "b"].map(String::from)).await.unwrap();
+        // A number the string queue cannot read: a dead letter at the first get.
+        let numbers: workqueue_postgres::PgQueue<u32> =
+            workqueue_postgres::PgQueue::connect(&url, "jobs")
+                .await
+                .unwrap();
+        numbers.add(7).await.unwrap();
+        // a and b are handed out and given back; 7 moves to the dead letters.
+        let held = jobs.try_get_many(3).await.unwrap();
+        assert_eq!(held.len(), 2);
+        for lease in held {
+            lease.release().await.unwrap();
+        }
+    });
+
+    let (ok, out, err) = pg(&url, &["queues"]);
+    assert!(ok, "{err}");
+    assert!(out.lines().any(|l| l.starts_with("jobs ")), "{out}");
+    let (ok, out, err) = pg(&url, &["stats", "jobs"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("queue          jobs"), "{out}");
+    assert!(out.contains("depth          2"), "{out}");
+    assert!(out.contains("dead letters   1"), "{out}");
+    assert!(out.contains("shut down      no"), "{out}");
+
+    // A mistyped name is an error, not a new queue.
+    let (ok, _, err) = pg(&url, &["stats", "jobz"]);
+    assert!(!ok && err.contains("no queue named"), "{err}");
+    let (_, out, _) = pg(&url, &["queues"]);
+    assert!(!out.contains("jobz"), "{out}");
+
+    let (ok, out, err) = pg(&url, &["shutdown", "jobs"]);
+    assert!(
+        ok && out.contains("shut down for every process"),
+        "{out}{err}"
+    );
+    // Dead letters stay while the queue is shut down.
+    let (ok, _, err) = pg(&url, &["dead-letters", "requeue-all", "jobs"]);
+    assert!(!ok && err.contains("shut down"), "{err}");
+    let (_, out, _) = pg(&url, &["stats", "jobs"]);
+    assert!(out.contains("shut down      yes"), "{out}");
+    assert!(out.contains("dead letters   1"), "{out}");
+    let (ok, out, _) = pg(&url, &["resume", "jobs"]);
+    assert!(ok && out.contains("resumed (it was shut down)"), "{out}");
+
+    let (ok, out, _) = pg(&url, &["pause", "jobs"]);
+    assert!(ok && out.contains("is paused"), "{out}");
+    let (_, out, _) = pg(&url, &["stats", "jobs"]);
+    assert!(out.contains("paused         yes"), "{out}");
+    let (ok, out, _) = pg(&url, &["resume", "jobs"]);
+    assert!(ok && out.contains("resumed (it was paused)"), "{out}");
+
+    let (ok, out, _) = pg(&url, &["dead-letters", "list", "jobs"]);
+    assert!(ok, "{out}");
+    let id = out.split_whitespace().next().expect("a letter's id");
+    let (ok, out, _) = pg(&url, &["dead-letters", "requeue", "jobs", id]);
+    assert!(ok && out.contains("requeued"), "{out}");
+    let (ok, _, err) = pg(&url, &["dead-letters", "requeue", "jobs", id]);
+    assert!(!ok && err.contains("no dead letter"), "{err}");
+    let (ok, out, _) = pg(&url, &["dead-letters", "purge", "jobs"]);
+    assert!(ok && out.contains("0 dead letters purged"), "{out}");
+    let (_, out, _) = pg(&url, &["stats", "jobs"]);
+    assert!(out.contains("depth          3"), "{out}");
+}

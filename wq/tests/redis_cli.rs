@@ -57,6 +57,12 @@ fn operator_commands_take_the_url_from_the_environment_and_never_print_the_passw
     assert!(resumed.contains("resumed"), "{resumed}");
     let stats = stdout(&wq(&url, &["redis", "stats", "jobs"]));
     assert!(stats.contains("shut down      no"), "{stats}");
+    let paused = stdout(&wq(&url, &["redis", "pause", "jobs"]));
+    assert!(paused.contains("is paused"), "{paused}");
+    let stats = stdout(&wq(&url, &["redis", "stats", "jobs"]));
+    assert!(stats.contains("paused         yes"), "{stats}");
+    let resumed = stdout(&wq(&url, &["redis", "resume", "jobs"]));
+    assert!(resumed.contains("resumed (it was paused)"), "{resumed}");
 
     let listed = stdout(&wq(&url, &["redis", "dead-letters", "list", "jobs"]));
     assert_eq!(listed, "");

@@ -229,6 +229,12 @@ impl PgServer {
                 "max_connections=300",
                 "-c",
                 "shared_buffers=32MB",
+                // Statement counts and buffer reads per statement, nested ones included: the
+                // tests of what a call costs the server read them.
+                "-c",
+                "shared_preload_libraries=pg_stat_statements",
+                "-c",
+                "pg_stat_statements.track=all",
             ])
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))

@@ -5,6 +5,7 @@ local now = now_us()
 if redis.call('EXISTS', K_SHUT) == 1 then
   return {IGNORED, 0}
 end
+promote_due(now)
 local seq = next_seq(now)
 local delay = tonumber(ARGV[2])
 local p = priority_arg(ARGV[3])

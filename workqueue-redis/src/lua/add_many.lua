@@ -11,6 +11,7 @@ if redis.call('EXISTS', K_SHUT) == 1 then
   end
   return replies
 end
+promote_due(now)
 -- One sequence number per add, read and written back once (see next_seq()).
 local seq = next_seq(now)
 for i = 1, n do

@@ -49,6 +49,7 @@ delay = math.ceil(delay)
 if redis.call('EXISTS', K_SHUT) == 1 then
   return {IGNORED, 0, delay}
 end
+promote_due(now)
 local seq = next_seq(now)
 if delay <= 0 then
   return {add_now(x, p), seq, delay}

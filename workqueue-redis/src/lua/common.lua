@@ -280,7 +280,8 @@ local function add_at(x, at, p)
 end
 
 -- Moves delayed items that are due to the ready list (or marks them dirty if
--- they are being processed).
+-- they are being processed). Returns how many it queued, and how many due
+-- items it took (at most BATCH).
 local function promote(now)
   local due = redis.call('ZRANGEBYSCORE', K_DELAY, '-inf', now, 'LIMIT', 0, BATCH)
   local pushed = 0
@@ -298,7 +299,28 @@ local function promote(now)
   if added > 0 then
     redis.call('HINCRBY', K_META, 'adds', added)
   end
-  return pushed
+  return pushed, #due
+end
+
+-- Due delayed items join the ready lists before anything an add or a done
+-- queues now, so that ready items come out in the order they became ready
+-- (their due time, or their add), whether or not a get ran in between, as in
+-- memory. Up to ten batches per call; a longer backlog of due items is
+-- promoted by the gets. Nothing is promoted while the queue is shut down.
+local function promote_due(now)
+  if redis.call('EXISTS', K_SHUT) == 1 then
+    return
+  end
+  local pushed, taken, rounds = 0, BATCH, 0
+  while taken == BATCH and rounds < 10 do
+    local p
+    p, taken = promote(now)
+    pushed = pushed + p
+    rounds = rounds + 1
+  end
+  if pushed > 0 then
+    wake()
+  end
 end
 
 -- Dead letters keep the newest `cap` entries (0: no cap); older ones are

@@ -25,7 +25,9 @@ local function finish(x, token, flags)
       redis.call('HDEL', K_PRIO, x)
       return 1
     end
-    -- At the tail of the highest priority its re-adds gave (0 if none did).
+    -- At the tail of the highest priority its re-adds gave (0 if none did),
+    -- behind the delayed items that came due before.
+    promote_due(now_us())
     enqueue(x, false)
     wake()
     return 2

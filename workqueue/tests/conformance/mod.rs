@@ -39,6 +39,9 @@ macro_rules! for_each_rule {
             add_after_of_a_queued_item_keeps_it_queued_once,
             add_after_while_processing_requeues_after_done,
             delayed_items_become_ready_in_due_order,
+            an_item_whose_delay_ran_out_comes_before_a_later_add,
+            delayed_and_plain_adds_come_out_in_the_order_they_became_ready,
+            an_add_of_an_item_whose_delay_ran_out_keeps_its_place,
             rate_limited_retries_back_off_exponentially,
             forget_resets_the_failure_count,
             a_rate_limited_re_add_while_processing_waits_for_done,
@@ -404,6 +407,46 @@ pub(crate) mod rules {
         queue.add_after("c", Duration::from_millis(200)).await;
         tokio::time::sleep(Duration::from_millis(450)).await;
         assert_eq!(take_all(&queue).await, ["b", "c", "a"]);
+    }
+
+    /// client-go's order: a delayed item joins the queue when its delay runs out, so it comes
+    /// before an item added later, whether or not a get looked at the queue in between.
+    pub(crate) async fn an_item_whose_delay_ran_out_comes_before_a_later_add<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add_after("a", Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        queue.add("b").await;
+        assert_eq!(take_all(&queue).await, ["a", "b"]);
+    }
+
+    /// Ready items come out in the order they became ready: delayed ones at their due time,
+    /// the others at their add.
+    pub(crate) async fn delayed_and_plain_adds_come_out_in_the_order_they_became_ready<
+        F: Factory,
+    >(
+        f: &F,
+    ) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add("x").await;
+        queue.add_after("a", Duration::from_millis(100)).await;
+        queue.add_after("c", Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        queue.add("b").await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        queue.add("d").await;
+        assert_eq!(take_all(&queue).await, ["x", "a", "b", "c", "d"]);
+    }
+
+    /// An add of an item whose delay ran out is a duplicate: the item keeps the place it took
+    /// when its delay ran out.
+    pub(crate) async fn an_add_of_an_item_whose_delay_ran_out_keeps_its_place<F: Factory>(f: &F) {
+        let queue = f.queue(Opts::default()).await;
+        queue.add_after("a", Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        queue.add("b").await;
+        queue.add("a").await;
+        assert_eq!(queue.len().await, 2);
+        assert_eq!(take_all(&queue).await, ["a", "b"]);
     }
 
     /// Measures how long `add_rate_limited` delays `item`.

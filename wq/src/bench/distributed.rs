@@ -14,12 +14,17 @@
 //! (`done_and_get_many`, `impl` `workqueue-redis-batch`), which BullMQ's open-source worker
 //! has no counterpart for.
 //!
-//! **PostgreSQL.** workqueue-postgres batches adds by 100 per transaction (`add_in`, one
-//! commit per batch) and completes items one at a time, completing one and taking the next in
-//! one statement and one commit (`done_and_get`, as `Workers` do through
-//! `Queue::done_and_next`); getters wake on `LISTEN`/`NOTIFY`. pg-boss inserts batches of 100
-//! (`insert`, one statement) and completes one job at a time (a worker with `batchSize` 1);
-//! see `wq/benchmarks/pg-boss/bench.mjs` for its queue policy and polling interval.
+//! **PostgreSQL.** workqueue-postgres adds batches of 100 in one statement and one commit
+//! (`add_all`) and completes items one at a time, completing one and taking the next in one
+//! statement and one commit (`done_and_get`, as `Workers` do through `Queue::done_and_next`);
+//! getters wake on `LISTEN`/`NOTIFY`. W1 runs a second time with the consumer completing and
+//! taking 32 items per statement (`done_and_get_many`, `impl` `workqueue-postgres-batch`). In
+//! W4 each of the two consumers completes and takes up to 100 items per statement: one
+//! commit per item (a WAL flush each, with default settings) cannot keep up with items
+//! coming due at W4's rate.
+//! pg-boss inserts batches of 100 (`insert`, one statement) and completes one job at a time (a
+//! worker with `batchSize` 1); see `wq/benchmarks/pg-boss/bench.mjs` for its queue policy and
+//! polling interval.
 //!
 //! Our queues do more per item than either reference: fenced leases on the server's clock,
 //! renewed while held, exact client-go dedup (a re-add while processing is delivered once more
@@ -42,7 +47,7 @@ use workqueue_redis::{DoneAndGetMany, Lease, RedisQueue};
 
 use super::Ctx;
 use super::node_peer::{BULLMQ_PEER, PGBOSS_PEER, Peer};
-use super::report::{OURS_POSTGRES, OURS_REDIS, OURS_REDIS_BATCH, Sample};
+use super::report::{OURS_POSTGRES, OURS_POSTGRES_BATCH, OURS_REDIS, OURS_REDIS_BATCH, Sample};
 
 type Figures = Vec<(&'static str, f64)>;
 type Error = String;
@@ -160,39 +165,41 @@ impl Shared for PgQueue<u64> {
         Ok(queue)
     }
 
-    /// One transaction per batch.
+    /// One statement and one commit per batch.
     async fn add_batch(&self, keys: &[u64]) -> Result<(), Error> {
-        let mut tx = self.pool().begin().await.map_err(text)?;
-        for key in keys {
-            self.add_in(&mut tx, key).await.map_err(text)?;
-        }
-        tx.commit().await.map_err(text)
+        self.add_all(keys).await.map(drop).map_err(text)
     }
 
-    /// One transaction per batch.
+    /// One statement and one commit per batch.
     async fn add_batch_after(&self, batch: Vec<(u64, Duration)>) -> Result<(), Error> {
-        let mut tx = self.pool().begin().await.map_err(text)?;
-        for (key, delay) in batch {
-            self.add_after_in(&mut tx, key, delay).await.map_err(text)?;
-        }
-        tx.commit().await.map_err(text)
+        self.add_all_after(batch).await.map(drop).map_err(text)
     }
 
-    /// One item at a time, whatever `batch` says: the `done` and the next item in one call
-    /// (`done_and_get`, one commit), and a waiting `get` when nothing was ready.
+    /// Completes the items in hand and takes up to `batch` next ones in one statement and one
+    /// commit (`done_and_get_many`; with `batch` 1 it is `done_and_get`, as `Workers` step),
+    /// and a waiting `get` when nothing was ready.
     async fn consume(
         self,
-        _batch: usize,
+        batch: usize,
         mut seen: impl FnMut(&u64) + Send + 'static,
     ) -> Result<usize, Error> {
         let mut count = 0;
-        let mut next = self.get().await.map_err(text)?;
-        while let Some(lease) = next {
-            seen(lease.item());
-            count += 1;
-            next = match self.done_and_get(lease, false).await.map_err(text)? {
-                Some(lease) => Some(lease),
-                None => self.get().await.map_err(text)?,
+        let mut current: Vec<workqueue_postgres::Lease<u64>> =
+            self.get().await.map_err(text)?.into_iter().collect();
+        while !current.is_empty() {
+            for lease in &current {
+                seen(lease.item());
+            }
+            count += current.len();
+            let out = self.done_and_get_many(current, batch).await.map_err(text)?;
+            out.done
+                .into_iter()
+                .collect::<Result<(), _>>()
+                .map_err(text)?;
+            current = if out.next.is_empty() {
+                self.get().await.map_err(text)?.into_iter().collect()
+            } else {
+                out.next
             };
         }
         Ok(count)
@@ -289,14 +296,14 @@ async fn w3<Q: Shared>(url: &str, adds: usize) -> Result<Figures, Error> {
 
 /// W4: 1 producer adds `n` distinct keys with a random delay in [0, 2 s]; 2 consumers record
 /// lateness (time of get minus intended ready time).
-async fn w4<Q: Shared>(url: &str, n: usize) -> Result<Figures, Error> {
+async fn w4<Q: Shared>(url: &str, n: usize, batch: usize) -> Result<Figures, Error> {
     let queue = Q::open(url, "w4").await?;
     let due: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
     let lateness: Arc<Mutex<Vec<f64>>> = Arc::default();
     let consumers: Vec<_> = (0..2)
         .map(|_| {
             let (due, lateness) = (due.clone(), lateness.clone());
-            tokio::spawn(queue.clone().consume(1, move |item| {
+            tokio::spawn(queue.clone().consume(batch, move |item| {
                 let now = Instant::now();
                 let at = due.lock().unwrap().get(item).copied();
                 if let Some(at) = at {
@@ -514,19 +521,27 @@ pub(crate) fn run_w1(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {
         )
     })?;
     let server = ctx.server.ok_or("no server")?;
-    if server.backend == Backend::Redis {
-        ctx.step(&format!("{OURS_REDIS_BATCH} ({size})"));
-        let figures = server
-            .runtime
-            .block_on(w1::<RedisQueue<u64>>(&server.url, size, BATCH))?;
-        samples.extend(
-            figures
-                .into_iter()
-                .map(|(metric, value)| Sample::new("W1", OURS_REDIS_BATCH, metric, value)),
-        );
-    }
+    let batched = match server.backend {
+        Backend::Redis => OURS_REDIS_BATCH,
+        Backend::Postgres => OURS_POSTGRES_BATCH,
+    };
+    ctx.step(&format!("{batched} ({size})"));
+    let figures = server.drive(
+        w1::<RedisQueue<u64>>(&server.url, size, BATCH),
+        w1::<PgQueue<u64>>(&server.url, size, BATCH),
+    )?;
+    samples.extend(
+        figures
+            .into_iter()
+            .map(|(metric, value)| Sample::new("W1", batched, metric, value)),
+    );
     Ok(samples)
 }
+
+/// Items each W4 consumer on PostgreSQL completes and takes per statement: one commit a
+/// batch lets two consumers keep up with 100,000 items coming due a second, which one
+/// commit per item (a flush of the WAL each) cannot.
+const W4_POSTGRES_BATCH: usize = 100;
 
 /// Items a batched consumer completes and takes per round trip (`done_and_get_many`).
 const BATCH: usize = 32;
@@ -547,8 +562,8 @@ pub(crate) fn run_w4(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {
     let size = sizes(ctx.quick).2;
     measure(ctx, "W4", size, |s| {
         s.drive(
-            w4::<RedisQueue<u64>>(&s.url, size),
-            w4::<PgQueue<u64>>(&s.url, size),
+            w4::<RedisQueue<u64>>(&s.url, size, 1),
+            w4::<PgQueue<u64>>(&s.url, size, W4_POSTGRES_BATCH),
         )
     })
 }

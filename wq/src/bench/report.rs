@@ -19,6 +19,8 @@ pub(crate) const OURS_REDIS_BATCH: &str = "workqueue-redis-batch";
 pub(crate) const BULLMQ: &str = "bullmq";
 /// Our queue on PostgreSQL (crate `workqueue-postgres`), with `wq bench --postgres URL`.
 pub(crate) const OURS_POSTGRES: &str = "workqueue-postgres";
+/// workqueue-postgres with a consumer that completes and takes items in batches.
+pub(crate) const OURS_POSTGRES_BATCH: &str = "workqueue-postgres-batch";
 /// pg-boss on the same database, the reference of `wq bench --postgres URL`.
 pub(crate) const PGBOSS: &str = "pg-boss";
 /// One thread, no locks, `VecDeque` + hash sets (BENCH.md's practical limit (a)).
@@ -297,7 +299,10 @@ fn is_ours(imp: &str) -> bool {
 /// Whether `imp` is one of our queues on a server (Redis, PostgreSQL), which issue 3's goals
 /// (the in-memory queue's) do not apply to.
 fn is_shared(imp: &str) -> bool {
-    imp == OURS_REDIS || imp == OURS_REDIS_BATCH || imp == OURS_POSTGRES
+    imp == OURS_REDIS
+        || imp == OURS_REDIS_BATCH
+        || imp == OURS_POSTGRES
+        || imp == OURS_POSTGRES_BATCH
 }
 
 /// Prints the table: one block per (workload, figure), our figures each beside every

@@ -98,22 +98,18 @@ impl Backend for OnPostgres {
         error.is_lease_lost()
     }
 
-    /// One transaction, one commit per batch.
+    /// One statement and one commit per batch.
     async fn add_batch(&self, items: &[String]) -> Result<Vec<u64>, Error> {
-        let mut tx = self.queue.pool().begin().await?;
-        let mut seqs = Vec::with_capacity(items.len());
-        for item in items {
-            seqs.push(self.queue.add_in(&mut tx, item).await?.seq);
-        }
-        tx.commit().await?;
-        Ok(seqs)
+        let added = self.queue.add_all(items).await?;
+        Ok(added.iter().map(|a| a.seq).collect())
     }
 
     /// No row of the queue (queued, delayed, leased) and no lease still ending, in one
     /// snapshot.
     async fn is_drained(&self) -> Result<bool, Error> {
         Ok(sqlx::query_scalar(
-            "SELECT NOT EXISTS (SELECT 1 FROM workqueue_items WHERE queue = $1)
+            "SELECT NOT EXISTS (SELECT 1 FROM workqueue_items i
+                                JOIN workqueue_queues s ON s.id = i.queue WHERE s.name = $1)
                 AND NOT EXISTS (SELECT 1 FROM wq_demo_ending WHERE queue = $1)",
         )
         .bind(self.name())

@@ -1,0 +1,421 @@
+//! Adds: one by one, in batches, on the queue's pool or inside the caller's transaction; and
+//! the rate limiter's `forget` and `num_requeues`.
+//!
+//! Every add is one call of `workqueue_add`, which takes a batch: one statement (so one
+//! commit outside a transaction), rows locked in key order (concurrent batches cannot
+//! deadlock), one `NOTIFY` per statement, and exactly the rules of adding the items one by one
+//! in order.
+
+use std::borrow::Borrow;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::{PgConnection, PgExecutor};
+use workqueue::AddOptions;
+
+use crate::error::Error;
+use crate::queue::{AddKind, Added, IGNORED, PgQueue, count, int, micros};
+
+/// Items per statement in a batched add: large enough that a batch pays one round trip and
+/// one commit for many items, small enough that one statement does not hold its row locks
+/// long.
+const CHUNK: usize = 1000;
+
+/// Bytes of item text per statement in a batched add (a chunk ends early at this size).
+const CHUNK_BYTES: usize = 8 << 20;
+
+/// The row `workqueue_add` returns: per item its kind, delay (microseconds) and place.
+type AddRow = (Vec<i16>, Vec<i64>, Vec<i64>);
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
+    /// Adds `item`: client-go's `Add`. An item already queued is not queued twice; an item
+    /// being processed is queued again once its lease is done. One statement, committed on
+    /// its own.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Serialize`], or a database error that outlasted the retry deadline (then the
+    /// add may or may not have been applied; adding again is harmless).
+    pub async fn add(&self, item: impl Borrow<T>) -> Result<Added, Error> {
+        self.add_with(item, AddOptions::default()).await
+    }
+
+    /// Adds `item` once `delay` has passed: client-go's `AddAfter`. Of several pending
+    /// delays the earliest wins.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add).
+    pub async fn add_after(&self, item: impl Borrow<T>, delay: Duration) -> Result<Added, Error> {
+        self.add_with(item, AddOptions::default().after(delay))
+            .await
+    }
+
+    /// Adds `item` after the rate limiter's delay and counts a failure of it: client-go's
+    /// `AddRateLimited`. The count and the add are one statement.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add).
+    pub async fn add_rate_limited(&self, item: impl Borrow<T>) -> Result<Added, Error> {
+        self.add_with(item, AddOptions::default().rate_limited())
+            .await
+    }
+
+    /// Adds `item` with a delay, rate limiting and a priority as `options` say, with the
+    /// in-memory queue's rules: higher priorities first, FIFO within one, a re-add raises a
+    /// priority and never lowers it, a delayed item keeps its priority.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add).
+    pub async fn add_with(
+        &self,
+        item: impl Borrow<T>,
+        options: AddOptions,
+    ) -> Result<Added, Error> {
+        let added = self.add_all_with([(item, options)]).await?;
+        Ok(added.into_iter().next().unwrap_or(IGNORED))
+    }
+
+    /// Adds every item, as [`add`](Self::add) does one by one, in one statement and one
+    /// commit (per thousand items): the same dedup, the same order, the same re-add rules.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add); after an error, a prefix of whole thousands of the adds
+    /// may have been applied.
+    pub async fn add_all<I>(&self, items: I) -> Result<Vec<Added>, Error>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<T>,
+    {
+        self.add_all_with(items.into_iter().map(|item| (item, AddOptions::default())))
+            .await
+    }
+
+    /// Adds every item after its delay, as [`add_after`](Self::add_after) does one by one,
+    /// in one statement (per thousand items).
+    ///
+    /// # Errors
+    ///
+    /// As for [`add_all`](Self::add_all).
+    pub async fn add_all_after<I, B>(&self, items: I) -> Result<Vec<Added>, Error>
+    where
+        I: IntoIterator<Item = (B, Duration)>,
+        B: Borrow<T>,
+    {
+        self.add_all_with(
+            items
+                .into_iter()
+                .map(|(item, delay)| (item, AddOptions::default().after(delay))),
+        )
+        .await
+    }
+
+    /// Adds every item with its options, as [`add_with`](Self::add_with) does one by one,
+    /// in one statement (per thousand items).
+    ///
+    /// # Errors
+    ///
+    /// As for [`add_all`](Self::add_all).
+    pub async fn add_all_with<I, B>(&self, items: I) -> Result<Vec<Added>, Error>
+    where
+        I: IntoIterator<Item = (B, AddOptions)>,
+        B: Borrow<T>,
+    {
+        let batch = Batch::encode::<T, _, _>(items)?;
+        if self.is_closed() {
+            return Ok(vec![IGNORED; batch.len()]);
+        }
+        let mut added = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks() {
+            let applied = self
+                .inner
+                .call("add", || self.add_chunk(&self.inner.pool, &chunk))
+                .await?;
+            added.extend(applied);
+        }
+        Ok(added)
+    }
+
+    /// [`add`](Self::add) inside the caller's transaction (pass `&mut tx`): committed, the
+    /// item is queued and a worker woken; rolled back, nothing happened.
+    ///
+    /// Run it at `READ COMMITTED` (PostgreSQL's default). Nothing is retried: an error
+    /// leaves the transaction for the caller to roll back.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Serialize`], or the database's error.
+    pub async fn add_in(
+        &self,
+        conn: &mut PgConnection,
+        item: impl Borrow<T>,
+    ) -> Result<Added, Error> {
+        self.add_with_in(conn, item, AddOptions::default()).await
+    }
+
+    /// [`add_after`](Self::add_after) inside the caller's transaction (see
+    /// [`add_in`](Self::add_in)). The delay counts from the add, not from the commit.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add_in`](Self::add_in).
+    pub async fn add_after_in(
+        &self,
+        conn: &mut PgConnection,
+        item: impl Borrow<T>,
+        delay: Duration,
+    ) -> Result<Added, Error> {
+        self.add_with_in(conn, item, AddOptions::default().after(delay))
+            .await
+    }
+
+    /// [`add_with`](Self::add_with) inside the caller's transaction (see
+    /// [`add_in`](Self::add_in)). A rate-limited add counts its failure in the transaction
+    /// too.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add_in`](Self::add_in).
+    pub async fn add_with_in(
+        &self,
+        conn: &mut PgConnection,
+        item: impl Borrow<T>,
+        options: AddOptions,
+    ) -> Result<Added, Error> {
+        let added = self.add_all_with_in(conn, [(item, options)]).await?;
+        Ok(added.into_iter().next().unwrap_or(IGNORED))
+    }
+
+    /// [`add_all`](Self::add_all) inside the caller's transaction (see
+    /// [`add_in`](Self::add_in)): one statement per thousand items, one `NOTIFY` each, all
+    /// delivered at the commit.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add_in`](Self::add_in).
+    pub async fn add_all_in<I>(
+        &self,
+        conn: &mut PgConnection,
+        items: I,
+    ) -> Result<Vec<Added>, Error>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<T>,
+    {
+        self.add_all_with_in(
+            conn,
+            items.into_iter().map(|item| (item, AddOptions::default())),
+        )
+        .await
+    }
+
+    /// [`add_all_after`](Self::add_all_after) inside the caller's transaction (see
+    /// [`add_in`](Self::add_in)).
+    ///
+    /// # Errors
+    ///
+    /// As for [`add_in`](Self::add_in).
+    pub async fn add_all_after_in<I, B>(
+        &self,
+        conn: &mut PgConnection,
+        items: I,
+    ) -> Result<Vec<Added>, Error>
+    where
+        I: IntoIterator<Item = (B, Duration)>,
+        B: Borrow<T>,
+    {
+        self.add_all_with_in(
+            conn,
+            items
+                .into_iter()
+                .map(|(item, delay)| (item, AddOptions::default().after(delay))),
+        )
+        .await
+    }
+
+    /// [`add_all_with`](Self::add_all_with) inside the caller's transaction (see
+    /// [`add_in`](Self::add_in)).
+    ///
+    /// # Errors
+    ///
+    /// As for [`add_in`](Self::add_in).
+    pub async fn add_all_with_in<I, B>(
+        &self,
+        conn: &mut PgConnection,
+        items: I,
+    ) -> Result<Vec<Added>, Error>
+    where
+        I: IntoIterator<Item = (B, AddOptions)>,
+        B: Borrow<T>,
+    {
+        let batch = Batch::encode::<T, _, _>(items)?;
+        if self.is_closed() {
+            return Ok(vec![IGNORED; batch.len()]);
+        }
+        let mut added = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks() {
+            added.extend(self.add_chunk(&mut *conn, &chunk).await?);
+        }
+        Ok(added)
+    }
+
+    /// One call of `workqueue_add` for `chunk` on `conn`.
+    async fn add_chunk<'c>(
+        &self,
+        conn: impl PgExecutor<'c>,
+        chunk: &Chunk<'_>,
+    ) -> Result<Vec<Added>, sqlx::Error> {
+        let (interval, burst) = self.inner.bucket.map_or((0, 0), |(qps, burst)| {
+            (
+                micros(Duration::from_secs_f64(1.0 / qps)).max(1),
+                int(burst),
+            )
+        });
+        let (kinds, delays, seqs): AddRow = sqlx::query_as(
+            "SELECT kinds, delays, seqs FROM workqueue_add($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(self.inner.id)
+        .bind(chunk.raws)
+        .bind(chunk.priorities)
+        .bind(chunk.delays)
+        .bind(chunk.limited)
+        .bind(micros(self.inner.base_delay))
+        .bind(micros(self.inner.max_delay))
+        .bind(interval)
+        .bind(burst)
+        .fetch_one(conn)
+        .await?;
+        Ok(kinds
+            .iter()
+            .zip(&delays)
+            .zip(&seqs)
+            .map(|((&kind, &delay), &seq)| match AddKind::from_code(kind) {
+                AddKind::Ignored => IGNORED,
+                kind => Added {
+                    kind,
+                    seq: seq.unsigned_abs(),
+                    delay: Duration::from_micros(delay.max(0).unsigned_abs()),
+                },
+            })
+            .collect())
+    }
+
+    /// The rate limiter stops tracking `item`: client-go's `Forget`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add).
+    pub async fn forget(&self, item: impl Borrow<T>) -> Result<(), Error> {
+        let raw = Self::encode(item.borrow())?;
+        self.inner
+            .call("forget", || {
+                sqlx::query(
+                    "DELETE FROM workqueue_failures WHERE queue = $1 AND key = workqueue_key($2)",
+                )
+                .bind(self.inner.id)
+                .bind(&raw)
+                .execute(&self.inner.pool)
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// How many times the rate limiter delayed `item` since it was last forgotten:
+    /// client-go's `NumRequeues`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`add`](Self::add).
+    pub async fn num_requeues(&self, item: impl Borrow<T>) -> Result<usize, Error> {
+        let raw = Self::encode(item.borrow())?;
+        let n: Option<i32> = self
+            .inner
+            .call("num_requeues", || {
+                sqlx::query_scalar(
+                    "SELECT failures FROM workqueue_failures
+                     WHERE queue = $1 AND key = workqueue_key($2)",
+                )
+                .bind(self.inner.id)
+                .bind(&raw)
+                .fetch_optional(&self.inner.pool)
+            })
+            .await?;
+        Ok(count(n.unwrap_or(0).into()))
+    }
+}
+
+/// A batch of adds, encoded for `workqueue_add`.
+struct Batch {
+    raws: Vec<String>,
+    priorities: Vec<Option<i32>>,
+    delays: Vec<i64>,
+    limited: Vec<bool>,
+}
+
+/// A slice of a [`Batch`] that goes in one statement.
+struct Chunk<'a> {
+    raws: &'a [String],
+    priorities: &'a [Option<i32>],
+    delays: &'a [i64],
+    limited: &'a [bool],
+}
+
+impl Batch {
+    fn encode<T: Serialize, I, B>(items: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = (B, AddOptions)>,
+        B: Borrow<T>,
+    {
+        let items = items.into_iter();
+        let n = items.size_hint().0;
+        let mut batch = Batch {
+            raws: Vec::with_capacity(n),
+            priorities: Vec::with_capacity(n),
+            delays: Vec::with_capacity(n),
+            limited: Vec::with_capacity(n),
+        };
+        for (item, options) in items {
+            batch
+                .raws
+                .push(serde_json::to_string(item.borrow()).map_err(Error::Serialize)?);
+            batch.priorities.push(options.requested_priority());
+            batch.delays.push(micros(options.delay()));
+            batch.limited.push(options.is_rate_limited());
+        }
+        Ok(batch)
+    }
+
+    fn len(&self) -> usize {
+        self.raws.len()
+    }
+
+    /// The statements' shares: at most [`CHUNK`] items and about [`CHUNK_BYTES`] of text
+    /// each (one large item is a chunk of its own).
+    fn chunks(&self) -> Vec<Chunk<'_>> {
+        let mut chunks = Vec::new();
+        let mut start = 0;
+        while start < self.raws.len() {
+            let mut end = start;
+            let mut bytes = 0;
+            while end < self.raws.len()
+                && end - start < CHUNK
+                && (end == start || bytes + self.raws[end].len() <= CHUNK_BYTES)
+            {
+                bytes += self.raws[end].len();
+                end += 1;
+            }
+            chunks.push(Chunk {
+                raws: &self.raws[start..end],
+                priorities: &self.priorities[start..end],
+                delays: &self.delays[start..end],
+                limited: &self.limited[start..end],
+            });
+            start = end;
+        }
+        chunks
+    }
+}

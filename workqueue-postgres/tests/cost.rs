@@ -1,0 +1,442 @@
+//! What the queue costs the database: an idle getter a query per poll interval (also when the
+//! only due row is locked by someone's transaction, whose commit wakes it); a delayed backlog
+//! nothing per get (every statement reads through index bounds); renewals HOT updates; a
+//! shared pool any number of queues; and a `LISTEN` connection that is replaced when it dies
+//! or hangs, without losing a wake-up.
+//!
+//! Statement counts and buffer reads come from `pg_stat_statements` (the test server loads it,
+//! with nested statements tracked).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use support::{PgServer, unique};
+use workqueue::AddOptions;
+use workqueue_postgres::{APPLICATION_NAME, PgQueue};
+
+async fn admin(server: &PgServer) -> PgPool {
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool
+}
+
+async fn reset(admin: &PgPool) {
+    sqlx::query("SELECT pg_stat_statements_reset()")
+        .execute(admin)
+        .await
+        .unwrap();
+}
+
+/// Calls of the statements whose text contains `needle`, since the last reset.
+async fn calls(admin: &PgPool, needle: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+         WHERE query LIKE '%' || $1 || '%'",
+    )
+    .bind(needle)
+    .fetch_one(admin)
+    .await
+    .unwrap()
+}
+
+/// Buffers (hit or read) per call of the statements whose text contains `needle`.
+async fn blocks_per_call(admin: &PgPool, needle: &str) -> f64 {
+    let (blocks, calls): (i64, i64) = sqlx::query_as(
+        "SELECT coalesce(sum(shared_blks_hit + shared_blks_read), 0)::bigint,
+                coalesce(sum(calls), 0)::bigint
+         FROM pg_stat_statements WHERE query LIKE '%' || $1 || '%'",
+    )
+    .bind(needle)
+    .fetch_one(admin)
+    .await
+    .unwrap();
+    assert!(calls > 0, "no call of a statement with {needle:?}");
+    blocks as f64 / calls as f64
+}
+
+/// The toplevel call of a get.
+const GET: &str = "FROM workqueue_get(";
+
+async fn queue(server: &PgServer, poll: Duration) -> PgQueue<String> {
+    PgQueue::builder(unique("cost"))
+        .url(server.url())
+        .lease_duration(Duration::from_secs(30))
+        .poll_interval(poll)
+        .build()
+        .await
+        .expect("connect to the test server")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_getter_on_an_empty_queue_costs_a_query_per_poll_interval() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let q = queue(&server, Duration::from_secs(1)).await;
+    let getters: Vec<_> = (0..3)
+        .map(|_| {
+            let q = q.clone();
+            tokio::spawn(async move { q.get().await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    reset(&admin).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let n = calls(&admin, GET).await;
+    // Three getters, one look per second each (an empty queue cost hundreds a second).
+    assert!(n <= 3 * 6, "{n} gets in 4 s");
+    q.add("x".to_owned()).await.unwrap();
+    q.shut_down();
+    let mut got = 0;
+    for getter in getters {
+        if let Some(lease) = getter.await.unwrap().unwrap() {
+            got += 1;
+            lease.done().await.unwrap();
+        }
+    }
+    assert!(got <= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_row_locked_by_a_transaction_costs_nothing_until_its_commit_wakes_the_getter() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let q = queue(&server, Duration::from_secs(30)).await;
+    q.add_after("a".to_owned(), Duration::from_millis(50))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A transaction raises the due item's priority: it holds the row until it commits.
+    let mut tx = q.pool().begin().await.unwrap();
+    q.add_with_in(&mut tx, "a".to_owned(), AddOptions::default().priority(5))
+        .await
+        .unwrap();
+    reset(&admin).await;
+    let getter = {
+        let q = q.clone();
+        tokio::spawn(async move { q.get().await })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!getter.is_finished());
+    let n = calls(&admin, GET).await;
+    assert!(n <= 2, "{n} gets while the row was locked: a busy loop");
+    let committed = Instant::now();
+    tx.commit().await.unwrap();
+    let lease = tokio::time::timeout(Duration::from_secs(10), getter)
+        .await
+        .expect("woken by the commit (the poll interval is 30 s)")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(committed.elapsed() < Duration::from_secs(10));
+    assert_eq!((lease.item().as_str(), lease.priority()), ("a", 5));
+    lease.done().await.unwrap();
+
+    // A duplicate of a queued item inside a transaction locks nothing: a getter takes the
+    // item while the transaction is still open.
+    q.add("b".to_owned()).await.unwrap();
+    let mut tx = q.pool().begin().await.unwrap();
+    q.add_in(&mut tx, "b".to_owned()).await.unwrap();
+    let lease = tokio::time::timeout(Duration::from_secs(5), q.get())
+        .await
+        .expect("not blocked by the open transaction")
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.item(), "b");
+    tx.rollback().await.unwrap();
+    lease.done().await.unwrap();
+}
+
+/// Cycles of add, get and done on `q`: the per-call buffers of the get's statements (the
+/// promotion of due items, the choice of the next ready ones, their claim, the whole get).
+async fn cycle_costs(admin: &PgPool, q: &PgQueue<String>) -> (f64, f64, f64, f64) {
+    reset(admin).await;
+    for i in 0..200 {
+        q.add(format!("c{i}")).await.unwrap();
+        let lease = q.try_get().await.unwrap().into_lease().unwrap();
+        lease.done().await.unwrap();
+    }
+    (
+        blocks_per_call(admin, "ORDER BY d.due LIMIT").await,
+        blocks_per_call(admin, "ORDER BY coalesce(i.priority, $").await,
+        blocks_per_call(admin, "WITH leased AS").await,
+        blocks_per_call(admin, GET).await,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_backlog_adds_nothing_to_the_cost_of_a_get() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let empty = queue(&server, Duration::from_secs(30)).await;
+    let backlog = queue(&server, Duration::from_secs(30)).await;
+    for chunk in 0..50 {
+        backlog
+            .add_all_after(
+                (0..1000).map(|i| (format!("later-{chunk}-{i}"), Duration::from_secs(3600))),
+            )
+            .await
+            .unwrap();
+    }
+    // Some leases held too: the sweep of expired leases reads the leased rows, at most once
+    // per sweep interval, not per get.
+    backlog
+        .add_all((0..50).map(|i| format!("held-{i}")))
+        .await
+        .unwrap();
+    let held = backlog.try_get_many(50).await.unwrap();
+    assert_eq!(held.len(), 50);
+    sqlx::query("ANALYZE workqueue_items")
+        .execute(&admin)
+        .await
+        .unwrap();
+    let (promote0, next0, claim0, get0) = cycle_costs(&admin, &empty).await;
+    let (promote1, next1, claim1, get1) = cycle_costs(&admin, &backlog).await;
+    println!(
+        "buffers per call, empty queue / 50,000 delayed: promotion {promote0:.1} / {promote1:.1}, \
+         next {next0:.1} / {next1:.1}, claim {claim0:.1} / {claim1:.1}, \
+         whole get {get0:.1} / {get1:.1}"
+    );
+    // An index scan that reads every delayed row would read hundreds of buffers per call.
+    for (what, a, b) in [
+        ("promotion", promote0, promote1),
+        ("next", next0, next1),
+        ("claim", claim0, claim1),
+        ("get", get0, get1),
+    ] {
+        assert!(
+            b <= a * 1.5 + 4.0,
+            "{what}: {a:.1} buffers per call empty, {b:.1} behind the backlog"
+        );
+    }
+    backlog.done_and_get_many(held, 0).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_are_hot_updates() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let q: PgQueue<String> = PgQueue::builder(unique("hot"))
+        .url(server.url())
+        .auto_renew(false)
+        .build()
+        .await
+        .unwrap();
+    q.add("held".to_owned()).await.unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
+    let hot = || async {
+        let (updates, hot): (i64, i64) = sqlx::query_as(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+             WHERE relname = 'workqueue_items'",
+        )
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        (updates, hot)
+    };
+    // Statistics arrive within a few seconds of a backend's activity.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = hot().await;
+    for _ in 0..100 {
+        lease.renew().await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = hot().await;
+        let (updates, hot_updates) = (now.0 - before.0, now.1 - before.1);
+        if updates >= 100 {
+            assert!(
+                hot_updates >= 90,
+                "{hot_updates} of {updates} renewals were HOT updates"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "statistics never showed the renewals"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    lease.done().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_queues_share_a_small_pool_and_one_listen_connection() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let pool = PgPoolOptions::new()
+        .max_connections(3)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let mut queues = Vec::new();
+    for i in 0..6 {
+        let q: PgQueue<String> = tokio::time::timeout(
+            Duration::from_secs(30),
+            PgQueue::builder(unique(&format!("shared-{i}")))
+                .pool(pool.clone())
+                .poll_interval(Duration::from_secs(30))
+                .build(),
+        )
+        .await
+        .expect("a queue builds on a pool of 3 whatever the number of queues")
+        .unwrap();
+        queues.push(q);
+    }
+    // Two getters per queue wait at once; adds wake them.
+    let mut getters = Vec::new();
+    for q in &queues {
+        for _ in 0..2 {
+            let q = q.clone();
+            getters.push(tokio::spawn(async move {
+                let lease = q.get().await.unwrap().unwrap();
+                lease.done().await.unwrap();
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for q in &queues {
+        q.add_all(["a", "b"].map(String::from)).await.unwrap();
+    }
+    for getter in getters {
+        tokio::time::timeout(Duration::from_secs(20), getter)
+            .await
+            .expect("every getter is woken and served")
+            .unwrap();
+    }
+    let listeners: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+            .bind(APPLICATION_NAME)
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+    assert_eq!(
+        listeners, 1,
+        "one LISTEN connection for every queue of the process"
+    );
+}
+
+/// The backend of the `LISTEN` connection, other than `not`.
+async fn listener_pid(admin: &PgPool, not: i32) -> Option<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND pid <> $2 LIMIT 1",
+    )
+    .bind(APPLICATION_NAME)
+    .bind(not)
+    .fetch_optional(admin)
+    .await
+    .unwrap()
+}
+
+/// Waits for a `LISTEN` connection other than `old`.
+async fn new_listener(admin: &PgPool, old: i32, within: Duration) -> i32 {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(pid) = listener_pid(admin, old).await {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the LISTEN connection was not replaced"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_listen_connection_is_replaced_without_losing_a_wake_up() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let q = queue(&server, Duration::from_secs(60)).await;
+    let getter = {
+        let q = q.clone();
+        tokio::spawn(async move { q.get().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let old = listener_pid(&admin, 0).await.expect("a LISTEN connection");
+    sqlx::query("SELECT pg_terminate_backend($1)")
+        .bind(old)
+        .execute(&admin)
+        .await
+        .unwrap();
+    // Added while no connection listens: its notification is lost, and the getter still gets
+    // the item long before its poll interval, from the look every getter takes after the
+    // connection is replaced.
+    let added = Instant::now();
+    q.add("missed".to_owned()).await.unwrap();
+    let lease = tokio::time::timeout(Duration::from_secs(20), getter)
+        .await
+        .expect("served without waiting for the 60 s poll")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(added.elapsed() < Duration::from_secs(20));
+    lease.done().await.unwrap();
+    new_listener(&admin, old, Duration::from_secs(10)).await;
+    // And the new connection delivers.
+    let getter = {
+        let q = q.clone();
+        tokio::spawn(async move { q.get().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    q.add("next".to_owned()).await.unwrap();
+    let lease = tokio::time::timeout(Duration::from_secs(10), getter)
+        .await
+        .expect("woken through the new connection")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.item(), "next");
+    lease.done().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_listen_connection_is_noticed_and_replaced() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    // The idle connection is pinged every second; a ping unanswered for 5 s replaces it.
+    let q = queue(&server, Duration::from_secs(1)).await;
+    let old = listener_pid(&admin, 0).await.expect("a LISTEN connection");
+    // The backend stops answering (as behind a dead network link).
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &old.to_string()])
+        .status()
+        .unwrap();
+    assert!(stop.success());
+    let replaced = new_listener(&admin, old, Duration::from_secs(30)).await;
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &old.to_string()])
+        .status();
+    assert_ne!(replaced, old);
+    q.add("after".to_owned()).await.unwrap();
+    let lease = tokio::time::timeout(Duration::from_secs(10), q.get())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    lease.done().await.unwrap();
+}

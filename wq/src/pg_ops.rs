@@ -1,0 +1,263 @@
+//! `wq postgres ...`: the operator's commands for a queue on PostgreSQL (crate
+//! `workqueue-postgres`), the same as `wq redis ...`.
+//!
+//! Every subcommand takes the database from `--url` or, better for a URL with a password (a
+//! command line is visible to every user of the machine), from `$WQ_POSTGRES_URL`. None of
+//! them installs the schema or creates a queue: a mistyped name is an error.
+//!
+//! - `wq postgres queues`: every queue in the database, with its depth.
+//! - `wq postgres stats QUEUE`: depth, delayed, in flight (with lease ages), tracked failures,
+//!   stalls, dead letters, shut down and paused.
+//! - `wq postgres shutdown QUEUE` / `pause QUEUE` / `resume QUEUE`: shuts the queue down or
+//!   pauses it for every process, and back.
+//! - `wq postgres dead-letters {list,requeue,requeue-all,purge} QUEUE`: the dead letters.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use workqueue_postgres::PgQueue;
+
+use crate::ops::{View, block_on_as, paused, resumed};
+
+/// Options of `wq postgres`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct PostgresArgs {
+    #[command(subcommand)]
+    command: PostgresCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum PostgresCommand {
+    /// Lists every queue in the database: name, depth, delayed, in flight, dead letters.
+    Queues(UrlArgs),
+    /// Shows a queue: depth, delayed, in flight with lease ages, tracked failures.
+    Stats(StatsArgs),
+    /// Shuts the queue down for every process: adds are ignored, queued items are still
+    /// handed out, then every worker's get returns None. Undo with `resume`.
+    Shutdown(QueueArgs),
+    /// Pauses the queue for every process: gets hand out nothing, adds are kept. Undo with
+    /// `resume`.
+    Pause(QueueArgs),
+    /// Ends a `shutdown` or a `pause`, whichever is on.
+    Resume(QueueArgs),
+    /// Lists, requeues or purges the queue's dead letters.
+    #[command(subcommand)]
+    DeadLetters(DeadLettersCommand),
+}
+
+/// The database.
+#[derive(Debug, clap::Args)]
+struct UrlArgs {
+    /// The database: `postgres://user[:password]@host:port/database` (`?sslmode=require` for
+    /// TLS). Default $WQ_POSTGRES_URL; put a URL with a password there, not on the command
+    /// line, where every user of the machine can read it.
+    #[arg(long, env = "WQ_POSTGRES_URL", hide_env_values = true)]
+    url: String,
+}
+
+/// The queue an operator command works on.
+#[derive(Debug, clap::Args)]
+struct QueueArgs {
+    #[command(flatten)]
+    url: UrlArgs,
+    /// The queue's name.
+    queue: String,
+}
+
+/// Options of `wq postgres stats`.
+#[derive(Debug, clap::Args)]
+struct StatsArgs {
+    #[command(flatten)]
+    queue: QueueArgs,
+    /// How many in-flight items, failure counts and dead letters to list.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+}
+
+/// `wq postgres dead-letters ...`.
+#[derive(Debug, clap::Subcommand)]
+enum DeadLettersCommand {
+    /// Lists the dead letters, newest first: id, item, reason, stalls, failures.
+    List {
+        #[command(flatten)]
+        queue: QueueArgs,
+        /// How many to list.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Moves one dead letter (by its id, as `list` shows it) back to the queue.
+    Requeue {
+        #[command(flatten)]
+        queue: QueueArgs,
+        /// The letter's id.
+        id: i64,
+    },
+    /// Moves every dead letter back to the queue.
+    RequeueAll {
+        #[command(flatten)]
+        queue: QueueArgs,
+    },
+    /// Deletes every dead letter.
+    Purge {
+        #[command(flatten)]
+        queue: QueueArgs,
+    },
+}
+
+/// Opens the queue of an operator command: items of any shape (they show as stored), no
+/// schema installed, no queue created, no `LISTEN` connection.
+async fn open(args: &QueueArgs) -> Result<PgQueue<serde_json::Value>, workqueue_postgres::Error> {
+    PgQueue::builder(args.queue.as_str())
+        .url(args.url.url.as_str())
+        .max_connections(2)
+        .migrate(false)
+        .create(false)
+        .listen(false)
+        .retry_deadline(Duration::from_secs(10))
+        .build()
+        .await
+}
+
+/// Runs `work`; reports its error as `wq postgres WHAT: ...`.
+fn block_on(
+    what: &str,
+    work: impl std::future::Future<Output = Result<ExitCode, workqueue_postgres::Error>>,
+) -> ExitCode {
+    block_on_as(&format!("wq postgres {what}"), work)
+}
+
+/// Runs `wq postgres`.
+pub(crate) fn run(args: PostgresArgs) -> ExitCode {
+    match args.command {
+        PostgresCommand::Queues(args) => block_on("queues", async move {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&args.url)
+                .await
+                .map_err(workqueue_postgres::Error::from)?;
+            let queues = workqueue_postgres::queues(&pool).await?;
+            println!(
+                "{:<40} {:>10} {:>10} {:>10} {:>10}",
+                "queue", "depth", "delayed", "in flight", "dead"
+            );
+            for q in &queues {
+                println!(
+                    "{:<40} {:>10} {:>10} {:>10} {:>10}{}",
+                    q.name,
+                    q.depth,
+                    q.delayed,
+                    q.in_flight,
+                    q.dead,
+                    match (q.shut_down, q.paused) {
+                        (true, _) => "  shut down",
+                        (false, true) => "  paused",
+                        _ => "",
+                    }
+                );
+            }
+            eprintln!("{} queues", queues.len());
+            Ok(ExitCode::SUCCESS)
+        }),
+        PostgresCommand::Stats(args) => block_on("stats", async move {
+            print!("{}", stats(&args).await?);
+            Ok(ExitCode::SUCCESS)
+        }),
+        PostgresCommand::Shutdown(args) => block_on("shutdown", async move {
+            open(&args).await?.shut_down_fleet().await?;
+            println!(
+                "queue {} is shut down for every process (wq postgres resume undoes it)",
+                args.queue
+            );
+            Ok(ExitCode::SUCCESS)
+        }),
+        PostgresCommand::Pause(args) => block_on("pause", async move {
+            let was_running = open(&args).await?.pause().await?;
+            println!(
+                "queue {} {}",
+                args.queue,
+                paused(was_running, "wq postgres")
+            );
+            Ok(ExitCode::SUCCESS)
+        }),
+        PostgresCommand::Resume(args) => block_on("resume", async move {
+            let q = open(&args).await?;
+            let was_shut = q.resume_fleet().await?;
+            let was_paused = q.resume().await?;
+            println!("queue {} {}", args.queue, resumed(was_shut, was_paused));
+            Ok(ExitCode::SUCCESS)
+        }),
+        PostgresCommand::DeadLetters(command) => block_on("dead-letters", dead_letters(command)),
+    }
+}
+
+async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workqueue_postgres::Error> {
+    match command {
+        DeadLettersCommand::List { queue, limit } => {
+            let letters = open(&queue).await?.dead_letters(limit).await?;
+            for l in &letters {
+                println!(
+                    "{}  {}  {}  (stalls {}, failures {}, at {} ms)",
+                    l.id, l.item, l.reason, l.stalls, l.failures, l.at_unix_ms
+                );
+            }
+            eprintln!("{} dead letters listed", letters.len());
+        }
+        DeadLettersCommand::Requeue { queue, id } => {
+            let moved = open(&queue).await?.requeue_dead_by_id(id).await?;
+            if !moved {
+                eprintln!(
+                    "wq postgres dead-letters: no dead letter {id} in {}",
+                    queue.queue
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+            println!("requeued");
+        }
+        DeadLettersCommand::RequeueAll { queue } => {
+            let n = open(&queue).await?.requeue_dead_letters().await?;
+            println!("{n} dead letters requeued");
+        }
+        DeadLettersCommand::Purge { queue } => {
+            let n = open(&queue).await?.purge_dead_letters().await?;
+            println!("{n} dead letters purged");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn stats(args: &StatsArgs) -> Result<String, workqueue_postgres::Error> {
+    let queue = open(&args.queue).await?;
+    let stats = queue.stats(args.limit).await?;
+    let dead = queue.dead_letters(args.limit).await?;
+    let view = View {
+        depth: stats.depth,
+        delayed: stats.delayed,
+        next_delayed_in: stats.next_delayed_in,
+        in_flight: stats.in_flight,
+        in_flight_dirty: stats.in_flight_dirty,
+        leases: stats
+            .leases
+            .iter()
+            .map(|l| (l.item.clone(), l.age, l.expires_in, l.token))
+            .collect(),
+        failing: stats.failing,
+        failures: stats.failures.clone(),
+        stalled: stats.stalled,
+        dead: stats.dead,
+        dead_dropped: stats.dead_dropped,
+        shut_down: stats.shut_down,
+        paused: stats.paused,
+        resume: "wq postgres resume",
+    };
+    let mut out = view.render(&args.queue.queue);
+    if !dead.is_empty() {
+        out.push_str("  dead letters (newest first):\n");
+        for letter in &dead {
+            out.push_str(&format!(
+                "    {}  {}  {}\n",
+                letter.id, letter.item, letter.reason
+            ));
+        }
+    }
+    Ok(out)
+}
