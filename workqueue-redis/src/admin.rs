@@ -75,6 +75,9 @@ pub struct Summary {
     /// The sum of how long the leases out have been held (of the 1,000 with the nearest
     /// deadlines when more are out).
     pub lease_age_sum: Duration,
+    /// Whether any key of the queue exists (a queue with none holds nothing and has never
+    /// counted anything).
+    pub exists: bool,
 }
 
 impl FromRedisValue for Summary {
@@ -109,6 +112,7 @@ impl FromRedisValue for Summary {
             longest_lease: oldest.map_or(Duration::ZERO, |t| span(t, now)),
             lease_age_sum: Duration::from_micros(count(&p[15])?),
             failures: count(&p[17])?,
+            exists: p.get(18).map(count).transpose()?.unwrap_or(1) > 0,
         })
     }
 }
@@ -281,6 +285,24 @@ impl Admin {
             .query_async(&mut self.con.clone())
             .await?;
         Ok(())
+    }
+
+    /// The [`Summary`] of queue `name` (with [`Summary::exists`] false if it has no key), in
+    /// one round trip.
+    ///
+    /// # Errors
+    ///
+    /// A connection error, or the server's error for a queue that cannot be read (a key of
+    /// the wrong type).
+    pub async fn summary(&self, name: &str) -> Result<Summary, Error> {
+        validate("queue name", name)?;
+        let keys = Keys::new(&self.prefix, name);
+        let mut invocation = SUMMARY.prepare_invoke();
+        for key in &keys.all {
+            invocation.key(key.as_str());
+        }
+        let value: Value = invocation.invoke_async(&mut self.con.clone()).await?;
+        reply::parse("summary", value)
     }
 
     /// The names of the queues under the prefix, sorted: every name `N` with a key

@@ -4,7 +4,7 @@
 -- Returns {now, ready, delayed, processing, dirty, failing, stalled, dead,
 --          shut, paused, dead_dropped, adds, done, failures,
 --          oldest lease start or '', sum of the leases' ages, leases summed,
---          sum of failure counts}.
+--          sum of failure counts, how many of the queue's keys exist}.
 local now = now_us()
 local meta = redis.call('HMGET', K_META, 'paused', 'dead_dropped', 'adds', 'done', 'failures')
 local nproc = redis.call('ZCARD', K_PROC)
@@ -63,4 +63,5 @@ return {
   int(age_sum),
   summed,
   fail_sum,
+  redis.call('EXISTS', unpack(KEYS)),
 }
