@@ -5,7 +5,8 @@
 //! - `wq bench`: the standard workloads of BENCH.md beside their references; with
 //!   `--redis URL` W1, W3 and W4 on Redis beside BullMQ, in the same report (`bench/`).
 //! - `wq redis stats|shutdown|resume|dead-letters`: a queue on Redis, for operators (`ops.rs`).
-//! - `wq dashboard`: a web page, JSON API and metrics for the queues on Redis.
+//! - `wq dashboard`: a web page, JSON API and metrics for the queues on Redis (a server or a
+//!   cluster), with an audit trail on stderr.
 
 use std::process::ExitCode;
 

@@ -77,3 +77,9 @@ pub async fn post(app: &Router, path: &str, body: serde_json::Value) -> Reply {
     )
     .await
 }
+
+/// A `redis-server` that keeps its data in an append-only file, so a restart keeps the
+/// queues.
+pub(crate) fn durable_redis_server() -> Option<RedisServer> {
+    server::require_with(server::Durability::Always, &[])
+}
