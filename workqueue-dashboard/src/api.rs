@@ -351,7 +351,7 @@ async fn run_action(
                 item = target,
                 result = "ok",
                 changed = outcome.changed,
-                message = %outcome.message,
+                outcome = %outcome.message,
                 "dashboard action"
             );
             count(state, &action, "ok");

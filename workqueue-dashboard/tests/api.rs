@@ -329,6 +329,11 @@ async fn a_token_guards_the_page_and_the_api() {
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
         "{cookie}"
     );
+    assert!(
+        cookie.contains("Path=/;") || cookie.ends_with("Path=/"),
+        "{cookie}"
+    );
+    assert!(!cookie.contains("Secure"), "plain HTTP: {cookie}");
     let pair = cookie.split(';').next().unwrap().to_owned();
     let page = send(&app, at("/", Some(("cookie", &pair)))).await;
     assert_eq!(page.status, StatusCode::OK);
