@@ -413,15 +413,9 @@ pub(crate) async fn act(
             Err(e) => return refuse(StatusCode::BAD_REQUEST, &format!("body: {e}")),
         }
     };
-    let need = |what: Option<String>, field: &str| {
-        what.ok_or_else(|| {
-            refuse(
-                StatusCode::BAD_REQUEST,
-                &format!("the body needs {field:?}"),
-            )
-        })
-    };
-    let action = match verb {
+    // What the body lacks, if it lacks what the action needs.
+    let need = |what: Option<String>, field: &'static str| what.ok_or(field);
+    let action: Result<Action, &'static str> = match verb {
         "pause" => Ok(Action::Pause),
         "resume" => Ok(Action::Resume),
         "dead-letters/requeue-all" => Ok(Action::RequeueDeadLetters),
@@ -442,17 +436,20 @@ pub(crate) async fn act(
                     Err(response) => return response,
                 }
             }
-            (None, None) => Err(refuse(StatusCode::BAD_REQUEST, "the body needs \"id\"")),
+            (None, None) => Err("id"),
         },
         "dead-letters/delete" => need(target.id, "id").map(|id| Action::DeleteDeadLetter { id }),
         "items/retry" => need(target.item, "item").map(|item| Action::RetryNow { item }),
         "items/remove" => need(target.item, "item").map(|item| Action::Remove { item }),
         "forget" => need(target.item, "item").map(|item| Action::Forget { item }),
-        _ => Err(refuse(StatusCode::NOT_FOUND, "no such action")),
+        _ => return refuse(StatusCode::NOT_FOUND, "no such action"),
     };
     match action {
         Ok(action) => run_action(&state, &headers, peer, w.source.as_deref(), &name, action).await,
-        Err(response) => response,
+        Err(field) => refuse(
+            StatusCode::BAD_REQUEST,
+            &format!("the body needs {field:?}"),
+        ),
     }
 }
 

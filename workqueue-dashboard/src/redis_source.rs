@@ -42,7 +42,7 @@ pub fn redact(url: &str) -> String {
 
 /// Where the source connects.
 enum Target {
-    Single(redis::Client),
+    Single(Box<redis::Client>),
     #[cfg(feature = "redis-cluster")]
     Cluster(Vec<String>),
 }
@@ -85,7 +85,7 @@ impl RedisSource {
         Ok(Self::with_target(
             vec![url.to_owned()],
             prefix,
-            Target::Single(client),
+            Target::Single(Box::new(client)),
         ))
     }
 
@@ -141,7 +141,7 @@ impl RedisSource {
         }
         let connect = async {
             match &self.target {
-                Target::Single(client) => Admin::connect(client.clone(), &self.prefix).await,
+                Target::Single(client) => Admin::connect((**client).clone(), &self.prefix).await,
                 #[cfg(feature = "redis-cluster")]
                 Target::Cluster(nodes) => Admin::connect_cluster(nodes.clone(), &self.prefix).await,
             }

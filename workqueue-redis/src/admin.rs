@@ -127,7 +127,10 @@ enum Node {
     Addr(String, u16),
 }
 
-/// Every queue under a key prefix, over one connection: see the [module](self).
+/// Every queue under a key prefix, over one connection that reconnects by itself: listings
+/// scan every primary and read every queue's figures in one pipeline per primary, and the
+/// queue handles it makes ([`Admin::queue`]) share the connection, so a dashboard or a tool
+/// over a thousand queues holds one connection, not a thousand.
 ///
 /// ```no_run
 /// use workqueue_redis::{Admin, RedisQueue};

@@ -50,7 +50,8 @@ impl DeadLetter {
     }
 
     /// The dead letter's identity among the queue's dead letters, for
-    /// [`RedisQueue::dead_letter_by_id`] and the single-letter operations: the stored entry
+    /// [`RedisQueue::requeue_dead_letter_by_id`] and
+    /// [`RedisQueue::delete_dead_letter_by_id`]: the stored entry
     /// itself (two dead letters of one item differ by their time and token), as its text, or
     /// `hex:` and its bytes in hexadecimal when it is not valid UTF-8.
     pub fn id(&self) -> String {
