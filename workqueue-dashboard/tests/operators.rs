@@ -586,3 +586,36 @@ async fn two_sources_are_listed_side_by_side() {
     let refused = post(&app, "/api/queues/pods/pause?source=memory", json!({})).await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
 }
+
+#[cfg(feature = "redis-cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_source_lists_the_queues_of_every_primary() {
+    let Some(cluster) = support::redis_cluster() else {
+        return;
+    };
+    let urls = cluster.urls();
+    let names: Vec<String> = (0..24).map(|i| format!("c{i:02}")).collect();
+    for name in &names {
+        let q: RedisQueue<String> = RedisQueue::builder(name.as_str())
+            .cluster(urls.clone())
+            .check_persistence(false)
+            .build()
+            .await
+            .unwrap();
+        q.add("x".to_owned()).await.unwrap();
+    }
+    let app = router(RedisSource::cluster(urls, "wq"), Config::default());
+    let all = get(&app, "/api/queues").await.json();
+    assert_eq!(self::names(&all), names);
+    assert!(
+        all["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|q| q["depth"] == 1)
+    );
+    let page = get(&app, "/api/queues/c13/items?state=ready").await.json();
+    assert_eq!(page["items"][0]["item"], "\"x\"");
+    let paused = post(&app, "/api/queues/c05/pause", json!({})).await;
+    assert_eq!(paused.json()["changed"], 1, "{}", paused.body);
+}

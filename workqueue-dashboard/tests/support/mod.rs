@@ -83,3 +83,11 @@ pub async fn post(app: &Router, path: &str, body: serde_json::Value) -> Reply {
 pub(crate) fn durable_redis_server() -> Option<RedisServer> {
     server::require_with(server::Durability::Always, &[])
 }
+
+/// A three-primary Redis Cluster of the test's own (workqueue-redis's test support).
+pub(crate) fn redis_cluster() -> Option<server::RedisCluster> {
+    if !server::require_binary() {
+        return None;
+    }
+    server::RedisCluster::start()
+}
