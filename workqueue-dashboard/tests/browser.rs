@@ -203,7 +203,7 @@ async fn chromium(chromium: &std::path::Path, driver_bin: &std::path::Path, dark
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{port}"))
         .await
-        .expect("a Chromium session");
+        .expect("a Chromium to drive");
     Browser {
         client,
         _driver: driver,
@@ -298,8 +298,8 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
     let lease = q.get().await.unwrap().unwrap();
 
     let base = serve(redis_dashboard(&server, fast())).await;
-    let session = chromium(&chromium_bin, &driver_bin, false).await;
-    let browser = &session.client;
+    let window = chromium(&chromium_bin, &driver_bin, false).await;
+    let browser = &window.client;
     browser.goto(&format!("{base}#orders")).await.unwrap();
     until("the page shows the queue's figures", || async {
         cell(browser, "orders", "depth").await == "3"
@@ -432,8 +432,8 @@ async fn items_are_paged_searched_shown_and_acted_on_one_by_one() {
         .unwrap();
 
     let base = serve(redis_dashboard(&server, fast())).await;
-    let session = chromium(&chromium_bin, &driver_bin, false).await;
-    let browser = &session.client;
+    let window = chromium(&chromium_bin, &driver_bin, false).await;
+    let browser = &window.client;
     browser.goto(&format!("{base}#redis/many")).await.unwrap();
     until("the queue is shown", || async {
         cell(browser, "many", "dead").await == "120"
@@ -553,8 +553,8 @@ async fn the_page_survives_a_redis_restart_and_pauses_its_updates() {
     }
     drop(q);
     let base = serve(redis_dashboard(&server, fast())).await;
-    let session = chromium(&chromium_bin, &driver_bin, false).await;
-    let browser = &session.client;
+    let window = chromium(&chromium_bin, &driver_bin, false).await;
+    let browser = &window.client;
     browser.goto(&format!("{base}#redis/orders")).await.unwrap();
     until("the figures", || async {
         cell(browser, "orders", "depth").await == "3"
@@ -647,8 +647,8 @@ async fn the_page_fits_a_phone_and_follows_the_dark_setting() {
     dead_letters(&server, "orders", 7).await;
     let base = serve(redis_dashboard(&server, fast())).await;
     for dark in [false, true] {
-        let session = chromium(&chromium_bin, &driver_bin, dark).await;
-        let browser = &session.client;
+        let window = chromium(&chromium_bin, &driver_bin, dark).await;
+        let browser = &window.client;
         browser.goto(&format!("{base}#redis/orders")).await.unwrap();
         until("the figures", || async {
             cell(browser, "orders", "dead").await == "7"
