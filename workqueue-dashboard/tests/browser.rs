@@ -534,7 +534,7 @@ async fn items_are_paged_searched_shown_and_acted_on_one_by_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_page_survives_a_redis_restart_and_pauses_its_updates() {
+async fn the_page_survives_a_redis_restart_and_pauses_its_updates_and_when_hidden() {
     let Some((chromium_bin, driver_bin)) = require_browser() else {
         return;
     };
@@ -618,6 +618,29 @@ async fn the_page_survives_a_redis_restart_and_pauses_its_updates() {
     assert_eq!(stamp().await, before, "no refresh while paused");
     click(browser, "#toggle-refresh").await;
     until("updates resume", || async { stamp().await != before }).await;
+
+    // A hidden tab stops refreshing, and starts again when shown. Headless Chromium's tab is
+    // never hidden, so the page is told so as a browser would tell it.
+    let visibility = |hidden: bool| {
+        format!(
+            "Object.defineProperty(document, 'hidden', {{ value: {hidden}, configurable: true }}); \
+             document.dispatchEvent(new Event('visibilitychange'));"
+        )
+    };
+    eval(browser, &visibility(true)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let hidden_at = stamp().await;
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert_eq!(
+        stamp().await,
+        hidden_at,
+        "no refresh while the tab is hidden"
+    );
+    eval(browser, &visibility(false)).await;
+    until("a shown tab refreshes again", || async {
+        stamp().await != hidden_at
+    })
+    .await;
     browser.clone().close().await.unwrap();
 }
 
