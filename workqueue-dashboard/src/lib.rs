@@ -1,10 +1,13 @@
 //! A web dashboard for workqueue queues: a page, a JSON API under `/api/` and Prometheus
 //! metrics under `/metrics`, as one [`axum::Router`].
 //!
-//! The router reads its queues from a [`Source`]: [`RedisSource`] (feature `redis`, on by
-//! default) lists every queue under a key prefix and can act on them (requeue or purge dead
-//! letters, pause and resume, forget an item's failures); [`MemorySource`] shows in-process
-//! [`workqueue::WorkQueue`]s through their [`QueueProbe`]s, read-only.
+//! The router reads its queues from one or more [`Source`]s, one implementation per backend:
+//! [`RedisSource`] (feature `redis`, on by default) lists every queue under a key prefix over
+//! one reconnecting connection, pages through their items and acts on them (pause and
+//! resume, requeue, delete or purge dead letters, retry or remove one item, forget an item's
+//! failures); [`MemorySource`] shows in-process [`workqueue::WorkQueue`]s through their
+//! [`QueueProbe`]s, read-only. [`Dashboard`] serves several sources on one page (Redis and
+//! PostgreSQL queues side by side); [`router`] serves one.
 //!
 //! ```no_run
 //! use workqueue_dashboard::{Config, MemorySource};
@@ -24,205 +27,61 @@
 //!
 //! # Safety
 //!
-//! - With no [token](Config::token), requests must name a loopback host (`Host:`
-//!   `localhost`, `127.x.x.x` or `[::1]`), which stops DNS rebinding from a web page; bind such
-//!   a dashboard to loopback only (`wq dashboard` refuses anything else without a token).
+//! - With no [token](Config::token), requests must come from this machine: a client whose
+//!   address is not loopback is refused whatever `Host` it sends (when the server records
+//!   peers: serve with `into_make_service_with_connect_info::<SocketAddr>()`), so is a request
+//!   a proxy forwarded for another address, and the `Host` must be a loopback name
+//!   (`localhost`, `127.x.x.x`, `[::1]`) or the [public URL](Config::public_url)'s host, which
+//!   stops DNS rebinding from a web page.
 //! - With a token, every request needs it: `Authorization: Bearer TOKEN`, or the cookie the
-//!   page sets (HttpOnly, SameSite=Strict) after one visit to `/?token=TOKEN`. The page itself
-//!   holds no secret.
+//!   page sets after one visit to `/?token=TOKEN` (HttpOnly, SameSite=Strict, scoped to the
+//!   dashboard's path, and `Secure` when the public URL is `https`). The page holds no secret.
 //! - Every action is a `POST` that must carry the header `X-Wq-Csrf: 1` (a cross-site form
 //!   cannot set a header, and cross-site scripts cannot without a CORS preflight, which the
-//!   dashboard never grants) and, when the browser sends them, a same-origin `Origin` and
-//!   `Sec-Fetch-Site`.
-//! - [`Config::read_only`] turns every action off.
+//!   dashboard never grants) and, when the browser sends them, a same-origin `Origin` (the
+//!   public URL's, or the `Host`'s) and `Sec-Fetch-Site`.
+//! - Behind a reverse proxy, set [`Config::public_url`] to the URL operators open: nginx's
+//!   defaults rewrite `Host` to the upstream's address and add no `X-Forwarded-*` header, so
+//!   the browser's `Origin` is checked against the public URL instead of `Host`.
+//! - [`Config::read_only`] turns every action off. Every action, done or refused, is logged
+//!   through `tracing` (target `workqueue_dashboard::audit`: client address, action, source,
+//!   queue, item, result) and counted in `/metrics` (`workqueue_dashboard_actions_total`).
 
-use std::collections::{BTreeMap, VecDeque};
-use std::future::Future;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::extract::{OriginalUri, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::extract::OriginalUri;
+use axum::http::{StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
-use subtle::ConstantTimeEq;
 
+mod api;
 pub mod exposition;
+mod guard;
+mod history;
 mod memory;
 mod metrics;
 #[cfg(feature = "redis")]
 mod redis_source;
+mod source;
+mod sources;
 
+pub use history::Sample;
 pub use memory::MemorySource;
 #[cfg(feature = "redis")]
 pub use redis_source::{RedisSource, redact};
+pub use source::{
+    Action, DeadLetterView, End, ItemDetail, ItemPage, ItemState, ItemView, LeaseView, Outcome,
+    PageRequest, QueueView, Source, SourceError, SourceStatus,
+};
 pub use workqueue::metrics::QueueProbe;
-
-/// One queue's figures, as `/api/queues` lists them.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[non_exhaustive]
-pub struct QueueView {
-    /// The queue's name.
-    pub name: String,
-    /// Items ready to hand out.
-    pub depth: usize,
-    /// Items waiting for a delay.
-    pub delayed: usize,
-    /// Items under a lease.
-    pub in_flight: usize,
-    /// Items with a failure count.
-    pub failing: usize,
-    /// The sum of the failure counts listed in the queue's detail.
-    pub failures: u64,
-    /// Items whose lease expired and was reclaimed (stalls).
-    pub stalled: usize,
-    /// Dead letters.
-    pub dead: usize,
-    /// Dead letters dropped by the cap.
-    pub dead_dropped: u64,
-    /// Whether `get` hands nothing out.
-    pub paused: bool,
-    /// Whether the queue is shut down.
-    pub shut_down: bool,
-    /// How long the oldest lease out has been held, in seconds.
-    pub longest_running_s: f64,
-    /// The sum of how long the leases out have been held, in seconds.
-    pub unfinished_work_s: f64,
-    /// Adds since the source started counting, where it counts them (in process).
-    pub adds_total: Option<u64>,
-    /// Completed leases since the source started counting, where it counts them.
-    pub completions_total: Option<u64>,
-    /// Retries since the source started counting, where it counts them: delayed and
-    /// rate-limited adds in process, `add_rate_limited` calls (failures) on Redis.
-    pub retries_total: Option<u64>,
-}
-
-/// An item under a lease.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct LeaseView {
-    /// The item (its JSON text).
-    pub item: String,
-    /// Seconds since it was handed out.
-    pub age_s: f64,
-    /// Seconds until its lease expires if not renewed.
-    pub expires_in_s: f64,
-    /// The fencing token of the lease: which holder has it.
-    pub token: u64,
-}
-
-/// An item's failure count.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct FailureView {
-    /// The item (its JSON text).
-    pub item: String,
-    /// Failures since its last `forget`.
-    pub failures: u64,
-}
-
-/// A dead letter.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct DeadLetterView {
-    /// The item (its JSON text).
-    pub item: String,
-    /// Why it was moved aside.
-    pub error: String,
-    /// When, in milliseconds since the Unix epoch.
-    pub at_ms: u64,
-    /// Its leases that expired in a row.
-    pub stalls: u64,
-    /// Its failure count when it was moved.
-    pub failures: u64,
-}
-
-/// One queue in detail: `/api/queues/{name}`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct QueueDetail {
-    /// The figures.
-    #[serde(flatten)]
-    pub view: QueueView,
-    /// Items under a lease, the oldest deadlines first.
-    pub leases: Vec<LeaseView>,
-    /// Failure counts, largest first.
-    pub failure_counts: Vec<FailureView>,
-    /// Dead letters, oldest first.
-    pub dead_letters: Vec<DeadLetterView>,
-}
-
-/// What an operator can do to a queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Action {
-    /// Requeue the oldest dead letter of this item (its JSON text).
-    RequeueDeadLetter(String),
-    /// Requeue every dead letter.
-    RequeueDeadLetters,
-    /// Drop every dead letter.
-    PurgeDeadLetters,
-    /// Stop handing out items (adds are still taken).
-    Pause,
-    /// Hand out items again.
-    Resume,
-    /// Clear an item's failure count (its JSON text).
-    Forget(String),
-}
-
-/// An error of a [`Source`], shown to the operator (it must hold no secret).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SourceError {
-    /// No such queue.
-    NotFound,
-    /// The source cannot do this action.
-    Unsupported,
-    /// The request was wrong (a bad item, say).
-    BadRequest(String),
-    /// The backend failed.
-    Backend(String),
-}
-
-impl std::fmt::Display for SourceError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SourceError::NotFound => f.write_str("no such queue"),
-            SourceError::Unsupported => f.write_str("this source cannot do that"),
-            SourceError::BadRequest(m) => write!(f, "bad request: {m}"),
-            SourceError::Backend(m) => write!(f, "backend error: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for SourceError {}
-
-/// Where the dashboard reads its queues from.
-pub trait Source: Send + Sync + 'static {
-    /// Every queue with its figures, sorted by name.
-    fn queues(&self) -> impl Future<Output = Result<Vec<QueueView>, SourceError>> + Send;
-    /// One queue in detail, listing at most `limit` leases, failure counts and dead letters.
-    fn queue(
-        &self,
-        name: &str,
-        limit: usize,
-    ) -> impl Future<Output = Result<QueueDetail, SourceError>> + Send;
-    /// Does `action` to queue `name`; returns a figure (how many items it moved, or whether it
-    /// changed anything as 0 or 1).
-    fn act(
-        &self,
-        name: &str,
-        action: Action,
-    ) -> impl Future<Output = Result<u64, SourceError>> + Send;
-    /// Warnings for the operator (a server whose persistence can lose acknowledged work).
-    fn warnings(&self) -> impl Future<Output = Vec<String>> + Send;
-    /// Whether [`act`](Self::act) can do anything at all.
-    fn has_actions(&self) -> bool;
-}
 
 /// How the dashboard behaves.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The token every request must carry; `None` allows loopback hosts only.
+    /// The token every request must carry; `None` allows clients on this machine only.
     pub token: Option<String>,
     /// No actions: every `POST` is refused.
     pub read_only: bool,
@@ -230,8 +89,16 @@ pub struct Config {
     pub sample_every: Duration,
     /// How long samples are kept (the charts' span).
     pub keep: Duration,
-    /// At most this many leases, failure counts and dead letters in a queue's detail.
-    pub detail_limit: usize,
+    /// The items of one page when the page does not say (at most ten times this on request).
+    pub page_limit: usize,
+    /// At most this many queues have their samples kept (each source's totals always are):
+    /// the ones the page looked at most recently, then the first listed. Bounds the memory
+    /// whatever the number of queues.
+    pub history_queues: usize,
+    /// The URL operators open when the dashboard is served behind a reverse proxy
+    /// (`https://ops.example.com/wq/`): its origin is accepted on actions, its host without a
+    /// token, its path scopes the cookie, and an `https` URL makes the cookie `Secure`.
+    pub public_url: Option<String>,
 }
 
 impl Default for Config {
@@ -241,261 +108,147 @@ impl Default for Config {
             read_only: false,
             sample_every: Duration::from_secs(5),
             keep: Duration::from_secs(3600),
-            detail_limit: 100,
+            page_limit: 50,
+            history_queues: 100,
+            public_url: None,
         }
     }
 }
 
-/// One sample of a queue's figures for the charts.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
-pub struct Sample {
-    /// When, in milliseconds since the Unix epoch.
-    pub t: u64,
-    /// Ready items.
-    pub depth: usize,
-    /// Items under a lease.
-    pub in_flight: usize,
-    /// Delayed items.
-    pub delayed: usize,
-    /// Sum of the listed failure counts.
-    pub failures: u64,
-    /// Dead letters.
-    pub dead: usize,
-    /// [`QueueView::adds_total`].
-    pub adds: Option<u64>,
-    /// [`QueueView::completions_total`].
-    pub completions: Option<u64>,
-    /// [`QueueView::retries_total`].
-    pub retries: Option<u64>,
-}
-
-struct Shared<S> {
-    source: S,
-    config: Config,
-    history: Mutex<BTreeMap<String, VecDeque<Sample>>>,
-}
-
-type AppState<S> = Arc<Shared<S>>;
-
-const COOKIE: &str = "wq_dashboard_token";
-const CSRF_HEADER: &str = "x-wq-csrf";
-
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The dashboard for `source`: the page at `/`, the API under `/api/`, metrics at
-/// `/metrics`. Serve it alone, or mount it with [`Router::nest_service`] (which also routes
-/// `/prefix/` to the page; `nest` would not). It samples the figures
-/// every [`Config::sample_every`] for the charts, in a task spawned on the current Tokio
-/// runtime (so call it inside one) that ends when the router is dropped.
-pub fn router<S: Source>(source: S, config: Config) -> Router {
-    let shared = Arc::new(Shared {
-        source,
-        config,
-        history: Mutex::new(BTreeMap::new()),
-    });
-    tokio::spawn(sampler(Arc::downgrade(&shared)));
-    let guarded = shared.clone();
-    Router::new()
-        .route("/", get(page))
-        .route("/assets/app.js", get(app_js))
-        .route("/assets/app.css", get(app_css))
-        .route("/api/queues", get(api_queues::<S>))
-        .route("/api/queues/{name}", get(api_queue::<S>))
-        .route("/api/history", get(api_history::<S>))
-        .route("/api/queues/{name}/pause", post(act_pause::<S>))
-        .route("/api/queues/{name}/resume", post(act_resume::<S>))
-        .route(
-            "/api/queues/{name}/dead-letters/requeue",
-            post(act_requeue_one::<S>),
-        )
-        .route(
-            "/api/queues/{name}/dead-letters/requeue-all",
-            post(act_requeue_all::<S>),
-        )
-        .route(
-            "/api/queues/{name}/dead-letters/purge",
-            post(act_purge::<S>),
-        )
-        .route("/api/queues/{name}/forget", post(act_forget::<S>))
-        .route("/metrics", get(metrics_text::<S>))
-        .layer(middleware::from_fn_with_state(guarded, guard::<S>))
-        .with_state(shared)
-}
-
-async fn sampler<S: Source>(shared: Weak<Shared<S>>) {
-    loop {
-        let Some(state) = shared.upgrade() else {
-            return;
-        };
-        let every = state.config.sample_every.max(Duration::from_millis(100));
-        sample(&state).await;
-        drop(state);
-        tokio::time::sleep(every).await;
-    }
-}
-
-async fn sample<S: Source>(state: &Shared<S>) {
-    let Ok(queues) = state.source.queues().await else {
-        return;
-    };
-    let t = now_ms();
-    let keep = state.config.keep.as_millis() as u64;
-    let mut history = state.history.lock();
-    for q in &queues {
-        let samples = history.entry(q.name.clone()).or_default();
-        samples.push_back(Sample {
-            t,
-            depth: q.depth,
-            in_flight: q.in_flight,
-            delayed: q.delayed,
-            failures: q.failures,
-            dead: q.dead,
-            adds: q.adds_total,
-            completions: q.completions_total,
-            retries: q.retries_total,
-        });
-        while samples.front().is_some_and(|s| s.t + keep < t) {
-            samples.pop_front();
-        }
-    }
-    history.retain(|_, s| s.back().is_some_and(|last| last.t + keep >= t));
-}
-
-/// Whether `host` (a `Host:` header, maybe with a port) names this machine.
-fn loopback_host(host: &str) -> bool {
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
-    } else {
-        host.rsplit_once(':').map_or(host, |(h, _)| h)
-    };
-    name.eq_ignore_ascii_case("localhost")
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-fn cookie_token(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
-        .map(|(_, v)| v)
-}
-
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
-}
-
-fn refuse(status: StatusCode, why: &str) -> Response {
+pub(crate) fn refuse(status: StatusCode, why: &str) -> Response {
     (status, axum::Json(serde_json::json!({ "error": why }))).into_response()
 }
 
-/// Authentication, DNS-rebinding and CSRF checks, and the read-only switch.
-async fn guard<S: Source>(
-    State(state): State<AppState<S>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let headers = request.headers();
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    match &state.config.token {
-        None => {
-            if !loopback_host(&host) {
-                return refuse(
-                    StatusCode::FORBIDDEN,
-                    "without a token the dashboard answers loopback hosts only",
-                );
-            }
-        }
-        Some(token) => {
-            let bearer = headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "));
-            let ok = bearer.is_some_and(|b| same(b, token))
-                || cookie_token(headers).is_some_and(|c| same(c, token));
-            if !ok {
-                // One visit to `/?token=T` sets the cookie and drops the token from the URL.
-                let query = request.uri().query().unwrap_or("");
-                let given = query
-                    .split('&')
-                    .filter_map(|kv| kv.split_once('='))
-                    .find(|(k, _)| *k == "token")
-                    .map(|(_, v)| v);
-                if request.method() == Method::GET
-                    && request.uri().path() == "/"
-                    && given.is_some_and(|g| same(g, token))
-                {
-                    let mut response = Redirect::to("./").into_response();
-                    let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
-                    if let Ok(value) = HeaderValue::from_str(&cookie) {
-                        response.headers_mut().insert(header::SET_COOKIE, value);
-                    }
-                    return response;
-                }
-                return refuse(StatusCode::UNAUTHORIZED, "a token is needed");
-            }
-        }
-    }
-    if request.method() != Method::GET && request.method() != Method::HEAD {
-        if state.config.read_only || !state.source.has_actions() {
-            return refuse(StatusCode::FORBIDDEN, "the dashboard is read-only");
-        }
-        if headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()) != Some("1") {
-            return refuse(StatusCode::FORBIDDEN, "missing the X-Wq-Csrf header");
-        }
-        if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
-            && site != "same-origin"
-            && site != "none"
-        {
-            return refuse(StatusCode::FORBIDDEN, "cross-site request");
-        }
-        if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
-            let bare = origin
-                .strip_prefix("http://")
-                .or_else(|| origin.strip_prefix("https://"))
-                .unwrap_or("");
-            if bare != host {
-                return refuse(StatusCode::FORBIDDEN, "cross-origin request");
-            }
-        }
-    }
-    let mut response = next.run(request).await;
-    let h = response.headers_mut();
-    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
-    h.insert(
-        "content-security-policy",
-        HeaderValue::from_static(
-            "default-src 'self'; img-src 'self' data:; style-src 'self'; frame-ancestors 'none'",
-        ),
-    );
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+/// A dashboard of one or more sources, each labelled by its [kind](Source::kind) (a second
+/// source of one kind is `kind-2`).
+///
+/// ```no_run
+/// use workqueue_dashboard::{Config, Dashboard, MemorySource};
+///
+/// # async fn run() {
+/// let app = Dashboard::new(Config::default())
+///     .source(MemorySource::new())
+///     .router()
+///     .expect("a valid configuration");
+/// # let _ = app;
+/// # }
+/// ```
+#[derive(Default)]
+pub struct Dashboard {
+    config: Config,
+    sources: Vec<sources::Registered>,
 }
 
-fn error_response(e: SourceError) -> Response {
-    let status = match e {
-        SourceError::NotFound => StatusCode::NOT_FOUND,
-        SourceError::Unsupported => StatusCode::FORBIDDEN,
-        SourceError::BadRequest(_) => StatusCode::BAD_REQUEST,
-        SourceError::Backend(_) => StatusCode::BAD_GATEWAY,
-    };
-    refuse(status, &e.to_string())
+impl std::fmt::Debug for Dashboard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dashboard")
+            .field("config", &self.config)
+            .field(
+                "sources",
+                &self.sources.iter().map(|s| &s.label).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Dashboard {
+    /// A dashboard with no source yet.
+    pub fn new(config: Config) -> Self {
+        Dashboard {
+            config,
+            sources: Vec::new(),
+        }
+    }
+
+    /// Adds a source; its queues are listed beside the others'.
+    #[must_use]
+    pub fn source<S: Source>(mut self, source: S) -> Self {
+        let label = sources::label_for(source.kind(), &self.sources);
+        self.sources
+            .push(sources::Registered::new(label, Box::new(source)));
+        self
+    }
+
+    /// The router: the page at `/`, the API under `/api/`, metrics at `/metrics`. Serve it
+    /// alone (with `into_make_service_with_connect_info::<SocketAddr>()`, so that the
+    /// loopback rule and the audit log see the client's address), or mount it with
+    /// [`Router::nest_service`] (which also routes `/prefix/` to the page; `nest` would not).
+    /// It samples the figures every [`Config::sample_every`] for the charts, in a task spawned
+    /// on the current Tokio runtime (so call it inside one) that ends when the router is
+    /// dropped.
+    ///
+    /// # Errors
+    ///
+    /// A [`Config::public_url`] that is not an `http(s)://HOST[/PATH]` URL.
+    pub fn router(self) -> Result<Router, String> {
+        let public = self
+            .config
+            .public_url
+            .as_deref()
+            .map(guard::PublicUrl::parse)
+            .transpose()?;
+        let shared = Arc::new(api::Shared {
+            history: history::History::new(
+                self.config.keep.as_millis() as u64,
+                self.config.history_queues,
+            ),
+            sources: self.sources,
+            config: self.config,
+            public,
+            actions: Default::default(),
+        });
+        tokio::spawn(api::sampler(Arc::downgrade(&shared)));
+        let mut app = Router::new()
+            .route("/", get(page))
+            .route("/assets/app.js", get(app_js))
+            .route("/assets/app.css", get(app_css))
+            .route("/api/queues", get(api::api_queues))
+            .route("/api/queues/{name}", get(api::api_queue))
+            .route("/api/queues/{name}/items", get(api::api_items))
+            .route("/api/queues/{name}/item", get(api::api_item))
+            .route("/api/history", get(api::api_history))
+            .route("/metrics", get(api::metrics_text));
+        for verb in [
+            "pause",
+            "resume",
+            "dead-letters/requeue-all",
+            "dead-letters/purge",
+            "dead-letters/requeue",
+            "dead-letters/delete",
+            "items/retry",
+            "items/remove",
+            "forget",
+        ] {
+            app = app.route(
+                &format!("/api/queues/{{name}}/{verb}"),
+                post(move |state, name, which, request| {
+                    api::act(state, name, which, request, verb)
+                }),
+            );
+        }
+        Ok(app
+            .layer(middleware::from_fn_with_state(shared.clone(), guard::guard))
+            .with_state(shared))
+    }
+}
+
+/// The dashboard for one `source` (see [`Dashboard::router`]).
+///
+/// # Panics
+///
+/// If [`Config::public_url`] is set and is not an `http(s)://HOST[/PATH]` URL (use
+/// [`Dashboard`] to get the error instead).
+pub fn router<S: Source>(source: S, config: Config) -> Router {
+    Dashboard::new(config)
+        .source(source)
+        .router()
+        .unwrap_or_else(|e| panic!("workqueue-dashboard: {e}"))
 }
 
 /// The page. Its links are relative, so that it works wherever the router is mounted: mounted
@@ -526,116 +279,4 @@ async fn app_css() -> impl IntoResponse {
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
         include_str!("assets/app.css"),
     )
-}
-
-async fn api_queues<S: Source>(State(state): State<AppState<S>>) -> Response {
-    match state.source.queues().await {
-        Ok(queues) => axum::Json(serde_json::json!({
-            "queues": queues,
-            "warnings": state.source.warnings().await,
-            "read_only": state.config.read_only || !state.source.has_actions(),
-        }))
-        .into_response(),
-        Err(e) => error_response(e),
-    }
-}
-
-async fn api_queue<S: Source>(
-    State(state): State<AppState<S>>,
-    Path(name): Path<String>,
-) -> Response {
-    match state.source.queue(&name, state.config.detail_limit).await {
-        Ok(detail) => axum::Json(detail).into_response(),
-        Err(e) => error_response(e),
-    }
-}
-
-#[derive(Deserialize)]
-struct HistoryQuery {
-    since: Option<u64>,
-}
-
-async fn api_history<S: Source>(
-    State(state): State<AppState<S>>,
-    Query(q): Query<HistoryQuery>,
-) -> Response {
-    let since = q.since.unwrap_or(0);
-    let history = state.history.lock();
-    let queues: BTreeMap<&str, Vec<Sample>> = history
-        .iter()
-        .map(|(name, s)| {
-            (
-                name.as_str(),
-                s.iter().filter(|x| x.t > since).copied().collect(),
-            )
-        })
-        .collect();
-    axum::Json(serde_json::json!({
-        "sample_every_ms": state.config.sample_every.as_millis() as u64,
-        "queues": queues,
-    }))
-    .into_response()
-}
-
-async fn run_action<S: Source>(state: &Shared<S>, name: &str, action: Action) -> Response {
-    let what = format!("{action:?}");
-    match state.source.act(name, action).await {
-        Ok(n) => {
-            tracing::info!(queue = %name, action = %what, result = n, "dashboard action");
-            axum::Json(serde_json::json!({ "ok": true, "count": n })).into_response()
-        }
-        Err(e) => error_response(e),
-    }
-}
-
-/// The body of the actions that name an item.
-#[derive(Deserialize)]
-struct ItemBody {
-    item: String,
-}
-
-async fn act_pause<S: Source>(State(s): State<AppState<S>>, Path(n): Path<String>) -> Response {
-    run_action(&s, &n, Action::Pause).await
-}
-
-async fn act_resume<S: Source>(State(s): State<AppState<S>>, Path(n): Path<String>) -> Response {
-    run_action(&s, &n, Action::Resume).await
-}
-
-async fn act_requeue_all<S: Source>(
-    State(s): State<AppState<S>>,
-    Path(n): Path<String>,
-) -> Response {
-    run_action(&s, &n, Action::RequeueDeadLetters).await
-}
-
-async fn act_purge<S: Source>(State(s): State<AppState<S>>, Path(n): Path<String>) -> Response {
-    run_action(&s, &n, Action::PurgeDeadLetters).await
-}
-
-async fn act_requeue_one<S: Source>(
-    State(s): State<AppState<S>>,
-    Path(n): Path<String>,
-    axum::Json(body): axum::Json<ItemBody>,
-) -> Response {
-    run_action(&s, &n, Action::RequeueDeadLetter(body.item)).await
-}
-
-async fn act_forget<S: Source>(
-    State(s): State<AppState<S>>,
-    Path(n): Path<String>,
-    axum::Json(body): axum::Json<ItemBody>,
-) -> Response {
-    run_action(&s, &n, Action::Forget(body.item)).await
-}
-
-async fn metrics_text<S: Source>(State(state): State<AppState<S>>, headers: HeaderMap) -> Response {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    match state.source.queues().await {
-        Ok(queues) => {
-            let (content_type, body) = metrics::encode_queues(&queues, accept);
-            ([(header::CONTENT_TYPE, content_type)], body).into_response()
-        }
-        Err(e) => error_response(e),
-    }
 }

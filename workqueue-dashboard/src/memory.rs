@@ -9,7 +9,10 @@ use parking_lot::Mutex;
 use workqueue::metrics::QueueProbe;
 use workqueue::metrics::{MetricsProvider, QueueMetrics};
 
-use crate::{Action, QueueDetail, QueueView, Source, SourceError};
+use crate::{
+    Action, ItemDetail, ItemPage, Outcome, PageRequest, QueueView, Source, SourceError,
+    SourceStatus,
+};
 
 #[derive(Default)]
 struct Counters {
@@ -72,7 +75,6 @@ impl MemorySource {
         let stats = entry.probe.stats()?;
         let c = entry.counters.as_deref();
         Some(QueueView {
-            name: name.to_owned(),
             depth: stats.len,
             delayed: stats.delayed,
             in_flight: stats.processing,
@@ -81,7 +83,7 @@ impl MemorySource {
             adds_total: c.map(|c| c.adds.load(Ordering::Relaxed)),
             completions_total: c.map(|c| c.completions.load(Ordering::Relaxed)),
             retries_total: c.map(|c| c.retries.load(Ordering::Relaxed)),
-            ..QueueView::default()
+            ..QueueView::named(name)
         })
     }
 
@@ -127,33 +129,47 @@ impl MetricsProvider for MemorySource {
 }
 
 impl Source for MemorySource {
-    async fn queues(&self) -> Result<Vec<QueueView>, SourceError> {
-        Ok(self.views())
-    }
-
-    async fn queue(&self, name: &str, _limit: usize) -> Result<QueueDetail, SourceError> {
-        let view = self
-            .views()
-            .into_iter()
-            .find(|v| v.name == name)
-            .ok_or(SourceError::NotFound)?;
-        Ok(QueueDetail {
-            view,
-            leases: Vec::new(),
-            failure_counts: Vec::new(),
-            dead_letters: Vec::new(),
-        })
-    }
-
-    async fn act(&self, _name: &str, _action: Action) -> Result<u64, SourceError> {
-        Err(SourceError::Unsupported)
-    }
-
-    async fn warnings(&self) -> Vec<String> {
-        Vec::new()
+    fn kind(&self) -> &'static str {
+        "memory"
     }
 
     fn has_actions(&self) -> bool {
         false
+    }
+
+    fn has_items(&self) -> bool {
+        false
+    }
+
+    async fn status(&self) -> SourceStatus {
+        SourceStatus {
+            up: true,
+            error: None,
+            server: "this process".to_owned(),
+            warnings: Vec::new(),
+        }
+    }
+
+    async fn queues(&self) -> Result<Vec<QueueView>, SourceError> {
+        Ok(self.views())
+    }
+
+    async fn queue(&self, name: &str) -> Result<QueueView, SourceError> {
+        self.views()
+            .into_iter()
+            .find(|v| v.name == name)
+            .ok_or(SourceError::NotFound)
+    }
+
+    async fn items(&self, _name: &str, _request: &PageRequest) -> Result<ItemPage, SourceError> {
+        Err(SourceError::Unsupported)
+    }
+
+    async fn item(&self, _name: &str, _item: &str) -> Result<ItemDetail, SourceError> {
+        Err(SourceError::Unsupported)
+    }
+
+    async fn act(&self, _name: &str, _action: &Action) -> Result<Outcome, SourceError> {
+        Err(SourceError::Unsupported)
     }
 }

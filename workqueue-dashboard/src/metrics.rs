@@ -1,6 +1,9 @@
 //! `/metrics`: the Kubernetes workqueue series of every queue (label `name`), plus the
-//! dashboard's own figures (stalls, dead letters, pauses), in the OpenMetrics text format.
+//! dashboard's own figures (stalls, dead letters, pauses, broken queues, whether each source's
+//! server answers, and the operators' actions), in the Prometheus or OpenMetrics text format.
+//! Each queue's series carry the labels `name` and `source`.
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::metrics::counter::Counter;
@@ -10,13 +13,17 @@ use prometheus_client::registry::Registry;
 
 use crate::QueueView;
 
-type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 type FloatGauge = Family<Labels, Gauge<f64, AtomicU64>>;
 
-/// A fresh registry per scrape: the figures are read from the queues at scrape time. The
-/// format follows `accept` (OpenMetrics when asked for, else Prometheus text); returns the
-/// content type and the body.
-pub(crate) fn encode_queues(queues: &[QueueView], accept: Option<&str>) -> (&'static str, String) {
+/// A fresh registry per scrape: the figures are read from the queues at scrape time (each
+/// source's listing of the last second, shared with the page). The format follows `accept`
+/// (OpenMetrics when asked for, else Prometheus text); returns the content type and the body.
+pub(crate) fn encode(
+    listings: &[(String, Option<Arc<Vec<QueueView>>>)],
+    actions: &Family<Labels, Counter>,
+    accept: Option<&str>,
+) -> (&'static str, String) {
     let mut registry = Registry::with_prefix("workqueue");
     let gauge = |registry: &mut Registry, name: &str, help: &str| {
         let family = FloatGauge::default();
@@ -73,27 +80,52 @@ pub(crate) fn encode_queues(queues: &[QueueView], accept: Option<&str>) -> (&'st
         "paused",
         "1 while the queue hands nothing out",
     );
-    for q in queues {
-        let l: Labels = vec![("name", q.name.clone())];
-        depth.get_or_create(&l).set(q.depth as f64);
-        unfinished.get_or_create(&l).set(q.unfinished_work_s);
-        longest.get_or_create(&l).set(q.longest_running_s);
-        if let Some(n) = q.adds_total {
-            adds.get_or_create(&l).inc_by(n);
+    let broken = gauge(
+        &mut registry,
+        "broken",
+        "1 while the queue cannot be read (a key of the wrong type, say)",
+    );
+    let up = gauge(
+        &mut registry,
+        "dashboard_source_up",
+        "1 while the dashboard reaches the source's server",
+    );
+    registry.register(
+        "dashboard_actions",
+        "Operator actions through the dashboard, by action and result",
+        actions.clone(),
+    );
+    for (source, queues) in listings {
+        up.get_or_create(&vec![("source", source.clone())])
+            .set(f64::from(u8::from(queues.is_some())));
+        for q in queues.iter().flat_map(|q| q.iter()) {
+            let l: Labels = vec![("name", q.name.clone()), ("source", source.clone())];
+            broken
+                .get_or_create(&l)
+                .set(f64::from(u8::from(q.broken.is_some())));
+            if q.broken.is_some() {
+                continue;
+            }
+            depth.get_or_create(&l).set(q.depth as f64);
+            unfinished.get_or_create(&l).set(q.unfinished_work_s);
+            longest.get_or_create(&l).set(q.longest_running_s);
+            if let Some(n) = q.adds_total {
+                adds.get_or_create(&l).inc_by(n);
+            }
+            if let Some(n) = q.completions_total {
+                completions.get_or_create(&l).inc_by(n);
+            }
+            if let Some(n) = q.retries_total {
+                retries.get_or_create(&l).inc_by(n);
+            }
+            delayed.get_or_create(&l).set(q.delayed as f64);
+            in_flight.get_or_create(&l).set(q.in_flight as f64);
+            failing.get_or_create(&l).set(q.failing as f64);
+            stalled.get_or_create(&l).set(q.stalled as f64);
+            dead.get_or_create(&l).set(q.dead as f64);
+            dropped.get_or_create(&l).inc_by(q.dead_dropped);
+            paused.get_or_create(&l).set(f64::from(u8::from(q.paused)));
         }
-        if let Some(n) = q.completions_total {
-            completions.get_or_create(&l).inc_by(n);
-        }
-        if let Some(n) = q.retries_total {
-            retries.get_or_create(&l).inc_by(n);
-        }
-        delayed.get_or_create(&l).set(q.delayed as f64);
-        in_flight.get_or_create(&l).set(q.in_flight as f64);
-        failing.get_or_create(&l).set(q.failing as f64);
-        stalled.get_or_create(&l).set(q.stalled as f64);
-        dead.get_or_create(&l).set(q.dead as f64);
-        dropped.get_or_create(&l).inc_by(q.dead_dropped);
-        paused.get_or_create(&l).set(f64::from(u8::from(q.paused)));
     }
     // Writing to a String cannot fail.
     crate::exposition::encode_for_accept(&registry, accept).unwrap_or(("text/plain", String::new()))

@@ -1,25 +1,29 @@
 //! Queues on Redis: [`RedisSource`].
 //!
-//! Queues are found by scanning for their keys: every key of queue `NAME` under prefix `P` is
-//! `P:{NAME}:SUFFIX` (the braces are its cluster hash tag), so `SCAN MATCH P:{*}:*` finds every
-//! queue that holds anything. A queue with no key at all (empty, never failed) is not listed.
+//! Queues are found by scanning every primary for their keys: every key of queue `NAME` under
+//! prefix `P` is `P:{NAME}:SUFFIX` (the braces are its cluster hash tag), so `SCAN MATCH
+//! P:{*}:*` finds every queue that holds anything. A queue with no key at all (empty, never
+//! used) is not listed. Everything goes through one [`Admin`] connection, which reconnects by
+//! itself after the server restarts; the queues' handles share it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::value::RawValue;
 use tokio::sync::Mutex;
-use workqueue_redis::RedisQueue;
+use workqueue_redis::{Admin, DeadLetter, RedisQueue, Retried, Summary};
 
-use crate::{
-    Action, DeadLetterView, FailureView, LeaseView, QueueDetail, QueueView, Source, SourceError,
+use crate::source::{
+    Action, DeadLetterView, End, ItemDetail, ItemPage, ItemState, ItemView, LeaseView, Outcome,
+    PageRequest, QueueView, Source, SourceError, SourceStatus,
 };
 
 /// Items as stored: the raw JSON text is their identity, kept byte for byte.
 type Item = Box<RawValue>;
 
-/// At most this many `SCAN` rounds per listing (each asks for 1,000 keys).
-const MAX_SCAN_ROUNDS: usize = 10_000;
+/// How long connecting may take before the server counts as down.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `url` with its password (and user name) replaced by `***`: what may be shown or logged.
 pub fn redact(url: &str) -> String {
@@ -36,203 +40,156 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// Every queue under a key prefix on one Redis server, with actions.
+/// Where the source connects.
+enum Target {
+    Single(Box<redis::Client>),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(Vec<String>),
+}
+
+/// Every queue under a key prefix on one Redis server or cluster, with actions.
 pub struct RedisSource {
-    url: String,
+    /// The URLs, for messages: passwords are taken out of errors by them.
+    urls: Vec<String>,
     prefix: String,
-    client: redis::Client,
-    con: Mutex<Option<redis::aio::MultiplexedConnection>>,
-    queues: Mutex<BTreeMap<String, RedisQueue<Item>>>,
+    target: Target,
+    /// Made on first use and kept: it reconnects by itself.
+    admin: Mutex<Option<Arc<Admin>>>,
+    up: AtomicBool,
     warnings: parking_lot::Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for RedisSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisSource")
-            .field("url", &redact(&self.url))
+            .field(
+                "urls",
+                &self.urls.iter().map(|u| redact(u)).collect::<Vec<_>>(),
+            )
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
 }
 
 impl RedisSource {
-    /// The queues under `prefix` (`wq` is the queues' default) on the server at `url`.
+    /// The queues under `prefix` (`wq` is the queues' default) on the server at `url`. Does
+    /// not connect yet: a server that is down shows as down on the page until it is up.
     ///
     /// # Errors
     ///
     /// A URL that does not parse (the message holds no password).
     pub fn new(url: &str, prefix: &str) -> Result<Self, SourceError> {
         let client = redis::Client::open(url).map_err(|e| {
-            SourceError::BadRequest(format!("redis URL {}: {}", redact(url), self_kind(&e)))
+            SourceError::BadRequest(format!("redis URL {}: {:?}", redact(url), e.kind()))
         })?;
-        Ok(RedisSource {
-            url: url.to_owned(),
+        Ok(Self::with_target(
+            vec![url.to_owned()],
+            prefix,
+            Target::Single(Box::new(client)),
+        ))
+    }
+
+    /// The queues under `prefix` on a Redis Cluster, by the URLs of some of its nodes
+    /// (feature `redis-cluster`). Listings scan every primary.
+    #[cfg(feature = "redis-cluster")]
+    pub fn cluster(nodes: Vec<String>, prefix: &str) -> Self {
+        Self::with_target(nodes.clone(), prefix, Target::Cluster(nodes))
+    }
+
+    fn with_target(urls: Vec<String>, prefix: &str, target: Target) -> Self {
+        RedisSource {
+            urls,
             prefix: prefix.to_owned(),
-            client,
-            con: Mutex::new(None),
-            queues: Mutex::new(BTreeMap::new()),
+            target,
+            admin: Mutex::new(None),
+            up: AtomicBool::new(false),
             warnings: parking_lot::Mutex::new(Vec::new()),
-        })
-    }
-
-    fn backend(&self, e: impl std::fmt::Display) -> SourceError {
-        let mut text = e.to_string();
-        if let Some(password) = self
-            .client
-            .get_connection_info()
-            .redis_settings()
-            .password()
-            && !password.is_empty()
-        {
-            text = text.replace(password, "***");
         }
-        SourceError::Backend(text.replace(&self.url, &redact(&self.url)))
     }
 
-    async fn con(&self) -> Result<redis::aio::MultiplexedConnection, SourceError> {
-        let mut slot = self.con.lock().await;
-        if let Some(con) = slot.as_ref() {
-            return Ok(con.clone());
-        }
-        let con = tokio::time::timeout(
-            Duration::from_secs(5),
-            self.client.get_multiplexed_async_connection(),
-        )
-        .await
-        .map_err(|_| SourceError::Backend("timed out connecting to redis".into()))?
-        .map_err(|e| self.backend(e))?;
-        *slot = Some(con.clone());
-        Ok(con)
-    }
-
-    /// The names of the queues under the prefix, sorted.
-    ///
-    /// # Errors
-    ///
-    /// A connection error.
-    pub async fn names(&self) -> Result<Vec<String>, SourceError> {
-        let mut con = self.con().await?;
-        // The prefix is matched literally: its glob characters are escaped.
-        let literal: String = self
-            .prefix
-            .chars()
-            .flat_map(|c| {
-                let escape = matches!(c, '*' | '?' | '[' | ']' | '\\');
-                escape.then_some('\\').into_iter().chain([c])
-            })
-            .collect();
-        let pattern = format!("{literal}:{{*}}:*");
-        let head = format!("{}:{{", self.prefix);
-        let mut names = BTreeSet::new();
-        let mut cursor: u64 = 0;
-        for _ in 0..MAX_SCAN_ROUNDS {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut con)
-                .await
-                .map_err(|e| self.backend(e))?;
-            for key in keys {
-                if let Some(rest) = key.strip_prefix(&head)
-                    && let Some((name, _suffix)) = rest.rsplit_once("}:")
-                {
-                    names.insert(name.to_owned());
-                }
+    /// An error's text without any password of the URLs.
+    fn clean(&self, text: String) -> String {
+        let mut text = text;
+        for url in &self.urls {
+            if let Ok(info) = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                && let Some(password) = info.redis_settings().password()
+                && !password.is_empty()
+            {
+                text = text.replace(password, "***");
             }
-            cursor = next;
-            if cursor == 0 {
-                break;
-            }
+            text = text.replace(url.as_str(), &redact(url));
         }
-        Ok(names.into_iter().collect())
+        text
     }
 
-    /// A handle on queue `name` (made once, then kept).
-    async fn handle(&self, name: &str) -> Result<RedisQueue<Item>, SourceError> {
-        let mut queues = self.queues.lock().await;
-        if let Some(q) = queues.get(name) {
-            return Ok(q.clone());
+    /// A Redis error as the page shows it: the server is down (the connection failed or
+    /// timed out), or something else went wrong.
+    fn error(&self, e: &workqueue_redis::Error) -> SourceError {
+        let text = self.clean(e.to_string());
+        if e.is_connection() {
+            self.up.store(false, Ordering::Relaxed);
+            SourceError::Unavailable(text)
+        } else {
+            SourceError::Backend(text)
         }
-        let queue = RedisQueue::<Item>::builder(name)
-            .client(self.client.clone())
-            .prefix(self.prefix.clone())
-            .auto_renew(false)
-            .check_persistence(queues.is_empty())
-            .build()
-            .await
-            .map_err(|e| self.backend(e))?;
-        if let Some(p) = queue.persistence() {
+    }
+
+    async fn admin(&self) -> Result<Arc<Admin>, SourceError> {
+        let mut slot = self.admin.lock().await;
+        if let Some(admin) = slot.as_ref() {
+            return Ok(admin.clone());
+        }
+        let connect = async {
+            match &self.target {
+                Target::Single(client) => Admin::connect((**client).clone(), &self.prefix).await,
+                #[cfg(feature = "redis-cluster")]
+                Target::Cluster(nodes) => Admin::connect_cluster(nodes.clone(), &self.prefix).await,
+            }
+        };
+        let admin = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+            Err(_) => {
+                self.up.store(false, Ordering::Relaxed);
+                return Err(SourceError::Unavailable(
+                    "timed out connecting to redis".into(),
+                ));
+            }
+            Ok(Err(e)) => {
+                self.up.store(false, Ordering::Relaxed);
+                // Whatever stops the first connection (refused, a wrong password, an old
+                // server) leaves the dashboard without this source until it is fixed.
+                return Err(SourceError::Unavailable(self.clean(e.to_string())));
+            }
+            Ok(Ok(admin)) => Arc::new(admin),
+        };
+        if let Some(p) = admin.persistence() {
             *self.warnings.lock() = p.problems();
         }
-        queues.insert(name.to_owned(), queue.clone());
-        Ok(queue)
+        *slot = Some(admin.clone());
+        Ok(admin)
     }
 
-    async fn detail(&self, name: &str, limit: usize) -> Result<QueueDetail, SourceError> {
-        let queue = self.handle(name).await?;
-        let stats = queue
-            .stats(limit.max(1))
+    /// A handle on queue `name` over the shared connection (no round trip).
+    async fn handle(&self, name: &str) -> Result<RedisQueue<Item>, SourceError> {
+        let admin = self.admin().await?;
+        admin
+            .queue::<Item>(name)
+            .build()
             .await
-            .map_err(|e| self.backend(e))?;
-        let paused = queue.is_paused().await.map_err(|e| self.backend(e))?;
-        let counters = queue.counters().await.map_err(|e| self.backend(e))?;
-        let dead_letters = queue
-            .dead_letters(limit)
-            .await
-            .map_err(|e| self.backend(e))?;
-        let longest = stats.leases.iter().map(|l| l.age).max().unwrap_or_default();
-        let unfinished: Duration = stats.leases.iter().map(|l| l.age).sum();
-        Ok(QueueDetail {
-            view: QueueView {
-                name: name.to_owned(),
-                depth: stats.depth,
-                delayed: stats.delayed,
-                in_flight: stats.in_flight,
-                failing: stats.failing,
-                failures: stats.failures.iter().map(|f| f.1).sum(),
-                stalled: stats.stalled,
-                dead: stats.dead,
-                dead_dropped: stats.dead_dropped,
-                paused,
-                shut_down: stats.shut_down,
-                longest_running_s: longest.as_secs_f64(),
-                unfinished_work_s: unfinished.as_secs_f64(),
-                adds_total: Some(counters.adds),
-                completions_total: Some(counters.completions),
-                retries_total: Some(counters.failures),
-            },
-            leases: stats
-                .leases
-                .iter()
-                .map(|l| LeaseView {
-                    item: l.item.clone(),
-                    age_s: l.age.as_secs_f64(),
-                    expires_in_s: l.expires_in.as_secs_f64(),
-                    token: l.token,
-                })
-                .collect(),
-            failure_counts: stats
-                .failures
-                .iter()
-                .map(|(item, failures)| FailureView {
-                    item: item.clone(),
-                    failures: *failures,
-                })
-                .collect(),
-            dead_letters: dead_letters
-                .iter()
-                .map(|d| DeadLetterView {
-                    item: d.item.clone(),
-                    error: d.error.clone(),
-                    at_ms: d.at_ms,
-                    stalls: d.stalls,
-                    failures: d.failures,
-                })
-                .collect(),
-        })
+            .map_err(|e| SourceError::BadRequest(e.to_string()))
+    }
+
+    /// Queue `name`'s summary; [`SourceError::NotFound`] if it has no key.
+    async fn summary(&self, name: &str) -> Result<Summary, SourceError> {
+        let admin = self.admin().await?;
+        match admin.summary(name).await {
+            Ok(s) if s.exists => {
+                self.up.store(true, Ordering::Relaxed);
+                Ok(s)
+            }
+            Ok(_) => Err(SourceError::NotFound),
+            Err(workqueue_redis::Error::Config(_)) => Err(SourceError::NotFound),
+            Err(e) => Err(self.error(&e)),
+        }
     }
 
     fn item(text: &str) -> Result<Item, SourceError> {
@@ -240,57 +197,275 @@ impl RedisSource {
     }
 }
 
+fn view(name: &str, s: &Summary) -> QueueView {
+    QueueView {
+        depth: s.depth,
+        delayed: s.delayed,
+        in_flight: s.in_flight,
+        failing: s.failing,
+        failures: s.failures,
+        stalled: s.stalled,
+        dead: s.dead,
+        dead_dropped: s.dead_dropped,
+        paused: s.paused,
+        shut_down: s.shut_down,
+        longest_running_s: s.longest_lease.as_secs_f64(),
+        unfinished_work_s: s.lease_age_sum.as_secs_f64(),
+        adds_total: Some(s.counters.adds),
+        completions_total: Some(s.counters.completions),
+        retries_total: Some(s.counters.failures),
+        ..QueueView::named(name)
+    }
+}
+
+fn letter(d: &DeadLetter) -> DeadLetterView {
+    DeadLetterView {
+        id: d.id(),
+        item: d.item.clone(),
+        error: d.error.clone(),
+        at_ms: d.at_ms,
+        stalls: d.stalls,
+        failures: d.failures,
+    }
+}
+
+fn lease(l: &workqueue_redis::InFlight) -> LeaseView {
+    LeaseView {
+        age_s: l.age.as_secs_f64(),
+        expires_in_s: l.expires_in.as_secs_f64(),
+        token: l.token,
+        holder: None,
+    }
+}
+
+fn state_arg(state: ItemState) -> workqueue_redis::ItemState {
+    match state {
+        ItemState::Ready => workqueue_redis::ItemState::Ready,
+        ItemState::Delayed => workqueue_redis::ItemState::Delayed,
+        ItemState::InFlight => workqueue_redis::ItemState::InFlight,
+        ItemState::Failing => workqueue_redis::ItemState::Failing,
+        ItemState::Dead => workqueue_redis::ItemState::Dead,
+    }
+}
+
 impl Source for RedisSource {
-    async fn queues(&self) -> Result<Vec<QueueView>, SourceError> {
-        let mut views = Vec::new();
-        for name in self.names().await? {
-            views.push(self.detail(&name, 100).await?.view);
-        }
-        Ok(views)
-    }
-
-    async fn queue(&self, name: &str, limit: usize) -> Result<QueueDetail, SourceError> {
-        if !self.names().await?.iter().any(|n| n == name) {
-            return Err(SourceError::NotFound);
-        }
-        self.detail(name, limit).await
-    }
-
-    async fn act(&self, name: &str, action: Action) -> Result<u64, SourceError> {
-        if !self.names().await?.iter().any(|n| n == name) {
-            return Err(SourceError::NotFound);
-        }
-        let queue = self.handle(name).await?;
-        let e = |e| self.backend(e);
-        Ok(match action {
-            Action::Pause => u64::from(queue.pause().await.map_err(e)?),
-            Action::Resume => u64::from(queue.resume().await.map_err(e)?),
-            Action::RequeueDeadLetters => queue.requeue_dead_letters().await.map_err(e)? as u64,
-            Action::PurgeDeadLetters => queue.purge_dead_letters().await.map_err(e)? as u64,
-            Action::Forget(item) => {
-                queue.forget(Self::item(&item)?).await.map_err(e)?;
-                1
-            }
-            Action::RequeueDeadLetter(item) => {
-                let letters = queue.dead_letters(100_000).await.map_err(e)?;
-                let Some(letter) = letters.iter().find(|d| d.item == item) else {
-                    return Ok(0);
-                };
-                u64::from(queue.requeue_dead_letter(letter).await.map_err(e)?)
-            }
-        })
-    }
-
-    async fn warnings(&self) -> Vec<String> {
-        self.warnings.lock().clone()
+    fn kind(&self) -> &'static str {
+        "redis"
     }
 
     fn has_actions(&self) -> bool {
         true
     }
-}
 
-/// The kind of a URL error, without the URL (which may hold a password).
-fn self_kind(e: &redis::RedisError) -> String {
-    format!("{:?}", e.kind())
+    fn has_items(&self) -> bool {
+        true
+    }
+
+    async fn status(&self) -> SourceStatus {
+        SourceStatus {
+            up: self.up.load(Ordering::Relaxed),
+            error: None,
+            server: self
+                .urls
+                .iter()
+                .map(|u| redact(u))
+                .collect::<Vec<_>>()
+                .join(", "),
+            warnings: self.warnings.lock().clone(),
+        }
+    }
+
+    async fn queues(&self) -> Result<Vec<QueueView>, SourceError> {
+        let admin = self.admin().await?;
+        let all = admin.overview().await.map_err(|e| self.error(&e))?;
+        self.up.store(true, Ordering::Relaxed);
+        Ok(all
+            .into_iter()
+            .map(|(name, summary)| match summary {
+                Ok(s) => view(&name, &s),
+                Err(e) => QueueView::broken(name, self.clean(e.to_string())),
+            })
+            .collect())
+    }
+
+    async fn queue(&self, name: &str) -> Result<QueueView, SourceError> {
+        match self.summary(name).await {
+            Ok(s) => Ok(view(name, &s)),
+            // A queue with a key of the wrong type exists, broken.
+            Err(SourceError::Backend(why)) => Ok(QueueView::broken(name, why)),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn items(&self, name: &str, request: &PageRequest) -> Result<ItemPage, SourceError> {
+        self.summary(name).await?;
+        let queue = self.handle(name).await?;
+        let from = match request.from {
+            End::First => workqueue_redis::End::First,
+            End::Last => workqueue_redis::End::Last,
+        };
+        let page = queue
+            .page(
+                state_arg(request.state),
+                from,
+                request.cursor.as_deref(),
+                request.limit,
+                request.search.as_deref(),
+            )
+            .await
+            .map_err(|e| match e {
+                workqueue_redis::Error::Protocol(m) => SourceError::BadRequest(m),
+                e => self.error(&e),
+            })?;
+        // Offsets go back by a page; a search or a hash scan cannot (the page keeps the
+        // cursors it came through).
+        let prev = match (&request.search, request.state, request.cursor.as_deref()) {
+            (None, s, Some(c)) if s != ItemState::Failing => c
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .map(|n| n.saturating_sub(request.limit).to_string()),
+            _ => None,
+        };
+        let items = page
+            .entries
+            .into_iter()
+            .map(|e| ItemView {
+                priority: e.priority,
+                due_in_s: e.due_in.map(|d| d.as_secs_f64()),
+                lease: e.lease.as_ref().map(lease),
+                failures: e.failures,
+                dead: e.dead.as_ref().map(letter),
+                ..ItemView::new(e.item, request.state)
+            })
+            .collect();
+        Ok(ItemPage {
+            items,
+            total: page.total as u64,
+            next: page.next,
+            prev,
+        })
+    }
+
+    async fn item(&self, name: &str, item: &str) -> Result<ItemDetail, SourceError> {
+        self.summary(name).await?;
+        let queue = self.handle(name).await?;
+        let info = queue.inspect_raw(item).await.map_err(|e| self.error(&e))?;
+        if info.is_unknown() {
+            return Err(SourceError::NotFound);
+        }
+        let mut states = Vec::new();
+        if info.queued {
+            states.push(ItemState::Ready);
+        }
+        if info.due_in.is_some() {
+            states.push(ItemState::Delayed);
+        }
+        if info.lease.is_some() {
+            states.push(ItemState::InFlight);
+        }
+        if info.failures > 0 {
+            states.push(ItemState::Failing);
+        }
+        if !info.dead_letters.is_empty() {
+            states.push(ItemState::Dead);
+        }
+        Ok(ItemDetail {
+            item: info.item.clone(),
+            states,
+            priority: Some(info.priority),
+            position: info.position.map(|p| p as u64),
+            due_in_s: info.due_in.map(|d| d.as_secs_f64()),
+            lease: info.lease.as_ref().map(lease),
+            readded: info.readded,
+            failures: info.failures,
+            stalls: info.stalls,
+            dead_letters: info.dead_letters.iter().map(letter).collect(),
+        })
+    }
+
+    async fn act(&self, name: &str, action: &Action) -> Result<Outcome, SourceError> {
+        // An action on a queue that does not exist would create keys: refuse it.
+        self.summary(name).await?;
+        let queue = self.handle(name).await?;
+        let e = |e: workqueue_redis::Error| match e {
+            workqueue_redis::Error::Protocol(m) => SourceError::BadRequest(m),
+            e => self.error(&e),
+        };
+        Ok(match action {
+            Action::Pause => match queue.pause().await.map_err(e)? {
+                true => Outcome::new(1, "paused"),
+                false => Outcome::new(0, "already paused"),
+            },
+            Action::Resume => match queue.resume().await.map_err(e)? {
+                true => Outcome::new(1, "resumed"),
+                false => Outcome::new(0, "already running"),
+            },
+            Action::RequeueDeadLetters => {
+                let n = queue.requeue_dead_letters().await.map_err(e)? as u64;
+                Outcome::new(n, format!("requeued {n} dead letters"))
+            }
+            Action::PurgeDeadLetters => {
+                let n = queue.purge_dead_letters().await.map_err(e)? as u64;
+                Outcome::new(n, format!("purged {n} dead letters"))
+            }
+            Action::RequeueDeadLetter { id } => {
+                match queue.requeue_dead_letter_by_id(id).await.map_err(e)? {
+                    true => Outcome::new(1, "requeued the dead letter"),
+                    false => Outcome::new(0, "no such dead letter (requeued or deleted already)"),
+                }
+            }
+            Action::DeleteDeadLetter { id } => {
+                match queue.delete_dead_letter_by_id(id).await.map_err(e)? {
+                    true => Outcome::new(1, "deleted the dead letter"),
+                    false => Outcome::new(0, "no such dead letter (requeued or deleted already)"),
+                }
+            }
+            Action::RetryNow { item } => {
+                Self::item(item)?;
+                match queue.retry_now(item).await.map_err(e)? {
+                    Retried::Queued => Outcome::new(1, "queued now"),
+                    Retried::Deferred => {
+                        Outcome::new(1, "queued again when its current lease ends")
+                    }
+                    Retried::AlreadyQueued => Outcome::new(0, "already queued"),
+                    Retried::InFlight => Outcome::new(0, "being processed; nothing to retry"),
+                    Retried::ShutDown => Outcome::new(0, "the queue is shut down"),
+                    _ => Outcome::new(0, "not delayed or failing in this queue"),
+                }
+            }
+            Action::Remove { item } => {
+                Self::item(item)?;
+                let removed = queue.remove(item).await.map_err(e)?;
+                let mut parts = Vec::new();
+                if removed.queued {
+                    parts.push("left the ready list");
+                }
+                if removed.delayed {
+                    parts.push("its delay is dropped");
+                }
+                if removed.readd {
+                    parts.push("its pending re-add is dropped (the lease stays with its holder)");
+                }
+                if removed.counts {
+                    parts.push("its failure and stall counts are cleared");
+                }
+                if parts.is_empty() {
+                    Outcome::new(0, "not in the queue")
+                } else {
+                    Outcome::new(1, parts.join("; "))
+                }
+            }
+            Action::Forget { item } => {
+                let parsed = Self::item(item)?;
+                let n = queue.num_requeues(&parsed).await.map_err(e)?;
+                queue.forget(parsed).await.map_err(e)?;
+                if n > 0 {
+                    Outcome::new(1, format!("cleared {n} failures"))
+                } else {
+                    Outcome::new(0, "no failures to clear")
+                }
+            }
+        })
+    }
 }

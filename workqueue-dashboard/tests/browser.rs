@@ -1,5 +1,13 @@
 //! The dashboard in a real browser: headless Chromium, driven through `chromedriver`
-//! (WebDriver), against a live dashboard over a live `redis-server`.
+//! (WebDriver), against a live dashboard over a live `redis-server`: figures and charts,
+//! pagination and search through a long dead-letter list, one item's detail and its actions,
+//! a restart of Redis while the page is open, the pause toggle, and the page at a phone's and
+//! a desktop's width in the light and the dark theme (screenshots in
+//! `target/dashboard-screenshots/`).
+//!
+//! The sources are put together with [`Dashboard`], as `wq dashboard` does: a PostgreSQL
+//! source joins by one more `.source(...)` in [`serve`], and its scenario (a PostgreSQL queue
+//! beside a Redis one, the same figures, an action) by one more test here.
 //!
 //! Needs the Debian packages `chromium` and `chromium-driver` (paths: `$WQ_CHROMIUM`,
 //! `$WQ_CHROMEDRIVER`, else `/usr/bin/chromium`, `/usr/bin/chromedriver`). Without them the
@@ -12,9 +20,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fantoccini::{ClientBuilder, Locator};
+use fantoccini::{Client, ClientBuilder, Locator};
 use workqueue::TryGet;
-use workqueue_dashboard::{Config, RedisSource, router};
+use workqueue_dashboard::{Config, Dashboard, RedisSource};
 use workqueue_redis::RedisQueue;
 
 const SKIP_VAR: &str = "WQ_SKIP_BROWSER_TESTS";
@@ -104,17 +112,170 @@ where
     panic!("timed out waiting until {what}");
 }
 
+/// One browser at a time: each test starts its own, and two at once would crowd two cores.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The dashboard of `dashboard` on a free loopback port, recording clients' addresses as
+/// `wq dashboard` does; returns its base URL.
+async fn serve(dashboard: Dashboard) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/", listener.local_addr().unwrap());
+    let app = dashboard.router().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await
+    });
+    base
+}
+
+/// The sources of a test: the queues under `wq` on `server`.
+fn redis_dashboard(server: &support::RedisServer, config: Config) -> Dashboard {
+    Dashboard::new(config).source(RedisSource::new(&server.url(), "wq").unwrap())
+}
+
+fn fast() -> Config {
+    Config {
+        sample_every: Duration::from_millis(250),
+        ..Config::default()
+    }
+}
+
+/// A headless Chromium of its own (stopped when dropped), `dark` or light, at a window size.
+struct Browser {
+    client: Client,
+    _driver: Driver,
+}
+
+async fn chromium(chromium: &std::path::Path, driver_bin: &std::path::Path, dark: bool) -> Browser {
+    let port = free_port();
+    let profile = std::env::temp_dir().join(format!(
+        "wq-dashboard-chromium-{}-{port}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&profile);
+    std::fs::create_dir_all(&profile).unwrap();
+    let child = Command::new(driver_bin)
+        .arg(format!("--port={port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run chromedriver");
+    let driver = Driver {
+        child,
+        profile: profile.clone(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut args = vec![
+        "--headless".to_owned(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-quic".into(),
+        "--no-first-run".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        "--hide-scrollbars".into(),
+        "--window-size=1280,1100".into(),
+        format!("--user-data-dir={}", profile.display()),
+    ];
+    // The system setting the page's theme follows: `prefers-color-scheme: dark`.
+    args.push(format!(
+        "--blink-settings=preferredColorScheme={}",
+        if dark { 0 } else { 1 }
+    ));
+    if dark {
+        args.push("--force-dark-mode".into());
+    }
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({ "binary": chromium.display().to_string(), "args": args }),
+    );
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("a Chromium to drive");
+    Browser {
+        client,
+        _driver: driver,
+    }
+}
+
+/// The text of the first element matching `css`, or "" if there is none.
+async fn text(browser: &Client, css: &str) -> String {
+    match browser.find(Locator::Css(css)).await {
+        Ok(e) => e.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// A figure of queue `queue`'s row.
+async fn cell(browser: &Client, queue: &str, field: &str) -> String {
+    text(
+        browser,
+        &format!("tr[data-queue=\"{queue}\"] td[data-field=\"{field}\"]"),
+    )
+    .await
+}
+
+/// Clicks the first element matching `css`; the page redraws every poll, so a stale element
+/// is looked up again.
+async fn click(browser: &Client, css: &str) {
+    for _ in 0..50 {
+        if let Ok(button) = browser.find(Locator::Css(css)).await
+            && button.click().await.is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("could not click {css}");
+}
+
+/// The texts of every element matching `css`.
+async fn texts(browser: &Client, css: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(all) = browser.find_all(Locator::Css(css)).await {
+        for e in all {
+            out.push(e.text().await.unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// A value the page's script computes.
+async fn eval(browser: &Client, script: &str) -> serde_json::Value {
+    browser.execute(script, vec![]).await.unwrap()
+}
+
+/// Writes a screenshot of the page to `target/dashboard-screenshots/NAME.png`.
+async fn screenshot(browser: &Client, name: &str) {
+    let png = browser.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"));
+    std::fs::write(screenshots_dir().join(format!("{name}.png")), &png).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
-    let Some((chromium, driver_bin)) = require_browser() else {
+    let Some((chromium_bin, driver_bin)) = require_browser() else {
         return;
     };
+    let _one = ONE_BROWSER.lock().await;
     let Some(server) = support::redis_server(&[]) else {
         return;
     };
 
     // A queue with two dead letters, one failing item, one lease out and three ready items.
-    let text: RedisQueue<String> = RedisQueue::builder("orders")
+    let text_q: RedisQueue<String> = RedisQueue::builder("orders")
         .url(server.url())
         .check_persistence(false)
         .build()
@@ -126,8 +287,8 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
         .build()
         .await
         .unwrap();
-    text.add("bad-1".to_owned()).await.unwrap();
-    text.add("bad-2".to_owned()).await.unwrap();
+    text_q.add("bad-1".to_owned()).await.unwrap();
+    text_q.add("bad-2".to_owned()).await.unwrap();
     assert!(q.try_get().await.unwrap().is_empty());
     assert!(q.try_get().await.unwrap().is_empty());
     for i in 1..=4 {
@@ -136,85 +297,24 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
     q.add_rate_limited(42).await.unwrap();
     let lease = q.get().await.unwrap().unwrap();
 
-    // The dashboard on a free loopback port.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}/", listener.local_addr().unwrap());
-    let config = Config {
-        sample_every: Duration::from_millis(250),
-        ..Config::default()
-    };
-    let app = router(RedisSource::new(&server.url(), "wq").unwrap(), config);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-
-    // chromedriver, and Chromium through it.
-    let port = free_port();
-    let profile = std::env::temp_dir().join(format!(
-        "wq-dashboard-chromium-{}-{port}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&profile);
-    std::fs::create_dir_all(&profile).unwrap();
-    let child = Command::new(&driver_bin)
-        .arg(format!("--port={port}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run chromedriver");
-    let _driver = Driver {
-        child,
-        profile: profile.clone(),
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "chromedriver did not listen");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        serde_json::json!({
-            "binary": chromium.display().to_string(),
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync",
-                "--window-size=1280,1100",
-                format!("--user-data-dir={}", profile.display()),
-            ],
-        }),
-    );
-    let browser = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{port}"))
-        .await
-        .expect("a Chromium session");
-
+    let base = serve(redis_dashboard(&server, fast())).await;
+    let window = chromium(&chromium_bin, &driver_bin, false).await;
+    let browser = &window.client;
     browser.goto(&format!("{base}#orders")).await.unwrap();
-    let cell = |field: &'static str| {
-        let browser = browser.clone();
-        async move {
-            let css = format!("tr[data-queue=\"orders\"] td[data-field=\"{field}\"]");
-            match browser.find(Locator::Css(&css)).await {
-                Ok(e) => e.text().await.unwrap_or_default(),
-                Err(_) => String::new(),
-            }
-        }
-    };
     until("the page shows the queue's figures", || async {
-        cell("depth").await == "3" && cell("dead").await == "2"
+        cell(browser, "orders", "depth").await == "3"
+            && cell(browser, "orders", "dead").await == "2"
     })
     .await;
-    assert_eq!(cell("in_flight").await, "1");
-    assert_eq!(cell("failing").await, "1");
-    assert_eq!(cell("state").await, "running");
-    let rows = browser
-        .find_all(Locator::Css("#dead tr.dead-letter"))
-        .await
-        .unwrap();
-    assert_eq!(rows.len(), 2);
-    assert!(rows[0].text().await.unwrap().contains("bad-1"));
-    // Let the charts gather a few samples, then keep a picture of the page.
+    assert_eq!(cell(browser, "orders", "in_flight").await, "1");
+    assert_eq!(cell(browser, "orders", "failing").await, "1");
+    assert_eq!(cell(browser, "orders", "state").await, "running");
+    click(browser, "button[data-state=\"dead\"]").await;
+    until("the dead letters are listed", || async {
+        texts(browser, "#items tr.item-row").await.len() == 2
+    })
+    .await;
+    assert!(texts(browser, "#items tr.item-row").await[0].contains("bad-1"));
     until("the charts have samples", || async {
         browser
             .find_all(Locator::Css("svg[data-chart] polyline"))
@@ -236,62 +336,41 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let png = browser.screenshot().await.unwrap();
-    assert!(png.starts_with(b"\x89PNG"));
-    std::fs::write(screenshots_dir().join("dashboard.png"), &png).unwrap();
+    screenshot(browser, "dashboard").await;
 
     // "Requeue all" empties the dead letters.
-    let click = |css: &'static str| {
-        let browser = browser.clone();
-        async move {
-            // The page redraws every poll: find the button again if it went stale.
-            for _ in 0..20 {
-                if let Ok(button) = browser.find(Locator::Css(css)).await
-                    && button.click().await.is_ok()
-                {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            panic!("could not click {css}");
-        }
-    };
-    click("button[data-action=\"requeue-all\"]").await;
+    click(browser, "button[data-action=\"requeue-all\"]").await;
     until("the dead letters are requeued", || async {
         q.stats(10).await.unwrap().dead == 0
     })
     .await;
     until("the page shows no dead letter", || async {
-        cell("dead").await == "0"
+        cell(browser, "orders", "dead").await == "0"
     })
     .await;
+    assert!(
+        text(browser, "#notice")
+            .await
+            .contains("requeued 2 dead letters")
+    );
     assert!(
         q.stats(10).await.unwrap().depth >= 5,
         "three items and the two requeued"
     );
 
     // "Pause" stops delivery; "Resume" restarts it.
-    click("button[data-action=\"pause\"]").await;
+    click(browser, "button[data-action=\"pause\"]").await;
     until("the queue is paused", || async {
         q.is_paused().await.unwrap()
     })
     .await;
     until("the page shows the pause", || async {
-        cell("state").await == "paused"
+        cell(browser, "orders", "state").await == "paused"
     })
     .await;
     assert!(q.try_get().await.unwrap().is_empty());
-    let before = q.len().await.unwrap();
-    q.add(5).await.unwrap();
-    assert_eq!(
-        q.len().await.unwrap(),
-        before + 1,
-        "adds are still taken while paused"
-    );
-    assert!(q.try_get().await.unwrap().is_empty());
-    let png = browser.screenshot().await.unwrap();
-    std::fs::write(screenshots_dir().join("dashboard-paused.png"), &png).unwrap();
-    click("button[data-action=\"resume\"]").await;
+    screenshot(browser, "dashboard-paused").await;
+    click(browser, "button[data-action=\"resume\"]").await;
     until("the queue runs again", || async {
         !q.is_paused().await.unwrap()
     })
@@ -304,6 +383,332 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
         .expect("delivery resumed");
     next.done().await.unwrap();
     lease.done().await.unwrap();
+    browser.clone().close().await.unwrap();
+}
 
-    browser.close().await.unwrap();
+/// Writes `n` dead letters of queue `name` as the scripts write them: `letter-I`, except
+/// `needle` at index 77.
+async fn dead_letters(server: &support::RedisServer, name: &str, n: usize) {
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        let item = if i == 77 {
+            "\"needle\"".to_owned()
+        } else {
+            format!("\"letter-{i}\"")
+        };
+        let entry = serde_json::json!({
+            "item": item, "error": format!("boom {i}"), "at_ms": 1_700_000_000_000u64 + i as u64,
+            "stalls": 0, "failures": 3, "token": "1",
+        });
+        pipe.cmd("RPUSH")
+            .arg(format!("wq:{{{name}}}:dead"))
+            .arg(entry.to_string())
+            .ignore();
+    }
+    let _: () = pipe.query_async(&mut con).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_are_paged_searched_shown_and_acted_on_one_by_one() {
+    let Some((chromium_bin, driver_bin)) = require_browser() else {
+        return;
+    };
+    let _one = ONE_BROWSER.lock().await;
+    let Some(server) = support::redis_server(&[]) else {
+        return;
+    };
+    let q: RedisQueue<String> = RedisQueue::builder("many")
+        .url(server.url())
+        .check_persistence(false)
+        .build()
+        .await
+        .unwrap();
+    dead_letters(&server, "many", 120).await;
+    q.add("ready-1".to_owned()).await.unwrap();
+    q.add_after("later".to_owned(), Duration::from_secs(3600))
+        .await
+        .unwrap();
+
+    let base = serve(redis_dashboard(&server, fast())).await;
+    let window = chromium(&chromium_bin, &driver_bin, false).await;
+    let browser = &window.client;
+    browser.goto(&format!("{base}#redis/many")).await.unwrap();
+    until("the queue is shown", || async {
+        cell(browser, "many", "dead").await == "120"
+    })
+    .await;
+
+    // Pages of 50 through 120 dead letters, from the oldest and from the newest.
+    click(browser, "button[data-state=\"dead\"]").await;
+    let first_item = || async { text(browser, "#items tr.item-row td.item").await };
+    until("the first page of dead letters", || async {
+        first_item().await == "\"letter-0\""
+            && texts(browser, "#items tr.item-row").await.len() == 50
+    })
+    .await;
+    assert!(text(browser, "#page-info").await.contains("1–50 of 120"));
+    click(browser, "button[data-action=\"next\"]").await;
+    until("the second page", || async {
+        first_item().await == "\"letter-50\""
+    })
+    .await;
+    click(browser, "button[data-action=\"prev\"]").await;
+    until("back to the first page", || async {
+        first_item().await == "\"letter-0\""
+    })
+    .await;
+    click(browser, "button[data-action=\"last\"]").await;
+    until("the newest first", || async {
+        first_item().await == "\"letter-119\""
+    })
+    .await;
+
+    // Search by item text.
+    let search = browser.find(Locator::Css("#search")).await.unwrap();
+    search.send_keys("NEEDLE").await.unwrap();
+    click(browser, "button[data-action=\"search\"]").await;
+    until("one match", || async {
+        texts(browser, "#items tr.item-row").await.len() == 1 && first_item().await == "\"needle\""
+    })
+    .await;
+
+    // Its detail, then requeue it from its row.
+    click(browser, "#items tr.item-row td.item").await;
+    until("the item's detail", || async {
+        text(browser, "#item-facts dd[data-fact=\"states\"]").await == "dead"
+    })
+    .await;
+    assert!(text(browser, "#item-dead").await.contains("boom 77"));
+    click(
+        browser,
+        "#items tr.item-row button[data-action=\"requeue\"]",
+    )
+    .await;
+    until("the dead letter is requeued", || async {
+        q.stats(1).await.unwrap().dead == 119
+    })
+    .await;
+    until("the answer is shown", || async {
+        text(browser, "#notice")
+            .await
+            .contains("requeued the dead letter")
+    })
+    .await;
+    until("the detail says it is ready", || async {
+        text(browser, "#item-facts dd[data-fact=\"states\"]").await == "ready"
+    })
+    .await;
+    assert_eq!(q.len().await.unwrap(), 2, "ready-1 and the requeued needle");
+
+    // Delete one dead letter (the page asks first).
+    search.clear().await.unwrap();
+    click(browser, "button[data-action=\"search\"]").await;
+    until("the whole list again", || async {
+        texts(browser, "#items tr.item-row").await.len() == 50
+    })
+    .await;
+    click(browser, "#items tr.item-row button[data-action=\"delete\"]").await;
+    browser.accept_alert().await.unwrap();
+    until("the dead letter is deleted", || async {
+        q.stats(1).await.unwrap().dead == 118
+    })
+    .await;
+
+    // Retry a delayed item now.
+    click(browser, "button[data-state=\"delayed\"]").await;
+    until("the delayed item", || async {
+        first_item().await == "\"later\""
+    })
+    .await;
+    click(browser, "#items tr.item-row button[data-action=\"retry\"]").await;
+    until("it is ready", || async { q.len().await.unwrap() == 3 }).await;
+    until("the answer is shown", || async {
+        text(browser, "#notice").await.contains("queued now")
+    })
+    .await;
+    assert_eq!(q.delayed_len().await.unwrap(), 0);
+    screenshot(browser, "dashboard-items").await;
+    browser.clone().close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_survives_a_redis_restart_and_pauses_its_updates_and_when_hidden() {
+    let Some((chromium_bin, driver_bin)) = require_browser() else {
+        return;
+    };
+    let _one = ONE_BROWSER.lock().await;
+    let Some(mut server) = support::durable_redis_server() else {
+        return;
+    };
+    let q: RedisQueue<String> = RedisQueue::builder("orders")
+        .url(server.url())
+        .check_persistence(false)
+        .build()
+        .await
+        .unwrap();
+    for i in 0..3 {
+        q.add(format!("o-{i}")).await.unwrap();
+    }
+    drop(q);
+    let base = serve(redis_dashboard(&server, fast())).await;
+    let window = chromium(&chromium_bin, &driver_bin, false).await;
+    let browser = &window.client;
+    browser.goto(&format!("{base}#redis/orders")).await.unwrap();
+    until("the figures", || async {
+        cell(browser, "orders", "depth").await == "3"
+    })
+    .await;
+    until("the charts have samples", || async {
+        eval(
+            browser,
+            "return document.querySelectorAll('svg[data-chart] polyline[points*=\" \"]').length",
+        )
+        .await
+        .as_u64()
+        .unwrap_or(0)
+            >= 4
+    })
+    .await;
+
+    server.kill();
+    until("the page says the server is down", || async {
+        text(browser, "#sources .down").await.contains("is down")
+    })
+    .await;
+    assert!(text(browser, "#status").await.contains("down"));
+    assert_eq!(
+        cell(browser, "orders", "depth").await,
+        "3",
+        "the last figures stay"
+    );
+    let drawn = eval(
+        browser,
+        "return document.querySelectorAll('svg[data-chart] polyline[points*=\" \"]').length",
+    )
+    .await;
+    assert!(drawn.as_u64().unwrap_or(0) >= 4, "the charts stay: {drawn}");
+
+    let restarted = Instant::now();
+    server.restart();
+    until("the page is live again", || async {
+        text(browser, "#sources").await.is_empty()
+            && text(browser, "#status").await.starts_with("live")
+    })
+    .await;
+    eprintln!(
+        "the page was live again {:?} after redis-server restarted",
+        restarted.elapsed()
+    );
+    assert_eq!(cell(browser, "orders", "depth").await, "3");
+
+    // The pause toggle stops the updates; resuming brings them back.
+    click(browser, "#toggle-refresh").await;
+    let stamp = || async {
+        eval(
+            browser,
+            "return document.getElementById('status').getAttribute('data-updated')",
+        )
+        .await
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = stamp().await;
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert_eq!(stamp().await, before, "no refresh while paused");
+    click(browser, "#toggle-refresh").await;
+    until("updates resume", || async { stamp().await != before }).await;
+
+    // A hidden tab stops refreshing, and starts again when shown. Headless Chromium's tab is
+    // never hidden, so the page is told so as a browser would tell it.
+    let visibility = |hidden: bool| {
+        format!(
+            "Object.defineProperty(document, 'hidden', {{ value: {hidden}, configurable: true }}); \
+             document.dispatchEvent(new Event('visibilitychange'));"
+        )
+    };
+    eval(browser, &visibility(true)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let hidden_at = stamp().await;
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert_eq!(
+        stamp().await,
+        hidden_at,
+        "no refresh while the tab is hidden"
+    );
+    eval(browser, &visibility(false)).await;
+    until("a shown tab refreshes again", || async {
+        stamp().await != hidden_at
+    })
+    .await;
+    browser.clone().close().await.unwrap();
+}
+
+/// The page at a phone's and a desktop's width, in the light and the dark theme: nothing
+/// wider than the screen on a phone, and the theme follows the system's setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_fits_a_phone_and_follows_the_dark_setting() {
+    let Some((chromium_bin, driver_bin)) = require_browser() else {
+        return;
+    };
+    let _one = ONE_BROWSER.lock().await;
+    let Some(server) = support::redis_server(&[]) else {
+        return;
+    };
+    for (name, n) in [("emails", 12), ("orders", 3), ("thumbnails", 40)] {
+        let q: RedisQueue<String> = RedisQueue::builder(name)
+            .url(server.url())
+            .check_persistence(false)
+            .build()
+            .await
+            .unwrap();
+        for i in 0..n {
+            q.add(format!("{name}-{i}")).await.unwrap();
+        }
+        q.add_rate_limited(format!("{name}-flaky")).await.unwrap();
+    }
+    dead_letters(&server, "orders", 7).await;
+    let base = serve(redis_dashboard(&server, fast())).await;
+    for dark in [false, true] {
+        let window = chromium(&chromium_bin, &driver_bin, dark).await;
+        let browser = &window.client;
+        browser.goto(&format!("{base}#redis/orders")).await.unwrap();
+        until("the figures", || async {
+            cell(browser, "orders", "dead").await == "7"
+        })
+        .await;
+        let background = eval(
+            browser,
+            "return getComputedStyle(document.body).backgroundColor",
+        )
+        .await;
+        let expected = if dark {
+            "rgb(20, 23, 28)"
+        } else {
+            "rgb(246, 247, 249)"
+        };
+        assert_eq!(background, expected, "dark = {dark}");
+        click(browser, "button[data-state=\"dead\"]").await;
+        until("the dead letters", || async {
+            texts(browser, "#items tr.item-row").await.len() == 7
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let theme = if dark { "dark" } else { "light" };
+        browser.set_window_size(1280, 1100).await.unwrap();
+        screenshot(browser, &format!("dashboard-desktop-{theme}")).await;
+        browser.set_window_size(390, 844).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let overflow = eval(
+            browser,
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth",
+        )
+        .await;
+        assert!(
+            overflow.as_i64().unwrap_or(1) <= 0,
+            "nothing wider than a phone's screen: {overflow}"
+        );
+        screenshot(browser, &format!("dashboard-phone-{theme}")).await;
+        browser.clone().close().await.unwrap();
+    }
 }

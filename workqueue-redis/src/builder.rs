@@ -51,7 +51,16 @@ pub struct Builder<T> {
     dead_letter_cap: usize,
     retry_deadline: Duration,
     mutations: u32,
+    /// A connection shared with an [`Admin`](crate::Admin): no connection of its own.
+    shared: Option<Shared>,
     _item: PhantomData<fn() -> T>,
+}
+
+/// What a queue handle made by an [`Admin`](crate::Admin) takes from it instead of connecting.
+pub(crate) struct Shared {
+    pub(crate) con: Conn,
+    pub(crate) source: Source,
+    pub(crate) persistence: Option<Persistence>,
 }
 
 impl<T> fmt::Debug for Builder<T> {
@@ -92,8 +101,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             dead_letter_cap: 10_000,
             retry_deadline: Duration::from_secs(30),
             mutations: 0,
+            shared: None,
             _item: PhantomData,
         }
+    }
+
+    /// Uses `shared`'s connection instead of opening one: `build` then makes no round trip.
+    pub(crate) fn shared(mut self, shared: Shared) -> Self {
+        self.shared = Some(shared);
+        self
     }
 
     /// The server: `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS (feature
@@ -261,20 +277,26 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     /// tag), white space or control characters, or a lease under 10 ms;
     /// [`Error::UnsupportedServer`] for a server older than [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION);
     /// [`Error::Redis`] if the server cannot be reached.
-    pub async fn build(self) -> Result<RedisQueue<T>, Error> {
+    pub async fn build(mut self) -> Result<RedisQueue<T>, Error> {
         validate("queue name", &self.name)?;
         validate("key prefix", &self.prefix)?;
         if self.lease < Duration::from_millis(10) {
             return Err(Error::Config("the lease must last at least 10 ms".into()));
         }
-        let (mut con, source, server) = self.connect().await?;
-        check_version(&mut con).await?;
-        let persistence = if self.check_persistence {
-            let persistence = Persistence::read(&mut con).await;
-            persistence::warn_once(&server, &persistence);
-            Some(persistence)
-        } else {
-            None
+        let (con, source, persistence) = match self.shared.take() {
+            Some(shared) => (shared.con, shared.source, shared.persistence),
+            None => {
+                let (mut con, source, server) = self.connect().await?;
+                check_version(&mut con).await?;
+                let persistence = if self.check_persistence {
+                    let persistence = Persistence::read(&mut con).await;
+                    persistence::warn_once(&server, &persistence);
+                    Some(persistence)
+                } else {
+                    None
+                };
+                (con, source, persistence)
+            }
         };
         let client_config = self.client_config();
         let renew_every = self

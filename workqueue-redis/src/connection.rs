@@ -53,6 +53,7 @@ impl redis::aio::ConnectionLike for Conn {
 }
 
 /// Where connections come from.
+#[derive(Clone)]
 #[allow(
     clippy::large_enum_variant,
     reason = "one per queue, never moved on a hot path"

@@ -31,6 +31,57 @@ pub struct DeadLetter {
     pub(crate) entry: Vec<u8>,
 }
 
+impl DeadLetter {
+    /// Reads a stored entry. Entries are JSON written by the scripts, but an item that was not
+    /// valid UTF-8 makes one invalid too: it is read leniently.
+    pub(crate) fn from_entry(entry: Vec<u8>) -> Self {
+        let text = String::from_utf8_lossy(&entry);
+        let value: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        DeadLetter {
+            item: value["item"].as_str().unwrap_or(&text).to_owned(),
+            error: value["error"].as_str().unwrap_or_default().to_owned(),
+            at_ms: number(&value["at_ms"]),
+            stalls: number(&value["stalls"]),
+            failures: number(&value["failures"]),
+            token: number(&value["token"]),
+            entry,
+        }
+    }
+
+    /// The dead letter's identity among the queue's dead letters, for
+    /// [`RedisQueue::requeue_dead_letter_by_id`] and
+    /// [`RedisQueue::delete_dead_letter_by_id`]: the stored entry
+    /// itself (two dead letters of one item differ by their time and token), as its text, or
+    /// `hex:` and its bytes in hexadecimal when it is not valid UTF-8.
+    pub fn id(&self) -> String {
+        match std::str::from_utf8(&self.entry) {
+            Ok(text) => text.to_owned(),
+            Err(_) => {
+                let mut id = String::from("hex:");
+                for b in &self.entry {
+                    id.push_str(&format!("{b:02x}"));
+                }
+                id
+            }
+        }
+    }
+
+    /// The stored entry of an [`id`](Self::id); `None` if it is malformed.
+    pub(crate) fn entry_of(id: &str) -> Option<Vec<u8>> {
+        let Some(hex) = id.strip_prefix("hex:") else {
+            return Some(id.as_bytes().to_vec());
+        };
+        if hex.len() % 2 != 0 {
+            return None;
+        }
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+            .collect()
+    }
+}
+
 /// A number field of a dead letter (numbers or decimal strings).
 fn number(value: &serde_json::Value) -> u64 {
     match value {
@@ -90,25 +141,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .await
             })
             .await?;
-        Ok(entries
-            .into_iter()
-            .map(|entry| {
-                // Entries are JSON written by the scripts, but an item that was not valid UTF-8
-                // makes one invalid too: read it leniently.
-                let text = String::from_utf8_lossy(&entry);
-                let value: serde_json::Value =
-                    serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-                DeadLetter {
-                    item: value["item"].as_str().unwrap_or(&text).to_owned(),
-                    error: value["error"].as_str().unwrap_or_default().to_owned(),
-                    at_ms: number(&value["at_ms"]),
-                    stalls: number(&value["stalls"]),
-                    failures: number(&value["failures"]),
-                    token: number(&value["token"]),
-                    entry,
-                }
-            })
-            .collect())
+        Ok(entries.into_iter().map(DeadLetter::from_entry).collect())
     }
 
     /// Moves one dead letter back to the queue as a fresh item (no failures, no stalls), as an
@@ -160,7 +193,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         }
     }
 
-    /// Deletes every dead letter. Returns how many there were.
+    /// Deletes every dead letter. Returns how many there were. The list is dropped with
+    /// `UNLINK`, so even a million dead letters are freed off the server's main thread.
     ///
     /// # Errors
     ///

@@ -92,6 +92,7 @@
 //! ```
 
 mod add;
+mod admin;
 mod backend;
 mod builder;
 mod connection;
@@ -100,6 +101,7 @@ mod dead_letter;
 mod error;
 mod get;
 mod inner;
+mod inspect;
 mod lease;
 mod pause;
 mod persistence;
@@ -112,12 +114,14 @@ mod stats;
 mod wait;
 
 pub use add::{AddKind, Added};
+pub use admin::{Admin, Summary};
 pub use builder::{Builder, Mutation};
 pub use connection::MIN_REDIS_VERSION;
 pub use counters::Counters;
 pub use dead_letter::DeadLetter;
 pub use error::Error;
 pub use get::{DoneAndGet, DoneAndGetMany};
+pub use inspect::{End, ItemInfo, ItemState, Page, PageEntry, Removed, Retried, SEARCH_BUDGET};
 pub use lease::Lease;
 pub use persistence::Persistence;
 pub use queue::RedisQueue;

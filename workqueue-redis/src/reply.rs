@@ -17,7 +17,7 @@ pub(crate) fn parse<R: FromRedisValue>(op: &str, value: Value) -> Result<R, Erro
 
 /// A number: an integer reply, or a bulk string holding a decimal number (Lua numbers that
 /// went through a string).
-fn number(value: &Value) -> Result<i64, ParsingError> {
+pub(crate) fn number(value: &Value) -> Result<i64, ParsingError> {
     match value {
         Value::Int(n) => Ok(*n),
         Value::BulkString(bytes) => std::str::from_utf8(bytes)
@@ -31,7 +31,7 @@ fn number(value: &Value) -> Result<i64, ParsingError> {
 }
 
 /// The parts of an array reply.
-fn parts(value: Value) -> Result<Vec<Value>, ParsingError> {
+pub(crate) fn parts(value: Value) -> Result<Vec<Value>, ParsingError> {
     match value {
         Value::Array(values) => Ok(values),
         other => Err(format!("expected an array, got {other:?}").into()),
@@ -128,7 +128,7 @@ impl FromRedisValue for DoneReply {
 pub(crate) struct StatsReply(pub(crate) Stats);
 
 /// The text of an item or key in a reply.
-fn text(value: &Value) -> Result<String, ParsingError> {
+pub(crate) fn text(value: &Value) -> Result<String, ParsingError> {
     match value {
         Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
         Value::SimpleString(s) => Ok(s.clone()),
@@ -137,12 +137,12 @@ fn text(value: &Value) -> Result<String, ParsingError> {
 }
 
 /// A count: a number that is never negative.
-fn count(value: &Value) -> Result<u64, ParsingError> {
+pub(crate) fn count(value: &Value) -> Result<u64, ParsingError> {
     Ok(number(value)?.max(0) as u64)
 }
 
 /// A duration between two server times in microseconds, zero if negative.
-fn span(from: i64, to: i64) -> Duration {
+pub(crate) fn span(from: i64, to: i64) -> Duration {
     Duration::from_micros(to.saturating_sub(from).max(0) as u64)
 }
 
@@ -194,7 +194,7 @@ impl FromRedisValue for StatsReply {
 }
 
 /// The parts of a nested array reply.
-fn parts_ref(value: &Value) -> Result<&[Value], ParsingError> {
+pub(crate) fn parts_ref(value: &Value) -> Result<&[Value], ParsingError> {
     match value {
         Value::Array(values) => Ok(values),
         other => Err(format!("expected an array, got {other:?}").into()),

@@ -63,7 +63,7 @@ impl Keys {
 /// Whether a script may run while the server is out of memory (`maxmemory` reached under
 /// `noeviction`).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Oom {
+pub(crate) enum Oom {
     /// The script grows the data (adds): the server refuses it when full, which is the
     /// back-pressure producers get.
     Refuse,
@@ -75,7 +75,12 @@ enum Oom {
 
 /// Builds the script of one operation: the shared prelude, the shared functions the
 /// operation calls (`parts` but the last), then the operation (the last of `parts`).
-fn script(parts: &[&str], oom: Oom) -> Script {
+pub(crate) fn script(parts: &[&str], oom: Oom) -> Script {
+    Script::new(&script_source(parts, oom))
+}
+
+/// The source text of [`script`]'s script (for a `SCRIPT LOAD` of one's own).
+pub(crate) fn script_source(parts: &[&str], oom: Oom) -> String {
     let mut source = String::new();
     if oom == Oom::Allow {
         source.push_str("#!lua flags=allow-oom\n");
@@ -84,7 +89,7 @@ fn script(parts: &[&str], oom: Oom) -> Script {
         source.push_str(part);
         source.push('\n');
     }
-    Script::new(&source)
+    source
 }
 
 const COMMON: &str = include_str!("lua/common.lua");

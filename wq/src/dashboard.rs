@@ -1,11 +1,16 @@
-//! `wq dashboard`: the web dashboard of every queue on a Redis server.
+//! `wq dashboard`: the web dashboard of every queue on a Redis server (or cluster), with
+//! every action logged to stderr.
+//!
+//! Each backend is one [`workqueue_dashboard::Source`]; the sources given on the command line
+//! are served side by side on one page (see [`sources`]).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use workqueue_dashboard::{Config, RedisSource, redact};
+use workqueue_dashboard::{Config, Dashboard, RedisSource, redact};
 
 /// Serves the dashboard: a page, a JSON API under `/api/` and `/metrics`.
 #[derive(Debug, Args)]
@@ -13,13 +18,27 @@ pub(crate) struct DashboardArgs {
     /// The Redis server (`redis://[:PASSWORD@]HOST:PORT/DB`); default: `$WQ_REDIS_URL`.
     #[arg(long)]
     redis: Option<String>,
+    /// A Redis Cluster instead: the URLs of some of its nodes, comma-separated; every primary
+    /// is scanned. Default: `$WQ_REDIS_CLUSTER`.
+    #[arg(long, value_delimiter = ',')]
+    redis_cluster: Vec<String>,
     /// Where to listen. Anything but a loopback address needs a token.
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
-    /// The token the page and the API need; default: `$WQ_DASHBOARD_TOKEN`.
+    /// A file holding the token the page and the API need (its first line). The token can
+    /// also come from `$WQ_DASHBOARD_TOKEN`; `--token` shows it to every user of the machine
+    /// in the process list.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// The token, on the command line (prefer `--token-file` or `$WQ_DASHBOARD_TOKEN`).
     #[arg(long)]
     token: Option<String>,
-    /// No actions (requeue, purge, pause, resume, forget).
+    /// The URL operators open when a reverse proxy serves the dashboard
+    /// (`https://ops.example.com/wq/`): actions from that origin are accepted, the cookie is
+    /// scoped to its path and `Secure` over https. Needs a token.
+    #[arg(long)]
+    public_url: Option<String>,
+    /// No actions (requeue, delete, purge, retry, remove, pause, resume, forget).
     #[arg(long)]
     read_only: bool,
     /// The key prefix of the queues.
@@ -28,36 +47,123 @@ pub(crate) struct DashboardArgs {
     /// Seconds between the samples of the charts (the last hour is kept).
     #[arg(long, default_value_t = 5)]
     sample_every: u64,
+    /// At most this many queues keep their charts' samples (the ones looked at most
+    /// recently); every source's totals are always kept.
+    #[arg(long, default_value_t = 100)]
+    history_queues: usize,
+}
+
+/// Logs to stderr: `RUST_LOG` if set, else the dashboard's audit trail and warnings.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,workqueue_dashboard=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(true)
+        .try_init();
+}
+
+/// The token from `--token-file`, `--token` or `$WQ_DASHBOARD_TOKEN`, in that order.
+fn token(args: &DashboardArgs) -> Result<Option<String>, String> {
+    if let Some(path) = &args.token_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+        let token = text.lines().next().unwrap_or("").trim().to_owned();
+        if token.is_empty() {
+            return Err(format!("the token file {} is empty", path.display()));
+        }
+        return Ok(Some(token));
+    }
+    Ok(args
+        .token
+        .clone()
+        .or_else(|| std::env::var("WQ_DASHBOARD_TOKEN").ok())
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty()))
+}
+
+/// The sources the arguments name, and how each is described on the first line. A PostgreSQL
+/// source (`--postgres URL`, `$WQ_POSTGRES_URL`) is one more entry here.
+fn sources(args: &DashboardArgs, dashboard: Dashboard) -> Result<(Dashboard, Vec<String>), String> {
+    let mut dashboard = dashboard;
+    let mut described = Vec::new();
+    let cluster: Vec<String> = if args.redis_cluster.is_empty() {
+        std::env::var("WQ_REDIS_CLUSTER")
+            .map(|v| v.split(',').map(|s| s.trim().to_owned()).collect())
+            .unwrap_or_default()
+    } else {
+        args.redis_cluster.clone()
+    };
+    let cluster: Vec<String> = cluster.into_iter().filter(|s| !s.is_empty()).collect();
+    let redis = args
+        .redis
+        .clone()
+        .or_else(|| std::env::var("WQ_REDIS_URL").ok());
+    if let Some(url) = &redis {
+        let source = RedisSource::new(url, &args.prefix).map_err(|e| e.to_string())?;
+        dashboard = dashboard.source(source);
+        described.push(format!(
+            "the queues under {:?} on {}",
+            args.prefix,
+            redact(url)
+        ));
+    }
+    if !cluster.is_empty() {
+        let shown: Vec<String> = cluster.iter().map(|u| redact(u)).collect();
+        dashboard = dashboard.source(RedisSource::cluster(cluster, &args.prefix));
+        described.push(format!(
+            "the queues under {:?} on the cluster of {}",
+            args.prefix,
+            shown.join(", ")
+        ));
+    }
+    if described.is_empty() {
+        return Err("give --redis URL (or WQ_REDIS_URL) or --redis-cluster NODES".into());
+    }
+    Ok((dashboard, described))
 }
 
 pub(crate) fn run(args: DashboardArgs) -> ExitCode {
-    let Some(url) = args.redis.or_else(|| std::env::var("WQ_REDIS_URL").ok()) else {
-        eprintln!("wq dashboard: give --redis URL or set WQ_REDIS_URL");
-        return ExitCode::from(2);
-    };
-    let token = args
-        .token
-        .or_else(|| std::env::var("WQ_DASHBOARD_TOKEN").ok())
-        .filter(|t| !t.is_empty());
-    if token.is_none() && !args.addr.ip().is_loopback() {
-        eprintln!(
-            "wq dashboard: {} is not a loopback address: give --token or set WQ_DASHBOARD_TOKEN",
-            args.addr
-        );
-        return ExitCode::from(2);
-    }
-    let source = match RedisSource::new(&url, &args.prefix) {
-        Ok(source) => source,
+    init_logging();
+    let token = match token(&args) {
+        Ok(token) => token,
         Err(e) => {
             eprintln!("wq dashboard: {e}");
             return ExitCode::from(2);
         }
     };
+    if token.is_none() && !args.addr.ip().is_loopback() {
+        eprintln!(
+            "wq dashboard: {} is not a loopback address: give --token-file or set \
+             WQ_DASHBOARD_TOKEN",
+            args.addr
+        );
+        return ExitCode::from(2);
+    }
+    if token.is_none() && args.public_url.is_some() {
+        eprintln!(
+            "wq dashboard: --public-url serves the dashboard through a proxy to other \
+             machines: give --token-file or set WQ_DASHBOARD_TOKEN"
+        );
+        return ExitCode::from(2);
+    }
     let config = Config {
         token,
         read_only: args.read_only,
         sample_every: Duration::from_secs(args.sample_every.max(1)),
+        history_queues: args.history_queues,
+        public_url: args.public_url.clone(),
         ..Config::default()
+    };
+    let read_only = config.read_only;
+    let (dashboard, described) = match sources(&args, Dashboard::new(config)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("wq dashboard: {e}");
+            return ExitCode::from(2);
+        }
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -67,6 +173,13 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        let app = match dashboard.router() {
+            Ok(app) => app,
+            Err(e) => {
+                eprintln!("wq dashboard: --public-url: {e}");
+                return ExitCode::from(2);
+            }
+        };
         let listener = match tokio::net::TcpListener::bind(args.addr).await {
             Ok(l) => l,
             Err(e) => {
@@ -77,18 +190,30 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
         let local = listener.local_addr().map_or(args.addr, |a| a);
         // The first line names the address (tests read it when the port was 0).
         println!(
-            "wq dashboard: http://{local}/ for the queues under {:?} on {}{}",
-            args.prefix,
-            redact(&url),
-            if config.read_only { " (read-only)" } else { "" }
+            "wq dashboard: http://{local}/ for {}{}",
+            described.join(" and "),
+            if read_only { " (read-only)" } else { "" }
         );
-        let app = workqueue_dashboard::router(source, config);
         let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async {
+                    match term.as_mut() {
+                        Some(t) => { t.recv().await; }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => {}
+            }
+            tracing::info!("wq dashboard: stopping");
         };
-        match axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
+        match axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown)
+        .await
         {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

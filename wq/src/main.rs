@@ -7,7 +7,8 @@
 //! - `wq redis stats|shutdown|pause|resume|dead-letters`: a queue on Redis, for operators
 //!   (`ops.rs`); `wq postgres queues|stats|shutdown|pause|resume|dead-letters` the same on
 //!   PostgreSQL (`pg_ops.rs`).
-//! - `wq dashboard`: a web page, JSON API and metrics for the queues on Redis.
+//! - `wq dashboard`: a web page, JSON API and metrics for the queues on Redis (a server or a
+//!   cluster), with an audit trail on stderr.
 
 use std::process::ExitCode;
 

@@ -1,5 +1,6 @@
 //! `wq dashboard`: refuses to expose itself without a token, serves the queues of a live
-//! `redis-server`, and never prints the Redis password.
+//! `redis-server`, never prints the Redis password, logs every action to stderr, and stops
+//! on SIGTERM.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -61,6 +62,30 @@ fn anything_but_loopback_needs_a_token() {
 }
 
 #[test]
+fn a_public_url_needs_a_token_and_a_token_file_is_read() {
+    let run = |args: &[&str]| {
+        Command::new(WQ)
+            .arg("dashboard")
+            .args(["--redis", "redis://127.0.0.1:1/", "--addr", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("WQ_DASHBOARD_TOKEN")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--public-url", "https://ops.example.com/wq/"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("token"));
+    let empty = std::env::temp_dir().join(format!("wq-empty-token-{}", std::process::id()));
+    std::fs::write(&empty, "\n").unwrap();
+    let out = run(&["--token-file", &empty.display().to_string()]);
+    let _ = std::fs::remove_file(&empty);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("empty"));
+    let out = run(&["--token-file", "/nonexistent/wq-token"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
 fn serves_the_queues_and_hides_the_password() {
     let Some(server) = redis("pw-s3cret") else {
         return;
@@ -81,12 +106,14 @@ fn serves_the_queues_and_hides_the_password() {
     let mut child = Command::new(WQ)
         .args(["dashboard", "--addr", "127.0.0.1:0"])
         .env("WQ_REDIS_URL", &url)
+        .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let _dashboard = Stop(child);
+    let mut stderr = child.stderr.take().unwrap();
+    let mut dashboard = Stop(child);
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).unwrap();
     assert!(!line.contains("pw-s3cret"), "{line}");
@@ -104,7 +131,61 @@ fn serves_the_queues_and_hides_the_password() {
     assert!(!reply.contains("pw-s3cret"));
     let metrics = http_get(&addr, "/metrics");
     assert!(
-        metrics.contains("workqueue_depth{name=\"mail\"} 2"),
+        metrics.contains("workqueue_depth{name=\"mail\",source=\"redis\"} 2"),
         "{metrics}"
     );
+
+    // An action is logged to stderr: who, what, which queue, and what came of it.
+    let reply = http_post(&addr, "/api/queues/mail/pause");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains("\"message\":\"paused\""), "{reply}");
+    // SIGTERM stops it cleanly.
+    let pid = dashboard.0.id();
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = dashboard.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    let mut log = String::new();
+    stderr.read_to_string(&mut log).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("dashboard action"))
+        .unwrap_or_else(|| panic!("no audit line in {log:?}"));
+    for part in [
+        "client=127.0.0.1:",
+        "action=\"pause\"",
+        "queue=\"mail\"",
+        "result=\"ok\"",
+    ] {
+        assert!(line.contains(part), "{part} in {line}");
+    }
+    assert!(!log.contains("pw-s3cret"), "{log}");
+}
+
+fn http_post(addr: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nOrigin: http://{addr}\r\nX-Wq-Csrf: 1\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
 }

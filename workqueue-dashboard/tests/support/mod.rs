@@ -77,3 +77,17 @@ pub async fn post(app: &Router, path: &str, body: serde_json::Value) -> Reply {
     )
     .await
 }
+
+/// A `redis-server` that keeps its data in an append-only file, so a restart keeps the
+/// queues.
+pub(crate) fn durable_redis_server() -> Option<RedisServer> {
+    server::require_with(server::Durability::Always, &[])
+}
+
+/// A three-primary Redis Cluster of the test's own (workqueue-redis's test support).
+pub(crate) fn redis_cluster() -> Option<server::RedisCluster> {
+    if !server::require_binary() {
+        return None;
+    }
+    server::RedisCluster::start()
+}

@@ -1,0 +1,378 @@
+//! Who may use the dashboard: the token, the loopback rules, the public URL behind a reverse
+//! proxy, and the checks that keep another site from acting through an operator's browser.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, OriginalUri, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use subtle::ConstantTimeEq;
+
+use crate::api::AppState;
+use crate::refuse;
+
+pub(crate) const COOKIE: &str = "wq_dashboard_token";
+pub(crate) const CSRF_HEADER: &str = "x-wq-csrf";
+
+/// The URL operators open, when the dashboard is served behind a reverse proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PublicUrl {
+    /// `https` or `http`.
+    pub(crate) scheme: String,
+    /// The host and port as a browser sends them in `Host` (`ops.example.com`,
+    /// `ops.example.com:8443`).
+    pub(crate) host: String,
+    /// The path the dashboard is served under, ending with `/` (`/`, `/wq/`).
+    pub(crate) path: String,
+}
+
+impl PublicUrl {
+    /// Reads `https://host[:port][/path]`.
+    pub(crate) fn parse(url: &str) -> Result<Self, String> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| format!("{url:?} is no URL: give https://HOST[/PATH]"))?;
+        let scheme = scheme.to_ascii_lowercase();
+        if scheme != "https" && scheme != "http" {
+            return Err(format!("{url:?}: the scheme must be https or http"));
+        }
+        let (host, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, "/"),
+        };
+        if host.is_empty() || host.contains('@') || host.contains(['?', '#']) {
+            return Err(format!("{url:?}: expected a host, with no user name"));
+        }
+        let path = path.split(['?', '#']).next().unwrap_or("/");
+        let mut path = path.to_owned();
+        if !path.ends_with('/') {
+            path.push('/');
+        }
+        let host = host.to_ascii_lowercase();
+        // A browser leaves the default port out of `Host` and `Origin`.
+        let host = match (scheme.as_str(), host.rsplit_once(':')) {
+            ("https", Some((h, "443"))) | ("http", Some((h, "80"))) => h.to_owned(),
+            _ => host,
+        };
+        Ok(PublicUrl { scheme, host, path })
+    }
+
+    fn origin(&self) -> String {
+        format!("{}://{}", self.scheme, self.host)
+    }
+}
+
+/// Whether `host` (a `Host:` header, maybe with a port) names this machine.
+pub(crate) fn loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The client addresses a proxy in front says it forwarded for (`X-Forwarded-For`,
+/// `X-Real-IP`, `Forwarded: for=`); unreadable ones are kept as text.
+pub(crate) fn forwarded_for(headers: &HeaderMap) -> Vec<String> {
+    let mut out = Vec::new();
+    for v in headers.get_all("x-forwarded-for") {
+        if let Ok(v) = v.to_str() {
+            out.extend(v.split(',').map(|a| a.trim().to_owned()));
+        }
+    }
+    if let Some(v) = headers.get("x-real-ip").and_then(|v| v.to_str().ok()) {
+        out.push(v.trim().to_owned());
+    }
+    for v in headers.get_all(header::FORWARDED) {
+        if let Ok(v) = v.to_str() {
+            for part in v.split([',', ';']) {
+                if let Some(addr) = part.trim().strip_prefix("for=") {
+                    out.push(addr.trim_matches('"').to_owned());
+                }
+            }
+        }
+    }
+    out.retain(|a| !a.is_empty());
+    out
+}
+
+/// Whether a forwarded address (`1.2.3.4`, `[::1]:80`, `127.0.0.1:5`) is loopback.
+fn loopback_addr(addr: &str) -> bool {
+    let bare = addr.trim_start_matches('[');
+    let bare = bare.split(']').next().unwrap_or(bare);
+    bare.parse::<IpAddr>()
+        .or_else(|_| bare.parse::<SocketAddr>().map(|s| s.ip()))
+        .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The peer's address, when the server records it (`into_make_service_with_connect_info`).
+pub(crate) fn peer(request: &Request) -> Option<SocketAddr> {
+    request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0)
+}
+
+fn cookie_token(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v)
+}
+
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+/// The action a refused `POST` asked for, for the audit log.
+fn action_of_path(path: &str) -> &'static str {
+    let tail = |s: &str| path.ends_with(s);
+    if tail("/pause") {
+        "pause"
+    } else if tail("/resume") {
+        "resume"
+    } else if tail("/dead-letters/requeue-all") {
+        "requeue_dead_letters"
+    } else if tail("/dead-letters/purge") {
+        "purge_dead_letters"
+    } else if tail("/dead-letters/requeue") {
+        "requeue_dead_letter"
+    } else if tail("/dead-letters/delete") {
+        "delete_dead_letter"
+    } else if tail("/items/retry") {
+        "retry_now"
+    } else if tail("/items/remove") {
+        "remove"
+    } else if tail("/forget") {
+        "forget"
+    } else {
+        "unknown"
+    }
+}
+
+/// Authentication, DNS-rebinding and CSRF checks, and the read-only switch.
+pub(crate) async fn guard(
+    State(state): State<AppState>,
+    OriginalUri(original): OriginalUri,
+    request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let public = state.public.as_ref();
+    let peer = peer(&request);
+    match &state.config.token {
+        None => {
+            if let Some(peer) = peer
+                && !peer.ip().is_loopback()
+            {
+                return refuse(
+                    StatusCode::FORBIDDEN,
+                    "without a token the dashboard answers clients on this machine only",
+                );
+            }
+            if forwarded_for(headers).iter().any(|a| !loopback_addr(a)) {
+                return refuse(
+                    StatusCode::FORBIDDEN,
+                    "without a token the dashboard answers clients on this machine only \
+                     (a proxy forwarded this request)",
+                );
+            }
+            if !loopback_host(&host) && public.is_none_or(|p| p.host != host) {
+                return refuse(
+                    StatusCode::FORBIDDEN,
+                    "without a token the dashboard answers loopback hosts only",
+                );
+            }
+        }
+        Some(token) => {
+            let bearer = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
+            let ok = bearer.is_some_and(|b| same(b, token))
+                || cookie_token(headers).is_some_and(|c| same(c, token));
+            if !ok {
+                // One visit to `/?token=T` sets the cookie and drops the token from the URL.
+                let query = request.uri().query().unwrap_or("");
+                let given = query
+                    .split('&')
+                    .filter_map(|kv| kv.split_once('='))
+                    .find(|(k, _)| *k == "token")
+                    .map(|(_, v)| v);
+                if request.method() == Method::GET
+                    && request.uri().path() == "/"
+                    && given.is_some_and(|g| same(g, token))
+                {
+                    return token_cookie(token, public, original.path());
+                }
+                return refuse(StatusCode::UNAUTHORIZED, "a token is needed");
+            }
+        }
+    }
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        let why = if state.config.read_only || !state.any_actions() {
+            Some("the dashboard is read-only")
+        } else if headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()) != Some("1") {
+            Some("missing the X-Wq-Csrf header")
+        } else if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
+            && site != "same-origin"
+            && site != "none"
+        {
+            Some("cross-site request")
+        } else if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok())
+            && !same_origin(origin, &host, public)
+        {
+            Some("cross-origin request")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            let path = request.uri().path().to_owned();
+            crate::api::audit_refused(&state, &request, action_of_path(&path), why);
+            return refuse(StatusCode::FORBIDDEN, why);
+        }
+    }
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    h.insert(
+        "content-security-policy",
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Whether `origin` is the dashboard's own: the public URL's origin, or the origin of the
+/// `Host` the request came to.
+fn same_origin(origin: &str, host: &str, public: Option<&PublicUrl>) -> bool {
+    let origin = origin.to_ascii_lowercase();
+    if public.is_some_and(|p| p.origin() == origin) {
+        return true;
+    }
+    let bare = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .unwrap_or("");
+    !bare.is_empty() && bare == host
+}
+
+/// The answer to `/?token=T`: the cookie, and a redirect to the page without the token. The
+/// cookie is scoped to the dashboard's path (the public URL's, else the path the request
+/// came to) and `Secure` when the page is served over HTTPS.
+fn token_cookie(token: &str, public: Option<&PublicUrl>, original_path: &str) -> Response {
+    let path = match public {
+        Some(p) => p.path.clone(),
+        None => {
+            let p = original_path;
+            if p.ends_with('/') {
+                p.to_owned()
+            } else {
+                format!("{p}/")
+            }
+        }
+    };
+    let https = match public {
+        Some(p) => p.scheme == "https",
+        // Without a public URL no proxy is trusted (its `X-Forwarded-Proto` could be
+        // anyone's), and the dashboard itself speaks plain HTTP.
+        None => false,
+    };
+    let mut cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path={path}");
+    if https {
+        cookie.push_str("; Secure");
+    }
+    let mut response = Redirect::to("./").into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_public_url_is_read_as_a_browser_sends_it() {
+        let p = PublicUrl::parse("https://Ops.Example.com:443/wq").unwrap();
+        assert_eq!(
+            (p.scheme.as_str(), p.host.as_str(), p.path.as_str()),
+            ("https", "ops.example.com", "/wq/")
+        );
+        assert_eq!(p.origin(), "https://ops.example.com");
+        let p = PublicUrl::parse("http://10.0.0.5:8080").unwrap();
+        assert_eq!((p.host.as_str(), p.path.as_str()), ("10.0.0.5:8080", "/"));
+        for bad in ["ops.example.com", "ftp://x/", "https://", "https://u:p@x/"] {
+            assert!(PublicUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn forwarded_clients_are_read_from_every_header() {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", "203.0.113.9, 127.0.0.1".parse().unwrap());
+        h.insert("x-real-ip", "198.51.100.2".parse().unwrap());
+        h.insert(
+            header::FORWARDED,
+            "for=\"[2001:db8::1]:4711\";proto=https".parse().unwrap(),
+        );
+        let all = forwarded_for(&h);
+        assert_eq!(
+            all,
+            [
+                "203.0.113.9",
+                "127.0.0.1",
+                "198.51.100.2",
+                "[2001:db8::1]:4711"
+            ]
+        );
+        assert!(loopback_addr("127.0.0.1") && loopback_addr("[::1]:80"));
+        assert!(!loopback_addr("203.0.113.9") && !loopback_addr("[2001:db8::1]:4711"));
+        assert!(!loopback_addr("unknown"));
+    }
+
+    #[test]
+    fn origins_match_the_host_or_the_public_url() {
+        let p = PublicUrl::parse("https://ops.example.com/wq/").unwrap();
+        assert!(same_origin(
+            "https://ops.example.com",
+            "127.0.0.1:8080",
+            Some(&p)
+        ));
+        assert!(same_origin(
+            "http://127.0.0.1:8080",
+            "127.0.0.1:8080",
+            Some(&p)
+        ));
+        assert!(!same_origin(
+            "https://evil.example",
+            "127.0.0.1:8080",
+            Some(&p)
+        ));
+        assert!(!same_origin("null", "127.0.0.1:8080", None));
+        assert_eq!(
+            action_of_path("/x/api/queues/a/dead-letters/requeue-all"),
+            "requeue_dead_letters"
+        );
+    }
+}

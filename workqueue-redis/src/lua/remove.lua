@@ -1,0 +1,30 @@
+-- remove(item): an operator takes an item out of the queue. A queued item
+-- leaves its ready list, a delayed one its delay; an item being processed
+-- keeps its lease (its holder may still finish it), but a re-add pending for
+-- when that lease ends, and any delayed add, are dropped. An item no longer
+-- under a lease also loses its failure and stall counts. Dead letters are
+-- not touched (see dead_delete).
+-- ARGV[1] = item.
+-- Returns {queued, delayed, readd, counts}: 1 for each part that was removed.
+local x = ARGV[1]
+local processing = is_processing(x)
+local queued, readd = 0, 0
+if redis.call('SREM', K_DIRTY, x) == 1 then
+  if processing then
+    readd = 1
+  else
+    local p = prio_of(x)
+    queued = redis.call('LREM', lane(p), 1, x)
+    drop_lane_if_empty(p)
+  end
+end
+local delayed = redis.call('ZREM', K_DELAY, x)
+redis.call('HDEL', K_PRIO, x)
+local counts = 0
+if not processing then
+  counts = redis.call('HDEL', K_FAIL, x) + redis.call('HDEL', K_STALLS, x)
+  if counts > 0 then
+    counts = 1
+  end
+end
+return {queued, delayed, readd, counts}

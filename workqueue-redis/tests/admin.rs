@@ -1,0 +1,455 @@
+//! The operator's side over a live `redis-server`: one [`Admin`] connection for every queue
+//! (listing, figures, a restart of the server, a broken queue), pages of items from both ends
+//! with search, one item's detail, and the single-item actions, each keeping the queue's
+//! rules.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use support::server::{Durability, RedisServer, require, require_with};
+use workqueue::AddOptions;
+use workqueue_redis::{Admin, End, ItemState, RedisQueue, Retried};
+
+async fn admin(server: &RedisServer) -> Admin {
+    Admin::connect(redis::Client::open(server.url()).unwrap(), "wq")
+        .await
+        .unwrap()
+}
+
+async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {
+    RedisQueue::<String>::builder(name)
+        .url(server.url())
+        .check_persistence(false)
+        .build()
+        .await
+        .unwrap()
+}
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// The clients the server counts, less the one asking.
+async fn clients(server: &RedisServer) -> usize {
+    let mut con = raw(server).await;
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    list.lines().count() - 1
+}
+
+fn json(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_lists_every_queue_with_its_figures() {
+    let Some(server) = require() else { return };
+    for i in 0..60 {
+        let q = queue(&server, &format!("q{i:02}")).await;
+        for j in 0..=(i % 3) {
+            q.add(format!("item-{j}")).await.unwrap();
+        }
+        drop(q);
+    }
+    let q = queue(&server, "busy").await;
+    q.add("a".to_owned()).await.unwrap();
+    q.add("b".to_owned()).await.unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
+    q.add_after("later".to_owned(), Duration::from_secs(600))
+        .await
+        .unwrap();
+    q.add_rate_limited("flaky".to_owned()).await.unwrap();
+    q.add_rate_limited("flaky".to_owned()).await.unwrap();
+    q.pause().await.unwrap();
+    drop(q);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = clients(&server).await;
+
+    let admin = admin(&server).await;
+    let all = admin.overview().await.unwrap();
+    assert_eq!(all.len(), 61);
+    assert!(all.windows(2).all(|w| w[0].0 < w[1].0), "sorted by name");
+    for (name, summary) in &all {
+        let s = summary.as_ref().unwrap();
+        if let Some(i) = name.strip_prefix('q') {
+            let i: usize = i.parse().unwrap();
+            assert_eq!(s.depth, i % 3 + 1, "{name}");
+            assert_eq!(s.counters.adds, (i % 3 + 1) as u64, "{name}");
+        }
+    }
+    let busy = all.iter().find(|(n, _)| n == "busy").unwrap();
+    let busy = busy.1.as_ref().unwrap();
+    assert_eq!(
+        (busy.depth, busy.in_flight, busy.delayed, busy.failing),
+        (1, 1, 2, 1)
+    );
+    assert_eq!(busy.failures, 2);
+    assert!(busy.paused);
+    assert!(busy.longest_lease <= Duration::from_secs(60));
+    // Handles made by the admin share its one connection.
+    for (name, _) in &all {
+        let q: RedisQueue<String> = admin.queue(name).build().await.unwrap();
+        q.stats(1).await.unwrap();
+    }
+    assert_eq!(
+        clients(&server).await,
+        before + 1,
+        "one connection, whatever the number of queues and handles"
+    );
+    lease.done().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_the_wrong_type_breaks_only_its_own_queue() {
+    let Some(server) = require() else { return };
+    queue(&server, "good")
+        .await
+        .add("x".to_owned())
+        .await
+        .unwrap();
+    let mut con = raw(&server).await;
+    let _: () = con.set("wq:{bad}:ready", "not a list").await.unwrap();
+    let admin = admin(&server).await;
+    let all = admin.overview().await.unwrap();
+    let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["bad", "good"]);
+    let error = all[0].1.as_ref().unwrap_err().to_string();
+    assert!(error.contains("WRONGTYPE"), "{error}");
+    assert_eq!(all[1].1.as_ref().unwrap().depth, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_answers_again_after_the_server_restarts() {
+    let Some(mut server) = require_with(Durability::Always, &[]) else {
+        return;
+    };
+    queue(&server, "jobs")
+        .await
+        .add("x".to_owned())
+        .await
+        .unwrap();
+    let admin = admin(&server).await;
+    assert_eq!(admin.overview().await.unwrap().len(), 1);
+    let jobs: RedisQueue<String> = admin.queue("jobs").build().await.unwrap();
+
+    server.kill();
+    assert!(admin.overview().await.is_err(), "the server is down");
+    assert!(jobs.stats(1).await.is_err());
+    server.restart();
+    // The script cache is empty after the restart; the connection reconnects by itself.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let all = loop {
+        match admin.overview().await {
+            Ok(all) => break all,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no answer after the restart: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(all[0].1.as_ref().unwrap().depth, 1, "kept by the AOF");
+    assert_eq!(jobs.stats(1).await.unwrap().depth, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_reach_both_ends_of_a_long_dead_letter_list_and_search_it() {
+    let Some(server) = require_with(Durability::None, &[]) else {
+        return;
+    };
+    let q = queue(&server, "big").await;
+    // 30,000 dead letters, written as the scripts write them; one in the middle is special.
+    let mut con = raw(&server).await;
+    let n = 30_000;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(5_000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            let item = if *i == 17_345 {
+                json("needle-in-the-middle")
+            } else {
+                json(&format!("letter-{i}"))
+            };
+            let entry = serde_json::json!({
+                "item": item, "error": "boom", "at_ms": 1, "stalls": 0, "failures": 0,
+                "token": "1",
+            });
+            pipe.rpush("wq:{big}:dead", entry.to_string()).ignore();
+        }
+        let _: () = pipe.query_async(&mut con).await.unwrap();
+    }
+
+    let oldest = q
+        .page(ItemState::Dead, End::First, None, 50, None)
+        .await
+        .unwrap();
+    assert_eq!(oldest.total, n);
+    assert_eq!(oldest.entries.len(), 50);
+    assert_eq!(oldest.entries[0].item, json("letter-0"));
+    let second = q
+        .page(
+            ItemState::Dead,
+            End::First,
+            oldest.next.as_deref(),
+            50,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.entries[0].item, json("letter-50"));
+    let newest = q
+        .page(ItemState::Dead, End::Last, None, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(newest.entries[0].item, json(&format!("letter-{}", n - 1)));
+    assert_eq!(newest.entries[9].item, json(&format!("letter-{}", n - 10)));
+    let letter = newest.entries[0].dead.as_ref().unwrap();
+    assert_eq!(letter.error, "boom");
+
+    // The search looks at 10,000 entries per call at most: it takes two calls to reach the
+    // needle from the oldest end, and finds it once.
+    let mut cursor: Option<String> = None;
+    let mut found = Vec::new();
+    let mut calls = 0;
+    loop {
+        let page = q
+            .page(
+                ItemState::Dead,
+                End::First,
+                cursor.as_deref(),
+                20,
+                Some("NEEDLE"),
+            )
+            .await
+            .unwrap();
+        calls += 1;
+        found.extend(page.entries);
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(calls, 3, "30,000 entries in calls of 10,000");
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].item, json("needle-in-the-middle"));
+
+    // One dead letter by id: requeued once, then gone (idempotent).
+    let id = found[0].dead.as_ref().unwrap().id();
+    assert!(q.requeue_dead_letter_by_id(&id).await.unwrap());
+    assert!(!q.requeue_dead_letter_by_id(&id).await.unwrap());
+    assert_eq!(q.len().await.unwrap(), 1);
+    let other = newest.entries[1].dead.as_ref().unwrap().id();
+    assert!(q.delete_dead_letter_by_id(&other).await.unwrap());
+    assert!(!q.delete_dead_letter_by_id(&other).await.unwrap());
+    assert_eq!(q.stats(1).await.unwrap().dead, n - 2);
+    assert!(q.requeue_dead_letter_by_id("hex:zz").await.is_err());
+
+    // The purge drops the list with UNLINK, in one call.
+    assert_eq!(q.purge_dead_letters().await.unwrap(), n - 2);
+    assert_eq!(q.stats(1).await.unwrap().dead, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_pages_follow_the_hand_out_order_across_priorities() {
+    let Some(server) = require() else { return };
+    let q = queue(&server, "prio").await;
+    for (item, p) in [("a", 0), ("b", 5), ("c", -2), ("d", 0), ("e", 5), ("f", 9)] {
+        q.add_with(item.to_owned(), AddOptions::default().priority(p))
+            .await
+            .unwrap();
+    }
+    let first = q
+        .page(ItemState::Ready, End::First, None, 100, None)
+        .await
+        .unwrap();
+    let order: Vec<(String, Option<i32>)> = first
+        .entries
+        .iter()
+        .map(|e| (e.item.clone(), e.priority))
+        .collect();
+    let expected = [("f", 9), ("b", 5), ("e", 5), ("a", 0), ("d", 0), ("c", -2)];
+    assert_eq!(
+        order,
+        expected
+            .iter()
+            .map(|(i, p)| (json(i), Some(*p)))
+            .collect::<Vec<_>>()
+    );
+    // Pages of two from the last end, joined, are the same order reversed.
+    let mut back = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = q
+            .page(ItemState::Ready, End::Last, cursor.as_deref(), 2, None)
+            .await
+            .unwrap();
+        back.extend(page.entries.into_iter().map(|e| e.item));
+        match page.next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    back.reverse();
+    assert_eq!(
+        back,
+        first
+            .entries
+            .iter()
+            .map(|e| e.item.clone())
+            .collect::<Vec<_>>()
+    );
+    // The detail of a queued item tells its place in line.
+    let info = q.inspect(&"e".to_owned()).await.unwrap();
+    assert!(info.queued);
+    assert_eq!((info.priority, info.position), (5, Some(2)));
+    // What the pages said is what the queue hands out.
+    for (item, _) in expected {
+        let lease = q.try_get().await.unwrap().into_lease().unwrap();
+        assert_eq!(lease.item(), item);
+        lease.done().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_now_and_remove_keep_the_queues_rules() {
+    let Some(server) = require() else { return };
+    // Failures back off for minutes, so nothing comes due during the test.
+    let q: RedisQueue<String> = RedisQueue::builder("ops")
+        .url(server.url())
+        .check_persistence(false)
+        .rate_limit(workqueue_redis::RateLimit::exponential(
+            Duration::from_secs(300),
+            Duration::from_secs(900),
+        ))
+        .build()
+        .await
+        .unwrap();
+    q.add_after("later".to_owned(), Duration::from_secs(600))
+        .await
+        .unwrap();
+    q.add_rate_limited("flaky".to_owned()).await.unwrap();
+    let delayed = q
+        .page(ItemState::Delayed, End::First, None, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(delayed.total, 2);
+    assert!(delayed.entries[0].due_in.unwrap() <= Duration::from_secs(600));
+
+    // A delayed item runs now, once; a second call changes nothing.
+    assert_eq!(q.retry_now(&json("later")).await.unwrap(), Retried::Queued);
+    assert_eq!(
+        q.retry_now(&json("later")).await.unwrap(),
+        Retried::AlreadyQueued
+    );
+    assert_eq!(
+        q.retry_now(&json("nobody")).await.unwrap(),
+        Retried::Unknown
+    );
+    assert_eq!(q.len().await.unwrap(), 1);
+    assert_eq!(q.delayed_len().await.unwrap(), 1);
+
+    // A failing item keeps its count when retried now.
+    assert_eq!(q.retry_now(&json("flaky")).await.unwrap(), Retried::Queued);
+    assert_eq!(q.num_requeues("flaky".to_owned()).await.unwrap(), 1);
+    let failing = q
+        .page(ItemState::Failing, End::First, None, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(failing.entries[0].failures, Some(1));
+
+    // Under a lease: nothing to bring forward, until a delayed re-add is pending.
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
+    assert_eq!(
+        lease.item(),
+        "later",
+        "FIFO: retried first, handed out first"
+    );
+    assert_eq!(
+        q.retry_now(&json("later")).await.unwrap(),
+        Retried::InFlight
+    );
+    q.add_after("later".to_owned(), Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert_eq!(
+        q.retry_now(&json("later")).await.unwrap(),
+        Retried::Deferred
+    );
+    let info = q.inspect(&"later".to_owned()).await.unwrap();
+    assert!(info.readded && info.lease.is_some() && !info.queued);
+    assert_eq!(info.lease.as_ref().unwrap().token, lease.token());
+
+    // Remove: a leased item keeps its lease, only the pending re-add goes; done works.
+    let removed = q.remove(&json("later")).await.unwrap();
+    assert!(removed.readd && !removed.queued);
+    lease.done().await.unwrap();
+    assert!(q.inspect(&"later".to_owned()).await.unwrap().is_unknown());
+
+    // Remove a queued item: it is gone with its failure count, and a new add queues it once.
+    let removed = q.remove(&json("flaky")).await.unwrap();
+    assert!(removed.queued && removed.counts);
+    assert!(!q.remove(&json("flaky")).await.unwrap().any(), "idempotent");
+    assert_eq!(q.len().await.unwrap(), 0);
+    q.add("flaky".to_owned()).await.unwrap();
+    q.add("flaky".to_owned()).await.unwrap();
+    assert_eq!(q.len().await.unwrap(), 1, "dedup holds after a remove");
+}
+
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_listing_scans_every_primary() {
+    if !support::server::require_binary() {
+        return;
+    }
+    let Some(cluster) = support::server::RedisCluster::start() else {
+        return;
+    };
+    let urls = cluster.urls();
+    let names: Vec<String> = (0..30).map(|i| format!("c{i}")).collect();
+    for name in &names {
+        let q: RedisQueue<String> = RedisQueue::builder(name.as_str())
+            .cluster(urls.clone())
+            .check_persistence(false)
+            .build()
+            .await
+            .unwrap();
+        q.add("x".to_owned()).await.unwrap();
+    }
+    // The queues' slots are spread over the three primaries.
+    let mut per_node = Vec::new();
+    for node in &cluster.nodes {
+        let mut con = raw(node).await;
+        let keys: Vec<String> = con.keys("wq:{*}:ready").await.unwrap();
+        per_node.push(keys.len());
+    }
+    assert!(per_node.iter().all(|&n| n > 0), "{per_node:?}");
+
+    let admin = Admin::connect_cluster(urls, "wq").await.unwrap();
+    let mut listed: Vec<String> = admin
+        .overview()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(name, s)| {
+            assert_eq!(s.unwrap().depth, 1);
+            name
+        })
+        .collect();
+    listed.sort();
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(listed, expected);
+    let q: RedisQueue<String> = admin.queue("c7").build().await.unwrap();
+    assert!(q.pause().await.unwrap());
+    assert!(q.try_get().await.unwrap().is_empty());
+}
