@@ -541,12 +541,14 @@ async fn batched_adds_give_the_answers_of_adds_one_by_one() {
     let batched = queue(&server, "batch", Duration::from_secs(10)).await;
     let single = queue(&server, "single", Duration::from_secs(10)).await;
     // More adds than one script run takes, with duplicates, delays, and duplicates of delayed
-    // items (the earliest ready time wins).
+    // items (the earliest ready time wins). The delays outlast the adds one by one: an add of
+    // an item whose delay ran out is a duplicate (it is queued from its due time on), so a
+    // shorter delay would make the answers depend on how long the adds took.
     let adds: Vec<(String, Duration)> = (0..700_u64)
         .map(|i| {
             let delay = match i % 7 {
-                0 => Duration::from_millis(300 + i % 5),
-                3 => Duration::from_millis(50),
+                0 => Duration::from_millis(6000 + i % 5),
+                3 => Duration::from_millis(5000),
                 _ => Duration::ZERO,
             };
             (format!("k{}", (i * 13) % 450), delay)
@@ -560,8 +562,7 @@ async fn batched_adds_give_the_answers_of_adds_one_by_one() {
     let kinds: Vec<AddKind> = added.iter().map(|a| a.kind).collect();
     assert_eq!(kinds, expected);
     assert!(added.windows(2).all(|w| w[0].seq < w[1].seq));
-    // Every distinct item is queued or waiting for its delay, once (which of the two depends
-    // on how long the adds one by one took).
+    // Every distinct item is queued or waiting for its delay, once.
     for q in [&batched, &single] {
         let held = q.len().await.unwrap() + q.delayed_len().await.unwrap();
         assert_eq!(held, 450);
