@@ -174,7 +174,7 @@ async fn initial_list_reconciles_every_object_once() {
     names.sort();
     assert_eq!(names, ["web-0", "web-1", "web-2"]);
     assert_eq!(controller.store().state().len(), 3);
-    let summary = controller.shut_down().await;
+    let summary = controller.shut_down().await.unwrap();
     assert_eq!(summary.processed, 3);
     assert_eq!(summary.succeeded, 3);
     assert_eq!(server.requests().lists, 1);
@@ -204,7 +204,7 @@ async fn live_changes_overtake_listed_objects() {
     })
     .await;
     assert_eq!(recorder.names()[..2], ["blocker", "live"]);
-    controller.shut_down().await;
+    controller.shut_down().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,7 +234,7 @@ async fn updates_while_queued_are_coalesced_into_one_reconcile_of_the_latest() {
 
     eventually("web reconciled", || recorder.count("web") == 1).await;
     eventually("all done", || *recorder.finished.lock().unwrap() == 3).await;
-    let summary = controller.shut_down().await;
+    let summary = controller.shut_down().await.unwrap();
     assert_eq!(recorder.count("web"), 1);
     assert!(
         recorder
@@ -266,7 +266,7 @@ async fn an_object_deleted_while_queued_is_done_without_a_reconcile() {
     recorder.open();
 
     eventually("doomed's key handled", || controller.objects_gone() == 1).await;
-    let summary = controller.shut_down().await;
+    let summary = controller.shut_down().await.unwrap();
     assert_eq!(
         recorder.count("doomed"),
         1,
@@ -310,7 +310,7 @@ async fn a_relist_after_410_enters_at_list_priority() {
     let mut relisted = names[5..].to_vec();
     relisted.sort();
     assert_eq!(relisted, ["blocker", "listed-0", "listed-1"]);
-    controller.shut_down().await;
+    controller.shut_down().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -352,7 +352,7 @@ async fn dropped_watches_and_bookmarks_resume_without_a_relist() {
     assert_eq!(server.requests().lists, 1, "no relist");
     assert_eq!(server.requests().watches, 3);
     assert_eq!(recorder.calls().last().unwrap().1, "v3");
-    controller.shut_down().await;
+    controller.shut_down().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,7 +413,7 @@ async fn failures_back_off_per_object_and_give_up() {
     assert_eq!(queue.num_requeues(&fine), 0);
     assert_eq!(queue.num_requeues(&broken), 0, "forgotten when given up");
     assert_eq!(*given_up.lock().unwrap(), ["broken"]);
-    let summary = controller.shut_down().await;
+    let summary = controller.shut_down().await.unwrap();
     assert_eq!(
         (summary.retried, summary.given_up, summary.succeeded),
         (2, 1, 1)
@@ -448,7 +448,7 @@ async fn a_requeue_action_adds_the_object_back_after_its_delay() {
     assert_eq!(queue.len(), 0);
     clock.step(Duration::from_secs(1));
     eventually("the requeue", || *calls.lock().unwrap() == 2).await;
-    let summary = controller.shut_down().await;
+    let summary = controller.shut_down().await.unwrap();
     assert_eq!(
         summary.retried, 2,
         "a requeue counts as a retry (RetryAfter)"
@@ -495,7 +495,7 @@ async fn reconciles_run_in_parallel_but_never_two_for_one_object() {
 
     assert_eq!(*recorder.peak.lock().unwrap(), 4);
     assert!(!*recorder.overlapped.lock().unwrap());
-    controller.shut_down().await;
+    controller.shut_down().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -516,7 +516,7 @@ async fn a_named_queue_exports_the_workqueue_series() {
         *recorder.finished.lock().unwrap() == 3
     })
     .await;
-    let _ = controller.shut_down().await;
+    let _ = controller.shut_down().await.unwrap();
 
     let mut text = String::new();
     encode(&mut text, &registry).unwrap();
@@ -551,7 +551,7 @@ async fn a_stop_lets_the_reconciles_in_flight_finish() {
     let stopping = tokio::spawn(controller.shut_down());
     eventually("the stop", || stop.is_stopped()).await;
     recorder.open();
-    let summary = stopping.await.unwrap();
+    let summary = stopping.await.unwrap().unwrap();
 
     assert!(summary.is_drained());
     assert_eq!(summary.processed, 3, "the three in flight finished");
@@ -691,7 +691,7 @@ async fn a_custom_resource_is_reconciled_for_its_owned_and_watched_objects() {
     })
     .await;
 
-    controller.shut_down().await;
+    controller.shut_down().await.unwrap();
     assert_eq!(count("alpha"), 3);
     assert_eq!(count("beta"), 3);
 }
@@ -725,7 +725,7 @@ async fn a_panicking_reconcile_is_retried_and_the_controller_goes_on() {
         attempts.get("crashy") == Some(&2) && attempts.get("calm") == Some(&1)
     })
     .await;
-    let summary = controller.shut_down().await;
+    let summary = controller.shut_down().await.unwrap();
     assert_eq!(
         (summary.panicked, summary.retried, summary.succeeded),
         (1, 1, 2)
@@ -756,7 +756,7 @@ async fn outside_triggers_reconcile_one_object_or_all() {
     })
     .await;
 
-    controller.shut_down().await;
+    controller.shut_down().await.unwrap();
     assert_eq!(
         ["web-0", "web-1", "web-2"].map(|name| recorder.count(name)),
         [2, 3, 2]

@@ -118,7 +118,7 @@ async fn replicas_sharing_a_redis_queue_reconcile_each_object_one_at_a_time() {
     eventually("every change reconciled", || reconciled_at("v2") == 20).await;
 
     for replica in replicas {
-        let summary = replica.shut_down().await;
+        let summary = replica.shut_down().await.unwrap();
         assert!(summary.is_drained());
     }
     assert!(
