@@ -10,14 +10,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use workqueue::clock::FakeClock;
 use workqueue::metrics::prometheus::PrometheusMetrics;
@@ -26,37 +24,8 @@ use workqueue::{Outcome, WorkQueue};
 use workqueue_kube::Controller;
 use workqueue_kube::testing::FakeApiServer;
 
-/// Waits until `done` holds, checking every 5 ms; fails after 20 s.
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..4000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-fn configmap(name: &str, value: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some("default".to_owned()),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([("value".to_owned(), value.to_owned())])),
-        ..ConfigMap::default()
-    }
-}
-
-fn value_of(configmap: &ConfigMap) -> String {
-    configmap
-        .data
-        .as_ref()
-        .and_then(|data| data.get("value"))
-        .cloned()
-        .unwrap_or_default()
-}
+mod support;
+use support::{Widget, configmap, eventually, value_of, widget};
 
 /// What the reconciles saw, and the gate that holds the object named `blocker`.
 struct Recorder {
@@ -562,50 +531,6 @@ async fn a_stop_lets_the_reconciles_in_flight_finish() {
         "no new reconcile after the stop"
     );
     assert_eq!(summary.left_in_queue, 3);
-}
-
-/// A custom resource, typed by hand (kube's derive would need its `derive` feature).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct Widget {
-    metadata: ObjectMeta,
-    spec: WidgetSpec,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct WidgetSpec {
-    size: u32,
-}
-
-impl k8s_openapi::Resource for Widget {
-    const API_VERSION: &'static str = "example.com/v1";
-    const GROUP: &'static str = "example.com";
-    const KIND: &'static str = "Widget";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "widgets";
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for Widget {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-fn widget(name: &str, size: u32) -> Widget {
-    Widget {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some("default".to_owned()),
-            ..ObjectMeta::default()
-        },
-        spec: WidgetSpec { size },
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
