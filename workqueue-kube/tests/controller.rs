@@ -618,6 +618,13 @@ async fn a_custom_resource_is_reconciled_for_its_owned_and_watched_objects() {
 
     controller.shut_down().await.unwrap();
     assert_eq!(count("alpha"), 3);
+    // `owns` listed and watched the config maps' metadata only; `watches` the whole objects.
+    assert_eq!(
+        server.requests().metadata_only,
+        2,
+        "{:?}",
+        server.requests()
+    );
     assert_eq!(count("beta"), 3);
 }
 
@@ -686,4 +693,50 @@ async fn outside_triggers_reconcile_one_object_or_all() {
         ["web-0", "web-1", "web-2"].map(|name| recorder.count(name)),
         [2, 3, 2]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_before_the_first_list_waits_for_the_store() {
+    let server = FakeApiServer::start().await;
+    for name in ["web-0", "web-1"] {
+        server.apply(&configmap(name, "v1"));
+    }
+    // The first lists fail (a missing RBAC rule, say) until the test allows them.
+    server.forbid::<ConfigMap>();
+    let (one, requests) = futures::channel::mpsc::unbounded();
+    one.unbounded_send(ObjectRef::new("web-0").within("default"))
+        .unwrap();
+    let recorder = Recorder::new();
+    let controller = Controller::new(configmaps(&server), watcher::Config::default())
+        .trigger_backoff(|| support::Every(Duration::from_millis(20)))
+        .reconcile_on(requests)
+        .run(reconcile, recorder.clone());
+
+    // The trigger's key is queued, and lists keep failing after it was.
+    eventually("the key queued and lists refused", || {
+        controller.feed_stats().added == 1 && controller.feed_stats().watch_errors >= 3
+    })
+    .await;
+    assert_eq!(controller.queue().len(), 1, "kept in the queue");
+    assert!(
+        recorder.calls().is_empty(),
+        "no reconcile on an empty store"
+    );
+    assert_eq!(
+        controller.objects_gone(),
+        0,
+        "no gone verdict on an empty store"
+    );
+
+    server.allow::<ConfigMap>();
+    controller.wait_until_ready().await;
+    eventually("both objects reconciled", || {
+        recorder.count("web-0") >= 1 && recorder.count("web-1") == 1
+    })
+    .await;
+    assert_eq!(controller.objects_gone(), 0);
+    let summary = controller.shut_down().await.unwrap();
+    // web-0's trigger and its listed key merge in the queue, or come one after the other.
+    assert!(recorder.count("web-0") <= 2);
+    assert_eq!(summary.succeeded, recorder.calls().len() as u64);
 }
