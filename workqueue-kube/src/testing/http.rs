@@ -373,8 +373,16 @@ fn patch(
     };
     let mut patched = old.clone();
     if content_type.starts_with("application/json-patch+json") {
-        let operations: json_patch::Patch = serde_json::from_slice(body)
+        let json_patch::Patch(mut operations) = serde_json::from_slice(body)
             .map_err(|error| ApiError::bad_request(format!("not a JSON patch: {error}")))?;
+        // The API server's JSON patch (evanphx/json-patch) passes a `test` for `null` at a
+        // path that does not exist; kube's finalizer helper relies on it.
+        operations.retain(|operation| match operation {
+            json_patch::PatchOperation::Test(test) => {
+                !(test.value.is_null() && patched.pointer(test.path.as_str()).is_none())
+            }
+            _ => true,
+        });
         json_patch::patch(&mut patched, &operations)
             .map_err(|error| ApiError::invalid(format!("the JSON patch failed: {error}")))?;
     } else if apply

@@ -46,6 +46,12 @@ pub(crate) fn value_of(configmap: &ConfigMap) -> String {
 /// A custom resource, typed by hand (kube's derive would need its `derive` feature).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Widget {
+    /// `example.com/v1`, as kube's `CustomResource` derive writes it.
+    #[serde(rename = "apiVersion", default)]
+    pub(crate) api_version: String,
+    /// `Widget`.
+    #[serde(default)]
+    pub(crate) kind: String,
     pub(crate) metadata: ObjectMeta,
     pub(crate) spec: WidgetSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,6 +91,8 @@ impl k8s_openapi::Metadata for Widget {
 
 pub(crate) fn widget(name: &str, size: u32) -> Widget {
     Widget {
+        api_version: "example.com/v1".to_owned(),
+        kind: "Widget".to_owned(),
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
             namespace: Some("default".to_owned()),
