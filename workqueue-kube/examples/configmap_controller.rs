@@ -209,6 +209,11 @@ where
         })
         .shutdown_on_signal()
         .run(reconcile, context);
+    let stopping = running.stop_token().stopped();
+    tokio::spawn(async move {
+        stopping.await;
+        println!("stopping: the reconciles in flight finish; a second signal forces the stop");
+    });
     running.wait_until_ready().await;
     println!("ready: {} ConfigMaps listed", running.store().state().len());
     print_outcome(running.wait().await)
