@@ -15,7 +15,7 @@
 
 // The Redis tests' server helper: a `redis-server` of our own on a free port.
 #[path = "../../workqueue-redis/tests/support/server.rs"]
-#[allow(dead_code, unreachable_pub)]
+#[allow(unreachable_pub)]
 mod server;
 
 use std::future::Future;

@@ -18,7 +18,6 @@ mod example;
 
 // The Redis tests' server helper, shared rather than copied.
 #[path = "../../workqueue-redis/tests/support/server.rs"]
-#[allow(dead_code)]
 mod server;
 
 mod support;
