@@ -147,6 +147,8 @@
 //!   through [`Controller::for_stream`] if that matters);
 //! - a lease that expires while its reconcile still runs (a stalled replica) lets another
 //!   replica take the key: reconciles run at least once, not exactly once;
+//! - a Redis outage is waited out (adds and hand-outs retry), but a reconcile whose `done`
+//!   the outage cut off keeps its key until the lease expires (30 s by default);
 //! - work that is not per object (a periodic sweep, a singleton side effect) still needs one
 //!   leader: use a `coordination.k8s.io` Lease for that.
 //!

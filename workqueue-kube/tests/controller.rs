@@ -740,3 +740,41 @@ async fn a_trigger_before_the_first_list_waits_for_the_store() {
     assert!(recorder.count("web-0") <= 2);
     assert_eq!(summary.succeeded, recorder.calls().len() as u64);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_outage_is_survived_and_the_changes_meanwhile_reconciled() {
+    let mut server = FakeApiServer::start().await;
+    for name in ["web-0", "web-1"] {
+        server.apply(&configmap(name, "v1"));
+    }
+    let recorder = Recorder::new();
+    let controller = Controller::new(configmaps(&server), watcher::Config::default())
+        .trigger_backoff(|| support::Every(Duration::from_millis(20)))
+        .run(reconcile, recorder.clone());
+    eventually("the first list", || *recorder.finished.lock().unwrap() == 2).await;
+
+    // Down: watches end, connections are refused; the objects change meanwhile.
+    server.stop_serving();
+    server.apply(&configmap("web-0", "v2"));
+    server.delete::<ConfigMap>(Some("default"), "web-1");
+    server.apply(&configmap("web-2", "v1"));
+    eventually("the watcher failing", || {
+        controller.feed_stats().watch_errors >= 3
+    })
+    .await;
+    server.serve_again().await;
+
+    eventually("the changes reconciled", || {
+        recorder
+            .calls()
+            .contains(&("web-0".to_owned(), "v2".to_owned()))
+            && recorder.count("web-2") == 1
+            && controller.store().state().len() == 2
+    })
+    .await;
+    let summary = controller
+        .shut_down()
+        .await
+        .expect("an outage is not fatal");
+    assert_eq!(summary.given_up, 0);
+}

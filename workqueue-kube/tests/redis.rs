@@ -222,3 +222,62 @@ async fn a_list_enters_redis_in_batches_at_list_priority() {
     assert_eq!(calls.lock().unwrap()[1], "web-999");
     assert!(summary.is_drained());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_under_the_controller_is_survived() {
+    if !server::require_binary() {
+        return;
+    }
+    let mut redis = server::RedisServer::start().expect("redis-server starts");
+    let api = FakeApiServer::start().await;
+    api.apply(&configmap("web-0", "v1"));
+    let queue: RedisQueue<String> = RedisQueue::connect(&redis.url(), "configmaps")
+        .await
+        .unwrap();
+    let shared = Arc::new(Shared::default());
+    let controller = Controller::with_queue(
+        queue,
+        Api::<ConfigMap>::namespaced(api.client(), "default"),
+        watcher::Config::default(),
+    )
+    .run(
+        reconcile,
+        Arc::new(Replica {
+            id: 0,
+            shared: shared.clone(),
+        }),
+    );
+    let reconciled = |value: &str| {
+        shared
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(name, v, _)| name == "web-0" && v == value)
+    };
+    // Done with it (a `done` cut off by the outage would leave its lease to expire, 30 s).
+    eventually("the first reconcile", || {
+        reconciled("v1") && controller.stats().processed == 1
+    })
+    .await;
+
+    // Redis goes away (its data is on disk, appendfsync always); a change comes meanwhile.
+    redis.kill();
+    api.apply(&configmap("web-0", "v2"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _redis = tokio::task::spawn_blocking(move || {
+        redis.restart();
+        redis
+    })
+    .await
+    .unwrap();
+    eventually("the change reconciled after the restart", || {
+        reconciled("v2")
+    })
+    .await;
+    let summary = controller
+        .shut_down()
+        .await
+        .expect("a Redis restart is not fatal");
+    assert!(summary.is_drained());
+}

@@ -133,6 +133,14 @@ pub(super) async fn handle(
     };
     let watch = matches!(params.get("watch").map(String::as_str), Some("true" | "1"));
     let mut state = shared.lock();
+    if state.down {
+        return ApiError {
+            code: StatusCode::SERVICE_UNAVAILABLE,
+            reason: "ServiceUnavailable",
+            message: "the fake API server is down".to_owned(),
+        }
+        .into_response();
+    }
     if state.forbidden.contains(&target.resource) {
         state.requests.refused += 1;
         if watch {

@@ -115,8 +115,8 @@ pub struct FakeApiServer {
     shared: Arc<Shared>,
     /// `http://127.0.0.1:PORT`.
     url: String,
-    /// The accept loop.
-    server: JoinHandle<()>,
+    /// The accept loop, while the server serves.
+    server: Option<JoinHandle<()>>,
 }
 
 impl fmt::Debug for FakeApiServer {
@@ -149,6 +149,8 @@ struct ApiState {
     watch_generation: u64,
     /// The server was dropped: every watch ends.
     closed: bool,
+    /// The server stopped serving: requests on connections still open get `503`.
+    down: bool,
     /// Resource -> (apiVersion, kind), learned from the objects written.
     kinds: HashMap<String, (String, String)>,
     /// Resources refused with `403 Forbidden`.
@@ -266,19 +268,43 @@ impl FakeApiServer {
             state: Mutex::new(ApiState::default()),
             changed: watch::channel(0).0,
         });
-        let app = Router::new()
-            .fallback(http::handle)
-            .with_state(shared.clone());
-        let server = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, app).await {
-                tracing::error!(%error, "fake API server stopped");
-            }
-        });
+        let server = Some(serve(listener, shared.clone()));
         Self {
             shared,
             url,
             server,
         }
+    }
+
+    /// Stops serving, as an API server that goes down: open watches end, new connections
+    /// are refused, and requests on connections still open get `503 Service Unavailable`.
+    /// The objects stay (etcd keeps them), and tests may still change them;
+    /// [`serve_again`](Self::serve_again) brings the server back on the same address.
+    pub fn stop_serving(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+        let mut state = self.shared.lock();
+        state.down = true;
+        state.watch_generation += 1;
+        self.shared.notify(state);
+    }
+
+    /// Serves again on the same address after [`stop_serving`](Self::stop_serving).
+    ///
+    /// # Panics
+    ///
+    /// If the address cannot be bound again.
+    pub async fn serve_again(&mut self) {
+        if self.server.is_some() {
+            return;
+        }
+        let address = self.url.trim_start_matches("http://").to_owned();
+        let listener = TcpListener::bind(&address)
+            .await
+            .expect("bind the fake API server's address again");
+        self.shared.lock().down = false;
+        self.server = Some(serve(listener, self.shared.clone()));
     }
 
     /// The server's address, `http://127.0.0.1:PORT`.
@@ -455,7 +481,9 @@ impl Drop for FakeApiServer {
         let mut state = self.shared.lock();
         state.closed = true;
         self.shared.notify(state);
-        self.server.abort();
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
     }
 }
 
@@ -472,6 +500,16 @@ impl Shared {
         drop(state);
         self.changed.send_modify(|version| *version += 1);
     }
+}
+
+/// Serves the API on `listener` until aborted.
+fn serve(listener: TcpListener, shared: Arc<Shared>) -> JoinHandle<()> {
+    let app = Router::new().fallback(http::handle).with_state(shared);
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(%error, "fake API server stopped");
+        }
+    })
 }
 
 /// `K`'s resource key (`v1/configmaps`), apiVersion and kind.
