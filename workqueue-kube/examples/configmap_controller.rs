@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::error::Error;
 use std::fmt;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -150,13 +151,21 @@ fn kubeconfig_present() -> bool {
 }
 
 #[tokio::main]
-pub(crate) async fn main() -> Result<(), Box<dyn Error>> {
-    let options = options()?;
-    if kubeconfig_present() {
-        against_a_cluster(options).await
-    } else {
-        in_process().await;
-        Ok(())
+pub(crate) async fn main() -> ExitCode {
+    let outcome = match options() {
+        Err(error) => Err(error.into()),
+        Ok(options) if kubeconfig_present() => against_a_cluster(options).await,
+        Ok(_) => {
+            in_process().await;
+            Ok(())
+        }
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 

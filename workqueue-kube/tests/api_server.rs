@@ -412,3 +412,116 @@ async fn a_forbidden_kind_is_refused_with_403() {
         1
     );
 }
+
+/// Sends `request` (a whole HTTP/1.1 request but its `Host` and `Connection` headers) to the
+/// server; returns the status code and the body.
+async fn raw(
+    server: &FakeApiServer,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = server.url().trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+#[tokio::test]
+async fn hostile_requests_are_refused_and_change_nothing() {
+    let server = FakeApiServer::start().await;
+    server.apply(&configmap("web", "v1"));
+    let path = "/api/v1/namespaces/default/configmaps/web";
+    let merge = "Content-Type: application/merge-patch+json\r\n";
+    let json_patch = "Content-Type: application/json-patch+json\r\n";
+    for (method, path, headers, body, expected) in [
+        ("PATCH", path, merge, "{not json", 400),
+        ("PATCH", path, merge, "5", 400),
+        ("PATCH", path, json_patch, r#"{"op":"remove"}"#, 400),
+        (
+            "PATCH",
+            path,
+            json_patch,
+            r#"[{"op":"remove","path":"/nowhere/deep"}]"#,
+            422,
+        ),
+        ("PATCH", path, "Content-Type: text/plain\r\n", "{}", 415),
+        (
+            "PATCH",
+            path,
+            merge,
+            r#"{"metadata":{"name":"other"}}"#,
+            400,
+        ),
+        (
+            "PATCH",
+            path,
+            "Content-Type: application/apply-patch+yaml\r\n",
+            "{}",
+            400,
+        ),
+        ("PUT", path, "", "[]", 400),
+        ("PUT", path, "", r#"{"metadata":{"name":"other"}}"#, 400),
+        (
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "",
+            r#"{"kind":"ConfigMap"}"#,
+            422,
+        ),
+        (
+            "DELETE",
+            "/api/v1/namespaces/default/configmaps",
+            "",
+            "",
+            405,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/default/configmaps/web/status/extra",
+            "",
+            "",
+            404,
+        ),
+        ("GET", "/nothing/here", "", "", 404),
+        (
+            "GET",
+            "/api/v1/namespaces/default/configmaps?labelSelector=a%20in%20(",
+            "",
+            "",
+            400,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/default/configmaps?watch=true&fieldSelector=metadata.name",
+            "",
+            "",
+            400,
+        ),
+    ] {
+        let (code, answer) = raw(&server, method, path, headers, body).await;
+        assert_eq!(code, expected, "{method} {path} {body}: {answer}");
+    }
+    // Nothing changed: the object is as it was, at its first resource version.
+    let web = server.get::<ConfigMap>(Some("default"), "web").unwrap();
+    assert_eq!(support::value_of(&web), "v1");
+    assert_eq!(web.resource_version().as_deref(), Some("1"));
+    assert_eq!(server.resource_version(), 1);
+}

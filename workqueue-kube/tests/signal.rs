@@ -25,7 +25,7 @@ mod support;
 use std::io::{BufRead, BufReader};
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -280,17 +280,10 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-fn main() {
+fn main() -> ExitCode {
     if std::env::var_os(CHILD).is_some() {
-        // The example's own main, as its binary would run it.
-        let code = match example::main() {
-            Ok(()) => 0,
-            Err(error) => {
-                eprintln!("Error: {error}");
-                1
-            }
-        };
-        std::process::exit(code);
+        // The example's own main, as its binary runs it.
+        return example::main();
     }
     let tests: [(&str, fn()); 3] = [
         (
@@ -325,8 +318,10 @@ fn main() {
             }
         }
     }
-    if !failed.is_empty() {
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
         println!("failed: {failed:?}");
-        std::process::exit(1);
+        ExitCode::FAILURE
     }
 }

@@ -295,6 +295,16 @@ fn create(state: &mut ApiState, target: &Target, body: &Bytes) -> Answer {
     Ok((StatusCode::CREATED, written.object().clone()))
 }
 
+/// Refuses a body whose `metadata.name` is not the one in the URL.
+fn check_name(body: &Value, name: &str) -> Result<(), ApiError> {
+    match body["metadata"]["name"].as_str() {
+        Some(named) if named != name => Err(ApiError::bad_request(format!(
+            "the name of the object ({named}) does not match the name on the URL ({name})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Refuses a write that names a resource version other than the object's.
 fn check_version(old: &Value, new: &Value) -> Result<(), ApiError> {
     let asked = &new["metadata"]["resourceVersion"];
@@ -333,6 +343,7 @@ fn merge_status(old: &Value, mut new: Value, status_only: bool) -> Value {
 fn replace(state: &mut ApiState, target: &Target, name: &str, body: &Bytes) -> Answer {
     state.requests.writes += 1;
     let new = json_body(body)?;
+    check_name(&new, name)?;
     let key = key(target, name);
     let old = state
         .object(&key)
@@ -372,6 +383,7 @@ fn patch(
         }
         // Server-side apply creates what is not there.
         let mut object = json_body(body)?;
+        check_name(&object, name)?;
         learn_kind(state, target, &object)?;
         if !target.status {
             object.as_object_mut().expect("checked").remove("status");
@@ -408,6 +420,7 @@ fn patch(
     if !patched.is_object() {
         return Err(ApiError::invalid("the patch left no object"));
     }
+    check_name(&patched, name)?;
     check_version(&old, &patched)?;
     let written = state.write(&key, merge_status(&old, patched, target.status))?;
     Ok((StatusCode::OK, written.object().clone()))
