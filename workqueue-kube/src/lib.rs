@@ -201,6 +201,7 @@ mod key;
 pub mod metrics;
 mod outcome;
 mod policy;
+mod relations;
 mod running;
 mod sources;
 #[cfg(feature = "testing")]
