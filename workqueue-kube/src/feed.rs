@@ -132,17 +132,21 @@ where
                 () = async { let _ = ready.wait_for(|ready| *ready).await; }, if !main_synced => {
                     main_synced = true;
                 }
-                () = &mut deadline, if !synced => break self.not_synced(&metas, main_synced),
+                () = &mut deadline, if !synced => break Some(self.not_synced(&metas, main_synced)),
                 round = rounds.next() => match round {
                     Some(round) => {
                         if let Some(failure) = self.handle(round, &mut metas).await {
-                            break failure;
+                            break Some(failure);
                         }
                     }
                     // Every source ended: only outside triggers can (the others fail first).
-                    None => std::future::pending().await,
+                    None => break None,
                 },
             }
+        };
+        let Some(failure) = failure else {
+            // Nothing more to feed: the workers go on until the stop.
+            return stopped.await;
         };
         tracing::error!(controller = %self.controller, error = %failure, "the controller stops");
         self.failure.lock().get_or_insert(failure);
