@@ -19,6 +19,11 @@ use crate::error::ErrorKind;
 use crate::gate::{Admit, Gate};
 use crate::sources::{FeedItem, Role, Source};
 
+/// The first wait after a failed add; it doubles up to [`ADD_RETRY_MAX`].
+const ADD_RETRY_MIN: Duration = Duration::from_millis(50);
+/// The longest wait between two attempts to add keys to a failing backend.
+const ADD_RETRY_MAX: Duration = Duration::from_secs(5);
+
 /// Items handled per round: what the sources have ready, up to this many, is added in one
 /// call per priority (one round trip on a shared queue).
 const ROUND: usize = 512;
@@ -34,6 +39,8 @@ pub(crate) struct Counters {
     pub(crate) deferred: AtomicU64,
     /// Watcher failures (each retried after the watcher's backoff).
     pub(crate) watch_errors: AtomicU64,
+    /// Adds the queue failed (each retried).
+    pub(crate) add_errors: AtomicU64,
 }
 
 /// What a controller's feed has done so far: from [`Running::feed_stats`](crate::Running::feed_stats).
@@ -51,6 +58,9 @@ pub struct FeedStats {
     pub deferred: u64,
     /// Watcher failures seen (a watcher retries on its own after its backoff).
     pub watch_errors: u64,
+    /// Adds a shared queue failed (its server out of reach); each is retried with backoff
+    /// until it goes through, so no key is lost to an outage.
+    pub add_errors: u64,
     /// Objects backing off after a failure in this process now.
     pub backing_off: usize,
 }
@@ -62,6 +72,7 @@ impl Counters {
             held: self.held.load(Ordering::Relaxed),
             deferred: self.deferred.load(Ordering::Relaxed),
             watch_errors: self.watch_errors.load(Ordering::Relaxed),
+            add_errors: self.add_errors.load(Ordering::Relaxed),
             backing_off,
         }
     }
@@ -229,26 +240,40 @@ where
         }
         // Keys gathered before a failure are still added: the controller stops gracefully.
         for (std::cmp::Reverse(priority), keys) in batches {
-            let count = keys.len();
-            let options = AddOptions::default().priority(priority);
-            match self.queue.add_all_with(keys, options).await {
+            if !self.add(keys, priority).await {
+                // The queue is shut down, or the controller stopped: it is stopping.
+                return failure;
+            }
+        }
+        failure
+    }
+
+    /// Adds `keys` at `priority`, until the queue takes them: a shared backend's failure
+    /// (an outage) is retried with backoff, so that no change is lost to it; the watchers
+    /// wait meanwhile. Returns `false` if the queue is shut down or the controller stopped.
+    async fn add(&self, keys: Vec<Q::Item>, priority: i32) -> bool {
+        let count = keys.len();
+        let options = AddOptions::default().priority(priority);
+        let mut backoff = ADD_RETRY_MIN;
+        loop {
+            match self.queue.add_all_with(keys.clone(), options).await {
                 Ok(added) => {
                     self.counters
                         .added
                         .fetch_add(added as u64, Ordering::Relaxed);
-                    if added < count {
-                        // The queue is shut down: the controller is stopping.
-                        return failure;
-                    }
+                    return added == count;
                 }
-                // A shared backend's failure: the keys are lost for now, but the next event
-                // or relist of their objects brings them back.
                 Err(error) => {
-                    tracing::warn!(controller = %self.controller, %error, keys = count, "cannot add keys to the queue");
+                    self.counters.add_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(controller = %self.controller, %error, keys = count, retry_in = ?backoff, "cannot add keys to the queue; retrying");
+                    tokio::select! {
+                        () = self.stop.stopped() => return false,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(ADD_RETRY_MAX);
                 }
             }
         }
-        failure
     }
 
     /// Whether `key` goes to the queue now (see [`Gate::admit`]).

@@ -387,10 +387,13 @@ async fn kubes_finalizer_helper_runs_end_to_end_on_a_controller() {
         lifecycle.cleaned.lock().unwrap().len() == 1 && server.count::<Widget>() == 0
     })
     .await;
+    let controller_watch_errors = controller.feed_stats().watch_errors;
     let summary = controller.shut_down().await.unwrap();
     assert_eq!(*lifecycle.cleaned.lock().unwrap(), ["w"]);
     assert_eq!(summary.given_up, 0);
     assert_eq!(summary.retried, 0, "no patch conflicted");
+    // An empty server's first watch starts from now; nothing expired.
+    assert_eq!((server.requests().expired, controller_watch_errors), (0, 0));
 }
 
 #[tokio::test]

@@ -231,7 +231,11 @@ async fn a_redis_restart_under_the_controller_is_survived() {
     let mut redis = server::RedisServer::start().expect("redis-server starts");
     let api = FakeApiServer::start().await;
     api.apply(&configmap("web-0", "v1"));
-    let queue: RedisQueue<String> = RedisQueue::connect(&redis.url(), "configmaps")
+    // Calls give up after 200 ms of outage, so that the controller's own retries show.
+    let queue: RedisQueue<String> = RedisQueue::builder("configmaps")
+        .url(&redis.url())
+        .retry_deadline(Duration::from_millis(200))
+        .build()
         .await
         .unwrap();
     let shared = Arc::new(Shared::default());
@@ -264,7 +268,9 @@ async fn a_redis_restart_under_the_controller_is_survived() {
     // Redis goes away (its data is on disk, appendfsync always); a change comes meanwhile.
     redis.kill();
     api.apply(&configmap("web-0", "v2"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The change's add fails (the queue gives up after 200 ms); the controller keeps it and
+    // tries again until Redis is back.
+    eventually("an add failed", || controller.feed_stats().add_errors >= 2).await;
     let _redis = tokio::task::spawn_blocking(move || {
         redis.restart();
         redis

@@ -462,13 +462,14 @@ fn watch_response(
     if metadata_only {
         state.requests.metadata_only += 1;
     }
-    let from = params
+    let asked = params
         .get("resourceVersion")
         .and_then(|v| v.parse::<u64>().ok())
-        .filter(|&v| v != 0)
-        .unwrap_or(state.resource_version);
+        .filter(|&v| v != 0);
+    let from = asked.unwrap_or(state.resource_version);
     state.requests.watched_from = from;
-    if from <= state.expired_through {
+    // A watch from now never asks for an expired version (on an empty server "now" is 0).
+    if asked.is_some_and(|asked| asked <= state.expired_through) {
         state.requests.expired += 1;
         let error = ApiError {
             code: StatusCode::GONE,
@@ -481,8 +482,28 @@ fn watch_response(
         let event = json!({ "type": "ERROR", "object": error.status() });
         return ndjson(Body::from(format!("{event}\n")));
     }
+    // Without a resource version (or with "0"), a watch starts now with a synthetic `ADDED`
+    // for every object there is, as the API server's does.
+    let mut initial = String::new();
+    if asked.is_none() {
+        for ((resource, namespace, _), object) in &state.objects {
+            if *resource == target.resource
+                && target.namespace.as_ref().is_none_or(|ns| ns == namespace)
+                && selection.matches(object)
+            {
+                let object = if metadata_only {
+                    partial(object)
+                } else {
+                    object.clone()
+                };
+                initial.push_str(&json!({ "type": "ADDED", "object": object }).to_string());
+                initial.push('\n');
+            }
+        }
+    }
     let kind = state.kinds.get(&target.resource).cloned();
     let watch = Watch {
+        initial: (!initial.is_empty()).then_some(initial),
         position: state
             .log
             .partition_point(|entry| entry.resource_version <= from),
@@ -513,6 +534,8 @@ fn ndjson(body: Body) -> Response {
 
 /// An open watch: where it is in the log, and what ends it.
 struct Watch {
+    /// The synthetic `ADDED` events to send first, if any.
+    initial: Option<String>,
     /// The next log entry to look at.
     position: usize,
     /// The watch generation it was opened in; it ends when that moves on.
@@ -538,6 +561,9 @@ struct Watch {
 impl Watch {
     /// The next chunk of events, or `None` once the watch ends.
     async fn next_chunk(mut self) -> Option<(Result<Bytes, Infallible>, Self)> {
+        if let Some(initial) = self.initial.take() {
+            return Some((Ok(Bytes::from(initial)), self));
+        }
         loop {
             // Mark the current change seen before reading, so none is missed in between.
             self.changes.borrow_and_update();
