@@ -233,7 +233,7 @@ async fn a_redis_restart_under_the_controller_is_survived() {
     api.apply(&configmap("web-0", "v1"));
     // Calls give up after 200 ms of outage, so that the controller's own retries show.
     let queue: RedisQueue<String> = RedisQueue::builder("configmaps")
-        .url(&redis.url())
+        .url(redis.url())
         .retry_deadline(Duration::from_millis(200))
         .build()
         .await
