@@ -13,7 +13,7 @@
 //!
 //! Figures from a busy machine are indications, not benchmarks.
 
-// The Redis tests' server helper: a `redis-server` of our own on a free port.
+// The Redis tests' server module: a `redis-server` of our own on a free port.
 #[path = "../../workqueue-redis/tests/support/server.rs"]
 #[allow(unreachable_pub)]
 mod server;

@@ -96,7 +96,7 @@
 //!   deletion does.
 //! - **Gone objects.** A key whose object has left the store when it comes out (deleted while
 //!   queued) is done without a call, and counted in [`Running::objects_gone`]. Clean-up
-//!   on deletion belongs in finalizers (kube's `finalizer` helper works as with kube).
+//!   on deletion belongs in finalizers (kube's `finalizer` function works as with kube).
 //! - **Workers.** Reconciles run as `count` tokio tasks, in parallel on a multi-threaded
 //!   runtime. Panics are caught and retried, a per-reconcile `timeout` cancels a stuck one:
 //!   [`Workers`](workqueue::Workers) settings, given with [`Controller::workers`].

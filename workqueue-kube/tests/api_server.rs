@@ -1,5 +1,5 @@
 //! The in-process API server through kube's real client: single-object calls, patches and
-//! the status subresource, selectors, finalizers, and kube's `finalizer` helper end to end on
+//! the status subresource, selectors, finalizers, and kube's `finalizer` function end to end on
 //! a controller.
 
 use std::collections::BTreeMap;
@@ -344,7 +344,7 @@ struct Lifecycle {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubes_finalizer_helper_runs_end_to_end_on_a_controller() {
+async fn kubes_finalizer_function_runs_end_to_end_on_a_controller() {
     const FINALIZER: &str = "example.com/cleanup";
     let server = FakeApiServer::start().await;
     let widgets = Api::<Widget>::namespaced(server.client(), "default");
@@ -377,7 +377,7 @@ async fn kubes_finalizer_helper_runs_end_to_end_on_a_controller() {
         .create(&PostParams::default(), &widget("w", 1))
         .await
         .unwrap();
-    // The helper adds its finalizer (a JSON patch with a test), then applies.
+    // `finalizer` adds its finalizer (a JSON patch with a test), then applies.
     eventually("applied", || lifecycle.applied.lock().unwrap().len() == 1).await;
     let stored = server.get::<Widget>(Some("default"), "w").unwrap();
     assert_eq!(stored.finalizers(), [FINALIZER]);

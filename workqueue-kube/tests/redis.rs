@@ -3,7 +3,7 @@
 //! test's own (`redis-server` on a free loopback port); without the binary the test fails,
 //! unless `WQ_SKIP_REDIS_TESTS=1` outside CI.
 
-// The Redis tests' server helper, shared rather than copied.
+// The Redis tests' server module, shared rather than copied.
 #[path = "../../workqueue-redis/tests/support/server.rs"]
 mod server;
 

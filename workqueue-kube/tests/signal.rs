@@ -16,7 +16,7 @@
 #[allow(dead_code, unreachable_pub, missing_docs)]
 mod example;
 
-// The Redis tests' server helper, shared rather than copied.
+// The Redis tests' server module, shared rather than copied.
 #[path = "../../workqueue-redis/tests/support/server.rs"]
 mod server;
 

@@ -396,7 +396,7 @@ fn patch(
         let json_patch::Patch(mut operations) = serde_json::from_slice(body)
             .map_err(|error| ApiError::bad_request(format!("not a JSON patch: {error}")))?;
         // The API server's JSON patch (evanphx/json-patch) passes a `test` for `null` at a
-        // path that does not exist; kube's finalizer helper relies on it.
+        // path that does not exist; kube's `finalizer` function relies on it.
         operations.retain(|operation| match operation {
             json_patch::PatchOperation::Test(test) => {
                 !(test.value.is_null() && patched.pointer(test.path.as_str()).is_none())

@@ -22,7 +22,7 @@
 //!   resources; core kinds such as ConfigMaps have none, as on a real server); an object
 //!   with finalizers is deleted in two steps, a `deletionTimestamp` first, then its removal
 //!   once its last finalizer is gone (and no finalizer may be added meanwhile), so kube's
-//!   `finalizer` helper runs end to end.
+//!   `finalizer` function runs end to end.
 //!
 //! It is written here because no crate serves the Kubernetes API in process; kube's own
 //! tests mock the client's HTTP service instead of running a server.
