@@ -198,7 +198,7 @@ async fn run(runner: &str) {
                 .workers(|workers| workers.count(CONCURRENCY).retry_forever())
                 .run(reconcile, storm.clone());
             let server = settled.await;
-            controller.shut_down().await;
+            controller.shut_down().await.expect("no source failed");
             server
         }
         _ => {

@@ -1,25 +1,28 @@
-//! [`Controller`]: watchers feed a queue with object keys, and `Workers` reconcile them.
+//! [`Controller`]: the builder. Sources of keys (the main kind, `owns`, `watches`, streams,
+//! outside triggers), the queue, the workers' settings, the error policy and the stop.
 
 use std::fmt;
-use std::future::{self, Future};
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use futures::stream::{self, BoxStream, SelectAll};
-use futures::{Stream, StreamExt};
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream, StreamExt};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
-use tokio::task::JoinHandle;
-use workqueue::{
-    AddOptions, AsyncWorkers, HandlerError, IntoOutcome, Outcome, Queue, StopToken, Summary,
-    WorkQueue, Workers,
-};
+use workqueue::{Queue, WorkQueue, Workers};
 
-use crate::{ObjectKey, ReconcileResult};
+use crate::gate::ControllerQueue;
+use crate::policy::{self, ErrorAction, Policy};
+use crate::sources::{
+    self, BackoffFactory, Role, Source, SourceBuilder, object_items, watcher_items,
+};
+use crate::{ObjectKey, ReconcileResult, Running};
 
 /// The priority of keys from a watcher's list (the first one, and every relist after a watch
 /// expired) and from [`Controller::reconcile_all_on`]: controller-runtime's rule, so that a
@@ -30,23 +33,32 @@ pub const LIST_PRIORITY: i32 = -100;
 /// explicitly, it raises a key still queued from a list.
 pub const WATCH_PRIORITY: i32 = 0;
 
-/// Object references to add to the queue at one priority.
-type Batch<K> = (Vec<ObjectRef<K>>, i32);
+/// How long a stop waits for the reconciles in flight by default: within the 30 s Kubernetes
+/// gives a pod between `SIGTERM` and `SIGKILL`, with time left to hand leases back.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
 
-/// One source of batches: the main watcher, an `owns` or `watches` watcher, or a trigger.
-type Trigger<K> = BoxStream<'static, Batch<K>>;
+/// How long the main store and the watchers of `owns` and `watches` may take to complete
+/// their first list by default: controller-runtime's `CacheSyncTimeout`.
+pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The caller's settings for the pool, applied when the controller runs.
-type Configure<T, Q> = Box<dyn FnOnce(Workers<T, Q>) -> Workers<T, Q> + Send>;
+pub(crate) type Configure<Q> = Box<
+    dyn FnOnce(
+            Workers<<Q as Queue>::Item, ControllerQueue<Q>>,
+        ) -> Workers<<Q as Queue>::Item, ControllerQueue<Q>>
+        + Send,
+>;
 
 /// A kube-rs controller on a [`workqueue`] queue: a reflector [`Store`] and watchers feed the
 /// queue with object keys, and [`Workers`] reconcile them.
 ///
-/// - The main watcher's objects are keyed by their [`ObjectRef`] (as the queue's
-///   [`ObjectKey`] encoding); [`owns`](Self::owns) and [`watches`](Self::watches) map other
-///   kinds' events to keys of the main kind.
+/// - The main kind's objects are keyed by their [`ObjectRef`] (as the queue's
+///   [`ObjectKey`] encoding); [`owns`](Self::owns) and [`watches`](Self::watches) (and
+///   their `_stream` variants) map other kinds' objects to keys of the main kind.
 /// - Keys from a list enter at [`LIST_PRIORITY`] (-100), when the list is complete (the
 ///   store then holds every listed object); keys from watch events at [`WATCH_PRIORITY`] (0).
+/// - No key is handed to a worker before the main store has completed its first list;
+///   keys that come earlier (an outside trigger) wait in the queue.
 /// - An object changed many times while its key waits is reconciled once; an object is never
 ///   reconciled by two workers at once (the queue's rules, also across processes on a shared
 ///   backend).
@@ -54,9 +66,18 @@ type Configure<T, Q> = Box<dyn FnOnce(Workers<T, Q>) -> Workers<T, Q> + Send>;
 ///   before its key came out) is done without a call, and counted in
 ///   [`Running::objects_gone`]: as with kube's `Controller`, clean-up belongs in finalizers.
 /// - What the reconcile returns ([`ReconcileResult`]) says what happens next: done (the
-///   per-object failure count is forgotten), requeue after a delay, retry with the queue's
-///   per-object exponential backoff, or give up. Give-up, panic isolation, timeouts and
-///   graceful stop are [`Workers`]'s, set with [`workers`](Self::workers).
+///   per-object failure count is forgotten), requeue after a delay, retry, or give up. An
+///   error is retried with the queue's per-object exponential backoff for as long as it
+///   fails, unless an [`error_policy`](Self::error_policy) decides otherwise.
+/// - While an object waits for the retry of a failure, only a change of its spec (a new
+///   `metadata.generation`), the start of its deletion, or its deletion brings the retry
+///   forward: the status the failing reconcile wrote, a child it touched or a resync do not
+///   (they neither burn nor reset its backoff, kubernetes#132805). Kinds without a
+///   generation (ConfigMaps, Secrets) wait for the retry on every change.
+/// - A source that panics, or a stream of yours that ends, stops the controller with an
+///   [`Error`](crate::Error); watch failures are retried with the watcher's backoff, logged
+///   and counted (metrics, [`Running::feed_stats`]); a watcher whose first list does not
+///   complete within the [`sync_timeout`](Self::sync_timeout) stops the controller.
 ///
 /// # Examples
 ///
@@ -69,16 +90,30 @@ where
     K::DynamicType: Eq + Hash,
     Q: Queue,
 {
-    /// The queue the triggers feed and the workers drain.
-    queue: Q,
+    /// The queue the caller chose, if any.
+    queue: Option<Q>,
+    /// Builds the default queue (named, with metrics) when none was chosen.
+    default_queue: Option<fn(&str) -> Q>,
+    /// The controller's name: the default queue's, and the metrics label.
+    name: Option<String>,
     /// The main kind's dynamic type (`()` for static types).
-    dyntype: K::DynamicType,
+    pub(crate) dyntype: K::DynamicType,
     /// The main watcher's objects, read by the reconcile.
-    store: Store<K>,
-    /// Every source of keys, the main watcher first.
-    triggers: Vec<Trigger<K>>,
+    pub(crate) store: Store<K>,
+    /// Every source of keys, the main one first.
+    pub(crate) sources: Vec<SourceBuilder<K>>,
     /// The caller's pool settings, if any.
-    configure: Option<Configure<Q::Item, Q>>,
+    configure: Option<Configure<Q>>,
+    /// The caller's error policy, if any.
+    error_policy: Option<Policy<K>>,
+    /// Makes the backoff of each watcher.
+    backoff: BackoffFactory,
+    /// How long the first lists may take.
+    sync_timeout: Duration,
+    /// Futures that start a graceful stop.
+    graceful: Vec<BoxFuture<'static, ()>>,
+    /// Whether SIGTERM and Ctrl-C stop the controller (a second one by force).
+    on_signal: bool,
 }
 
 impl<K, Q> fmt::Debug for Controller<K, Q>
@@ -89,23 +124,172 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Controller")
-            .field("queue", &self.queue.name())
-            .field("triggers", &self.triggers.len())
+            .field("queue", &self.queue.as_ref().map(Queue::name))
+            .field("name", &self.name)
+            .field("sources", &self.sources.len())
+            .field("sync_timeout", &self.sync_timeout)
+            .field("on_signal", &self.on_signal)
             .finish_non_exhaustive()
     }
+}
+
+/// The default queue: in memory, client-go's default controller rate limiter, named, and
+/// reporting to the process-wide metrics registry (feature `prometheus`).
+fn default_queue<K>(name: &str) -> WorkQueue<ObjectRef<K>>
+where
+    K: Resource + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    let builder = WorkQueue::builder().name(name);
+    #[cfg(feature = "prometheus")]
+    let builder = builder.metrics(crate::metrics::provider());
+    builder.build()
 }
 
 impl<K> Controller<K>
 where
     K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + fmt::Debug + Send + Sync + 'static,
 {
-    /// A controller for the objects `api` lists and watches with `config`, on a new unnamed
-    /// in-memory [`WorkQueue`] with client-go's default controller rate limiter. This is
-    /// kube's `Controller::new`.
-    pub fn new(api: Api<K>, config: watcher::Config) -> Self {
-        Controller::with_queue(WorkQueue::new(), api, config)
+    /// A controller for the objects `api` lists and watches with `config`, on an in-memory
+    /// [`WorkQueue`] with client-go's default controller rate limiter, named after the kind
+    /// (lowercase, as controller-runtime does) so that its workqueue metrics appear in
+    /// [`metrics`](crate::metrics) (feature `prometheus`). This is kube's
+    /// `Controller::new`.
+    pub fn new(api: Api<K>, config: watcher::Config) -> Self
+    where
+        K::DynamicType: Default,
+    {
+        Self::new_with(api, config, K::DynamicType::default())
     }
+
+    /// [`new`](Self::new) for a kind known only at run time (`DynamicObject`). This is
+    /// kube's `Controller::new_with`.
+    pub fn new_with(api: Api<K>, config: watcher::Config, dyntype: K::DynamicType) -> Self {
+        let (store, main) = watch_main(api, config, dyntype.clone());
+        Self::from_parts(None, Some(default_queue::<K>), dyntype, store, main)
+    }
+
+    /// A controller whose main objects come from `trigger`, a stream you build from kube's
+    /// watcher (filtered with `predicate_filter`, say, or metadata only), with `reader` the
+    /// store your reflector fills. This is kube's `Controller::for_stream`.
+    ///
+    /// The stream's items are added at [`WATCH_PRIORITY`] (a stream of objects does not say
+    /// which came from a list). No key is handed out before `reader` is ready, so the
+    /// stream must go through a reflector (`.reflect(writer)`). If the stream ends, the
+    /// controller stops with [`ErrorKind::TriggerEnded`](crate::ErrorKind::TriggerEnded).
+    ///
+    /// # Examples
+    ///
+    /// Reconcile only on changes of the spec (not on status writes):
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::apps::v1::Deployment;
+    /// # use kube::runtime::{predicates, reflector, watcher, WatchStreamExt};
+    /// # use kube::Api;
+    /// # use workqueue_kube::Controller;
+    /// # async fn doc(api: Api<Deployment>) {
+    /// let (reader, writer) = reflector::store();
+    /// let deployments = watcher(api, watcher::Config::default())
+    ///     .default_backoff()
+    ///     .reflect(writer)
+    ///     .applied_objects()
+    ///     .predicate_filter(predicates::generation, Default::default());
+    /// let summary = Controller::for_stream(deployments, reader)
+    ///     .shutdown_on_signal()
+    ///     .run(|_: Arc<Deployment>, _: Arc<()>| async { }, Arc::new(()))
+    ///     .wait()
+    ///     .await;
+    /// # }
+    /// ```
+    pub fn for_stream<E>(
+        trigger: impl Stream<Item = Result<K, E>> + Send + 'static,
+        reader: Store<K>,
+    ) -> Self
+    where
+        K::DynamicType: Default,
+        E: fmt::Display + Send + 'static,
+    {
+        Self::for_stream_with(trigger, reader, K::DynamicType::default())
+    }
+
+    /// [`for_stream`](Self::for_stream) for a kind known only at run time. This is kube's
+    /// `Controller::for_stream_with`.
+    pub fn for_stream_with<E>(
+        trigger: impl Stream<Item = Result<K, E>> + Send + 'static,
+        reader: Store<K>,
+        dyntype: K::DynamicType,
+    ) -> Self
+    where
+        E: fmt::Display + Send + 'static,
+    {
+        let name = format!("for_stream {}", K::kind(&dyntype));
+        let key_type = dyntype.clone();
+        let main: SourceBuilder<K> = Box::new(move |_: &BackoffFactory| {
+            let items = object_items(trigger, move |object: K| {
+                sources::own_key(&object, false, &key_type)
+            });
+            Source::new(name, Role::Stream, items)
+        });
+        Self::from_parts(None, Some(default_queue::<K>), dyntype, reader, main)
+    }
+
+    /// A controller whose main objects come from `trigger`, a subscriber of a shared
+    /// reflector (kube's `store_shared` and `Writer::subscribe`, feature
+    /// `unstable-runtime` of kube), with `reader` that reflector's store: several
+    /// controllers share one watch and one store. This is kube's
+    /// `Controller::for_shared_stream`; the rules of [`for_stream`](Self::for_stream)
+    /// apply.
+    pub fn for_shared_stream(
+        trigger: impl Stream<Item = Arc<K>> + Send + 'static,
+        reader: Store<K>,
+    ) -> Self
+    where
+        K::DynamicType: Default,
+    {
+        Self::for_shared_stream_with(trigger, reader, K::DynamicType::default())
+    }
+
+    /// [`for_shared_stream`](Self::for_shared_stream) for a kind known only at run time.
+    pub fn for_shared_stream_with(
+        trigger: impl Stream<Item = Arc<K>> + Send + 'static,
+        reader: Store<K>,
+        dyntype: K::DynamicType,
+    ) -> Self {
+        let name = format!("for_shared_stream {}", K::kind(&dyntype));
+        let key_type = dyntype.clone();
+        let main: SourceBuilder<K> = Box::new(move |_: &BackoffFactory| {
+            let items = object_items(trigger.map(Ok::<_, std::convert::Infallible>), {
+                move |object: Arc<K>| sources::own_key(&*object, false, &key_type)
+            });
+            Source::new(name, Role::Stream, items)
+        });
+        Self::from_parts(None, Some(default_queue::<K>), dyntype, reader, main)
+    }
+}
+
+/// The main kind's store and watcher.
+fn watch_main<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    dyntype: K::DynamicType,
+) -> (Store<K>, SourceBuilder<K>)
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync + 'static,
+{
+    let writer = reflector::store::Writer::new(dyntype.clone());
+    let store = writer.as_reader();
+    let name = K::kind(&dyntype).into_owned();
+    let main: SourceBuilder<K> = Box::new(move |backoff: &BackoffFactory| {
+        let events = reflector::reflector(writer, watcher::watcher(api, config).backoff(backoff()));
+        let items = watcher_items(events, move |object: K, deleted| {
+            sources::own_key(&object, deleted, &dyntype)
+        });
+        Source::new(name, Role::Watcher, items)
+    });
+    (store, main)
 }
 
 impl<K, Q> Controller<K, Q>
@@ -115,9 +299,33 @@ where
     Q: Queue,
     Q::Item: ObjectKey<K>,
 {
-    /// A controller on `queue`: a named [`WorkQueue`] (for the Kubernetes workqueue metrics
-    /// series), one with a rate limiter or clock of your choice, or another backend such as
-    /// `workqueue_redis::RedisQueue<String>`.
+    fn from_parts(
+        queue: Option<Q>,
+        default_queue: Option<fn(&str) -> Q>,
+        dyntype: K::DynamicType,
+        store: Store<K>,
+        main: SourceBuilder<K>,
+    ) -> Self {
+        Self {
+            queue,
+            default_queue,
+            name: None,
+            dyntype,
+            store,
+            sources: vec![main],
+            configure: None,
+            error_policy: None,
+            backoff: sources::default_backoff(),
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
+            graceful: Vec::new(),
+            on_signal: false,
+        }
+    }
+
+    /// A controller on `queue`: one with a rate limiter or clock of your choice, or another
+    /// backend such as `workqueue_redis::RedisQueue<String>`. Name it for the Kubernetes
+    /// workqueue metrics series, and give it a metrics provider
+    /// ([`metrics::provider`](crate::metrics::provider) for the process-wide registry).
     pub fn with_queue(queue: Q, api: Api<K>, config: watcher::Config) -> Self
     where
         K::DynamicType: Default,
@@ -126,107 +334,178 @@ where
     }
 
     /// [`with_queue`](Self::with_queue) for a kind known only at run time (`DynamicObject`).
-    /// This is kube's `Controller::new_with`.
     pub fn with_queue_dyntype(
         queue: Q,
         api: Api<K>,
         config: watcher::Config,
         dyntype: K::DynamicType,
     ) -> Self {
-        let writer = reflector::store::Writer::new(dyntype.clone());
-        let store = writer.as_reader();
-        let events = reflector::reflector(writer, watcher::watcher(api, config).default_backoff());
-        let key_type = dyntype.clone();
-        let main = batches(events, move |object: K| {
-            vec![object.to_object_ref(key_type.clone())]
-        });
-        Self {
-            queue,
-            dyntype,
-            store,
-            triggers: vec![main],
+        let (store, main) = watch_main(api, config, dyntype.clone());
+        Self::from_parts(Some(queue), None, dyntype, store, main)
+    }
+
+    /// Runs the controller on `queue` instead (see [`with_queue`](Self::with_queue)): for
+    /// the stream constructors, which start on the default queue.
+    ///
+    /// # Panics
+    ///
+    /// After [`workers`](Self::workers): its settings are for the other queue's type, so
+    /// call this first.
+    pub fn on_queue<Q2>(self, queue: Q2) -> Controller<K, Q2>
+    where
+        Q2: Queue,
+        Q2::Item: ObjectKey<K>,
+    {
+        assert!(
+            self.configure.is_none(),
+            "Controller::on_queue must come before Controller::workers"
+        );
+        Controller {
+            queue: Some(queue),
+            default_queue: None,
+            name: self.name,
+            dyntype: self.dyntype,
+            store: self.store,
+            sources: self.sources,
             configure: None,
+            error_policy: self.error_policy,
+            backoff: self.backoff,
+            sync_timeout: self.sync_timeout,
+            graceful: self.graceful,
+            on_signal: self.on_signal,
         }
     }
 
-    /// Reconciles the owner of each `Child` that `api` lists or watches: the owner references
-    /// of the main kind (in the child's namespace). A child's change or deletion reconciles
-    /// its owner. This is kube's `Controller::owns`.
-    pub fn owns<Child>(mut self, api: Api<Child>, config: watcher::Config) -> Self
-    where
-        Child: Resource + Clone + DeserializeOwned + fmt::Debug + Send + 'static,
-        Child::DynamicType: Default + Eq + Hash + Clone,
-    {
-        let dyntype = self.dyntype.clone();
-        let events = watcher::watcher(api, config).default_backoff();
-        self.triggers.push(batches(events, move |child: Child| {
-            owners(&child, &dyntype)
-        }));
+    /// Names the controller: its default queue (and so the `name` label of the workqueue
+    /// series) and the `controller` label of its watch failures. Default: the kind,
+    /// lowercase. A queue you gave keeps its own name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
         self
     }
 
-    /// Reconciles the objects `mapper` names for each `Other` that `api` lists or watches:
-    /// any relation you can compute (a label, a field, a reference by name). This is kube's
-    /// `Controller::watches`.
-    pub fn watches<Other, I>(
+    /// Decides what becomes of an object whose reconcile returned an error: retry with the
+    /// per-object backoff, retry after a fixed delay, or give up ([`ErrorAction`], or kube's
+    /// `Action`). `policy` gets the object, the error with its own type (annotate it:
+    /// `|object, error: &kube::Error, failures| ...`), and how many times in a row the
+    /// object has failed, this time included. This is kube's `error_policy`, given once
+    /// for the controller (kube-rs#297), with the per-object count kube's lacks.
+    ///
+    /// An error of another type than the policy's is backed off, with a warning. Panics and
+    /// timeouts (the workers' `timeout`) are backed off without asking the policy.
+    ///
+    /// # Default
+    ///
+    /// No policy: every error is [`ErrorAction::Backoff`], for as long as it fails.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # use kube::Api;
+    /// # use kube::runtime::watcher;
+    /// use std::time::Duration;
+    /// use workqueue_kube::{Controller, ErrorAction};
+    /// # fn doc(api: Api<ConfigMap>) {
+    /// let controller = Controller::new(api, watcher::Config::default()).error_policy(
+    ///     |_object, error: &kube::Error, failures| match error {
+    ///         // Someone else wrote the object: try again soon.
+    ///         kube::Error::Api(status) if status.code == 409 => ErrorAction::RetryAfter(Duration::from_millis(100)),
+    ///         // Give up on an object after 20 failures in a row.
+    ///         _ if failures >= 20 => ErrorAction::GiveUp,
+    ///         _ => ErrorAction::Backoff,
+    ///     },
+    /// );
+    /// # }
+    /// ```
+    pub fn error_policy<E, A>(
         mut self,
-        api: Api<Other>,
-        config: watcher::Config,
-        mapper: impl Fn(Other) -> I + Send + 'static,
+        policy: impl Fn(Arc<K>, &E, usize) -> A + Send + Sync + 'static,
     ) -> Self
     where
-        Other: Resource + Clone + DeserializeOwned + fmt::Debug + Send + 'static,
-        Other::DynamicType: Default + Eq + Hash + Clone,
-        I: IntoIterator<Item = ObjectRef<K>>,
+        E: 'static,
+        A: Into<ErrorAction>,
     {
-        let events = watcher::watcher(api, config).default_backoff();
-        self.triggers.push(batches(events, move |other: Other| {
-            mapper(other).into_iter().collect()
-        }));
-        self
-    }
-
-    /// Reconciles each object `refs` names, at [`WATCH_PRIORITY`]: events from outside the
-    /// cluster (a webhook, a message queue). This is kube's `Controller::reconcile_on`.
-    pub fn reconcile_on(mut self, refs: impl Stream<Item = ObjectRef<K>> + Send + 'static) -> Self {
-        self.triggers
-            .push(refs.map(|object| (vec![object], WATCH_PRIORITY)).boxed());
-        self
-    }
-
-    /// Reconciles every object in the store each time `trigger` yields, at
-    /// [`LIST_PRIORITY`], as controller-runtime's resyncs do. This is kube's
-    /// `Controller::reconcile_all_on`.
-    pub fn reconcile_all_on(mut self, trigger: impl Stream<Item = ()> + Send + 'static) -> Self {
-        let store = self.store.clone();
-        let dyntype = self.dyntype.clone();
-        self.triggers.push(
-            trigger
-                .map(move |()| {
-                    let refs = store
-                        .state()
-                        .iter()
-                        .map(|object| object.to_object_ref(dyntype.clone()))
-                        .collect();
-                    (refs, LIST_PRIORITY)
-                })
-                .boxed(),
-        );
+        self.error_policy = Some(policy::erase(policy));
         self
     }
 
     /// Sets up the pool of workers: `configure` gets [`Workers`] over the controller's queue
-    /// and returns it with your settings (`count` for concurrent reconciles, `max_retries`,
-    /// `timeout`, `shutdown_timeout`, `on_give_up`, `stop_token`).
+    /// and returns it with your settings (`count` for concurrent reconciles, `timeout`,
+    /// `shutdown_timeout`, `on_give_up`, `stop_token`, and `max_retries` to give up after
+    /// that many retries).
     ///
     /// # Default
     ///
-    /// [`Workers`]'s defaults: one worker, 15 retries, no timeouts.
+    /// One worker; retries for as long as an object fails ([`Workers::retry_forever`]:
+    /// giving up is your choice, with `max_retries` or an
+    /// [`error_policy`](Self::error_policy)); a stop waits up to
+    /// [`DEFAULT_SHUTDOWN_TIMEOUT`] for the reconciles in flight; no per-reconcile timeout.
     pub fn workers(
         mut self,
-        configure: impl FnOnce(Workers<Q::Item, Q>) -> Workers<Q::Item, Q> + Send + 'static,
+        configure: impl FnOnce(
+            Workers<Q::Item, ControllerQueue<Q>>,
+        ) -> Workers<Q::Item, ControllerQueue<Q>>
+        + Send
+        + 'static,
     ) -> Self {
         self.configure = Some(Box::new(configure));
+        self
+    }
+
+    /// The backoff of the controller's watchers (the main one, `owns`, `watches`) after a
+    /// failure: `backoff` makes one per watcher. Streams you give bring their own. This is
+    /// kube's `Controller::trigger_backoff`.
+    ///
+    /// # Default
+    ///
+    /// kube's `DefaultBackoff`: 800 ms doubling to 30 s, with jitter, reset after two quiet
+    /// minutes (client-go's reflector backoff).
+    pub fn trigger_backoff<B>(mut self, backoff: impl Fn() -> B + Send + Sync + 'static) -> Self
+    where
+        B: Backoff + 'static,
+    {
+        self.backoff = Arc::new(move || Box::new(backoff()));
+        self
+    }
+
+    /// How long the main store, and the watchers of [`owns`](Self::owns) and
+    /// [`watches`](Self::watches), may take to complete their first list; past it the
+    /// controller stops with [`ErrorKind::NotSynced`](crate::ErrorKind::NotSynced) instead
+    /// of waiting for ever (controller-runtime's `CacheSyncTimeout`).
+    ///
+    /// # Default
+    ///
+    /// [`DEFAULT_SYNC_TIMEOUT`], two minutes.
+    pub fn sync_timeout(mut self, timeout: Duration) -> Self {
+        self.sync_timeout = timeout;
+        self
+    }
+
+    /// Starts a graceful stop when `trigger` completes: no new reconcile starts, the ones in
+    /// flight finish (up to the workers' `shutdown_timeout`), the watchers end. Several
+    /// calls add up: the first to complete stops. This is kube's
+    /// `Controller::graceful_shutdown_on`.
+    pub fn graceful_shutdown_on(
+        mut self,
+        trigger: impl Future<Output = ()> + Send + 'static,
+    ) -> Self {
+        self.graceful.push(trigger.boxed());
+        self
+    }
+
+    /// Stops gracefully on `SIGTERM` (what Kubernetes sends a pod) or Ctrl-C (`SIGINT`), as
+    /// [`graceful_shutdown_on`](Self::graceful_shutdown_on) does; a second signal forces
+    /// the stop: the reconciles still running are cancelled and their objects handed back
+    /// to the queue, and [`Running::wait`] returns
+    /// [`ErrorKind::Forced`](crate::ErrorKind::Forced). This is kube's
+    /// `Controller::shutdown_on_signal`.
+    ///
+    /// The handlers are installed when the controller runs, and stay installed afterwards
+    /// (tokio's signal handlers cannot be removed): once the controller has stopped, these
+    /// signals no longer end the process by themselves.
+    pub fn shutdown_on_signal(mut self) -> Self {
+        self.on_signal = true;
         self
     }
 
@@ -236,18 +515,15 @@ where
         self.store.clone()
     }
 
-    /// The queue of object keys.
-    pub fn queue(&self) -> &Q {
-        &self.queue
-    }
-
     /// Starts the watchers and the workers on the current tokio runtime; `reconcile` is
     /// called with each object to reconcile and `context`. Returns the running controller:
-    /// stop it with its [`StopToken`] or [`Running::run_until`].
+    /// wait for it with [`Running::wait`], stop it with its [`StopToken`](workqueue::StopToken)
+    /// or [`Running::run_until`].
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime, or if the pool's `count` is 0.
+    /// Outside a tokio runtime, if the pool's `count` is 0, or if
+    /// [`shutdown_on_signal`](Self::shutdown_on_signal) cannot install its handlers.
     pub fn run<R, Fut, Ctx>(self, reconcile: R, context: Arc<Ctx>) -> Running<K, Q>
     where
         R: Fn(Arc<K>, Arc<Ctx>) -> Fut + Send + Sync + 'static,
@@ -255,258 +531,45 @@ where
         Fut::Output: ReconcileResult,
         Ctx: Send + Sync + 'static,
     {
-        let mut workers = Workers::new(self.queue.clone());
-        if let Some(configure) = self.configure {
-            workers = configure(workers);
-        }
-        let gone = Arc::new(AtomicU64::new(0));
-        let handler = {
-            let (store, dyntype, gone) = (self.store.clone(), self.dyntype, gone.clone());
-            let reconcile = Arc::new(reconcile);
-            move |key: Q::Item| {
-                let object = store.get(&key.to_object_ref(&dyntype));
-                let (reconcile, context, gone) = (reconcile.clone(), context.clone(), gone.clone());
-                async move {
-                    match object {
-                        Some(object) => {
-                            Reconciled(reconcile(object, context).await.into_reconcile_outcome())
-                        }
-                        None => {
-                            gone.fetch_add(1, Ordering::Relaxed);
-                            Reconciled(Ok(Outcome::Done))
-                        }
-                    }
-                }
-            }
+        let name = self
+            .name
+            .unwrap_or_else(|| K::kind(&self.dyntype).to_lowercase());
+        let queue = match (self.queue, self.default_queue) {
+            (Some(queue), _) => queue,
+            (None, Some(make)) => make(&name),
+            (None, None) => unreachable!("a controller has a queue or makes its default one"),
         };
-        let workers = workers.spawn_async(handler);
-        let feed = tokio::spawn(feed(
-            self.queue,
-            stream::select_all(self.triggers),
-            workers.stop_token().clone(),
-        ));
-        Running {
-            workers,
-            feed,
+        let controller: Arc<str> = queue.name().unwrap_or(&name).into();
+        let sources = self
+            .sources
+            .into_iter()
+            .map(|build| build(&self.backoff))
+            .collect();
+        crate::running::start(crate::running::Parts {
+            queue,
+            controller,
+            dyntype: self.dyntype,
             store: self.store,
-            gone,
-        }
-    }
-}
-
-/// A running controller, from [`Controller::run`].
-///
-/// Dropping it leaves the controller running until its [`StopToken`] is stopped.
-pub struct Running<K, Q>
-where
-    K: Resource + 'static,
-    K::DynamicType: Eq + Hash,
-    Q: Queue,
-{
-    /// The pool reconciling keys.
-    workers: AsyncWorkers<Q::Item, Q>,
-    /// The task moving keys from the triggers to the queue; it ends on the stop.
-    feed: JoinHandle<()>,
-    /// The main watcher's objects.
-    store: Store<K>,
-    /// Keys whose object had left the store when handed out.
-    gone: Arc<AtomicU64>,
-}
-
-impl<K, Q> fmt::Debug for Running<K, Q>
-where
-    K: Resource + 'static,
-    K::DynamicType: Eq + Hash,
-    Q: Queue,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Running")
-            .field("workers", &self.workers)
-            .field("gone", &self.gone)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<K, Q> Running<K, Q>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-    Q: Queue,
-    Q::Item: fmt::Debug,
-{
-    /// The store the reconcile reads. Await [`Store::wait_until_ready`] to know the first
-    /// list is in.
-    pub fn store(&self) -> &Store<K> {
-        &self.store
-    }
-
-    /// The queue of object keys.
-    pub fn queue(&self) -> &Q {
-        self.workers.queue()
-    }
-
-    /// The token that stops the controller: the watchers end, the queue shuts down and the
-    /// reconciles in flight finish.
-    pub fn stop_token(&self) -> &StopToken {
-        self.workers.stop_token()
-    }
-
-    /// Stops the controller without waiting (see [`stop_token`](Self::stop_token)).
-    pub fn stop(&self) {
-        self.workers.stop();
-    }
-
-    /// What the workers have done so far (a key whose object was gone counts as succeeded).
-    pub fn stats(&self) -> Summary<Q::Item> {
-        self.workers.stats()
-    }
-
-    /// How many keys came out of the queue after their object had left the store, and were
-    /// done without a reconcile.
-    pub fn objects_gone(&self) -> u64 {
-        self.gone.load(Ordering::Relaxed)
-    }
-
-    /// Waits until the controller is stopped (or its queue shut down by someone else and
-    /// drained), and returns what the workers did.
-    ///
-    /// # Cancel safety
-    ///
-    /// Not cancel safe: dropping the future leaves the controller running unobserved.
-    pub async fn wait(self) -> Summary<Q::Item> {
-        let summary = self.workers.wait().await;
-        end_feed(self.feed).await;
-        summary
-    }
-
-    /// Stops the controller, waits for the reconciles in flight (up to the pool's
-    /// `shutdown_timeout`) and returns what the workers did.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`wait`](Self::wait).
-    pub async fn shut_down(self) -> Summary<Q::Item> {
-        let summary = self.workers.shut_down().await;
-        end_feed(self.feed).await;
-        summary
-    }
-
-    /// Runs until `signal` completes (`tokio::signal::ctrl_c()`), then shuts down as
-    /// [`shut_down`](Self::shut_down) does. This is kube's `graceful_shutdown_on`.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`wait`](Self::wait).
-    pub async fn run_until<S: Future>(self, signal: S) -> Summary<Q::Item> {
-        let summary = self.workers.run_until(signal).await;
-        end_feed(self.feed).await;
-        summary
-    }
-}
-
-/// The handler's answer: the reconcile's outcome or failure, passed to the workers as is (so
-/// that an error keeps its own type for the give-up report).
-struct Reconciled(Result<Outcome, HandlerError>);
-
-impl IntoOutcome for Reconciled {
-    fn into_outcome(self) -> Result<Outcome, HandlerError> {
-        self.0
-    }
-}
-
-/// Turns a watcher's events into batches of keys: listed objects in one batch at
-/// [`LIST_PRIORITY`] once the list is complete (so the main store, swapped in at the same
-/// event, holds them all), changes and deletions one by one at [`WATCH_PRIORITY`].
-fn batches<K, O, S>(
-    events: S,
-    mut map: impl FnMut(O) -> Vec<ObjectRef<K>> + Send + 'static,
-) -> Trigger<K>
-where
-    K: Resource + 'static,
-    O: Send + 'static,
-    S: Stream<Item = watcher::Result<Event<O>>> + Send + 'static,
-{
-    let mut listed = Vec::new();
-    events
-        .filter_map(move |event| {
-            let batch = match event {
-                Ok(Event::Init) => {
-                    listed.clear();
-                    None
-                }
-                Ok(Event::InitApply(object)) => {
-                    listed.extend(map(object));
-                    None
-                }
-                Ok(Event::InitDone) => Some((std::mem::take(&mut listed), LIST_PRIORITY)),
-                Ok(Event::Apply(object) | Event::Delete(object)) => {
-                    Some((map(object), WATCH_PRIORITY))
-                }
-                Err(error) => {
-                    // The watcher recovers on its own (relisting if needed), paced by its
-                    // backoff; the next event tells.
-                    tracing::warn!(%error, "watch failed, retrying");
-                    None
-                }
-            };
-            future::ready(batch.filter(|(refs, _)| !refs.is_empty()))
+            sources,
+            configure: self.configure,
+            error_policy: self.error_policy,
+            sync_timeout: self.sync_timeout,
+            graceful: self.graceful,
+            on_signal: self.on_signal,
+            reconcile,
+            context,
         })
-        .boxed()
-}
-
-/// The owners of `child` that are of kind `K`, in the child's namespace.
-fn owners<K, C>(child: &C, dyntype: &K::DynamicType) -> Vec<ObjectRef<K>>
-where
-    K: Resource,
-    K::DynamicType: Clone,
-    C: Resource,
-{
-    let meta = child.meta();
-    meta.owner_references
-        .iter()
-        .flatten()
-        .filter_map(|owner| {
-            ObjectRef::from_owner_ref(meta.namespace.as_deref(), owner, dyntype.clone())
-        })
-        .collect()
-}
-
-/// Moves keys from the triggers to the queue until the stop, or until the queue refuses
-/// adds (shut down).
-async fn feed<K, Q>(queue: Q, mut triggers: SelectAll<Trigger<K>>, stop: StopToken)
-where
-    K: Resource + 'static,
-    Q: Queue,
-    Q::Item: ObjectKey<K>,
-{
-    let run = async {
-        while let Some((refs, priority)) = triggers.next().await {
-            let options = AddOptions::default().priority(priority);
-            for object in &refs {
-                let key = Q::Item::from_object_ref(object);
-                match Queue::add_with(&queue, key.clone(), options).await {
-                    Ok(true) => {}
-                    Ok(false) => return,
-                    // A shared backend's failure: the key is lost for now, but the next
-                    // event or relist for the object brings it back.
-                    Err(error) => tracing::warn!(%error, ?key, "cannot add a key to the queue"),
-                }
-            }
-        }
-    };
-    tokio::select! {
-        () = run => {}
-        () = stop.stopped() => {}
     }
 }
 
-/// Ends the feeding task after the workers stopped.
-async fn end_feed(feed: JoinHandle<()>) {
-    feed.abort();
-    // A cancelled task is the expected end; a panic in a trigger's mapper is reported.
-    if let Err(error) = feed.await
-        && error.is_panic()
-    {
-        tracing::error!(%error, "a trigger panicked");
-    }
+/// `K`'s kind for names, from its `Debug`-free type name when it has a dynamic type.
+pub(crate) fn kind_of<T: Resource>() -> String {
+    short_type_name::<T>()
+}
+
+/// The last segment of a type's name, without generics: `Secret`, `Widget`.
+pub(crate) fn short_type_name<T>() -> String {
+    let full = std::any::type_name::<T>();
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base).to_owned()
 }

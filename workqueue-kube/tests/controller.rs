@@ -10,14 +10,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use workqueue::clock::FakeClock;
 use workqueue::metrics::prometheus::PrometheusMetrics;
@@ -26,37 +24,8 @@ use workqueue::{Outcome, WorkQueue};
 use workqueue_kube::Controller;
 use workqueue_kube::testing::FakeApiServer;
 
-/// Waits until `done` holds, checking every 5 ms; fails after 20 s.
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..4000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-fn configmap(name: &str, value: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some("default".to_owned()),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([("value".to_owned(), value.to_owned())])),
-        ..ConfigMap::default()
-    }
-}
-
-fn value_of(configmap: &ConfigMap) -> String {
-    configmap
-        .data
-        .as_ref()
-        .and_then(|data| data.get("value"))
-        .cloned()
-        .unwrap_or_default()
-}
+mod support;
+use support::{Widget, configmap, eventually, value_of, widget};
 
 /// What the reconciles saw, and the gate that holds the object named `blocker`.
 struct Recorder {
@@ -174,7 +143,7 @@ async fn initial_list_reconciles_every_object_once() {
     names.sort();
     assert_eq!(names, ["web-0", "web-1", "web-2"]);
     assert_eq!(controller.store().state().len(), 3);
-    let summary = controller.shut_down().await;
+    let summary = controller.shut_down().await.unwrap();
     assert_eq!(summary.processed, 3);
     assert_eq!(summary.succeeded, 3);
     assert_eq!(server.requests().lists, 1);
@@ -204,7 +173,7 @@ async fn live_changes_overtake_listed_objects() {
     })
     .await;
     assert_eq!(recorder.names()[..2], ["blocker", "live"]);
-    controller.shut_down().await;
+    controller.shut_down().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,7 +203,7 @@ async fn updates_while_queued_are_coalesced_into_one_reconcile_of_the_latest() {
 
     eventually("web reconciled", || recorder.count("web") == 1).await;
     eventually("all done", || *recorder.finished.lock().unwrap() == 3).await;
-    let summary = controller.shut_down().await;
+    let summary = controller.shut_down().await.unwrap();
     assert_eq!(recorder.count("web"), 1);
     assert!(
         recorder
@@ -266,7 +235,7 @@ async fn an_object_deleted_while_queued_is_done_without_a_reconcile() {
     recorder.open();
 
     eventually("doomed's key handled", || controller.objects_gone() == 1).await;
-    let summary = controller.shut_down().await;
+    let summary = controller.shut_down().await.unwrap();
     assert_eq!(
         recorder.count("doomed"),
         1,
@@ -310,7 +279,7 @@ async fn a_relist_after_410_enters_at_list_priority() {
     let mut relisted = names[5..].to_vec();
     relisted.sort();
     assert_eq!(relisted, ["blocker", "listed-0", "listed-1"]);
-    controller.shut_down().await;
+    controller.shut_down().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -352,7 +321,7 @@ async fn dropped_watches_and_bookmarks_resume_without_a_relist() {
     assert_eq!(server.requests().lists, 1, "no relist");
     assert_eq!(server.requests().watches, 3);
     assert_eq!(recorder.calls().last().unwrap().1, "v3");
-    controller.shut_down().await;
+    controller.shut_down().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,7 +382,7 @@ async fn failures_back_off_per_object_and_give_up() {
     assert_eq!(queue.num_requeues(&fine), 0);
     assert_eq!(queue.num_requeues(&broken), 0, "forgotten when given up");
     assert_eq!(*given_up.lock().unwrap(), ["broken"]);
-    let summary = controller.shut_down().await;
+    let summary = controller.shut_down().await.unwrap();
     assert_eq!(
         (summary.retried, summary.given_up, summary.succeeded),
         (2, 1, 1)
@@ -448,7 +417,7 @@ async fn a_requeue_action_adds_the_object_back_after_its_delay() {
     assert_eq!(queue.len(), 0);
     clock.step(Duration::from_secs(1));
     eventually("the requeue", || *calls.lock().unwrap() == 2).await;
-    let summary = controller.shut_down().await;
+    let summary = controller.shut_down().await.unwrap();
     assert_eq!(
         summary.retried, 2,
         "a requeue counts as a retry (RetryAfter)"
@@ -495,7 +464,7 @@ async fn reconciles_run_in_parallel_but_never_two_for_one_object() {
 
     assert_eq!(*recorder.peak.lock().unwrap(), 4);
     assert!(!*recorder.overlapped.lock().unwrap());
-    controller.shut_down().await;
+    controller.shut_down().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -516,7 +485,7 @@ async fn a_named_queue_exports_the_workqueue_series() {
         *recorder.finished.lock().unwrap() == 3
     })
     .await;
-    let _ = controller.shut_down().await;
+    let _ = controller.shut_down().await.unwrap();
 
     let mut text = String::new();
     encode(&mut text, &registry).unwrap();
@@ -551,7 +520,7 @@ async fn a_stop_lets_the_reconciles_in_flight_finish() {
     let stopping = tokio::spawn(controller.shut_down());
     eventually("the stop", || stop.is_stopped()).await;
     recorder.open();
-    let summary = stopping.await.unwrap();
+    let summary = stopping.await.unwrap().unwrap();
 
     assert!(summary.is_drained());
     assert_eq!(summary.processed, 3, "the three in flight finished");
@@ -562,50 +531,6 @@ async fn a_stop_lets_the_reconciles_in_flight_finish() {
         "no new reconcile after the stop"
     );
     assert_eq!(summary.left_in_queue, 3);
-}
-
-/// A custom resource, typed by hand (kube's derive would need its `derive` feature).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct Widget {
-    metadata: ObjectMeta,
-    spec: WidgetSpec,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct WidgetSpec {
-    size: u32,
-}
-
-impl k8s_openapi::Resource for Widget {
-    const API_VERSION: &'static str = "example.com/v1";
-    const GROUP: &'static str = "example.com";
-    const KIND: &'static str = "Widget";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "widgets";
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for Widget {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-fn widget(name: &str, size: u32) -> Widget {
-    Widget {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some("default".to_owned()),
-            ..ObjectMeta::default()
-        },
-        spec: WidgetSpec { size },
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -691,8 +616,15 @@ async fn a_custom_resource_is_reconciled_for_its_owned_and_watched_objects() {
     })
     .await;
 
-    controller.shut_down().await;
+    controller.shut_down().await.unwrap();
     assert_eq!(count("alpha"), 3);
+    // `owns` listed and watched the config maps' metadata only; `watches` the whole objects.
+    assert_eq!(
+        server.requests().metadata_only,
+        2,
+        "{:?}",
+        server.requests()
+    );
     assert_eq!(count("beta"), 3);
 }
 
@@ -725,7 +657,7 @@ async fn a_panicking_reconcile_is_retried_and_the_controller_goes_on() {
         attempts.get("crashy") == Some(&2) && attempts.get("calm") == Some(&1)
     })
     .await;
-    let summary = controller.shut_down().await;
+    let summary = controller.shut_down().await.unwrap();
     assert_eq!(
         (summary.panicked, summary.retried, summary.succeeded),
         (1, 1, 2)
@@ -756,9 +688,93 @@ async fn outside_triggers_reconcile_one_object_or_all() {
     })
     .await;
 
-    controller.shut_down().await;
+    controller.shut_down().await.unwrap();
     assert_eq!(
         ["web-0", "web-1", "web-2"].map(|name| recorder.count(name)),
         [2, 3, 2]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_before_the_first_list_waits_for_the_store() {
+    let server = FakeApiServer::start().await;
+    for name in ["web-0", "web-1"] {
+        server.apply(&configmap(name, "v1"));
+    }
+    // The first lists fail (a missing RBAC rule, say) until the test allows them.
+    server.forbid::<ConfigMap>();
+    let (one, requests) = futures::channel::mpsc::unbounded();
+    one.unbounded_send(ObjectRef::new("web-0").within("default"))
+        .unwrap();
+    let recorder = Recorder::new();
+    let controller = Controller::new(configmaps(&server), watcher::Config::default())
+        .trigger_backoff(|| support::Every(Duration::from_millis(20)))
+        .reconcile_on(requests)
+        .run(reconcile, recorder.clone());
+
+    // The trigger's key is queued, and lists keep failing after it was.
+    eventually("the key queued and lists refused", || {
+        controller.feed_stats().added == 1 && controller.feed_stats().watch_errors >= 3
+    })
+    .await;
+    assert_eq!(controller.queue().len(), 1, "kept in the queue");
+    assert!(
+        recorder.calls().is_empty(),
+        "no reconcile on an empty store"
+    );
+    assert_eq!(
+        controller.objects_gone(),
+        0,
+        "no gone verdict on an empty store"
+    );
+
+    server.allow::<ConfigMap>();
+    controller.wait_until_ready().await;
+    eventually("both objects reconciled", || {
+        recorder.count("web-0") >= 1 && recorder.count("web-1") == 1
+    })
+    .await;
+    assert_eq!(controller.objects_gone(), 0);
+    let summary = controller.shut_down().await.unwrap();
+    // web-0's trigger and its listed key merge in the queue, or come one after the other.
+    assert!(recorder.count("web-0") <= 2);
+    assert_eq!(summary.succeeded, recorder.calls().len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_outage_is_survived_and_the_changes_meanwhile_reconciled() {
+    let mut server = FakeApiServer::start().await;
+    for name in ["web-0", "web-1"] {
+        server.apply(&configmap(name, "v1"));
+    }
+    let recorder = Recorder::new();
+    let controller = Controller::new(configmaps(&server), watcher::Config::default())
+        .trigger_backoff(|| support::Every(Duration::from_millis(20)))
+        .run(reconcile, recorder.clone());
+    eventually("the first list", || *recorder.finished.lock().unwrap() == 2).await;
+
+    // Down: watches end, connections are refused; the objects change meanwhile.
+    server.stop_serving();
+    server.apply(&configmap("web-0", "v2"));
+    server.delete::<ConfigMap>(Some("default"), "web-1");
+    server.apply(&configmap("web-2", "v1"));
+    eventually("the watcher failing", || {
+        controller.feed_stats().watch_errors >= 3
+    })
+    .await;
+    server.serve_again().await;
+
+    eventually("the changes reconciled", || {
+        recorder
+            .calls()
+            .contains(&("web-0".to_owned(), "v2".to_owned()))
+            && recorder.count("web-2") == 1
+            && controller.store().state().len() == 2
+    })
+    .await;
+    let summary = controller
+        .shut_down()
+        .await
+        .expect("an outage is not fatal");
+    assert_eq!(summary.given_up, 0);
 }

@@ -1,8 +1,9 @@
-//! Controller replicas sharing one `RedisQueue<String>`: every object is reconciled, never by
-//! two replicas at once. The Redis server is the test's own (`redis-server` on a free loopback
-//! port); without the binary the test fails, unless `WQ_SKIP_REDIS_TESTS=1` outside CI.
+//! Controllers on a `RedisQueue<String>`: replicas sharing it reconcile every object, never
+//! two at once; a list's keys enter in batches, at list priority. The Redis server is the
+//! test's own (`redis-server` on a free loopback port); without the binary the test fails,
+//! unless `WQ_SKIP_REDIS_TESTS=1` outside CI.
 
-// The Redis tests' server helper, shared rather than copied.
+// The Redis tests' server module, shared rather than copied.
 #[path = "../../workqueue-redis/tests/support/server.rs"]
 mod server;
 
@@ -14,7 +15,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
-use workqueue::Outcome;
+use tokio::sync::watch;
+use workqueue::{Outcome, Queue};
 use workqueue_kube::Controller;
 use workqueue_kube::testing::FakeApiServer;
 use workqueue_redis::RedisQueue;
@@ -118,7 +120,7 @@ async fn replicas_sharing_a_redis_queue_reconcile_each_object_one_at_a_time() {
     eventually("every change reconciled", || reconciled_at("v2") == 20).await;
 
     for replica in replicas {
-        let summary = replica.shut_down().await;
+        let summary = replica.shut_down().await.unwrap();
         assert!(summary.is_drained());
     }
     assert!(
@@ -136,4 +138,152 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("timed out waiting for {what}");
+}
+
+/// How many scripts the server has run so far (`EVALSHA` and `EVAL` calls): one per add
+/// without batching, one per 200 adds with it.
+async fn script_calls(url: &str) -> u64 {
+    let client = redis::Client::open(url).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            let calls = line.split("calls=").nth(1)?;
+            calls.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_enters_redis_in_batches_at_list_priority() {
+    if !server::require_binary() {
+        return;
+    }
+    let redis = server::RedisServer::start_with(server::Durability::None, &[])
+        .expect("redis-server starts");
+    let api = FakeApiServer::start().await;
+    for index in 0..1000 {
+        api.apply(&configmap(&format!("web-{index:03}"), "v1"));
+    }
+    let queue: RedisQueue<String> = RedisQueue::connect(&redis.url(), "configmaps")
+        .await
+        .unwrap();
+    let (open, gate) = watch::channel(false);
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let before = script_calls(&redis.url()).await;
+    let controller = Controller::with_queue(
+        queue.clone(),
+        Api::<ConfigMap>::namespaced(api.client(), "default"),
+        watcher::Config::default(),
+    )
+    .run(
+        move |configmap: Arc<ConfigMap>, calls: Arc<Mutex<Vec<String>>>| {
+            let mut gate = gate.clone();
+            async move {
+                calls.lock().unwrap().push(configmap.name_any());
+                let _ = gate.wait_for(|open| *open).await;
+                Outcome::Done
+            }
+        },
+        calls.clone(),
+    );
+    // The one worker holds the first key; the other 999 wait in Redis.
+    eventually("the list's keys added", || {
+        controller.feed_stats().added == 1000
+    })
+    .await;
+    eventually("the first key in flight", || {
+        calls.lock().unwrap().len() == 1
+    })
+    .await;
+    let scripts = script_calls(&redis.url()).await - before;
+    // 5 runs of 200 adds, the worker's hand-out and a few looks at an empty queue; one add at
+    // a time would be 1,000 runs.
+    assert!(scripts < 50, "{scripts} scripts for a list of 1,000");
+
+    // Listed keys wait at -100: a live change comes out first.
+    api.apply(&configmap("web-999", "v2"));
+    eventually("the live key added", || {
+        controller.feed_stats().added == 1001
+    })
+    .await;
+    assert_eq!(Queue::len(&queue).await.unwrap(), 999);
+    open.send_replace(true);
+    eventually("every object reconciled", || {
+        calls.lock().unwrap().len() == 1000
+    })
+    .await;
+    let summary = controller.shut_down().await.unwrap();
+    assert_eq!(calls.lock().unwrap()[1], "web-999");
+    assert!(summary.is_drained());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_under_the_controller_is_survived() {
+    if !server::require_binary() {
+        return;
+    }
+    let mut redis = server::RedisServer::start().expect("redis-server starts");
+    let api = FakeApiServer::start().await;
+    api.apply(&configmap("web-0", "v1"));
+    // Calls give up after 200 ms of outage, so that the controller's own retries show.
+    let queue: RedisQueue<String> = RedisQueue::builder("configmaps")
+        .url(redis.url())
+        .retry_deadline(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let shared = Arc::new(Shared::default());
+    let controller = Controller::with_queue(
+        queue,
+        Api::<ConfigMap>::namespaced(api.client(), "default"),
+        watcher::Config::default(),
+    )
+    .run(
+        reconcile,
+        Arc::new(Replica {
+            id: 0,
+            shared: shared.clone(),
+        }),
+    );
+    let reconciled = |value: &str| {
+        shared
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(name, v, _)| name == "web-0" && v == value)
+    };
+    // Done with it (a `done` cut off by the outage would leave its lease to expire, 30 s).
+    eventually("the first reconcile", || {
+        reconciled("v1") && controller.stats().processed == 1
+    })
+    .await;
+
+    // Redis goes away (its data is on disk, appendfsync always); a change comes meanwhile.
+    redis.kill();
+    api.apply(&configmap("web-0", "v2"));
+    // The change's add fails (the queue gives up after 200 ms); the controller keeps it and
+    // tries again until Redis is back.
+    eventually("an add failed", || controller.feed_stats().add_errors >= 2).await;
+    let _redis = tokio::task::spawn_blocking(move || {
+        redis.restart();
+        redis
+    })
+    .await
+    .unwrap();
+    eventually("the change reconciled after the restart", || {
+        reconciled("v2")
+    })
+    .await;
+    let summary = controller
+        .shut_down()
+        .await
+        .expect("a Redis restart is not fatal");
+    assert!(summary.is_drained());
 }

@@ -236,13 +236,24 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         I: IntoIterator<Item = (B, Duration)>,
         B: Borrow<T>,
     {
+        self.add_many(items.into_iter().map(|(item, delay)| (item, delay, None)))
+            .await
+    }
+
+    /// Adds every item after its delay and with its priority (`None`: none given), as
+    /// [`add_with`](Self::add_with) does one by one without rate limiting, in one round trip.
+    pub(crate) async fn add_many<I, B>(&self, items: I) -> Result<Vec<Added>, Error>
+    where
+        I: IntoIterator<Item = (B, Duration, Option<i32>)>,
+        B: Borrow<T>,
+    {
         let mut args = Vec::new();
         let mut delays = Vec::new();
-        for (item, delay) in items {
+        for (item, delay, priority) in items {
             args.extend([
                 Self::encode(item.borrow())?,
                 micros(delay).to_string(),
-                String::new(),
+                priority_arg(priority),
             ]);
             delays.push(delay);
         }

@@ -45,6 +45,35 @@ where
         Ok(added.kind != AddKind::Ignored)
     }
 
+    /// All the adds in one round trip, 200 per run of the `add_many` script (as
+    /// [`RedisQueue::add_all`] does), each with the options' delay and priority. Rate-limited
+    /// adds go one by one, since each asks the rate limiter on the server.
+    ///
+    /// # Errors
+    ///
+    /// As for [`RedisQueue::add_all`]: on an error, any prefix of the adds may have been
+    /// applied.
+    async fn add_all_with(&self, items: Vec<T>, options: AddOptions) -> Result<usize, Error> {
+        if options.is_rate_limited() {
+            let mut accepted = 0;
+            for item in items {
+                if !Queue::add_with(self, item, options).await? {
+                    break;
+                }
+                accepted += 1;
+            }
+            return Ok(accepted);
+        }
+        let (delay, priority) = (options.delay(), options.requested_priority());
+        let added = self
+            .add_many(items.iter().map(|item| (item, delay, priority)))
+            .await?;
+        Ok(added
+            .iter()
+            .filter(|added| added.kind != AddKind::Ignored)
+            .count())
+    }
+
     fn forget(&self, item: &T) -> impl Future<Output = Result<(), Error>> + Send {
         RedisQueue::forget(self, item)
     }

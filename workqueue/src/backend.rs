@@ -91,6 +91,59 @@ pub trait Queue: Clone + Send + Sync + 'static {
         options: AddOptions,
     ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
 
+    /// Adds every item of `items`, in order, each as [`add_with`](Self::add_with) would
+    /// with the same `options` (one priority, one delay for all). Returns how many adds the
+    /// queue accepted: `items.len()` unless the queue (or this handle) is shut down.
+    ///
+    /// This is the call for many adds at once, such as the keys of a relist. The default
+    /// makes one [`add_with`](Self::add_with) per item (a round trip each on a shared
+    /// backend) and stops at the first refusal; a backend that can batch overrides it (Redis
+    /// runs 200 adds per script call, all of them in one round trip).
+    ///
+    /// # Errors
+    ///
+    /// As for [`add_with`](Self::add_with); on an error, any prefix of the adds may have
+    /// been applied (adding them again is harmless).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workqueue::{AddOptions, Queue, WorkQueue};
+    ///
+    /// let queue = WorkQueue::new();
+    /// queue.add("default/live".to_owned());
+    /// let listed = vec!["default/web-0".to_owned(), "default/web-1".to_owned()];
+    /// let added = futures::executor::block_on(queue.add_all_with(
+    ///     listed,
+    ///     AddOptions::default().priority(-100),
+    /// ));
+    /// assert_eq!(added, Ok(2));
+    /// // The live key (priority 0) comes out before the listed ones (-100).
+    /// assert_eq!(*queue.try_get().unwrap(), "default/live");
+    ///
+    /// queue.shut_down();
+    /// let refused = futures::executor::block_on(
+    ///     queue.add_all_with(vec!["default/web-2".to_owned()], AddOptions::default()),
+    /// );
+    /// assert_eq!(refused, Ok(0));
+    /// ```
+    fn add_all_with(
+        &self,
+        items: Vec<Self::Item>,
+        options: AddOptions,
+    ) -> impl Future<Output = Result<usize, Self::Error>> + Send {
+        async move {
+            let mut accepted = 0;
+            for item in items {
+                if !self.add_with(item, options).await? {
+                    break;
+                }
+                accepted += 1;
+            }
+            Ok(accepted)
+        }
+    }
+
     /// The rate limiter stops tracking `item`: client-go's `Forget`.
     ///
     /// # Errors

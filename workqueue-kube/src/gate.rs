@@ -1,0 +1,600 @@
+//! [`ControllerQueue`]: the queue the workers take keys from, with the controller's rules on
+//! top: no key before the store is ready, events for a key held while it is reconciled, and
+//! a failed key's retry not brought forward by events it caused itself.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use workqueue::{AddOptions, Queue, QueueLease};
+
+/// What the controller knows of an object's spec from one of its versions: enough to tell
+/// a change of the spec (which may fix a failure) from a write of the status or metadata
+/// (which the reconcile itself may have made).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spec {
+    /// `metadata.generation`: the API server bumps it on every change of the spec, and not
+    /// on writes of the status. `None` for kinds without one (ConfigMaps, Secrets).
+    pub(crate) generation: Option<i64>,
+    /// Whether `metadata.deletionTimestamp` is set.
+    pub(crate) deleting: bool,
+}
+
+impl Spec {
+    /// The spec marks of `object`.
+    pub(crate) fn of<K: kube::Resource>(object: &K) -> Self {
+        let meta = object.meta();
+        Self {
+            generation: meta.generation,
+            deleting: meta.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+/// Why a key is about to be added: what the feed knows of the event behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// The main object was listed or changed; its spec marks as seen in the event.
+    Object(Spec),
+    /// The main object was deleted.
+    Deleted,
+    /// Anything else: a related object, an outside trigger, a resync.
+    Related,
+}
+
+/// How a failed attempt's retry was scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// With the queue's rate limiter: the item's failure count is above zero until a
+    /// success, a give-up or an explicit forget.
+    Backoff,
+    /// After a fixed delay (an error policy's `RetryAfter`), due at this instant.
+    At(Instant),
+}
+
+/// How the attempt a worker holds a key for ended, as far as the handler knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// The handler has not finished (or never ran: the item was handed back unprocessed).
+    Pending,
+    /// Done, or a requeue after a delay the reconcile asked for: not a failure.
+    Succeeded,
+    /// A failure retried with the queue's backoff (an error, a panic, a timeout).
+    FailedBackoff,
+    /// A failure retried after a fixed delay.
+    FailedAfter(Duration),
+    /// Given up.
+    GaveUp,
+    /// Cancelled by a forced stop: the item goes back to the queue unprocessed.
+    Cancelled,
+}
+
+/// A key the controller keeps an eye on.
+#[derive(Debug)]
+enum KeyState {
+    /// A worker of this process holds it.
+    Running {
+        /// The spec marks of the object the attempt reconciles, once the handler read it.
+        seen: Option<Spec>,
+        /// The highest priority of the events held back while it runs, if any.
+        held: Option<i32>,
+        /// How the attempt ended.
+        attempt: Attempt,
+        /// Whether the workers' retry of it was accepted by the queue.
+        retry_added: bool,
+    },
+    /// Its last attempt here failed and its retry waits in the queue.
+    BackingOff {
+        /// The spec marks the failed attempt saw.
+        seen: Option<Spec>,
+        /// How the retry was scheduled.
+        retry: Retry,
+    },
+}
+
+/// What the feed does with a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// Add it to the queue.
+    Add,
+    /// Held: its reconcile is running; the key is added when the attempt succeeds.
+    Hold,
+    /// Deferred: it waits for the retry of a failure, which reads the newest object.
+    Defer,
+    /// Deferred if the queue still counts failures for it (`num_requeues > 0`); added if
+    /// not (the retry ran elsewhere, on a queue shared with other processes).
+    Verify,
+}
+
+/// A retry after a fixed delay that has not come back this long after it was due is taken
+/// for one that ran in another process.
+const RETRY_GRACE: Duration = Duration::from_secs(5);
+
+/// The state behind [`ControllerQueue`], shared with the feed and the handler.
+pub(crate) struct Gate<T> {
+    /// The keys being reconciled here or backing off after a failure here.
+    keys: Mutex<HashMap<T, KeyState>>,
+    /// Turns `true` once the main store has completed its first list.
+    ready: watch::Receiver<bool>,
+}
+
+impl<T: Eq + Hash + Clone> Gate<T> {
+    pub(crate) fn new(ready: watch::Receiver<bool>) -> Self {
+        Self {
+            keys: Mutex::new(HashMap::new()),
+            ready,
+        }
+    }
+
+    /// Waits until the main store is ready; for ever if it never will be (the feed then
+    /// stops the controller with an error).
+    async fn wait_ready(&self) {
+        let mut ready = self.ready.clone();
+        if ready.wait_for(|ready| *ready).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// What the feed does with `key`, added for `cause` at `priority`.
+    pub(crate) fn admit(&self, key: &T, cause: Cause, priority: i32) -> Admit {
+        let mut keys = self.keys.lock();
+        let Some(state) = keys.get_mut(key) else {
+            return Admit::Add;
+        };
+        match state {
+            KeyState::Running { seen, held, .. } => {
+                if cuts_short(cause, *seen) {
+                    // The queue keeps the add until the lease ends, whatever the outcome.
+                    Admit::Add
+                } else {
+                    *held = Some(held.map_or(priority, |held| held.max(priority)));
+                    Admit::Hold
+                }
+            }
+            KeyState::BackingOff { seen, retry } => {
+                if cuts_short(cause, *seen) {
+                    return Admit::Add;
+                }
+                match *retry {
+                    Retry::Backoff => Admit::Verify,
+                    Retry::At(due) if Instant::now() > due + RETRY_GRACE => {
+                        keys.remove(key);
+                        Admit::Add
+                    }
+                    Retry::At(_) => Admit::Defer,
+                }
+            }
+        }
+    }
+
+    /// Forgets a backoff the queue no longer counts (its retry ran elsewhere).
+    pub(crate) fn backoff_over(&self, key: &T) {
+        let mut keys = self.keys.lock();
+        if matches!(keys.get(key), Some(KeyState::BackingOff { .. })) {
+            keys.remove(key);
+        }
+    }
+
+    /// A worker of this process was handed `key`.
+    fn started(&self, key: &T) {
+        self.keys.lock().insert(
+            key.clone(),
+            KeyState::Running {
+                seen: None,
+                held: None,
+                attempt: Attempt::Pending,
+                retry_added: false,
+            },
+        );
+    }
+
+    /// The handler read the object it reconciles.
+    pub(crate) fn saw(&self, key: &T, spec: Spec) {
+        if let Some(KeyState::Running { seen, .. }) = self.keys.lock().get_mut(key) {
+            *seen = Some(spec);
+        }
+    }
+
+    /// The handler's attempt ended as `how`.
+    pub(crate) fn finished(&self, key: &T, how: Attempt) {
+        if let Some(KeyState::Running { attempt, .. }) = self.keys.lock().get_mut(key) {
+            *attempt = how;
+        }
+    }
+
+    /// Whether the attempt on `key` was cancelled by a forced stop.
+    fn cancelled(&self, key: &T) -> bool {
+        matches!(
+            self.keys.lock().get(key),
+            Some(KeyState::Running {
+                attempt: Attempt::Cancelled,
+                ..
+            })
+        )
+    }
+
+    /// The queue accepted the workers' retry of `key`.
+    fn retry_added(&self, key: &T) {
+        if let Some(KeyState::Running { retry_added, .. }) = self.keys.lock().get_mut(key) {
+            *retry_added = true;
+        }
+    }
+
+    /// The lease on `key` ended: returns the priority to add it at now (events held during
+    /// a successful attempt), and keeps a failed key backing off until its retry.
+    fn ended(&self, key: &T) -> Option<i32> {
+        let mut keys = self.keys.lock();
+        let Some(KeyState::Running {
+            seen,
+            held,
+            attempt,
+            retry_added,
+        }) = keys.remove(key)
+        else {
+            return None;
+        };
+        let retry = match attempt {
+            Attempt::Succeeded => return held,
+            Attempt::FailedBackoff if retry_added => Retry::Backoff,
+            Attempt::FailedAfter(delay) if retry_added => Retry::At(Instant::now() + delay),
+            // Given up (by the policy or after the workers' `max_retries`), cancelled, or
+            // handed back unprocessed: events held back are the attempt's own doing, or
+            // will be seen by the hand-out that follows.
+            _ => return None,
+        };
+        keys.insert(key.clone(), KeyState::BackingOff { seen, retry });
+        None
+    }
+
+    /// How many keys are backing off after a failure here.
+    pub(crate) fn backing_off(&self) -> usize {
+        self.keys
+            .lock()
+            .values()
+            .filter(|state| matches!(state, KeyState::BackingOff { .. }))
+            .count()
+    }
+}
+
+/// Whether an event with `cause` brings a key forward although it is running or backing
+/// off: a deletion, or a change of the spec since the version the attempt saw.
+fn cuts_short(cause: Cause, seen: Option<Spec>) -> bool {
+    match cause {
+        Cause::Deleted => true,
+        Cause::Object(spec) => seen.is_some_and(|seen| seen != spec),
+        Cause::Related => false,
+    }
+}
+
+/// The queue a controller's workers run on: the queue you gave the controller (or its
+/// default), seen through the controller's rules.
+///
+/// - No key is handed out before the main store has completed its first list, so no
+///   reconcile and no "gone" verdict comes before the store knows every object.
+/// - A key's lease ending tells the controller how the attempt went: after a success, events
+///   that came in for the object while it ran are added; after a failure, the object waits
+///   for its retry, and events that do not change its spec (a status the reconcile wrote, a
+///   child it touched) do not bring the retry forward (kubernetes#132805).
+/// - After a forced stop, a cancelled reconcile's key is handed back to the queue
+///   unprocessed (released), not marked done.
+///
+/// Every other call goes to the queue as is. You meet this type in
+/// [`Controller::workers`](crate::Controller::workers), whose settings apply to
+/// [`Workers`](workqueue::Workers) over it.
+pub struct ControllerQueue<Q: Queue> {
+    /// The queue itself.
+    inner: Q,
+    /// The controller's state, shared with the feed and the handler.
+    gate: Arc<Gate<Q::Item>>,
+}
+
+impl<Q: Queue> ControllerQueue<Q> {
+    pub(crate) fn new(inner: Q, gate: Arc<Gate<Q::Item>>) -> Self {
+        Self { inner, gate }
+    }
+
+    /// The queue itself.
+    pub fn inner(&self) -> &Q {
+        &self.inner
+    }
+
+    /// Wraps a lease the queue handed out, noting the key as running.
+    fn wrap(&self, lease: Q::Lease) -> ControllerLease<Q> {
+        self.gate.started(lease.item());
+        ControllerLease {
+            lease: Some(lease),
+            queue: self.inner.clone(),
+            gate: self.gate.clone(),
+        }
+    }
+}
+
+impl<Q: Queue> Clone for ControllerQueue<Q> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            gate: self.gate.clone(),
+        }
+    }
+}
+
+impl<Q: Queue> fmt::Debug for ControllerQueue<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ControllerQueue")
+            .field("name", &self.inner.name())
+            .field("ready", &*self.gate.ready.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Q: Queue> Queue for ControllerQueue<Q> {
+    type Item = Q::Item;
+    type Lease = ControllerLease<Q>;
+    type Error = Q::Error;
+
+    fn name(&self) -> Option<&str> {
+        self.inner.name()
+    }
+
+    /// The workers' retry: added as asked, and noted, unless the attempt was cancelled by a
+    /// forced stop (its lease is released instead, which hands the item out again).
+    async fn add_with(&self, item: Q::Item, options: AddOptions) -> Result<bool, Q::Error> {
+        if self.gate.cancelled(&item) {
+            return Ok(true);
+        }
+        let added = self.inner.add_with(item.clone(), options).await?;
+        if added {
+            self.gate.retry_added(&item);
+        }
+        Ok(added)
+    }
+
+    fn forget(&self, item: &Q::Item) -> impl Future<Output = Result<(), Q::Error>> + Send {
+        self.inner.forget(item)
+    }
+
+    fn num_requeues(&self, item: &Q::Item) -> impl Future<Output = Result<usize, Q::Error>> + Send {
+        self.inner.num_requeues(item)
+    }
+
+    fn len(&self) -> impl Future<Output = Result<usize, Q::Error>> + Send {
+        self.inner.len()
+    }
+
+    /// Waits for the main store's first list, then for the queue's next item.
+    async fn get(&self) -> Result<Option<ControllerLease<Q>>, Q::Error> {
+        self.gate.wait_ready().await;
+        Ok(self.inner.get().await?.map(|lease| self.wrap(lease)))
+    }
+
+    /// The queue's own step (one round trip on a shared backend); a cancelled attempt's
+    /// lease is released instead of done.
+    async fn done_and_next(
+        &self,
+        mut lease: ControllerLease<Q>,
+        forget: bool,
+    ) -> Result<Option<ControllerLease<Q>>, Q::Error> {
+        let inner = lease.lease.take().expect("a lease is ended once");
+        let item = inner.item().clone();
+        let step = if self.gate.cancelled(&item) {
+            inner.release().await.map(|_| None)
+        } else {
+            self.inner.done_and_next(inner, forget).await
+        };
+        lease.end(&item).await;
+        Ok(step?.map(|next| self.wrap(next)))
+    }
+
+    fn shut_down(&self) -> Vec<Q::Item> {
+        self.inner.shut_down()
+    }
+
+    fn shut_down_with_drain(&self) -> impl Future<Output = Result<(), Q::Error>> + Send {
+        self.inner.shut_down_with_drain()
+    }
+
+    fn is_shutting_down(&self) -> impl Future<Output = Result<bool, Q::Error>> + Send {
+        self.inner.is_shutting_down()
+    }
+}
+
+/// A lease from a [`ControllerQueue`]: the queue's own lease, which tells the controller
+/// when it ends.
+pub struct ControllerLease<Q: Queue> {
+    /// The queue's lease, until it ends.
+    lease: Option<Q::Lease>,
+    /// The queue, to add the events held during a successful attempt.
+    queue: Q,
+    /// The controller's state.
+    gate: Arc<Gate<Q::Item>>,
+}
+
+impl<Q: Queue> ControllerLease<Q> {
+    /// Tells the gate the lease on `item` ended, and adds the key again if events came in
+    /// while a successful attempt ran.
+    fn end(&self, item: &Q::Item) -> impl Future<Output = ()> + Send + use<Q> {
+        let held = self.gate.ended(item);
+        let (queue, item) = (self.queue.clone(), item.clone());
+        async move {
+            if let Some(priority) = held
+                && let Err(error) = queue
+                    .add_with(item, AddOptions::default().priority(priority))
+                    .await
+            {
+                tracing::warn!(%error, "cannot add a key whose object changed while it was reconciled");
+            }
+        }
+    }
+
+    fn inner(&self) -> &Q::Lease {
+        self.lease.as_ref().expect("a lease is ended once")
+    }
+}
+
+impl<Q: Queue> fmt::Debug for ControllerLease<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ControllerLease").field(&self.lease).finish()
+    }
+}
+
+impl<Q: Queue> QueueLease for ControllerLease<Q> {
+    type Item = Q::Item;
+    type Error = Q::Error;
+
+    fn item(&self) -> &Q::Item {
+        self.inner().item()
+    }
+
+    fn priority(&self) -> i32 {
+        self.inner().priority()
+    }
+
+    async fn done(mut self) -> Result<(), Q::Error> {
+        let inner = self.lease.take().expect("a lease is ended once");
+        let item = inner.item().clone();
+        let result = if self.gate.cancelled(&item) {
+            inner.release().await.map(|_| ())
+        } else {
+            inner.done().await
+        };
+        self.end(&item).await;
+        result
+    }
+
+    async fn release(mut self) -> Result<bool, Q::Error> {
+        let inner = self.lease.take().expect("a lease is ended once");
+        let item = inner.item().clone();
+        let result = inner.release().await;
+        self.end(&item).await;
+        result
+    }
+}
+
+impl<Q: Queue> Drop for ControllerLease<Q> {
+    fn drop(&mut self) {
+        // Dropped without `done` or `release` (an aborted worker task): the queue's lease
+        // does what its backend does on drop; the controller only stops watching the key.
+        if let Some(lease) = self.lease.take() {
+            let item = lease.item().clone();
+            drop(lease);
+            self.gate.ended(&item);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate() -> Gate<&'static str> {
+        Gate::new(watch::channel(true).1)
+    }
+
+    const SPEC: Spec = Spec {
+        generation: Some(1),
+        deleting: false,
+    };
+
+    #[test]
+    fn events_during_a_successful_attempt_are_added_when_it_ends() {
+        let gate = gate();
+        assert_eq!(gate.admit(&"web", Cause::Related, 0), Admit::Add);
+        gate.started(&"web");
+        gate.saw(&"web", SPEC);
+        assert_eq!(gate.admit(&"web", Cause::Object(SPEC), -100), Admit::Hold);
+        assert_eq!(gate.admit(&"web", Cause::Related, 0), Admit::Hold);
+        gate.finished(&"web", Attempt::Succeeded);
+        assert_eq!(gate.ended(&"web"), Some(0), "the highest held priority");
+        assert_eq!(gate.admit(&"web", Cause::Object(SPEC), 0), Admit::Add);
+    }
+
+    #[test]
+    fn a_failed_key_defers_its_own_writes_until_the_retry_starts() {
+        let gate = gate();
+        gate.started(&"web");
+        gate.saw(&"web", SPEC);
+        // The status write of the failing attempt arrives while it runs: held, then dropped.
+        assert_eq!(gate.admit(&"web", Cause::Object(SPEC), 0), Admit::Hold);
+        gate.finished(&"web", Attempt::FailedBackoff);
+        gate.retry_added(&"web");
+        assert_eq!(gate.ended(&"web"), None);
+        assert_eq!(gate.backing_off(), 1);
+        // ... or after it ended: checked against the queue's failure count.
+        assert_eq!(gate.admit(&"web", Cause::Object(SPEC), 0), Admit::Verify);
+        assert_eq!(gate.admit(&"web", Cause::Related, 0), Admit::Verify);
+        // A new generation (a spec change, maybe the fix) and a deletion cut it short.
+        let fixed = Spec {
+            generation: Some(2),
+            ..SPEC
+        };
+        assert_eq!(gate.admit(&"web", Cause::Object(fixed), 0), Admit::Add);
+        assert_eq!(gate.admit(&"web", Cause::Deleted, 0), Admit::Add);
+        let deleting = Spec {
+            deleting: true,
+            ..SPEC
+        };
+        assert_eq!(gate.admit(&"web", Cause::Object(deleting), 0), Admit::Add);
+        // The retry starts: running again.
+        gate.started(&"web");
+        assert_eq!(gate.backing_off(), 0);
+    }
+
+    #[test]
+    fn a_spec_change_during_an_attempt_is_added_at_once() {
+        let gate = gate();
+        gate.started(&"web");
+        gate.saw(&"web", SPEC);
+        let changed = Spec {
+            generation: Some(2),
+            ..SPEC
+        };
+        assert_eq!(gate.admit(&"web", Cause::Object(changed), 0), Admit::Add);
+    }
+
+    #[test]
+    fn a_give_up_or_a_refused_retry_leaves_nothing_behind() {
+        let gate = gate();
+        for attempt in [
+            Attempt::GaveUp,
+            Attempt::FailedBackoff,
+            Attempt::Cancelled,
+            Attempt::Pending,
+        ] {
+            gate.started(&"web");
+            assert_eq!(gate.admit(&"web", Cause::Related, 0), Admit::Hold);
+            gate.finished(&"web", attempt);
+            assert_eq!(gate.ended(&"web"), None, "{attempt:?}");
+            assert_eq!(
+                gate.admit(&"web", Cause::Related, 0),
+                Admit::Add,
+                "{attempt:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_fixed_delay_retry_defers_until_it_is_long_overdue() {
+        let gate = gate();
+        gate.started(&"web");
+        gate.finished(&"web", Attempt::FailedAfter(Duration::from_secs(60)));
+        gate.retry_added(&"web");
+        gate.ended(&"web");
+        assert_eq!(gate.admit(&"web", Cause::Related, 0), Admit::Defer);
+
+        gate.started(&"web");
+        gate.finished(&"web", Attempt::FailedAfter(Duration::ZERO));
+        gate.retry_added(&"web");
+        gate.ended(&"web");
+        // Due long ago in this process's eyes: the retry ran elsewhere.
+        if let Some(KeyState::BackingOff { retry, .. }) = gate.keys.lock().get_mut(&"web") {
+            *retry = Retry::At(Instant::now() - 2 * RETRY_GRACE);
+        }
+        assert_eq!(gate.admit(&"web", Cause::Related, 0), Admit::Add);
+        assert_eq!(gate.backing_off(), 0);
+    }
+}

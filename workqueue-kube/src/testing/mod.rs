@@ -1,0 +1,520 @@
+//! An in-process Kubernetes API server for tests and examples: [`FakeApiServer`].
+//!
+//! No API server can run in a unit test, and kube's own `Client` is the thing to exercise, so
+//! this module serves the API's calls over real HTTP on a loopback port, for any kind
+//! (ConfigMaps, custom resources). Feature `testing`.
+//!
+//! What it serves:
+//!
+//! - **list and watch**, with resource versions, bookmarks, `410 Gone` for an expired watch
+//!   (which makes kube's watcher relist), watches that drop, and label and field selectors
+//!   (an object that leaves a watch's selection is sent as `DELETED`, one that enters it as
+//!   `ADDED`); metadata-only lists and watches (`PartialObjectMetadata`, what kube's
+//!   metadata watcher asks for);
+//! - **get, create, replace, delete and patch** of one object: JSON merge patches, JSON
+//!   patches (RFC 6902, with `test`), strategic merge patches (read as merge patches) and
+//!   server-side apply (read as a merge of the applied object: no field ownership, no
+//!   conflicts), on the object or its `status` subresource (every kind has one: a write of
+//!   the object keeps the stored status, a write of `/status` changes the status only);
+//! - **the server's rules**: a replace or patch naming an old `resourceVersion` gets
+//!   `409 Conflict`; `metadata.generation` starts at 1 and goes up on every change outside
+//!   `metadata` and `status` and when a deletion starts (kinds of a named group and custom
+//!   resources; core kinds such as ConfigMaps have none, as on a real server); an object
+//!   with finalizers is deleted in two steps, a `deletionTimestamp` first, then its removal
+//!   once its last finalizer is gone (and no finalizer may be added meanwhile), so kube's
+//!   `finalizer` function runs end to end.
+//!
+//! It is written here because no crate serves the Kubernetes API in process; kube's own
+//! tests mock the client's HTTP service instead of running a server.
+//!
+//! What it does not do: pagination (a list returns every object at once), `generateName`,
+//! admission, defaulting and validation, authentication (but [`FakeApiServer::forbid`]
+//! refuses a kind, as a missing RBAC rule does).
+
+mod http;
+mod select;
+mod store;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::Router;
+use axum::http::StatusCode;
+use kube::Resource;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How many requests the server answered, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Requests {
+    /// List requests.
+    pub lists: u64,
+    /// Watch requests (including those answered with `410 Gone`).
+    pub watches: u64,
+    /// Lists and watches that asked for metadata only (`PartialObjectMetadata`).
+    pub metadata_only: u64,
+    /// Watches refused because their resource version had expired.
+    pub expired: u64,
+    /// Bookmarks sent (one per open watch that allows them, per [`FakeApiServer::bookmark`]).
+    pub bookmarks: u64,
+    /// The resource version the last watch asked to start from.
+    pub watched_from: u64,
+    /// Gets of one object.
+    pub gets: u64,
+    /// Writes: creates, replaces, patches (of objects and of their status).
+    pub writes: u64,
+    /// Deletes.
+    pub deletes: u64,
+    /// Requests refused with an error status (not found, conflict, forbidden, ...).
+    pub refused: u64,
+}
+
+/// An in-process API server speaking the Kubernetes API over HTTP on `127.0.0.1`.
+///
+/// Objects live as JSON, keyed by resource (`v1/configmaps`, `example.com/v1/widgets`),
+/// namespace and name. Every change takes the next resource version and is kept in a log that
+/// watches replay from the version they ask for. Tests change objects through kube's client
+/// (over HTTP) or directly with [`apply`](Self::apply) and [`delete`](Self::delete).
+///
+/// The server stops when dropped: its open watches end.
+///
+/// # Examples
+///
+/// ```
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::Api;
+/// use kube::api::{ObjectMeta, Patch, PatchParams};
+/// use workqueue_kube::testing::FakeApiServer;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let server = FakeApiServer::start().await;
+/// server.apply(&ConfigMap {
+///     metadata: ObjectMeta {
+///         name: Some("web".into()),
+///         namespace: Some("default".into()),
+///         ..ObjectMeta::default()
+///     },
+///     ..ConfigMap::default()
+/// });
+/// let configmaps: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+/// let patch = serde_json::json!({ "data": { "greeting": "hello" } });
+/// configmaps.patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+/// let web = configmaps.get("web").await.unwrap();
+/// assert_eq!(web.data.unwrap()["greeting"], "hello");
+/// # }
+/// ```
+pub struct FakeApiServer {
+    /// State shared with the request handlers.
+    shared: Arc<Shared>,
+    /// `http://127.0.0.1:PORT`.
+    url: String,
+    /// The accept loop, while the server serves.
+    server: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for FakeApiServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FakeApiServer")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The server's state and the signal of its changes.
+struct Shared {
+    /// Objects, log and counters.
+    state: Mutex<ApiState>,
+    /// Bumped on every change, so that open watches look at the log again.
+    changed: watch::Sender<u64>,
+}
+
+/// (resource, namespace or "", name): where an object lives.
+type Key = (String, String, String);
+
+/// What the server holds.
+#[derive(Default)]
+struct ApiState {
+    /// The last resource version given out.
+    resource_version: u64,
+    /// Watches from this resource version or older are refused with `410 Gone`.
+    expired_through: u64,
+    /// Open watches end when this moves on (a dropped connection, or the server's drop).
+    watch_generation: u64,
+    /// The server was dropped: every watch ends.
+    closed: bool,
+    /// The server stopped serving: requests on connections still open get `503`.
+    down: bool,
+    /// Resource -> (apiVersion, kind), learned from the objects written.
+    kinds: HashMap<String, (String, String)>,
+    /// Resources refused with `403 Forbidden`.
+    forbidden: HashSet<String>,
+    /// Every object.
+    objects: BTreeMap<Key, Value>,
+    /// Every change and bookmark in order; resource versions never decrease along it.
+    log: Vec<Entry>,
+    /// The last uid given out.
+    uid: u64,
+    /// Requests answered.
+    requests: Requests,
+}
+
+/// One watch event in the log.
+struct Entry {
+    /// The resource version the event carries.
+    resource_version: u64,
+    /// The resource, or "" for a bookmark (sent on every watch).
+    resource: String,
+    /// The object's namespace, or "".
+    namespace: String,
+    /// `ADDED`, `MODIFIED`, `DELETED` or `BOOKMARK`.
+    kind: &'static str,
+    /// The object (empty for a bookmark).
+    object: Value,
+    /// The object before a `MODIFIED` change, to tell a watch with a selector whether it
+    /// entered or left the selection.
+    previous: Option<Value>,
+}
+
+/// An error answer: a `Status` object with its HTTP code.
+#[derive(Debug)]
+struct ApiError {
+    code: StatusCode,
+    reason: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn not_found(resource: &str, name: &str) -> Self {
+        Self {
+            code: StatusCode::NOT_FOUND,
+            reason: "NotFound",
+            message: format!("{resource} \"{name}\" not found"),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            code: StatusCode::BAD_REQUEST,
+            reason: "BadRequest",
+            message: message.into(),
+        }
+    }
+
+    fn invalid(message: impl Into<String>) -> Self {
+        Self {
+            code: StatusCode::UNPROCESSABLE_ENTITY,
+            reason: "Invalid",
+            message: message.into(),
+        }
+    }
+
+    fn conflict(message: impl Into<String>) -> Self {
+        Self {
+            code: StatusCode::CONFLICT,
+            reason: "Conflict",
+            message: message.into(),
+        }
+    }
+
+    fn already_exists(resource: &str, name: &str) -> Self {
+        Self {
+            code: StatusCode::CONFLICT,
+            reason: "AlreadyExists",
+            message: format!("{resource} \"{name}\" already exists"),
+        }
+    }
+
+    fn forbidden(resource: &str) -> Self {
+        Self {
+            code: StatusCode::FORBIDDEN,
+            reason: "Forbidden",
+            message: format!("{resource} is forbidden: the fake API server refuses it"),
+        }
+    }
+
+    /// The `Status` object of this error.
+    fn status(&self) -> Value {
+        json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code.as_u16(),
+        })
+    }
+}
+
+impl FakeApiServer {
+    /// Starts a server on a free loopback port.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, or if no loopback port can be bound.
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .expect("bind a loopback port for the fake API server");
+        let url = format!("http://{}", listener.local_addr().expect("local address"));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(ApiState::default()),
+            changed: watch::channel(0).0,
+        });
+        let server = Some(serve(listener, shared.clone()));
+        Self {
+            shared,
+            url,
+            server,
+        }
+    }
+
+    /// Stops serving, as an API server that goes down: open watches end, new connections
+    /// are refused, and requests on connections still open get `503 Service Unavailable`.
+    /// The objects stay (etcd keeps them), and tests may still change them;
+    /// [`serve_again`](Self::serve_again) brings the server back on the same address.
+    pub fn stop_serving(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+        let mut state = self.shared.lock();
+        state.down = true;
+        state.watch_generation += 1;
+        self.shared.notify(state);
+    }
+
+    /// Serves again on the same address after [`stop_serving`](Self::stop_serving).
+    ///
+    /// # Panics
+    ///
+    /// If the address cannot be bound again.
+    pub async fn serve_again(&mut self) {
+        if self.server.is_some() {
+            return;
+        }
+        let address = self.url.trim_start_matches("http://").to_owned();
+        let listener = TcpListener::bind(&address)
+            .await
+            .expect("bind the fake API server's address again");
+        self.shared.lock().down = false;
+        self.server = Some(serve(listener, self.shared.clone()));
+    }
+
+    /// The server's address, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A kube client for this server, with `default` as its default namespace.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn client(&self) -> kube::Client {
+        let config = kube::Config::new(self.url.parse().expect("the server's URL is a URI"));
+        kube::Client::try_from(config).expect("a client over plain HTTP")
+    }
+
+    /// Creates or replaces `object` (kind, namespace and name from it, status included) and
+    /// returns the resource version it now has, with the server's rules (see the
+    /// [module](self)): the server fills in `apiVersion`, `kind`, `metadata.resourceVersion`,
+    /// `metadata.generation` and, for a new object, `metadata.uid`.
+    ///
+    /// # Panics
+    ///
+    /// If `object` has no name, does not serialize to a JSON object, or adds a finalizer to
+    /// an object being deleted.
+    pub fn apply<K>(&self, object: &K) -> u64
+    where
+        K: Resource<DynamicType = ()> + Serialize,
+    {
+        let (resource, api_version, kind) = resource_of::<K>();
+        let value = serde_json::to_value(object).expect("the object serializes");
+        let meta = object.meta();
+        let name = meta.name.clone().expect("the object has a name");
+        let key = (
+            resource.clone(),
+            meta.namespace.clone().unwrap_or_default(),
+            name,
+        );
+        let mut state = self.shared.lock();
+        state.kinds.insert(resource, (api_version, kind));
+        if let Err(error) = state.write(&key, value) {
+            panic!("the fake API server refused the apply: {}", error.message);
+        }
+        let resource_version = state.resource_version;
+        self.shared.notify(state);
+        resource_version
+    }
+
+    /// Deletes the `K` named `name` in `namespace` (`None` for a cluster-scoped kind), as a
+    /// `DELETE` request does: at once, or first with a `deletionTimestamp` if it has
+    /// finalizers. Returns whether it existed.
+    pub fn delete<K>(&self, namespace: Option<&str>, name: &str) -> bool
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let (resource, ..) = resource_of::<K>();
+        let key = (
+            resource,
+            namespace.unwrap_or_default().to_owned(),
+            name.to_owned(),
+        );
+        let mut state = self.shared.lock();
+        let deleted = state.delete(&key).is_ok();
+        self.shared.notify(state);
+        deleted
+    }
+
+    /// The `K` named `name` in `namespace`, as the server holds it now.
+    ///
+    /// # Panics
+    ///
+    /// If the stored object does not deserialize as a `K`.
+    pub fn get<K>(&self, namespace: Option<&str>, name: &str) -> Option<K>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let (resource, ..) = resource_of::<K>();
+        let key = (
+            resource,
+            namespace.unwrap_or_default().to_owned(),
+            name.to_owned(),
+        );
+        let state = self.shared.lock();
+        state.object(&key).map(|object| {
+            serde_json::from_value(object.clone()).expect("the stored object deserializes")
+        })
+    }
+
+    /// How many objects of kind `K` the server holds.
+    pub fn count<K>(&self) -> usize
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let (resource, ..) = resource_of::<K>();
+        let state = self.shared.lock();
+        state
+            .objects
+            .keys()
+            .filter(|(r, ..)| *r == resource)
+            .count()
+    }
+
+    /// Refuses every request for kind `K` with `403 Forbidden` from now on (a missing RBAC
+    /// rule), and ends its open watches; [`allow`](Self::allow) lifts it.
+    pub fn forbid<K>(&self)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let (resource, ..) = resource_of::<K>();
+        let mut state = self.shared.lock();
+        state.forbidden.insert(resource);
+        state.watch_generation += 1;
+        self.shared.notify(state);
+    }
+
+    /// Serves kind `K` again after [`forbid`](Self::forbid).
+    pub fn allow<K>(&self)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let (resource, ..) = resource_of::<K>();
+        self.shared.lock().forbidden.remove(&resource);
+    }
+
+    /// Sends a `BOOKMARK` at the current resource version on every open watch that allows
+    /// bookmarks.
+    pub fn bookmark(&self) {
+        let mut state = self.shared.lock();
+        let resource_version = state.resource_version;
+        state.log.push(Entry {
+            resource_version,
+            resource: String::new(),
+            namespace: String::new(),
+            kind: "BOOKMARK",
+            object: Value::Null,
+            previous: None,
+        });
+        self.shared.notify(state);
+    }
+
+    /// Ends every open watch, as a dropped connection or an API server restart does. The
+    /// watchers come back from the resource version they had.
+    pub fn drop_watches(&self) {
+        let mut state = self.shared.lock();
+        state.watch_generation += 1;
+        self.shared.notify(state);
+    }
+
+    /// Ends every open watch and expires every resource version given out so far, as an
+    /// etcd compaction does: the watchers' next watch gets `410 Gone`, and they relist.
+    pub fn expire_watches(&self) {
+        let mut state = self.shared.lock();
+        state.expired_through = state.resource_version;
+        // A new version that lists can report and watches can start from.
+        state.resource_version += 1;
+        state.watch_generation += 1;
+        self.shared.notify(state);
+    }
+
+    /// The requests answered so far.
+    pub fn requests(&self) -> Requests {
+        self.shared.lock().requests
+    }
+
+    /// The last resource version given out.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.lock().resource_version
+    }
+}
+
+impl Drop for FakeApiServer {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        state.closed = true;
+        self.shared.notify(state);
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+    }
+}
+
+impl Shared {
+    /// Locks the state; a panic elsewhere while it was held does not make it unreadable.
+    fn lock(&self) -> MutexGuard<'_, ApiState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Releases the state, then wakes the open watches.
+    fn notify(&self, state: MutexGuard<'_, ApiState>) {
+        drop(state);
+        self.changed.send_modify(|version| *version += 1);
+    }
+}
+
+/// Serves the API on `listener` until aborted.
+fn serve(listener: TcpListener, shared: Arc<Shared>) -> JoinHandle<()> {
+    let app = Router::new().fallback(http::handle).with_state(shared);
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(%error, "fake API server stopped");
+        }
+    })
+}
+
+/// `K`'s resource key (`v1/configmaps`), apiVersion and kind.
+fn resource_of<K: Resource<DynamicType = ()>>() -> (String, String, String) {
+    let api_version = K::api_version(&()).into_owned();
+    let resource = format!("{api_version}/{}", K::plural(&()));
+    (resource, api_version, K::kind(&()).into_owned())
+}
