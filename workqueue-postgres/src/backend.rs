@@ -32,6 +32,16 @@ where
         Ok(added.kind != AddKind::Ignored)
     }
 
+    /// [`PgQueue::add_all_with`]: one statement (and one commit) per thousand items, with the
+    /// rules of adding them one by one, rate-limited ones included.
+    async fn add_all_with(&self, items: Vec<T>, options: AddOptions) -> Result<usize, Error> {
+        let added = PgQueue::add_all_with(self, items.iter().map(|item| (item, options))).await?;
+        Ok(added
+            .iter()
+            .filter(|added| added.kind != AddKind::Ignored)
+            .count())
+    }
+
     fn forget(&self, item: &T) -> impl Future<Output = Result<(), Error>> + Send {
         PgQueue::forget(self, item)
     }

@@ -346,3 +346,53 @@ async fn a_batch_notifies_once_and_a_plain_add_is_one_statement() {
     assert_eq!(adds, 20, "one statement per add");
     assert_eq!(transactions, 0, "no BEGIN or COMMIT around a plain add");
 }
+
+/// `Queue::add_all_with` (what a controller's relist calls) is one statement per thousand
+/// items on PostgreSQL, with the options' priority, and counts what the queue accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_traits_batched_add_is_one_statement_per_thousand() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let q = queue(&server).await;
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(&admin)
+        .await
+        .unwrap();
+    q.add("live".to_owned()).await.unwrap();
+    sqlx::query("SELECT pg_stat_statements_reset()")
+        .execute(&admin)
+        .await
+        .unwrap();
+    let listed: Vec<String> = (0..2500).map(|i| format!("listed-{i}")).collect();
+    let accepted = workqueue::Queue::add_all_with(&q, listed, AddOptions::default().priority(-100))
+        .await
+        .unwrap();
+    assert_eq!(accepted, 2500);
+    let calls: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+         WHERE toplevel AND query LIKE '%FROM workqueue_add(%'",
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert_eq!(calls, 3, "2,500 items in three statements");
+    // The live key (priority 0) comes before the listed ones (-100).
+    let first = q.try_get_many(2).await.unwrap();
+    assert_eq!(first[0].item(), "live");
+    assert_eq!(
+        (first[1].item().as_str(), first[1].priority()),
+        ("listed-0", -100)
+    );
+    q.shut_down();
+    let refused =
+        workqueue::Queue::add_all_with(&q, vec!["late".to_owned()], AddOptions::default())
+            .await
+            .unwrap();
+    assert_eq!(refused, 0);
+}
