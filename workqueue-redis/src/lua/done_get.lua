@@ -1,28 +1,35 @@
 -- done_get(flags, lease, max_stalls, cap, max, forget, item, token, ...):
--- `done` of each holder's item in turn (after client-go's Forget of it when
--- `forget` is 1: the worker succeeded), then `get` up to `max` times, in one
--- call: a worker's loop finishes its items and takes the next ones in one
--- round trip and one script run. `flags` as for done; `lease`, `max_stalls` and
--- `cap` as for get. The hand-outs stop at the first that finds nothing.
--- Returns {{done's reply, ...}, {get's reply for each item handed out, ...}}.
+-- `done` of each holder's item (after client-go's Forget of it where `forget` says so: the
+-- worker succeeded), then `get` up to `max` times, in one call: a worker's loop, or several
+-- workers' loops at once, finish their items and take the next ones in one round trip and
+-- one script run. `flags` as for done; `lease`, `max_stalls` and `cap` as for get.
+-- `forget` is '1' (forget every item), '0' (none), or one '1' or '0' per item. The dones
+-- and the hand-outs are batched over the items (finish_many, take_many), with the replies
+-- one done and one get per item would give; the hand-outs stop at the first that finds
+-- nothing. Returns {{done's reply, ...}, {get's reply for each item handed out, ...}}.
 local flags = ARGV[1]
 local lease, max_stalls = tonumber(ARGV[2]), tonumber(ARGV[3])
 local cap, max = tonumber(ARGV[4]) or 0, tonumber(ARGV[5])
-local forget = ARGV[6] == '1'
-local finished = {}
+local forget = ARGV[6]
+local xs, tokens = {}, {}
 for i = 7, #ARGV - 1, 2 do
-  if forget then
-    redis.call('HDEL', K_FAIL, ARGV[i])
-  end
-  finished[#finished + 1] = finish(ARGV[i], ARGV[i + 1], flags)
+  xs[#xs + 1] = ARGV[i]
+  tokens[#tokens + 1] = ARGV[i + 1]
 end
-local now = now_us()
-local taken = {}
-while #taken < max do
-  local reply = take(now, lease, max_stalls, cap)
-  if reply[1] ~= 1 then
-    break
+if #xs > 0 then
+  if #forget == #xs and #xs > 1 then
+    local forgotten = {}
+    for i = 1, #xs do
+      if string.sub(forget, i, i) == '1' then
+        forgotten[#forgotten + 1] = xs[i]
+      end
+    end
+    if #forgotten > 0 then
+      redis.call('HDEL', K_FAIL, unpack(forgotten))
+    end
+  elseif forget == '1' then
+    redis.call('HDEL', K_FAIL, unpack(xs))
   end
-  taken[#taken + 1] = reply
 end
-return {finished, taken}
+local finished = finish_many(xs, tokens, flags)
+return {finished, take_many(now_us(), lease, max_stalls, cap, max)}
