@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use support::server::{Durability, RedisServer};
-use workqueue::AddOptions;
 use workqueue::TryGet;
+use workqueue::{AddOptions, DoneMany, Queue};
 use workqueue_redis::{AddKind, DoneAndGet, DoneAndGetMany, Error, RateLimit, RedisQueue};
 
 async fn queue(server: &RedisServer, name: &str, lease: Duration) -> RedisQueue<String> {
@@ -655,6 +655,76 @@ async fn done_and_get_many_finishes_a_batch_and_takes_the_next() {
     q.shut_down().await.unwrap();
     let DoneAndGetMany { next, .. } = q.done_and_get_many(Vec::new(), 5).await.unwrap();
     assert!(next.is_empty());
+}
+
+/// `Queue::done_and_next_many`, the batched step of `Workers`: each item's failures are
+/// forgotten only where its flag says so, the hand-outs are FIFO with increasing tokens, and
+/// a stale lease of an item beside its current one is refused without touching the current.
+#[tokio::test]
+async fn done_and_next_many_forgets_where_asked_and_fences_each_lease() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let q = queue(&server, "step", Duration::from_secs(10)).await;
+    q.add_all(["a", "b", "c", "d", "e", "f"].map(String::from))
+        .await
+        .unwrap();
+    let DoneAndGetMany { next: held, .. } = q.done_and_get_many(Vec::new(), 3).await.unwrap();
+    let last_token = held.iter().map(|l| l.token()).max().unwrap();
+    // A failure counted for each item being processed (a rate-limited re-add).
+    for lease in &held {
+        q.add_rate_limited(lease.item().clone()).await.unwrap();
+        assert_eq!(q.num_requeues(lease.item().clone()).await.unwrap(), 1);
+    }
+    let steps: Vec<(_, bool)> = held.into_iter().zip([true, false, true]).collect();
+    let DoneMany { done, next } = Queue::done_and_next_many(&q, steps, 2).await.unwrap();
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_eq!(q.num_requeues("a".to_string()).await.unwrap(), 0);
+    assert_eq!(q.num_requeues("b".to_string()).await.unwrap(), 1);
+    assert_eq!(q.num_requeues("c".to_string()).await.unwrap(), 0);
+    let items: Vec<&str> = next.iter().map(|l| l.item().as_str()).collect();
+    assert_eq!(items, ["d", "e"]);
+    assert!(next[0].token() > last_token && next[1].token() > next[0].token());
+    // The rate-limited re-adds come due after their backoff, behind f.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while q.delayed_len().await.unwrap() > 0 || q.len().await.unwrap() < 4 {
+        assert!(Instant::now() < deadline, "the re-adds never came due");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // An empty step with room for more takes the rest, in order.
+    let DoneMany { done, next: rest } =
+        Queue::done_and_next_many(&q, Vec::new(), 10).await.unwrap();
+    assert!(done.is_empty());
+    let items: Vec<&str> = rest.iter().map(|l| l.item().as_str()).collect();
+    assert_eq!(items, ["f", "a", "b", "c"]);
+    let steps = next.into_iter().chain(rest).map(|l| (l, false)).collect();
+    let DoneMany { done, .. } = Queue::done_and_next_many(&q, steps, 0).await.unwrap();
+    assert_eq!(done.len(), 6);
+    assert!(done.iter().all(Result::is_ok));
+
+    // A lease that expired and the one that reclaimed its item, in one step.
+    let short = RedisQueue::<String>::builder("step-stale")
+        .url(server.url())
+        .lease_duration(Duration::from_millis(100))
+        .auto_renew(false)
+        .build()
+        .await
+        .unwrap();
+    short.add("x".to_string()).await.unwrap();
+    let stale = short.get().await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let current = short.get().await.unwrap().unwrap();
+    assert_eq!(current.item(), "x");
+    short.add("x".to_string()).await.unwrap(); // re-added while processing
+    let DoneMany { done, next } =
+        Queue::done_and_next_many(&short, vec![(stale, false), (current, false)], 1)
+            .await
+            .unwrap();
+    assert!(matches!(done[0], Err(Error::LeaseLost)), "{done:?}");
+    assert!(done[1].is_ok(), "{done:?}");
+    // The current holder's done re-queued the re-add, which is handed out again.
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].item(), "x");
 }
 
 #[tokio::test]

@@ -69,6 +69,11 @@ where
         Fut::Output: IntoOutcome,
     {
         let handler = Arc::new(handler);
+        let limit = core.queue.batch_limit();
+        if limit > 1 {
+            let stepper = super::step::Stepper::start(core.queue.clone(), limit);
+            let _ = core.stepper.set(Box::new(stepper));
+        }
         let tasks = (0..core.count())
             .map(|slot| tokio::spawn(worker(core.clone(), slot, handler.clone(), timeout)))
             .collect();
