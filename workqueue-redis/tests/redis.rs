@@ -657,6 +657,77 @@ async fn done_and_get_many_finishes_a_batch_and_takes_the_next() {
     assert!(next.is_empty());
 }
 
+/// A batch of adds now without priorities (add_many's batched path) does what the same adds
+/// one by one do: items being processed (clean and dirty), queued, delayed with a priority,
+/// new, and named twice in the batch.
+#[tokio::test]
+async fn add_all_now_keeps_the_rules_of_one_add_at_a_time() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let batched = queue(&server, "now-batched", Duration::from_secs(10)).await;
+    let single = queue(&server, "now-single", Duration::from_secs(10)).await;
+    let mut held = Vec::new();
+    for q in [&batched, &single] {
+        q.add("p1".to_string()).await.unwrap();
+        q.add("p2".to_string()).await.unwrap();
+        let p1 = q.get().await.unwrap().unwrap();
+        let p2 = q.get().await.unwrap().unwrap();
+        q.add("p2".to_string()).await.unwrap(); // dirty while processing
+        q.add_with(
+            "d".to_string(),
+            AddOptions::default()
+                .after(Duration::from_secs(60))
+                .priority(5),
+        )
+        .await
+        .unwrap();
+        q.add("q".to_string()).await.unwrap();
+        held.push((p1, p2));
+    }
+    let batch = ["new", "p1", "p2", "d", "q", "new", "p1"].map(String::from);
+    let kinds: Vec<AddKind> = batched
+        .add_all(&batch)
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| a.kind)
+        .collect();
+    let mut one_by_one = Vec::new();
+    for item in &batch {
+        one_by_one.push(single.add(item.clone()).await.unwrap().kind);
+    }
+    assert_eq!(kinds, one_by_one);
+    assert_eq!(
+        kinds,
+        [
+            AddKind::Queued,
+            AddKind::Deferred,
+            AddKind::Duplicate,
+            AddKind::Queued,
+            AddKind::Duplicate,
+            AddKind::Duplicate,
+            AddKind::Duplicate,
+        ]
+    );
+    // The same items come out in the same order: d first (its priority), then the queue's
+    // order, then the re-adds as their leases end.
+    let mut orders = Vec::new();
+    for (q, (p1, p2)) in [&batched, &single].into_iter().zip(held) {
+        assert_eq!(q.delayed_len().await.unwrap(), 0);
+        p1.done().await.unwrap();
+        p2.done().await.unwrap();
+        let mut order = Vec::new();
+        while let TryGet::Leased(lease) = q.try_get().await.unwrap() {
+            order.push(lease.item().clone());
+            lease.done().await.unwrap();
+        }
+        orders.push(order);
+    }
+    assert_eq!(orders[0], ["d", "q", "new", "p1", "p2"]);
+    assert_eq!(orders[0], orders[1]);
+}
+
 /// `Queue::done_and_next_many`, the batched step of `Workers`: each item's failures are
 /// forgotten only where its flag says so, the hand-outs are FIFO with increasing tokens, and
 /// a stale lease of an item beside its current one is refused without touching the current.
