@@ -320,17 +320,21 @@ where
         next
     }
 
+    /// The pool's step task, if the backend batches steps.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn stepper(&self) -> Option<&super::step::Stepper<Q>> {
+        self.stepper
+            .get()
+            .and_then(|s| s.downcast_ref::<super::step::Stepper<Q>>())
+    }
+
     /// Marks the lease done (forgetting the item's failures first if `forget`), logging a
     /// failure (the backend hands the item out again once the lease expires, so nothing is
     /// lost); returns the next lease if the backend handed one out with the done.
     async fn done(&self, lease: Q::Lease, forget: bool) -> Option<Q::Lease> {
         let item = lease.item().clone();
         #[cfg(feature = "tokio")]
-        let stepper = self
-            .stepper
-            .get()
-            .and_then(|s| s.downcast_ref::<super::step::Stepper<Q>>());
-        let lease = match stepper {
+        let lease = match self.stepper() {
             None => lease,
             Some(stepper) => match stepper.done_and_next(lease, forget).await {
                 Ok((outcome, next)) => {
