@@ -23,6 +23,9 @@ pub(crate) const OURS_POSTGRES: &str = "workqueue-postgres";
 pub(crate) const PGBOSS: &str = "pg-boss";
 /// One thread, no locks, `VecDeque` + hash sets (BENCH.md's practical limit (a)).
 pub(crate) const LIMIT: &str = "limit-single-thread";
+/// One thread, no locks, the same keys added to a hash set and a `VecDeque` first and then
+/// drained: what holding the whole backlog costs, beside W1.
+pub(crate) const LIMIT_FILL_DRAIN: &str = "limit-fill-drain";
 /// An unbounded crossbeam channel (BENCH.md's practical limit (b)).
 pub(crate) const CROSSBEAM: &str = "crossbeam-channel";
 /// tokio-util's `DelayQueue` owned by one task.
