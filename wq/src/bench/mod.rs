@@ -1,12 +1,13 @@
 //! `wq bench`: the standard workloads of BENCH.md, each beside its references, in one run.
 //!
 //! Every workload lives in its own module (`w1_fifo`, `p1_priority`, `w2_contended`,
-//! `w3_dedup`, `w4_delay`, `w5_retry`, `w6_memory`), whose module documentation says what it
-//! measures and its caveats. The backend is an option: with `--redis URL` the workloads are
-//! W1, W3 and W4 on a queue on Redis (`distributed`) beside BullMQ, with `--postgres URL` the
-//! same three on a queue on PostgreSQL beside pg-boss (both references run in `node`, see
-//! `node_peer`), in the same report and the same `--json` lines, as `impl` `workqueue-redis`
-//! and `bullmq`, or `workqueue-postgres` and `pg-boss`. A workload returns
+//! `w3_dedup`, `w4_delay`, `w5_retry`, `w6_memory`, and `fleet` for W7), whose module
+//! documentation says what it measures and its caveats. The backend is an option: with
+//! `--redis URL` the workloads are W1, W3 and W4 on a queue on Redis (`distributed`) and W7
+//! (`fleet`) beside BullMQ, with `--postgres URL` the same on a queue on PostgreSQL beside
+//! pg-boss (both references run in `node`, see `node_peer`), in the same report and the same
+//! `--json` lines, as `impl` `workqueue-redis` and `bullmq`, or `workqueue-postgres` and
+//! `pg-boss`. W7S, W7's scaling sweep, runs on a server when named or with `--plot DIR`. A workload returns
 //! [`report::Sample`]s (one number per
 //! implementation and metric); with `--runs N` every workload runs N times and the report
 //! holds the median of each figure.
@@ -39,11 +40,12 @@ use report::Sample;
 /// Options of `wq bench`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchArgs {
-    /// Runs smaller versions of the workloads (well under 20 s on 2 cores, one run each).
+    /// Runs smaller versions of the workloads, one run each (in memory, well under 20 s on 2
+    /// cores; W7 on a server, 10,000 items per phase, about a minute beside its reference).
     #[arg(long)]
     quick: bool,
 
-    /// Runs W1, W3 and W4 against the Redis-backed queue at URL (a local server; the bench
+    /// Runs W1, W3, W4 and W7 against the Redis-backed queue at URL (a local server; the bench
     /// uses queues of its own and deletes them) beside BullMQ on the same server, which it
     /// installs with npm (the versions pinned in wq/benchmarks/bullmq) into a private directory
     /// of this user's unless --no-bullmq is given. Same report and --json lines, with `impl`
@@ -56,7 +58,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, requires = "redis")]
     no_bullmq: bool,
 
-    /// Runs W1, W3 and W4 against the PostgreSQL-backed queue at URL (the bench uses queues
+    /// Runs W1, W3, W4 and W7 against the PostgreSQL-backed queue at URL (the bench uses queues
     /// of its own and deletes them) beside pg-boss on the same database, which it installs
     /// with npm (the versions pinned in wq/benchmarks/pg-boss) into a private directory of
     /// this user's unless --no-pgboss is given. Same report and --json lines, with `impl`

@@ -264,6 +264,66 @@ fn queue_name() -> String {
     )
 }
 
+/// The queues of the phases under way on a server: (URL, name).
+static LIVE: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// Marks queue `name` at `url` as in use until dropped, so that an interrupted bench deletes
+/// it.
+struct Live(String);
+
+impl Live {
+    fn new<Q: FleetQueue>(url: &str, name: &str) -> Self {
+        static WATCH: std::sync::Once = std::sync::Once::new();
+        WATCH.call_once(|| {
+            tokio::spawn(on_interrupt::<Q>());
+        });
+        let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        live.push((url.to_owned(), name.to_owned()));
+        Live(name.to_owned())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        live.retain(|(_, name)| *name != self.0);
+    }
+}
+
+/// On SIGINT or SIGTERM: deletes the queues of the phases under way, then exits (with 130 or
+/// 143, as a shell reports a process those signals ended). The worker processes see their
+/// input end, stop and exit by themselves.
+async fn on_interrupt<Q: FleetQueue>() {
+    let code = interrupted().await;
+    let live = LIVE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    for (url, name) in live {
+        let delete = async {
+            if let Ok(queue) = Q::open(&url, &name).await {
+                let _ = queue.delete().await;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(3), delete).await;
+    }
+    eprintln!("wq bench: interrupted; deleted the queues of the fleet phase under way");
+    std::process::exit(code);
+}
+
+/// Waits for SIGINT (returns 130) or, on Unix, SIGTERM (143).
+async fn interrupted() -> i32 {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            return tokio::select! {
+                _ = tokio::signal::ctrl_c() => 130,
+                _ = term.recv() => 143,
+            };
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    130
+}
+
 /// Runs one phase of `items` items at `shape` on `target`, the producer adding with `load`.
 pub(crate) async fn phase<Q: FleetQueue>(
     target: &Target,
@@ -272,6 +332,7 @@ pub(crate) async fn phase<Q: FleetQueue>(
     load: Load,
 ) -> Result<Measured, Error> {
     let name = queue_name();
+    let _live = Q::SHARED.then(|| Live::new::<Q>(target.url(), &name));
     let queue = Q::open(target.url(), &name).await?;
     queue.delete().await?;
     let fleet = start_fleet(&queue, target, &name, shape, items).await?;

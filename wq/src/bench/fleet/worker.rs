@@ -126,10 +126,16 @@ fn serve<Q: FleetQueue>(spec: &Spec, url_var: &str) -> Result<(), String> {
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
     let summary = runtime.block_on(workers.shut_down());
     let mut out = std::io::BufWriter::new(stdout);
-    for (item, start, end) in log.records() {
-        writeln!(out, "{item} {start} {end}").map_err(|e| e.to_string())?;
+    let reported = log
+        .records()
+        .try_for_each(|(item, start, end)| writeln!(out, "{item} {start} {end}"))
+        .and_then(|()| out.flush());
+    match reported {
+        Ok(()) => {}
+        // The bench is gone (interrupted): nobody to report to.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        Err(e) => return Err(e.to_string()),
     }
-    out.flush().map_err(|e| e.to_string())?;
     if summary.processed != log.handled() as u64 {
         return Err(format!(
             "the workers processed {} items but the handler saw {}",
