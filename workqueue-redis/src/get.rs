@@ -176,24 +176,27 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         leases: Vec<Lease<T>>,
         max: usize,
     ) -> Result<DoneAndGetMany<T>, Error> {
-        self.done_and_get_with(leases, max, false).await
+        let forget = vec![false; leases.len()];
+        self.done_and_get_with(leases, max, forget).await
     }
 
-    /// [`done_and_get_many`](Self::done_and_get_many), forgetting each item's failures first
-    /// (client-go's `Forget` after a success) when `forget` is set.
+    /// [`done_and_get_many`](Self::done_and_get_many), forgetting the failures of each item
+    /// whose flag in `forget` (one per lease) is set first (client-go's `Forget` after a
+    /// success).
     pub(crate) async fn done_and_get_with(
         &self,
         leases: Vec<Lease<T>>,
         max: usize,
-        forget: bool,
+        forget: Vec<bool>,
     ) -> Result<DoneAndGetMany<T>, Error> {
+        debug_assert_eq!(forget.len(), leases.len());
         // Counts as out until the dones are through, for a drain.
         self.inner.lease_started();
         let _out = LeaseOut(&self.inner);
         let finished: Vec<(String, u64)> = leases.into_iter().map(Lease::finish).collect();
         if self.is_closed() {
             let mut done = Vec::with_capacity(finished.len());
-            for (raw, token) in &finished {
+            for ((raw, token), &forget) in finished.iter().zip(&forget) {
                 // Forgotten only once the done is accepted: a stale holder changes nothing.
                 let outcome = match self.inner.finish(raw, *token, false).await {
                     Ok(()) if forget => self.forget_raw(raw).await,
@@ -214,7 +217,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             self.inner.max_stalls.to_string(),
             self.inner.dead_letter_cap.to_string(),
             max.to_string(),
-            u8::from(forget).to_string(),
+            forget_mask(&forget),
         ]);
         for (raw, token) in finished {
             args.extend([raw, token.to_string()]);
@@ -319,6 +322,18 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             GetReply::ShutDown => Ok(Some(Attempt::ShutDown)),
             GetReply::Empty(wait) => Ok(Some(Attempt::Empty(wait))),
         }
+    }
+}
+
+/// The `forget` argument of the `done_get` script: `1` (every item), `0` (none), or one
+/// `1` or `0` per item.
+fn forget_mask(forget: &[bool]) -> String {
+    if forget.iter().all(|&f| f) && !forget.is_empty() {
+        "1".to_owned()
+    } else if !forget.iter().any(|&f| f) {
+        "0".to_owned()
+    } else {
+        forget.iter().map(|&f| if f { '1' } else { '0' }).collect()
     }
 }
 

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use support::server::{Durability, RedisServer};
-use workqueue::AddOptions;
 use workqueue::TryGet;
+use workqueue::{AddOptions, DoneMany, Queue};
 use workqueue_redis::{AddKind, DoneAndGet, DoneAndGetMany, Error, RateLimit, RedisQueue};
 
 async fn queue(server: &RedisServer, name: &str, lease: Duration) -> RedisQueue<String> {
@@ -656,6 +656,147 @@ async fn done_and_get_many_finishes_a_batch_and_takes_the_next() {
     q.shut_down().await.unwrap();
     let DoneAndGetMany { next, .. } = q.done_and_get_many(Vec::new(), 5).await.unwrap();
     assert!(next.is_empty());
+}
+
+/// A batch of adds now without priorities (add_many's batched path) does what the same adds
+/// one by one do: items being processed (clean and dirty), queued, delayed with a priority,
+/// new, and named twice in the batch.
+#[tokio::test]
+async fn add_all_now_keeps_the_rules_of_one_add_at_a_time() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let batched = queue(&server, "now-batched", Duration::from_secs(10)).await;
+    let single = queue(&server, "now-single", Duration::from_secs(10)).await;
+    let mut held = Vec::new();
+    for q in [&batched, &single] {
+        q.add("p1".to_string()).await.unwrap();
+        q.add("p2".to_string()).await.unwrap();
+        let p1 = q.get().await.unwrap().unwrap();
+        let p2 = q.get().await.unwrap().unwrap();
+        q.add("p2".to_string()).await.unwrap(); // dirty while processing
+        q.add_with(
+            "d".to_string(),
+            AddOptions::default()
+                .after(Duration::from_secs(60))
+                .priority(5),
+        )
+        .await
+        .unwrap();
+        q.add("q".to_string()).await.unwrap();
+        held.push((p1, p2));
+    }
+    let batch = ["new", "p1", "p2", "d", "q", "new", "p1"].map(String::from);
+    let kinds: Vec<AddKind> = batched
+        .add_all(&batch)
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| a.kind)
+        .collect();
+    let mut one_by_one = Vec::new();
+    for item in &batch {
+        one_by_one.push(single.add(item.clone()).await.unwrap().kind);
+    }
+    assert_eq!(kinds, one_by_one);
+    assert_eq!(
+        kinds,
+        [
+            AddKind::Queued,
+            AddKind::Deferred,
+            AddKind::Duplicate,
+            AddKind::Queued,
+            AddKind::Duplicate,
+            AddKind::Duplicate,
+            AddKind::Duplicate,
+        ]
+    );
+    // The same items come out in the same order: d first (its priority), then the queue's
+    // order, then the re-adds as their leases end.
+    let mut orders = Vec::new();
+    for (q, (p1, p2)) in [&batched, &single].into_iter().zip(held) {
+        assert_eq!(q.delayed_len().await.unwrap(), 0);
+        p1.done().await.unwrap();
+        p2.done().await.unwrap();
+        let mut order = Vec::new();
+        while let TryGet::Leased(lease) = q.try_get().await.unwrap() {
+            order.push(lease.item().clone());
+            lease.done().await.unwrap();
+        }
+        orders.push(order);
+    }
+    assert_eq!(orders[0], ["d", "q", "new", "p1", "p2"]);
+    assert_eq!(orders[0], orders[1]);
+}
+
+/// `Queue::done_and_next_many`, the batched step of `Workers`: each item's failures are
+/// forgotten only where its flag says so, the hand-outs are FIFO with increasing tokens, and
+/// a stale lease of an item beside its current one is refused without touching the current.
+#[tokio::test]
+async fn done_and_next_many_forgets_where_asked_and_fences_each_lease() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let q = queue(&server, "step", Duration::from_secs(10)).await;
+    q.add_all(["a", "b", "c", "d", "e", "f"].map(String::from))
+        .await
+        .unwrap();
+    let DoneAndGetMany { next: held, .. } = q.done_and_get_many(Vec::new(), 3).await.unwrap();
+    let last_token = held.iter().map(|l| l.token()).max().unwrap();
+    // A failure counted for each item being processed (a rate-limited re-add).
+    for lease in &held {
+        q.add_rate_limited(lease.item().clone()).await.unwrap();
+        assert_eq!(q.num_requeues(lease.item().clone()).await.unwrap(), 1);
+    }
+    let steps: Vec<(_, bool)> = held.into_iter().zip([true, false, true]).collect();
+    let DoneMany { done, next } = Queue::done_and_next_many(&q, steps, 2).await.unwrap();
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_eq!(q.num_requeues("a".to_string()).await.unwrap(), 0);
+    assert_eq!(q.num_requeues("b".to_string()).await.unwrap(), 1);
+    assert_eq!(q.num_requeues("c".to_string()).await.unwrap(), 0);
+    let items: Vec<&str> = next.iter().map(|l| l.item().as_str()).collect();
+    assert_eq!(items, ["d", "e"]);
+    assert!(next[0].token() > last_token && next[1].token() > next[0].token());
+    // The rate-limited re-adds come due after their backoff, behind f.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while q.delayed_len().await.unwrap() > 0 || q.len().await.unwrap() < 4 {
+        assert!(Instant::now() < deadline, "the re-adds never came due");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // An empty step with room for more takes the rest, in order.
+    let DoneMany { done, next: rest } =
+        Queue::done_and_next_many(&q, Vec::new(), 10).await.unwrap();
+    assert!(done.is_empty());
+    let items: Vec<&str> = rest.iter().map(|l| l.item().as_str()).collect();
+    assert_eq!(items, ["f", "a", "b", "c"]);
+    let steps = next.into_iter().chain(rest).map(|l| (l, false)).collect();
+    let DoneMany { done, .. } = Queue::done_and_next_many(&q, steps, 0).await.unwrap();
+    assert_eq!(done.len(), 6);
+    assert!(done.iter().all(Result::is_ok));
+
+    // A lease that expired and the one that reclaimed its item, in one step.
+    let short = RedisQueue::<String>::builder("step-stale")
+        .url(server.url())
+        .lease_duration(Duration::from_millis(100))
+        .auto_renew(false)
+        .build()
+        .await
+        .unwrap();
+    short.add("x".to_string()).await.unwrap();
+    let stale = short.get().await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let current = short.get().await.unwrap().unwrap();
+    assert_eq!(current.item(), "x");
+    short.add("x".to_string()).await.unwrap(); // re-added while processing
+    let DoneMany { done, next } =
+        Queue::done_and_next_many(&short, vec![(stale, false), (current, false)], 1)
+            .await
+            .unwrap();
+    assert!(matches!(done[0], Err(Error::LeaseLost)), "{done:?}");
+    assert!(done[1].is_ok(), "{done:?}");
+    // The current holder's done re-queued the re-add, which is handed out again.
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].item(), "x");
 }
 
 #[tokio::test]

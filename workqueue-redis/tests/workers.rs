@@ -1,7 +1,8 @@
 //! `Workers` on every backend: each rule of the shared suite
 //! (`workqueue/tests/conformance/workers.rs`) runs, unchanged, over the in-memory
-//! `workqueue::WorkQueue` and over `RedisQueue` on a `redis-server` the test starts itself,
-//! through the `workqueue::Queue` trait. Same outcomes, retries, give-ups, panics, timeouts,
+//! `workqueue::WorkQueue` (alone, and seen as a backend whose steps `Workers` batch) and over
+//! `RedisQueue` on a `redis-server` the test starts itself, through the `workqueue::Queue`
+//! trait. Same outcomes, retries, give-ups, panics, timeouts,
 //! stops and summaries; where the backends differ by design (a shut down handle on Redis keeps
 //! its delayed items on the server), the rule says so.
 
@@ -16,7 +17,7 @@ use workqueue::Workers;
 use workqueue_redis::{RateLimit, RedisQueue};
 
 use support::RedisServer;
-use support::conformance::workers::{Backend, Memory, eventually, rules};
+use support::conformance::workers::{Backend, BatchedMemory, Memory, eventually, rules};
 
 struct Redis {
     server: RedisServer,
@@ -67,6 +68,15 @@ macro_rules! workers_suite {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $rule() {
                     super::rules::$rule(&super::Memory).await;
+                }
+            )*
+        }
+        /// The in-memory queue through `Workers`' batched steps.
+        mod in_memory_batched {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    super::rules::$rule(&super::BatchedMemory).await;
                 }
             )*
         }

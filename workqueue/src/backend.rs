@@ -218,6 +218,62 @@ pub trait Queue: Clone + Send + Sync + 'static {
         }
     }
 
+    /// Several worker loops' steps at once: marks each lease done, after forgetting its item's
+    /// rate-limiter history where its flag is set, and hands out up to `max` items that are
+    /// ready now, without waiting. [`DoneMany::done`] has each `done`'s outcome in the order
+    /// of `leases`; [`DoneMany::next`] the leases handed out, in hand-out order.
+    ///
+    /// [`Workers`](crate::Workers) call it when [`batch_limit`](Self::batch_limit) is above
+    /// 1, to complete the items that several of their workers finished while a step was on
+    /// its way and take the workers' next items, in one round trip. The default makes one
+    /// [`done_and_next`](Self::done_and_next) per lease (a plain done once `max` leases were
+    /// handed out).
+    ///
+    /// # Errors
+    ///
+    /// A failure that touches every lease (the call did not reach the backend, or its answer
+    /// was lost): then whether each `done` applied is unknown, and leases the call may have
+    /// taken are released or expire as the backend's rules say. A failure of one `done` is in
+    /// its place in [`DoneMany::done`].
+    fn done_and_next_many(
+        &self,
+        leases: Vec<(Self::Lease, bool)>,
+        max: usize,
+    ) -> impl Future<Output = Result<DoneMany<Self::Lease, Self::Error>, Self::Error>> + Send {
+        async move {
+            let mut done = Vec::with_capacity(leases.len());
+            let mut next = Vec::new();
+            for (lease, forget) in leases {
+                if next.len() < max {
+                    match self.done_and_next(lease, forget).await {
+                        Ok(lease) => {
+                            next.extend(lease);
+                            done.push(Ok(()));
+                        }
+                        Err(error) => done.push(Err(error)),
+                    }
+                } else {
+                    let forgotten = if forget {
+                        self.forget(lease.item()).await
+                    } else {
+                        Ok(())
+                    };
+                    done.push(lease.done().await.and(forgotten));
+                }
+            }
+            Ok(DoneMany { done, next })
+        }
+    }
+
+    /// How many leases [`done_and_next_many`](Self::done_and_next_many) is worth giving at
+    /// once: above 1 when one call for many leases costs the backend less than one call per
+    /// lease (a round trip to a server), and then [`Workers`](crate::Workers) batch their
+    /// steps up to this many. 1 (the default, and the in-memory queue's, whose steps cost a
+    /// round of its lock each either way) keeps every worker stepping on its own.
+    fn batch_limit(&self) -> usize {
+        1
+    }
+
     /// Shuts this handle down: client-go's `ShutDown`. Its adds are ignored from now on and
     /// its getters wake; items already queued are still handed out (in memory), or left on the
     /// server for the other processes (on a shared backend, where a handle's shut down stops
@@ -247,6 +303,16 @@ pub trait Queue: Clone + Send + Sync + 'static {
     ///
     /// A backend's failure.
     fn is_shutting_down(&self) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+}
+
+/// What [`Queue::done_and_next_many`] did: the outcome of each lease's `done`, and the leases
+/// it handed out.
+#[derive(Debug)]
+pub struct DoneMany<L, E> {
+    /// Each `done`'s outcome, in the order of the leases given.
+    pub done: Vec<Result<(), E>>,
+    /// The leases handed out, in hand-out order (at most the `max` asked for).
+    pub next: Vec<L>,
 }
 
 /// The claim on one item while a worker processes it: what [`Queue::get`] hands out.

@@ -225,7 +225,7 @@ mod workers;
 #[cfg(all(test, loom))]
 mod tests;
 
-pub use backend::{Queue, QueueLease, TryGet};
+pub use backend::{DoneMany, Queue, QueueLease, TryGet};
 pub use error::TryGetError;
 pub use lease::Lease;
 pub use parallelize::{Parallelizer, parallelize_until};

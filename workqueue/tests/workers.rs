@@ -755,3 +755,29 @@ mod capture {
         EVENTS.lock().unwrap().clone()
     }
 }
+
+/// The trait's default `done_and_next_many` (the in-memory queue's): each lease's done, its
+/// forget only where asked, and at most `max` next items, in order.
+#[test]
+fn done_and_next_many_by_default_steps_each_lease_in_turn() {
+    use workqueue::{DoneMany, Queue};
+    let queue: WorkQueue<&str> = WorkQueue::new();
+    for item in ["a", "b", "c", "d"] {
+        queue.add(item);
+    }
+    let a = queue.try_get().unwrap();
+    let b = queue.try_get().unwrap();
+    // A failure counted for each (a rate-limited re-add while processing).
+    queue.add_rate_limited("a");
+    queue.add_rate_limited("b");
+    let step = Queue::done_and_next_many(&queue, vec![(a, true), (b, false)], 1);
+    let DoneMany { done, next } = futures::executor::block_on(step).unwrap();
+    assert_eq!(done.len(), 2);
+    assert!(done.iter().all(Result::is_ok));
+    assert_eq!(queue.num_requeues(&"a"), 0);
+    assert_eq!(queue.num_requeues(&"b"), 1);
+    let items: Vec<&str> = next.iter().map(|lease| *lease.item()).collect();
+    assert_eq!(items, ["c"]);
+    assert_eq!(queue.processing_len(), 1);
+    assert_eq!(Queue::batch_limit(&queue), 1);
+}

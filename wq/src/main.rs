@@ -3,7 +3,8 @@
 //! - `wq demo`: a simulated controller on the in-memory queue, or with `--redis URL` or
 //!   `--postgres URL` on a queue on Redis or PostgreSQL shared by processes (`demo/`).
 //! - `wq bench`: the standard workloads of BENCH.md beside their references; with
-//!   `--redis URL` W1, W3 and W4 on Redis beside BullMQ, in the same report (`bench/`).
+//!   `--redis URL` W1, W3, W4 and W7 (the fleet) on Redis beside BullMQ, with `--postgres URL`
+//!   on PostgreSQL beside pg-boss, in the same report (`bench/`).
 //! - `wq redis stats|shutdown|pause|resume|dead-letters`: a queue on Redis, for operators
 //!   (`ops.rs`); `wq postgres queues|stats|shutdown|pause|resume|dead-letters` the same on
 //!   PostgreSQL (`pg_ops.rs`).

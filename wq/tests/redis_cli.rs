@@ -204,3 +204,101 @@ fn the_bench_on_redis_speaks_the_bench_json_schema() {
     let out = wq(&url, &["bench", "--redis", "--quick", "-w", "W2"]);
     assert!(!out.status.success());
 }
+
+/// `wq bench --redis -w W7`: the fleet workload on worker processes, its `--json` lines with
+/// the shape (`processes`, `workers`, `handler_ms`) beside BENCH.md's keys; `--plot DIR` runs
+/// the scaling sweep W7S and writes its SVG; `--plot` without a server is refused.
+#[test]
+fn the_fleet_bench_on_redis_reports_each_shape_and_plots_the_sweep() {
+    let Some(server) = server() else { return };
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port());
+    let lines = |out: &std::process::Output| -> Vec<serde_json::Value> {
+        stdout(out)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect()
+    };
+    let out = wq(
+        &url,
+        &[
+            "bench",
+            "--redis",
+            "--quick",
+            "--no-bullmq",
+            "-w",
+            "W7",
+            "--processes",
+            "2",
+            "--workers",
+            "4",
+            "--handler-ms",
+            "0",
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let w7 = lines(&out);
+    for metric in [
+        "items_per_s",
+        "pickup_p50_ms",
+        "pickup_p99_ms",
+        "pickup_max_ms",
+    ] {
+        let line = w7
+            .iter()
+            .find(|v| v["metric"] == metric)
+            .unwrap_or_else(|| panic!("no {metric} in {w7:?}"));
+        assert_eq!(line["workload"], "W7");
+        assert_eq!(line["impl"], "workqueue-redis");
+        let shape = ["processes", "workers", "handler_ms"].map(|key| line[key].as_u64());
+        assert_eq!(shape, [Some(2), Some(4), Some(0)], "{line}");
+        assert!(line["value"].as_f64().is_some_and(|v| v >= 0.0), "{line}");
+    }
+    assert!(
+        w7.iter()
+            .any(|v| v["metric"] == "items_per_s" && v["value"].as_f64() > Some(0.0))
+    );
+
+    let dir = std::env::temp_dir().join(format!("wq-plot-{}", std::process::id()));
+    let out = wq(
+        &url,
+        &[
+            "bench",
+            "--redis",
+            "--quick",
+            "--no-bullmq",
+            "-w",
+            "W7S",
+            "--workers",
+            "1,4",
+            "--handler-ms",
+            "0",
+            "--plot",
+            dir.to_str().expect("a UTF-8 path"),
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sweep = lines(&out);
+    let workers: Vec<Option<u64>> = sweep
+        .iter()
+        .filter(|v| v["workload"] == "W7S" && v["metric"] == "items_per_s")
+        .map(|v| v["workers"].as_u64())
+        .collect();
+    assert_eq!(workers, [Some(1), Some(4)], "{sweep:?}");
+    let svg = std::fs::read_to_string(dir.join("w7-scaling.svg")).expect("the plot is written");
+    assert!(svg.starts_with("<svg") && svg.contains("workers per process"));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let out = wq(&url, &["bench", "--quick", "-w", "W1", "--plot", "/tmp"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--plot needs"));
+}

@@ -52,3 +52,57 @@ local function take(now, lease, max_stalls, cap)
   end
   return {1, x, token, p}
 end
+
+-- take_many(now, lease, max_stalls, cap, max): take() up to `max` times, stopping at the
+-- first that finds nothing; returns the replies of the items handed out. While no priority
+-- is in use and the queue is not paused, the items come from one LPOP of up to `max` and
+-- their leases are written with one call per structure; the tokens are the ones take()
+-- would have handed out one after the other.
+local function take_many(now, lease, max_stalls, cap, max)
+  local taken = {}
+  if max <= 0 then
+    return taken
+  end
+  refresh(now, max_stalls, cap)
+  if redis.call('EXISTS', K_LANES) == 0 and redis.call('HEXISTS', K_META, 'paused') == 0 then
+    local xs = redis.call('LPOP', K_READY, max)
+    if xs then
+      redis.call('SREM', K_DIRTY, unpack(xs))
+      -- Re-adds while processing give the next priority afresh.
+      redis.call('HDEL', K_PRIO, unpack(xs))
+      -- next_seq() once per item: the larger of the counter plus one and the clock.
+      local base = tonumber(redis.call('GET', K_SEQ)) or 0
+      if base < now - 1 then
+        base = now - 1
+      end
+      local deadlines, holders, since = {}, {}, {}
+      for i, x in ipairs(xs) do
+        local token = base + i
+        deadlines[#deadlines + 1] = now + lease
+        deadlines[#deadlines + 1] = x
+        holders[#holders + 1] = x
+        holders[#holders + 1] = int(token)
+        since[#since + 1] = x
+        since[#since + 1] = int(now)
+        taken[i] = {1, x, token, 0}
+      end
+      redis.call('SET', K_SEQ, int(base + #xs))
+      redis.call('ZADD', K_PROC, unpack(deadlines))
+      redis.call('HSET', K_LEASE, unpack(holders))
+      redis.call('HSET', K_SINCE, unpack(since))
+      if any_ready() then
+        -- More work: wake the next blocked getter (a chain, not a herd).
+        wake()
+      end
+      return taken
+    end
+  end
+  while #taken < max do
+    local reply = take(now, lease, max_stalls, cap)
+    if reply[1] ~= 1 then
+      break
+    end
+    taken[#taken + 1] = reply
+  end
+  return taken
+end

@@ -76,7 +76,8 @@ impl<T, S> State<T, S> {
         }
         self.entries = moved.into_iter().collect();
         self.entries.shrink_to_fit();
-        self.index = index_of(&self.entries, self.entries.len());
+        let live = self.entries.len();
+        self.index = index_of(&mut self.entries, live);
         for node in &mut self.heap {
             node.slot = map[node.slot as usize];
         }

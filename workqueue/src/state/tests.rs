@@ -243,3 +243,50 @@ fn shut_down_drops_delayed_and_ignores_adds() {
     assert!(!s.done(a.slot, 0).requeued);
     assert_eq!(s.tracked(), 0);
 }
+
+#[test]
+fn an_entry_remembers_its_bucket_through_growth_and_compaction() {
+    let mut s = State::new();
+    // Growth rebuilds the index several times; each rebuild tells every entry its bucket
+    // (check() holds each stored bucket against the index).
+    for i in 0..5_000 {
+        s.add(i, None, 0);
+    }
+    s.check();
+    // Draining most of them renumbers the slots and rebuilds the index again.
+    for _ in 0..4_900 {
+        let p = s.pop(0).unwrap();
+        s.done(p.slot, 0);
+    }
+    s.check();
+    assert_eq!(drain(&mut s), (4_900..5_000).collect::<Vec<_>>());
+    assert_eq!(bucket_at(bucket_of(7)), Some(7));
+    assert_eq!(bucket_at(bucket_of(0xff_fffe)), Some(0xff_fffe));
+    assert_eq!(bucket_of(0xff_ffff), NO_BUCKET);
+    assert_eq!(bucket_at(NO_BUCKET), None);
+}
+
+#[test]
+fn an_entry_whose_bucket_does_not_fit_is_removed_by_probing() {
+    let mut s = State::new();
+    for i in 0..100 {
+        s.add(i, None, 0);
+    }
+    // As in an index of more than 2^24 buckets: half the entries do not know theirs.
+    for (slot, entry) in s.entries.iter_mut() {
+        if slot % 2 == 0 {
+            entry.bucket = NO_BUCKET;
+        }
+    }
+    s.check();
+    assert_eq!(drain(&mut s), (0..100).collect::<Vec<_>>());
+    assert_eq!(s.tracked(), 0);
+    assert!(s.index.is_empty());
+}
+
+#[test]
+fn the_bucket_fits_in_the_entry_s_padding() {
+    // W6's bytes per item: the bucket takes no room of its own.
+    assert_eq!(std::mem::size_of::<Entry<std::sync::Arc<str>>>(), 32);
+    assert_eq!(std::mem::size_of::<Entry<u64>>(), 24);
+}

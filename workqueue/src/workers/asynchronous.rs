@@ -69,6 +69,11 @@ where
         Fut::Output: IntoOutcome,
     {
         let handler = Arc::new(handler);
+        let limit = core.queue.batch_limit();
+        if limit > 1 {
+            let stepper = super::step::Stepper::start(core.queue.clone(), core.stop.clone(), limit);
+            let _ = core.stepper.set(Box::new(stepper));
+        }
         let tasks = (0..core.count())
             .map(|slot| tokio::spawn(worker(core.clone(), slot, handler.clone(), timeout)))
             .collect();
@@ -197,12 +202,23 @@ async fn worker<T, Q, F, Fut>(
             next = process(&core, slot, &*handler, timeout, lease).await;
             continue;
         }
-        // Biased: once stopped, no new item is taken. `get` is cancel safe, so dropping it
-        // here loses nothing.
-        let lease = tokio::select! {
-            biased;
-            () = &mut stopped => break,
-            lease = core.queue.get() => lease,
+        let lease = match core.stepper() {
+            // The pool's step task waits for all its idle workers, and answers at once when
+            // the pool stops; a lease it took before the stop is handed back.
+            Some(stepper) => match stepper.next().await {
+                Ok(Some(lease)) if core.stop.is_stopped() => {
+                    core.leave_unprocessed(lease).await;
+                    break;
+                }
+                other => other,
+            },
+            // Biased: once stopped, no new item is taken. `get` is cancel safe, so dropping
+            // it here loses nothing.
+            None => tokio::select! {
+                biased;
+                () = &mut stopped => break,
+                lease = core.queue.get() => lease.map_err(|e| e.to_string()),
+            },
         };
         let lease = match lease {
             Ok(Some(lease)) => lease,

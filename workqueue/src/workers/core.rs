@@ -88,6 +88,11 @@ pub(crate) struct Core<T, Q> {
     changed: Condvar,
     /// The stop hook's key in the token, removed when the last worker exits.
     stop_key: Mutex<Option<usize>>,
+    /// Where async workers send their `done`s when the backend batches steps
+    /// ([`Queue::batch_limit`] above 1): a `Stepper<Q>`, kept as `Any` because this struct
+    /// has no bound on `Q` to name its lease type with; unset otherwise.
+    #[cfg(feature = "tokio")]
+    pub(crate) stepper: std::sync::OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 impl<T, Q> Core<T, Q>
@@ -116,6 +121,8 @@ where
             running: Mutex::new(count),
             changed: Condvar::new(),
             stop_key: Mutex::new(None),
+            #[cfg(feature = "tokio")]
+            stepper: std::sync::OnceLock::new(),
         });
         // Weak: the token may outlive the pool by far (one token for a whole program).
         let weak: Weak<Self> = Arc::downgrade(&core);
@@ -313,11 +320,38 @@ where
         next
     }
 
+    /// The pool's step task, if the backend batches steps.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn stepper(&self) -> Option<&super::step::Stepper<Q>> {
+        self.stepper
+            .get()
+            .and_then(|s| s.downcast_ref::<super::step::Stepper<Q>>())
+    }
+
     /// Marks the lease done (forgetting the item's failures first if `forget`), logging a
     /// failure (the backend hands the item out again once the lease expires, so nothing is
     /// lost); returns the next lease if the backend handed one out with the done.
     async fn done(&self, lease: Q::Lease, forget: bool) -> Option<Q::Lease> {
         let item = lease.item().clone();
+        #[cfg(feature = "tokio")]
+        let lease = match self.stepper() {
+            None => lease,
+            Some(stepper) => match stepper.done_and_next(lease, forget).await {
+                Ok((outcome, next)) => {
+                    if let Err(error) = outcome {
+                        tracing::warn!(
+                            queue = self.queue.name(),
+                            item = ?item,
+                            %error,
+                            "cannot mark the item done (or forget its failures); a shared backend hands it out again once its lease expires"
+                        );
+                    }
+                    return next;
+                }
+                // The steps have ended: end this lease on its own.
+                Err(lease) => lease,
+            },
+        };
         match self.queue.done_and_next(lease, forget).await {
             Ok(next) => next,
             Err(error) => {

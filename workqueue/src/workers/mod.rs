@@ -2,6 +2,8 @@
 // documentation is on `Workers`.
 
 mod core;
+#[cfg(feature = "tokio")]
+mod step;
 mod stop;
 
 /// The accessors every running pool has ([`ThreadWorkers`], `AsyncWorkers`), written once:

@@ -75,6 +75,93 @@ impl Backend for Memory {
     }
 }
 
+/// The in-memory queue seen as a backend that batches the workers' steps
+/// ([`Queue::batch_limit`] 8): every rule then runs through `Workers`' batched steps, with
+/// the trait's default `done_and_next_many`.
+pub(crate) struct BatchedMemory;
+
+/// A [`WorkQueue`] whose steps `Workers` batch.
+#[derive(Clone)]
+pub(crate) struct Batched(WorkQueue<String>);
+
+impl Queue for Batched {
+    type Item = String;
+    type Lease = workqueue::Lease<String>;
+    type Error = std::convert::Infallible;
+
+    fn name(&self) -> Option<&str> {
+        Queue::name(&self.0)
+    }
+
+    fn add_with(
+        &self,
+        item: String,
+        options: AddOptions,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        Queue::add_with(&self.0, item, options)
+    }
+
+    fn forget(&self, item: &String) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        Queue::forget(&self.0, item)
+    }
+
+    fn num_requeues(
+        &self,
+        item: &String,
+    ) -> impl Future<Output = Result<usize, Self::Error>> + Send {
+        Queue::num_requeues(&self.0, item)
+    }
+
+    fn len(&self) -> impl Future<Output = Result<usize, Self::Error>> + Send {
+        Queue::len(&self.0)
+    }
+
+    fn get(&self) -> impl Future<Output = Result<Option<Self::Lease>, Self::Error>> + Send {
+        Queue::get(&self.0)
+    }
+
+    fn done_and_next(
+        &self,
+        lease: Self::Lease,
+        forget: bool,
+    ) -> impl Future<Output = Result<Option<Self::Lease>, Self::Error>> + Send {
+        Queue::done_and_next(&self.0, lease, forget)
+    }
+
+    fn batch_limit(&self) -> usize {
+        8
+    }
+
+    fn shut_down(&self) -> Vec<String> {
+        Queue::shut_down(&self.0)
+    }
+
+    fn shut_down_with_drain(&self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        Queue::shut_down_with_drain(&self.0)
+    }
+
+    fn is_shutting_down(&self) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        Queue::is_shutting_down(&self.0)
+    }
+}
+
+impl Backend for BatchedMemory {
+    type Q = Batched;
+    const SHARED: bool = false;
+
+    async fn queue(&self) -> Batched {
+        Batched(Memory.queue().await)
+    }
+
+    async fn shut_down_everyone(queue: &Batched) {
+        queue.0.shut_down();
+    }
+
+    async fn delayed(queue: &Batched) -> usize {
+        queue.0.delayed_len()
+    }
+}
+
 async fn add<Q: Queue<Item = String>>(queue: &Q, item: &str) {
     assert!(
         Queue::add_with(queue, item.to_owned(), AddOptions::default())

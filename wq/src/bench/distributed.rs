@@ -371,7 +371,7 @@ impl Backend {
     }
 
     /// The `impl` of our figures on it.
-    fn ours(self) -> &'static str {
+    pub(crate) fn ours(self) -> &'static str {
         match self {
             Backend::Redis => OURS_REDIS,
             Backend::Postgres => OURS_POSTGRES,
@@ -379,7 +379,7 @@ impl Backend {
     }
 
     /// The reference on the same kind of server.
-    fn peer(self) -> &'static Peer {
+    pub(crate) fn peer(self) -> &'static Peer {
         match self {
             Backend::Redis => &BULLMQ_PEER,
             Backend::Postgres => &PGBOSS_PEER,
@@ -390,11 +390,11 @@ impl Backend {
 /// A server to measure on, with what it takes: a runtime for the async clients, and the
 /// reference installed (or why not).
 pub(crate) struct Server {
-    backend: Backend,
-    url: String,
-    runtime: tokio::runtime::Runtime,
+    pub(crate) backend: Backend,
+    pub(crate) url: String,
+    pub(crate) runtime: tokio::runtime::Runtime,
     /// The reference's script, installed, or why the reference is not measured.
-    peer: Result<PathBuf, String>,
+    pub(crate) peer: Result<PathBuf, String>,
     /// The server, for the report: Redis's persistence settings, PostgreSQL's version.
     pub(crate) description: String,
     /// What could not be measured, for the report.
@@ -449,6 +449,14 @@ impl Server {
             description,
             notes: Mutex::default(),
         })
+    }
+
+    /// Notes what could not be measured, for the report.
+    pub(crate) fn note(&self, note: String) {
+        self.notes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(note);
     }
 
     /// The notes, each once, in the order they were made.

@@ -1,12 +1,13 @@
 //! `wq bench`: the standard workloads of BENCH.md, each beside its references, in one run.
 //!
 //! Every workload lives in its own module (`w1_fifo`, `p1_priority`, `w2_contended`,
-//! `w3_dedup`, `w4_delay`, `w5_retry`, `w6_memory`), whose module documentation says what it
-//! measures and its caveats. The backend is an option: with `--redis URL` the workloads are
-//! W1, W3 and W4 on a queue on Redis (`distributed`) beside BullMQ, with `--postgres URL` the
-//! same three on a queue on PostgreSQL beside pg-boss (both references run in `node`, see
-//! `node_peer`), in the same report and the same `--json` lines, as `impl` `workqueue-redis`
-//! and `bullmq`, or `workqueue-postgres` and `pg-boss`. A workload returns
+//! `w3_dedup`, `w4_delay`, `w5_retry`, `w6_memory`, and `fleet` for W7), whose module
+//! documentation says what it measures and its caveats. The backend is an option: with
+//! `--redis URL` the workloads are W1, W3 and W4 on a queue on Redis (`distributed`) and W7
+//! (`fleet`) beside BullMQ, with `--postgres URL` the same on a queue on PostgreSQL beside
+//! pg-boss (both references run in `node`, see `node_peer`), in the same report and the same
+//! `--json` lines, as `impl` `workqueue-redis` and `bullmq`, or `workqueue-postgres` and
+//! `pg-boss`. W7S, W7's scaling sweep, runs on a server when named or with `--plot DIR`. A workload returns
 //! [`report::Sample`]s (one number per
 //! implementation and metric); with `--runs N` every workload runs N times and the report
 //! holds the median of each figure.
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 mod distributed;
+mod fleet;
 mod node_peer;
 mod p1_priority;
 mod report;
@@ -38,11 +40,12 @@ use report::Sample;
 /// Options of `wq bench`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchArgs {
-    /// Runs smaller versions of the workloads (well under 20 s on 2 cores, one run each).
+    /// Runs smaller versions of the workloads, one run each (in memory, well under 20 s on 2
+    /// cores; W7 on a server, 10,000 items per phase, about a minute beside its reference).
     #[arg(long)]
     quick: bool,
 
-    /// Runs W1, W3 and W4 against the Redis-backed queue at URL (a local server; the bench
+    /// Runs W1, W3, W4 and W7 against the Redis-backed queue at URL (a local server; the bench
     /// uses queues of its own and deletes them) beside BullMQ on the same server, which it
     /// installs with npm (the versions pinned in wq/benchmarks/bullmq) into a private directory
     /// of this user's unless --no-bullmq is given. Same report and --json lines, with `impl`
@@ -55,7 +58,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, requires = "redis")]
     no_bullmq: bool,
 
-    /// Runs W1, W3 and W4 against the PostgreSQL-backed queue at URL (the bench uses queues
+    /// Runs W1, W3, W4 and W7 against the PostgreSQL-backed queue at URL (the bench uses queues
     /// of its own and deletes them) beside pg-boss on the same database, which it installs
     /// with npm (the versions pinned in wq/benchmarks/pg-boss) into a private directory of
     /// this user's unless --no-pgboss is given. Same report and --json lines, with `impl`
@@ -75,7 +78,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, requires = "postgres")]
     no_pgboss: bool,
 
-    /// Workloads to run, comma separated (W1, P1, W2, W3, W4, W5, W6); all by default.
+    /// Workloads to run, comma separated (W1, P1, W2, W3, W4, W5, W6, W7; with --redis or
+    /// --postgres: W1, W3, W4, W7, W7S); all by default (but W7S, which --plot adds).
     #[arg(
         short = 'w',
         long = "workloads",
@@ -93,6 +97,29 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     json: bool,
 
+    /// With --redis or --postgres: runs W7S (W7 at 1, 4, 16 and 64 workers per process) too,
+    /// and writes its plot, items/s and pickup p99 against workers, to DIR/w7-scaling.svg.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<std::path::PathBuf>,
+
+    /// W7 and W7S: the numbers of worker processes to run, comma separated (default: 1,4 for
+    /// W7 on a server, 1 in memory and for W7S).
+    #[arg(long, value_delimiter = ',', value_name = "N,...", value_parser = clap::value_parser!(u32).range(1..=64))]
+    processes: Vec<u32>,
+
+    /// W7 and W7S: the numbers of workers per process (`Workers::count`, a reference's
+    /// concurrency), comma separated (default: 16 for W7, 1,4,16,64 for W7S).
+    #[arg(long, value_delimiter = ',', value_name = "N,...", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    workers: Vec<u32>,
+
+    /// W7 and W7S: how long the handler sleeps, in ms, comma separated (default: 0,1).
+    #[arg(long, value_delimiter = ',', value_name = "MS,...", value_parser = clap::value_parser!(u32).range(0..=1000))]
+    handler_ms: Vec<u32>,
+
+    /// Internal: runs the workers of one W7 process (BACKEND:QUEUE:WORKERS:HANDLER_MS:ITEMS).
+    #[arg(long, hide = true, value_name = "SPEC")]
+    fleet_worker: Option<String>,
+
     /// Internal: measures one W6 case in this (fresh) process and prints it as JSON.
     #[arg(long, hide = true, value_name = "CASE")]
     w6_child: Option<String>,
@@ -108,6 +135,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) quick: bool,
     /// The Redis or PostgreSQL server, with `--redis` or `--postgres`.
     pub(crate) server: Option<&'a distributed::Server>,
+    /// W7's shapes as the options chose them (empty: the workload's defaults).
+    pub(crate) fleet: fleet::Choice,
     /// This run's number, from 1.
     pub(crate) run: u32,
     /// Runs in all.
@@ -176,6 +205,11 @@ const WORKLOADS: &[Workload] = &[
         title: "memory, peak RSS per item",
         run: |ctx| Ok(w6_memory::run(ctx)),
     },
+    Workload {
+        id: "W7",
+        title: "fleet, 100,000 items to Workers with count 16",
+        run: fleet::run_memory,
+    },
 ];
 
 /// The workloads on a server (`--redis URL`, `--postgres URL`), in report order.
@@ -195,7 +229,20 @@ const SERVER_WORKLOADS: &[Workload] = &[
         title: "delay on the server, random delays, 2 consumers",
         run: distributed::run_w4,
     },
+    Workload {
+        id: "W7",
+        title: "fleet on the server, Workers with count 16 in 1 and 4 processes",
+        run: fleet::run_server,
+    },
+    Workload {
+        id: fleet::SCALE_ID,
+        title: "fleet scaling, 1 to 64 workers in one process",
+        run: fleet::run_scale,
+    },
 ];
+
+/// Workloads that run only when named (or, for W7S, with `--plot`).
+const ON_REQUEST: &[&str] = &[fleet::SCALE_ID];
 
 /// Progress on stderr: a spinner on a terminal, plain lines otherwise.
 struct Progress {
@@ -241,6 +288,9 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
     if let Some(case) = &args.w6_child {
         return w6_memory::child(case, args.w6_items);
     }
+    if let Some(spec) = &args.fleet_worker {
+        return fleet::worker::run(spec);
+    }
     let backend = match (args.redis, args.postgres) {
         (Some(url), _) => Some((
             distributed::Backend::Redis,
@@ -261,7 +311,27 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
     } else {
         WORKLOADS
     };
-    let selected = match select(known, &args.workloads) {
+    if args.plot.is_some() && backend.is_none() {
+        eprintln!("wq bench: --plot needs --redis or --postgres (W7S runs on a server)");
+        return ExitCode::FAILURE;
+    }
+    let mut ids = args.workloads.clone();
+    if args.plot.is_some()
+        && !ids
+            .iter()
+            .any(|id| id.trim().eq_ignore_ascii_case(fleet::SCALE_ID))
+    {
+        if ids.is_empty() {
+            ids.extend(
+                known
+                    .iter()
+                    .map(|w| w.id.to_owned())
+                    .filter(|id| !ON_REQUEST.contains(&id.as_str())),
+            );
+        }
+        ids.push(fleet::SCALE_ID.to_owned());
+    }
+    let selected = match select(known, &ids) {
         Ok(selected) => selected,
         Err(unknown) => {
             eprintln!(
@@ -312,6 +382,11 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
             let ctx = Ctx {
                 quick: args.quick,
                 server: server.as_ref(),
+                fleet: fleet::Choice {
+                    processes: args.processes.clone(),
+                    workers: args.workers.clone(),
+                    handler_ms: args.handler_ms.clone(),
+                },
                 run,
                 runs,
                 id: workload.id,
@@ -337,6 +412,20 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
     progress.finish();
     let notes = server.as_ref().map(|s| s.notes()).unwrap_or_default();
     let figures = report::aggregate(&samples);
+    let mut notes = notes;
+    if let Some(dir) = &args.plot {
+        let caption = match &server {
+            Some(server) => format!("{machine}; {}", server.description),
+            None => machine.to_string(),
+        };
+        match fleet::write_plot(dir, &figures, &caption) {
+            Ok(path) => notes.push(format!("plot written to {}", path.display())),
+            Err(e) => {
+                eprintln!("wq bench: cannot write the plot: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     if args.json {
         report::print_json(&figures);
         for note in &notes {
@@ -371,6 +460,11 @@ pub(crate) fn run_distributed(
         workloads,
         runs: None,
         json,
+        plot: None,
+        processes: Vec::new(),
+        workers: Vec::new(),
+        handler_ms: Vec::new(),
+        fleet_worker: None,
         w6_child: None,
         w6_items: 0,
     })
@@ -379,7 +473,10 @@ pub(crate) fn run_distributed(
 /// The workloads named by `-w`, in report order; all of them if none is named.
 fn select(known: &'static [Workload], ids: &[String]) -> Result<Vec<&'static Workload>, String> {
     if ids.is_empty() {
-        return Ok(known.iter().collect());
+        return Ok(known
+            .iter()
+            .filter(|w| !ON_REQUEST.contains(&w.id))
+            .collect());
     }
     let mut wanted = Vec::new();
     for id in ids {

@@ -191,12 +191,26 @@ impl Peer {
         workload: &'static str,
         size: usize,
     ) -> Result<Vec<Sample>, String> {
+        Ok(self
+            .run_args(script, url, &[workload.to_owned(), size.to_string()])?
+            .into_iter()
+            .map(|(metric, value)| Sample::new(workload, self.name, metric, value))
+            .collect())
+    }
+
+    /// Runs the script with `args` (the workload first) on the server at `url`; the figures it
+    /// printed, for the metrics the report knows.
+    pub(crate) fn run_args(
+        &self,
+        script: &PathBuf,
+        url: &str,
+        args: &[String],
+    ) -> Result<Vec<(&'static str, f64)>, String> {
         // The URL goes through the environment: a password in it stays out of the process list.
         let output = Command::new("node")
             .arg(script)
             .env(self.url_var, url)
-            .arg(workload)
-            .arg(size.to_string())
+            .args(args)
             .stderr(Stdio::inherit())
             .output()
             .map_err(|e| e.to_string())?;
@@ -209,12 +223,7 @@ impl Peer {
             .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
             .filter_map(|v| {
                 let metric = METRICS.iter().find(|m| Some(**m) == v["metric"].as_str())?;
-                Some(Sample::new(
-                    workload,
-                    self.name,
-                    metric,
-                    v["value"].as_f64().unwrap_or(f64::NAN),
-                ))
+                Some((*metric, v["value"].as_f64().unwrap_or(f64::NAN)))
             })
             .collect())
     }

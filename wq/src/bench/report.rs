@@ -25,6 +25,9 @@ pub(crate) const OURS_POSTGRES_BATCH: &str = "workqueue-postgres-batch";
 pub(crate) const PGBOSS: &str = "pg-boss";
 /// One thread, no locks, `VecDeque` + hash sets (BENCH.md's practical limit (a)).
 pub(crate) const LIMIT: &str = "limit-single-thread";
+/// One thread, no locks, the same keys added to a hash set and a `VecDeque` first and then
+/// drained: what holding the whole backlog costs, beside W1.
+pub(crate) const LIMIT_FILL_DRAIN: &str = "limit-fill-drain";
 /// An unbounded crossbeam channel (BENCH.md's practical limit (b)).
 pub(crate) const CROSSBEAM: &str = "crossbeam-channel";
 /// tokio-util's `DelayQueue` owned by one task.
@@ -44,15 +47,39 @@ pub(crate) const METRICS: &[&str] = &[
     "requeues",
     "bytes_per_item",
     "bytes_per_delayed_item",
+    "pickup_p50_ms",
+    "pickup_p99_ms",
+    "pickup_max_ms",
 ];
 
-/// One number measured once: `value` of `metric` for implementation `imp` in `workload`.
+/// The shape of a fleet workload's run (W7): how many worker processes, how many workers
+/// (`Workers::count`, a reference's concurrency) in each, and how long the handler sleeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Shape {
+    pub(crate) processes: u32,
+    pub(crate) workers: u32,
+    pub(crate) handler_ms: u32,
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}p x {}w, {} ms",
+            self.processes, self.workers, self.handler_ms
+        )
+    }
+}
+
+/// One number measured once: `value` of `metric` for implementation `imp` in `workload`
+/// (at `shape`, for a fleet workload).
 #[derive(Debug, Clone)]
 pub(crate) struct Sample {
     pub(crate) workload: &'static str,
     pub(crate) imp: &'static str,
     pub(crate) metric: &'static str,
     pub(crate) value: f64,
+    pub(crate) shape: Option<Shape>,
 }
 
 impl Sample {
@@ -67,7 +94,14 @@ impl Sample {
             imp,
             metric,
             value,
+            shape: None,
         }
+    }
+
+    /// The same sample, taken at `shape`.
+    pub(crate) fn at(mut self, shape: Shape) -> Self {
+        self.shape = Some(shape);
+        self
     }
 }
 
@@ -77,18 +111,23 @@ pub(crate) struct Figure {
     pub(crate) workload: &'static str,
     pub(crate) imp: &'static str,
     pub(crate) metric: &'static str,
+    pub(crate) shape: Option<Shape>,
     pub(crate) median: f64,
     pub(crate) min: f64,
     pub(crate) max: f64,
     pub(crate) runs: usize,
 }
 
-/// Groups samples by (workload, implementation, metric), in the order they first appear.
+/// The key samples are grouped by.
+type FigureKey = (&'static str, &'static str, &'static str, Option<Shape>);
+
+/// Groups samples by (workload, implementation, metric, shape), in the order they first
+/// appear.
 pub(crate) fn aggregate(samples: &[Sample]) -> Vec<Figure> {
-    let mut order: Vec<(&'static str, &'static str, &'static str)> = Vec::new();
-    let mut values: HashMap<(&str, &str, &str), Vec<f64>> = HashMap::new();
+    let mut order: Vec<FigureKey> = Vec::new();
+    let mut values: HashMap<FigureKey, Vec<f64>> = HashMap::new();
     for s in samples {
-        let key = (s.workload, s.imp, s.metric);
+        let key = (s.workload, s.imp, s.metric, s.shape);
         let entry = values.entry(key).or_insert_with(|| {
             order.push(key);
             Vec::new()
@@ -105,6 +144,7 @@ pub(crate) fn aggregate(samples: &[Sample]) -> Vec<Figure> {
                 workload: key.0,
                 imp: key.1,
                 metric: key.2,
+                shape: key.3,
                 median: median(&mut v),
                 min,
                 max,
@@ -115,27 +155,44 @@ pub(crate) fn aggregate(samples: &[Sample]) -> Vec<Figure> {
 }
 
 /// One JSON object per line and figure:
-/// `{"workload": "W1", "impl": "workqueue", "metric": "items_per_s", "value": 3100000.0, ...}`.
+/// `{"workload": "W1", "impl": "workqueue", "metric": "items_per_s", "value": 3100000.0, ...}`;
+/// a fleet workload's lines carry its shape too (`"processes"`, `"workers"`,
+/// `"handler_ms"`).
 pub(crate) fn print_json(figures: &[Figure]) {
     for f in figures {
-        let line = serde_json::json!({
-            "workload": f.workload,
-            "impl": f.imp,
-            "metric": f.metric,
-            "value": f.median,
-            "min": f.min,
-            "max": f.max,
-            "runs": f.runs,
-        });
-        println!("{line}");
+        println!("{}", json_line(f));
     }
 }
 
+/// The JSON object of one figure.
+pub(crate) fn json_line(f: &Figure) -> serde_json::Value {
+    let mut line = serde_json::json!({
+        "workload": f.workload,
+        "impl": f.imp,
+        "metric": f.metric,
+        "value": f.median,
+        "min": f.min,
+        "max": f.max,
+        "runs": f.runs,
+    });
+    if let Some(shape) = f.shape {
+        line["processes"] = shape.processes.into();
+        line["workers"] = shape.workers.into();
+        line["handler_ms"] = shape.handler_ms.into();
+    }
+    line
+}
+
 /// A goal of the project for one figure of ours, shown beside it: issue 17's for W1, W2
-/// and W4's lateness max, issue 3's for the rest.
+/// and W4's lateness max, issue 3's for the rest of the in-memory workloads, and issue 26's
+/// for W7 on the servers.
 struct Goal {
     workload: &'static str,
     metric: &'static str,
+    /// Our implementations it is set for.
+    ours: &'static [&'static str],
+    /// For a fleet workload: only at shapes with this handler time.
+    handler_ms: Option<u32>,
     kind: GoalKind,
 }
 
@@ -151,51 +208,65 @@ enum GoalKind {
     AtMost(f64),
 }
 
+/// The in-memory queue, with either kind of consumer.
+const IN_MEMORY: &[&str] = &[OURS, OURS_ASYNC];
+
+/// A goal for the in-memory queue.
+const fn in_memory(workload: &'static str, metric: &'static str, kind: GoalKind) -> Goal {
+    Goal {
+        workload,
+        metric,
+        ours: IN_MEMORY,
+        handler_ms: None,
+        kind,
+    }
+}
+
 const GOALS: &[Goal] = &[
+    in_memory(
+        "W1",
+        "items_per_s",
+        GoalKind::RatioAtLeast(LIMIT, 0.25, Some(0.15)),
+    ),
+    in_memory(
+        "W2",
+        "items_per_s",
+        GoalKind::RatioAtLeast(LIMIT, 0.25, None),
+    ),
+    in_memory("W3", "adds_per_s", GoalKind::AtLeast(9e6)),
+    in_memory("W4", "add_after_per_s", GoalKind::AtLeast(2.3e6)),
+    in_memory("W4", "lateness_p99_ms", GoalKind::Below(2.0)),
+    in_memory("W4", "lateness_max_ms", GoalKind::Below(5.0)),
+    in_memory("W5", "wall_s", GoalKind::Below(0.1)),
+    in_memory("W6", "bytes_per_item", GoalKind::AtMost(50.0)),
+    in_memory("W6", "bytes_per_delayed_item", GoalKind::AtMost(80.0)),
     Goal {
-        workload: "W1",
+        workload: "W7",
         metric: "items_per_s",
-        kind: GoalKind::RatioAtLeast(LIMIT, 0.25, Some(0.15)),
+        ours: &[OURS_REDIS],
+        handler_ms: None,
+        kind: GoalKind::RatioAtLeast(BULLMQ, 3.0, None),
     },
     Goal {
-        workload: "W2",
+        workload: "W7",
+        metric: "pickup_p99_ms",
+        ours: &[OURS_REDIS],
+        handler_ms: Some(1),
+        kind: GoalKind::Below(10.0),
+    },
+    Goal {
+        workload: "W7",
         metric: "items_per_s",
-        kind: GoalKind::RatioAtLeast(LIMIT, 0.25, None),
+        ours: &[OURS_POSTGRES],
+        handler_ms: None,
+        kind: GoalKind::RatioAtLeast(PGBOSS, 2.0, None),
     },
     Goal {
-        workload: "W3",
-        metric: "adds_per_s",
-        kind: GoalKind::AtLeast(9e6),
-    },
-    Goal {
-        workload: "W4",
-        metric: "add_after_per_s",
-        kind: GoalKind::AtLeast(2.3e6),
-    },
-    Goal {
-        workload: "W4",
-        metric: "lateness_p99_ms",
-        kind: GoalKind::Below(2.0),
-    },
-    Goal {
-        workload: "W4",
-        metric: "lateness_max_ms",
-        kind: GoalKind::Below(5.0),
-    },
-    Goal {
-        workload: "W5",
-        metric: "wall_s",
-        kind: GoalKind::Below(0.1),
-    },
-    Goal {
-        workload: "W6",
-        metric: "bytes_per_item",
-        kind: GoalKind::AtMost(50.0),
-    },
-    Goal {
-        workload: "W6",
-        metric: "bytes_per_delayed_item",
-        kind: GoalKind::AtMost(80.0),
+        workload: "W7",
+        metric: "pickup_p99_ms",
+        ours: &[OURS_POSTGRES],
+        handler_ms: None,
+        kind: GoalKind::Below(100.0),
     },
 ];
 
@@ -203,39 +274,37 @@ fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "not met" }
 }
 
-/// The goal text for our figure `value` on its own line (absolute goals, which are the
-/// in-memory queue's).
-fn absolute_goal(workload: &str, metric: &str, ours: &str, value: f64) -> String {
-    if is_shared(ours) {
-        return String::new();
-    }
-    let Some(goal) = GOALS
-        .iter()
-        .find(|g| g.workload == workload && g.metric == metric)
-    else {
-        return String::new();
-    };
-    let unit = |v: f64| format_value(metric, v);
-    match goal.kind {
-        GoalKind::AtLeast(x) => format!(">= {}: {}", unit(x), verdict(value >= x)),
-        GoalKind::Below(x) => format!("< {}: {}", unit(x), verdict(value < x)),
-        GoalKind::AtMost(x) => format!("<= {}: {}", unit(x), verdict(value <= x)),
-        GoalKind::RatioAtLeast(..) => String::new(),
-    }
+/// The goals set for figure `f` of ours.
+fn goals_of(f: &Figure) -> impl Iterator<Item = &'static Goal> + '_ {
+    GOALS.iter().filter(move |g| {
+        g.workload == f.workload
+            && g.metric == f.metric
+            && g.ours.contains(&f.imp)
+            && g.handler_ms
+                .is_none_or(|h| f.shape.is_some_and(|s| s.handler_ms == h))
+    })
 }
 
-/// The goal text for the ratio of our figure `ours` to `reference` (the in-memory queue's
-/// goals): the medians' ratio, and the worst run's where the goal has one.
+/// The goal text for our figure `ours` on its own line (absolute goals).
+fn absolute_goal(ours: &Figure) -> String {
+    let unit = |v: f64| format_value(ours.metric, v);
+    let value = ours.median;
+    goals_of(ours)
+        .find_map(|goal| match goal.kind {
+            GoalKind::AtLeast(x) => Some(format!(">= {}: {}", unit(x), verdict(value >= x))),
+            GoalKind::Below(x) => Some(format!("< {}: {}", unit(x), verdict(value < x))),
+            GoalKind::AtMost(x) => Some(format!("<= {}: {}", unit(x), verdict(value <= x))),
+            GoalKind::RatioAtLeast(..) => None,
+        })
+        .unwrap_or_default()
+}
+
+/// The goal text for the ratio of our figure `ours` to `reference`: the medians' ratio, and
+/// the worst run's where the goal has one.
 fn ratio_goal(ours: &Figure, reference: &Figure) -> String {
-    if is_shared(ours.imp) {
-        return String::new();
-    }
-    GOALS
-        .iter()
+    goals_of(ours)
         .find_map(|g| match g.kind {
-            GoalKind::RatioAtLeast(r, x, worst)
-                if g.workload == ours.workload && g.metric == ours.metric && r == reference.imp =>
-            {
+            GoalKind::RatioAtLeast(r, x, worst) if r == reference.imp => {
                 let ratio = ours.median / reference.median;
                 let mut text = format!(">= {x:.2}: {}", verdict(ratio >= x));
                 if let Some(w) = worst.filter(|_| ours.runs > 1) {
@@ -266,6 +335,9 @@ fn metric_label(metric: &str) -> &str {
         "wall_s" => "wall",
         "bytes_per_item" => "bytes/item",
         "bytes_per_delayed_item" => "bytes/delayed item",
+        "pickup_p50_ms" => "pickup p50",
+        "pickup_p99_ms" => "pickup p99",
+        "pickup_max_ms" => "pickup max",
         other => other,
     }
 }
@@ -296,8 +368,7 @@ fn is_ours(imp: &str) -> bool {
     imp == OURS || imp == OURS_ASYNC || is_shared(imp)
 }
 
-/// Whether `imp` is one of our queues on a server (Redis, PostgreSQL), which issue 3's goals
-/// (the in-memory queue's) do not apply to.
+/// Whether `imp` is one of our queues on a server (Redis, PostgreSQL).
 fn is_shared(imp: &str) -> bool {
     imp == OURS_REDIS
         || imp == OURS_REDIS_BATCH
@@ -326,17 +397,21 @@ pub(crate) fn print_table(
     ]
     .map(str::to_owned);
     let mut rows: Vec<[String; 8]> = vec![header];
-    let mut groups: Vec<(&str, &str)> = Vec::new();
+    let mut groups: Vec<(&str, &str, Option<Shape>)> = Vec::new();
     for f in figures {
-        if !groups.contains(&(f.workload, f.metric)) {
-            groups.push((f.workload, f.metric));
+        if !groups.contains(&(f.workload, f.metric, f.shape)) {
+            groups.push((f.workload, f.metric, f.shape));
         }
     }
-    for (workload, metric) in groups {
+    for (workload, metric, shape) in groups {
         let in_group: Vec<&Figure> = figures
             .iter()
-            .filter(|f| f.workload == workload && f.metric == metric)
+            .filter(|f| f.workload == workload && f.metric == metric && f.shape == shape)
             .collect();
+        let workload_label = match shape {
+            Some(shape) => format!("{workload} {shape}"),
+            None => workload.to_owned(),
+        };
         let ours: Vec<&Figure> = in_group
             .iter()
             .copied()
@@ -350,7 +425,7 @@ pub(crate) fn print_table(
         let mut first = true;
         let label = |first: &mut bool| -> [String; 2] {
             if std::mem::take(first) {
-                [workload.to_owned(), metric_label(metric).to_owned()]
+                [workload_label.clone(), metric_label(metric).to_owned()]
             } else {
                 [String::new(), String::new()]
             }
@@ -359,7 +434,7 @@ pub(crate) fn print_table(
             let ours_cells = [o.imp.to_owned(), format_value(metric, o.median)];
             if refs.is_empty() {
                 let [w, m] = label(&mut first);
-                let goal = absolute_goal(workload, metric, o.imp, o.median);
+                let goal = absolute_goal(o);
                 let [oi, ov] = ours_cells;
                 rows.push([
                     w,
@@ -378,7 +453,7 @@ pub(crate) fn print_table(
                 let ratio = o.median / r.median;
                 let mut goal = ratio_goal(o, r);
                 if i == 0 && goal.is_empty() {
-                    goal = absolute_goal(workload, metric, o.imp, o.median);
+                    goal = absolute_goal(o);
                 }
                 let [oi, ov] = if i == 0 {
                     ours_cells.clone()
@@ -446,12 +521,12 @@ pub(crate) fn print_table(
         out,
         "ratio = ours / reference (for lateness, wall and bytes, lower is better)."
     );
-    // The goals are the in-memory queue's: a table of a shared backend shows none.
     if rows.iter().skip(1).any(|row| !row[7].is_empty()) {
         let _ = write!(
             out,
-            " Goals are issue 17's for W1, W2 and W4's lateness max, issue 3's for the rest, \
-             for the full sizes{}; none of this is a pass/fail test.",
+            " Goals are issue 17's for W1, W2 and W4's lateness max, issue 3's for the rest \
+             in memory, issue 26's for W7 on a server, for the full sizes{}; none of this is a \
+             pass/fail test.",
             if quick {
                 " (--quick shrinks the workloads, so they are indicative only)"
             } else {

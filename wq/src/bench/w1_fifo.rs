@@ -17,6 +17,10 @@
 //!   the regime our queue is in when its producer runs ahead: in this workload the
 //!   producer (one lock round per item) outruns the consumer (two), and the queue holds
 //!   tens to hundreds of thousands of items.
+//! - `limit-fill-drain`: the same logic on one thread, no locks, but all the keys are added
+//!   first (to the `dirty` set and the `VecDeque`) and then drained (get + done each). That
+//!   is the backlog our queue holds when its producer runs ahead, without the lock or the
+//!   second core: what the backlog itself costs (its sets no longer fit in the caches).
 //! - `crossbeam-channel`: an unbounded channel moving the same keys from one thread to
 //!   another; a good transport that does no dedup.
 //!
@@ -36,7 +40,7 @@ use std::time::Instant;
 use workqueue::WorkQueue;
 
 use super::Ctx;
-use super::report::{CROSSBEAM, LIMIT, OURS, OURS_ASYNC, Sample};
+use super::report::{CROSSBEAM, LIMIT, LIMIT_FILL_DRAIN, OURS, OURS_ASYNC, Sample};
 use super::util::{self, Key, Span};
 
 const ID: &str = "W1";
@@ -52,6 +56,13 @@ pub(crate) fn run(ctx: &Ctx<'_>) -> Vec<Sample> {
     out.push(Sample::new(ID, OURS_ASYNC, METRIC, ours_async(&keys)));
     ctx.step(LIMIT);
     out.push(Sample::new(ID, LIMIT, METRIC, limit_single_thread(&keys)));
+    ctx.step(LIMIT_FILL_DRAIN);
+    out.push(Sample::new(
+        ID,
+        LIMIT_FILL_DRAIN,
+        METRIC,
+        limit_fill_drain(&keys),
+    ));
     ctx.step(CROSSBEAM);
     out.push(Sample::new(ID, CROSSBEAM, METRIC, crossbeam(&keys)));
     out
@@ -137,6 +148,38 @@ pub(super) fn limit_single_thread(keys: &[Key]) -> f64 {
             if dirty.contains(&item) {
                 queue.push_back(item);
             }
+        }
+    }
+    let elapsed = start.elapsed();
+    assert_eq!(seen, keys.len());
+    util::rate(seen, elapsed)
+}
+
+/// [`limit_single_thread`]'s logic with the backlog held: every key is added first, then the
+/// queue is drained (get + done each).
+fn limit_fill_drain(keys: &[Key]) -> f64 {
+    type Set = HashSet<Key, foldhash::fast::RandomState>;
+    let mut queue: VecDeque<Key> = VecDeque::new();
+    let mut dirty = Set::default();
+    let mut processing = Set::default();
+    let mut seen = 0usize;
+    let start = Instant::now();
+    for key in keys {
+        // Add
+        if dirty.insert(key.clone()) && !processing.contains(key) {
+            queue.push_back(key.clone());
+        }
+    }
+    while let Some(item) = queue.pop_front() {
+        // Get
+        dirty.remove(&item);
+        processing.insert(item.clone());
+        black_box(&item);
+        seen += 1;
+        // Done
+        processing.remove(&item);
+        if dirty.contains(&item) {
+            queue.push_back(item);
         }
     }
     let elapsed = start.elapsed();
