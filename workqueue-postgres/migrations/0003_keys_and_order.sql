@@ -563,10 +563,10 @@ BEGIN
 END $$;
 
 -- done_get(queue, keys, tokens, forgets, then workqueue_get's arguments): workqueue_done of
--- every lease (rows in key order), then, if every done was accepted, workqueue_get. One
+-- every lease (rows in key order), then, unless every done was refused, workqueue_get. One
 -- statement: one round trip and one commit for a worker's step from its items to the next.
 -- `done` has workqueue_done's answer per lease; the rest is workqueue_get's (kind 0 with no
--- items when a done was refused or n is 0).
+-- items when every done was refused or n is 0).
 CREATE OR REPLACE FUNCTION workqueue_done_get(q integer, ks bytea[], toks bigint[],
     forgets boolean[], n integer, lease_us bigint, sweep boolean, max_stalls integer,
     dead_cap integer, OUT done integer[], OUT kind integer, OUT items text[],
@@ -581,7 +581,9 @@ BEGIN
     FOR o IN SELECT i FROM generate_subscripts(ks, 1) AS i ORDER BY ks[i] LOOP
         done[o] := workqueue_done(q, ks[o], toks[o], false, coalesce(forgets[o], false));
     END LOOP;
-    IF n <= 0 OR EXISTS (SELECT 1 FROM unnest(done) AS d WHERE d NOT IN (1, 2)) THEN
+    -- A caller whose every done was refused (a stale holder) takes nothing.
+    IF n <= 0 OR (cardinality(done) > 0
+                  AND NOT EXISTS (SELECT 1 FROM unnest(done) AS d WHERE d IN (1, 2))) THEN
         RETURN;
     END IF;
     SELECT * INTO g FROM workqueue_get(q, n, lease_us, sweep, max_stalls, dead_cap);

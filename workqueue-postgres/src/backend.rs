@@ -9,7 +9,7 @@ use std::hash::Hash;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workqueue::{AddOptions, Queue, QueueLease};
+use workqueue::{AddOptions, DoneMany, Queue, QueueLease};
 
 use crate::error::Error;
 use crate::lease::Lease;
@@ -66,6 +66,25 @@ where
         forget: bool,
     ) -> impl Future<Output = Result<Option<Lease<T>>, Error>> + Send {
         PgQueue::done_and_get(self, lease, forget)
+    }
+
+    /// [`PgQueue::done_and_get_many`] with a forget per lease: the steps of many workers in
+    /// one statement and one commit.
+    async fn done_and_next_many(
+        &self,
+        leases: Vec<(Lease<T>, bool)>,
+        max: usize,
+    ) -> Result<DoneMany<Lease<T>, Error>, Error> {
+        let out = PgQueue::done_and_get_many_with(self, leases, max).await?;
+        Ok(DoneMany {
+            done: out.done,
+            next: out.next,
+        })
+    }
+
+    /// A step of many leases is one statement and one commit, instead of one each.
+    fn batch_limit(&self) -> usize {
+        64
     }
 
     /// Stops this handle; the queue goes on for the other processes, so nothing is dropped.

@@ -61,7 +61,7 @@ pub struct DoneAndGetMany<T> {
     /// The outcome of each lease's `done`, in the order the leases were given (see
     /// [`Lease::done`]).
     pub done: Vec<Result<(), Error>>,
-    /// The leases handed out, in the queue's order: none when nothing was ready, when a
+    /// The leases handed out, in the queue's order: none when nothing was ready, when every
     /// `done` was refused, or when the handle is shut down.
     pub next: Vec<Lease<T>>,
 }
@@ -299,7 +299,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     ///
     /// The items handed out are leased from the moment of the call, and their leases are
     /// renewed while held as any lease is. [`DoneAndGetMany::done`] has the outcome of each
-    /// lease's `done`; the next items are handed out only when every `done` was accepted.
+    /// lease's `done`; nothing is handed out when every `done` was refused (a stale holder
+    /// takes no more work).
     ///
     /// # Errors
     ///
@@ -331,7 +332,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             for &(claim, forget) in &claims {
                 done.push(self.inner.finish(claim, false, forget).await);
             }
-            let next = if self.is_closed() || done.iter().any(Result::is_err) {
+            let refused = !done.is_empty() && done.iter().all(Result::is_err);
+            let next = if self.is_closed() || refused {
                 Vec::new()
             } else {
                 self.try_get_many(max).await?

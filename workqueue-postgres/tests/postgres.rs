@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use support::{PgServer, unique};
 use workqueue::{AddOptions, TryGetError};
-use workqueue_postgres::{AddKind, Error, PgQueue};
+use workqueue_postgres::{AddKind, Error, Lease, PgQueue};
 
 async fn queue(server: &PgServer, lease: Duration) -> PgQueue<String> {
     PgQueue::builder(unique("pg"))
@@ -622,4 +622,68 @@ async fn an_upgrade_from_version_2_keeps_every_item() {
     assert_eq!(lease.item(), "held");
     assert!(lease.token() > 2000, "tokens go on growing");
     lease.done().await.unwrap();
+}
+
+/// `Queue::done_and_next_many` (what batching `Workers` send): each lease's done and forget,
+/// fenced on its own, in one statement; the next items in the queue's order; a stale lease
+/// beside a current one is refused alone, and the batch still hands out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn done_and_next_many_forgets_where_asked_and_fences_each_lease() {
+    use workqueue::{DoneMany, Queue};
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let q: PgQueue<String> = PgQueue::builder(unique("step"))
+        .url(server.url())
+        .lease_duration(Duration::from_millis(400))
+        .auto_renew(false)
+        .backoff(Duration::from_secs(60), Duration::from_secs(60))
+        .token_bucket(None)
+        .build()
+        .await
+        .unwrap();
+    assert!(
+        Queue::batch_limit(&q) > 1,
+        "Workers batch their steps on PostgreSQL"
+    );
+    q.add_all(["a", "b", "c", "d", "e", "f"].map(String::from))
+        .await
+        .unwrap();
+    let held = q.try_get_many(3).await.unwrap();
+    let last_token = held.iter().map(Lease::token).max().unwrap();
+    for lease in &held {
+        q.add_rate_limited(lease.item().clone()).await.unwrap();
+    }
+    let steps: Vec<(_, bool)> = held.into_iter().zip([true, false, true]).collect();
+    let DoneMany { done, next } = Queue::done_and_next_many(&q, steps, 2).await.unwrap();
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_eq!(q.num_requeues("a".to_owned()).await.unwrap(), 0);
+    assert_eq!(q.num_requeues("b".to_owned()).await.unwrap(), 1);
+    assert_eq!(q.num_requeues("c".to_owned()).await.unwrap(), 0);
+    let items: Vec<&str> = next.iter().map(|l| l.item().as_str()).collect();
+    assert_eq!(items, ["d", "e"]);
+    assert!(next.iter().all(|l| l.token() > last_token));
+    // A lease that expired and the one that took its item over, in one step.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let current = q.try_get_many(3).await.unwrap();
+    let items: Vec<&str> = current.iter().map(|l| l.item().as_str()).collect();
+    assert_eq!(
+        items,
+        ["f", "d", "e"],
+        "f first, then the reclaimed ones at the tail"
+    );
+    let stale = next.into_iter().next().unwrap();
+    let steps: Vec<_> = std::iter::once((stale, true))
+        .chain(current.into_iter().map(|l| (l, false)))
+        .collect();
+    q.add_rate_limited("d".to_owned()).await.unwrap();
+    let DoneMany { done, next } = Queue::done_and_next_many(&q, steps, 5).await.unwrap();
+    assert!(matches!(done[0], Err(Error::LeaseLost)), "{done:?}");
+    assert!(done[1..].iter().all(Result::is_ok), "{done:?}");
+    assert_eq!(
+        q.num_requeues("d".to_owned()).await.unwrap(),
+        1,
+        "the stale holder's forget changed nothing"
+    );
+    assert!(next.is_empty(), "a, b, c wait for their backoff");
 }
