@@ -1,0 +1,461 @@
+//! `cargo xtask test`: the packages, the build, and the suites.
+//!
+//! It builds what `cargo test --workspace --all-features` builds (`--no-run`), and runs the
+//! same test binaries and doc tests itself: each binary as soon as cargo has built it, the
+//! binaries of different crates side by side (one at a time per crate), each one's output
+//! captured and shown in full if it fails. That way every suite gets its own line with its
+//! counts and time, and a crate's slow suite does not hold up the others.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::cargo::{self, Message, TestBinary, Workspace};
+use crate::packages;
+use crate::run::{self, Counts, DOC_TESTS, Outcome, Record, Suite};
+use crate::suites;
+
+/// Options of `cargo xtask test`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Options {
+    /// Only the tests that need no server.
+    pub(crate) quick: bool,
+    /// Suites run at once.
+    pub(crate) jobs: usize,
+}
+
+/// What the main loop hears.
+enum Event {
+    Build(Message),
+    /// cargo's output ended; its exit status follows from `wait`.
+    BuildOutputEnded,
+    Done(Box<Outcome>),
+}
+
+/// Runs the command; the process's exit code.
+pub(crate) fn main(options: &Options) -> i32 {
+    let started = Instant::now();
+    let workspace = match Workspace::load() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            return 1;
+        }
+    };
+    let xtask_dir = workspace.target_dir.join("xtask");
+    let quick = options.quick.then(|| suites::quick(&workspace));
+    let nowhere = xtask_dir.join("no-server");
+    if let Some(quick) = &quick {
+        println!(
+            "quick: the tests that need no server; {} test binaries that start one are not built",
+            quick.skipped.len()
+        );
+        let _ = std::fs::create_dir_all(&nowhere);
+    } else if packages::ensure(&packages::wanted(false), &xtask_dir.join("apt-get.log")).is_err() {
+        return 1;
+    }
+
+    let mut build_args: Vec<String> = [
+        "test",
+        "--workspace",
+        "--all-features",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    if let Some(quick) = &quick {
+        build_args.extend(quick.cargo_args.iter().cloned());
+    }
+    println!(
+        "building: cargo {} (suites start as their binaries are ready, {} at a time)",
+        build_args.join(" "),
+        options.jobs
+    );
+    let (events, heard) = mpsc::channel();
+    let mut build = match Command::new(cargo::cargo())
+        .args(&build_args)
+        .current_dir(&workspace.root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("xtask: cannot run cargo: {e}");
+            return 1;
+        }
+    };
+    if let Some(stdout) = build.stdout.take() {
+        let events = events.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = events.send(Event::Build(Message::parse(&line)));
+            }
+            let _ = events.send(Event::BuildOutputEnded);
+        });
+    }
+    if let Some(stderr) = build.stderr.take() {
+        // Diagnostics and cargo's own messages, less its per-crate progress lines.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let word = line.split_whitespace().next().unwrap_or("");
+                if !matches!(word, "Compiling" | "Finished" | "Executable" | "Running") {
+                    eprintln!("{line}");
+                }
+            }
+        });
+    }
+
+    let mut record = Record::load(&xtask_dir.join("suites.tsv"));
+    let mut env = vec![];
+    let mut env_remove = vec![];
+    if quick.is_some() {
+        env = suites::quick_env(&nowhere);
+        env_remove = suites::QUICK_ENV_REMOVE
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+    }
+    let mut pending: Vec<Suite> = Vec::new();
+    let mut running: HashMap<String, (String, Instant)> = HashMap::new();
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut build_done = false;
+    let mut build_ok = true;
+    let mut build_seconds = 0.0;
+    let mut compiled = 0_usize;
+    let mut binaries = 0_usize;
+    let mut last_print = Instant::now();
+    let mut seen: HashSet<PathBuf> = HashSet::new();
+
+    loop {
+        // Start what may start: one suite per crate, the longest (by the last run) first.
+        while running.len() < options.jobs {
+            let best = pending
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !running.contains_key(&s.package))
+                .max_by(|(_, a), (_, b)| {
+                    let time = |s: &Suite| record.seconds(&s.package, &s.label).unwrap_or(1.0);
+                    time(a).total_cmp(&time(b))
+                })
+                .map(|(i, _)| i);
+            let Some(index) = best else { break };
+            let suite = pending.remove(index);
+            running.insert(suite.package.clone(), (suite.label.clone(), Instant::now()));
+            let events = events.clone();
+            std::thread::spawn(move || {
+                let _ = events.send(Event::Done(Box::new(run::run(suite))));
+            });
+        }
+        if build_done && pending.is_empty() && running.is_empty() {
+            break;
+        }
+        let event = match heard.recv_timeout(Duration::from_secs(1)) {
+            Ok(event) => event,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if last_print.elapsed() >= run::HEARTBEAT {
+                    println!(
+                        "{}",
+                        progress(&running, build_done, compiled, binaries, started)
+                    );
+                    last_print = Instant::now();
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        match event {
+            Event::Build(Message::Compiled { fresh }) => compiled += usize::from(!fresh),
+            Event::Build(Message::TestBinary(binary)) => {
+                if !seen.insert(binary.executable.clone()) {
+                    continue;
+                }
+                binaries += 1;
+                if quick.is_some() && !suites::in_quick_run(&binary.package, &binary.target) {
+                    continue;
+                }
+                pending.push(suite_of(&binary, quick.is_some(), &env, &env_remove));
+            }
+            Event::Build(Message::Finished { success }) => build_ok &= success,
+            Event::Build(Message::Other) => {}
+            Event::BuildOutputEnded => {
+                build_done = true;
+                build_ok &= build.wait().is_ok_and(|s| s.success());
+                build_seconds = started.elapsed().as_secs_f64();
+                if build_ok {
+                    println!(
+                        "built in {}: {binaries} test binaries ({compiled} crates compiled)",
+                        run::ago(started)
+                    );
+                    pending.push(doc_tests(&workspace, &env, &env_remove));
+                } else {
+                    eprintln!(
+                        "xtask: the build failed (see above){}",
+                        if running.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; waiting for the {} suites running", running.len())
+                        }
+                    );
+                    pending.clear();
+                }
+                last_print = Instant::now();
+            }
+            Event::Done(outcome) => {
+                running.remove(&outcome.suite.package);
+                let filtered_as = if quick.is_some() {
+                    "skipped (server)"
+                } else {
+                    "filtered out"
+                };
+                println!("{}", run::outcome_line(&outcome, filtered_as));
+                if !outcome.success {
+                    print_failure(&outcome, quick.is_some().then_some(&nowhere));
+                }
+                record.update(&outcome);
+                outcomes.push(*outcome);
+                last_print = Instant::now();
+            }
+        }
+    }
+    record.save();
+    let failed = summary(
+        &workspace,
+        &outcomes,
+        quick.as_ref(),
+        &record,
+        started,
+        build_seconds,
+    );
+    if !build_ok || failed { 1 } else { 0 }
+}
+
+/// The suite of a test binary.
+fn suite_of(
+    binary: &TestBinary,
+    quick: bool,
+    env: &[(String, String)],
+    remove: &[String],
+) -> Suite {
+    let mut env = env.to_vec();
+    // What `cargo test` sets that a test may read at run time.
+    env.push((
+        "CARGO_MANIFEST_DIR".into(),
+        binary.dir.display().to_string(),
+    ));
+    env.push(("CARGO_PKG_NAME".into(), binary.package.clone()));
+    Suite {
+        package: binary.package.clone(),
+        label: binary.target.label(),
+        program: binary.executable.clone(),
+        args: if quick {
+            suites::server_tests(&binary.package, &binary.target)
+        } else {
+            Vec::new()
+        },
+        dir: binary.dir.clone(),
+        env,
+        env_remove: remove.to_vec(),
+    }
+}
+
+/// The doc tests of every package, as `cargo test --workspace --all-features --doc`.
+fn doc_tests(workspace: &Workspace, env: &[(String, String)], remove: &[String]) -> Suite {
+    Suite {
+        package: DOC_TESTS.into(),
+        label: "cargo test --doc".into(),
+        program: cargo::cargo().into(),
+        args: ["test", "--workspace", "--all-features", "--doc"]
+            .map(str::to_owned)
+            .to_vec(),
+        dir: workspace.root.clone(),
+        env: env.to_vec(),
+        env_remove: remove.to_vec(),
+    }
+}
+
+/// The heartbeat line: what is running, and the build's progress.
+fn progress(
+    running: &HashMap<String, (String, Instant)>,
+    build_done: bool,
+    compiled: usize,
+    binaries: usize,
+    started: Instant,
+) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if !build_done {
+        parts.push(format!(
+            "building ({compiled} crates compiled, {binaries} test binaries ready)"
+        ));
+    }
+    let mut suites: Vec<String> = running
+        .iter()
+        .map(|(package, (label, since))| format!("{package} {label} ({})", run::ago(*since)))
+        .collect();
+    suites.sort();
+    if !suites.is_empty() {
+        parts.push(format!("running {}", suites.join(", ")));
+    }
+    format!("  ... {}: {}", run::ago(started), parts.join("; "))
+}
+
+/// Prints a failed suite's whole output.
+fn print_failure(outcome: &Outcome, nowhere: Option<&PathBuf>) {
+    let name = format!("{} {}", outcome.suite.package, outcome.suite.label);
+    println!("---- output of {name} ----");
+    print!("{}", outcome.output);
+    if !outcome.output.ends_with('\n') {
+        println!();
+    }
+    println!("---- end of {name} ----");
+    if let Some(nowhere) = nowhere
+        && suites::wanted_a_server(&outcome.output, nowhere)
+    {
+        println!(
+            "  A test of {name} starts a server, but the quick run hides every server: list it \
+             in xtask/src/suites.rs (SERVER_BINARIES, or SERVER_TESTS for single tests)."
+        );
+    }
+}
+
+/// Prints the failures again and one line per crate; whether anything failed.
+fn summary(
+    workspace: &Workspace,
+    outcomes: &[Outcome],
+    quick: Option<&suites::Quick>,
+    record: &Record,
+    started: Instant,
+    build_seconds: f64,
+) -> bool {
+    let failures: Vec<&Outcome> = outcomes.iter().filter(|o| !o.success).collect();
+    println!();
+    if !failures.is_empty() {
+        println!("failed ({}; their output is above):", failures.len());
+        for outcome in &failures {
+            println!("  {}", run::outcome_line(outcome, "filtered out"));
+        }
+        println!();
+    }
+    // Doc tests count under their crate (crate names use '_').
+    let doc = outcomes.iter().find(|o| o.suite.package == DOC_TESTS);
+    let doc_counts = doc.map(|o| run::doc_counts(&o.output)).unwrap_or_default();
+    let mut total = Counts::default();
+    let mut total_suites = 0;
+    let mut skipped_binaries = 0;
+    let mut skipped_tests = 0;
+    let mut skipped_unknown = 0;
+    println!(
+        "summary ({}):",
+        if quick.is_some() {
+            "quick"
+        } else {
+            "all tests"
+        }
+    );
+    for package in &workspace.packages {
+        let mine: Vec<&Outcome> = outcomes
+            .iter()
+            .filter(|o| o.suite.package == package.name)
+            .collect();
+        let mut counts = Counts::default();
+        let mut seconds = 0.0;
+        for outcome in &mine {
+            counts.add(outcome.counts);
+            seconds += outcome.seconds;
+        }
+        let crate_name = package.name.replace('-', "_");
+        let mut suites_run = mine.len();
+        let mut ok = mine.iter().all(|o| o.success);
+        for (name, c) in &doc_counts {
+            if *name == crate_name {
+                counts.add(*c);
+                suites_run += 1;
+                ok &= c.failed == 0;
+            }
+        }
+        let mut line = format!(
+            "  {:<19} {:<6} {:>2} suites  {}",
+            package.name,
+            if ok { "ok" } else { "FAILED" },
+            suites_run,
+            run::counts_text(counts, "skipped (server)")
+        );
+        if let Some(quick) = quick {
+            let skipped: Vec<_> = quick
+                .skipped
+                .iter()
+                .filter(|(p, _)| *p == package.name)
+                .collect();
+            if !skipped.is_empty() {
+                let known: Vec<u64> = skipped
+                    .iter()
+                    .filter_map(|(p, t)| record.counts(p, &t.label()).map(|c| c.total()))
+                    .collect();
+                let tests: u64 = known.iter().sum();
+                skipped_binaries += skipped.len();
+                skipped_tests += tests;
+                skipped_unknown += skipped.len() - known.len();
+                line += &format!(
+                    "; skipped {} binaries{}",
+                    skipped.len(),
+                    tests_when_last_run(tests, known.len(), skipped.len())
+                );
+            }
+        }
+        line += &format!("  ({})", run::duration(seconds));
+        println!("{line}");
+        total.add(counts);
+        total_suites += suites_run;
+    }
+    let failed = !failures.is_empty();
+    let mut last = format!(
+        "{}: {} tests in {total_suites} suites, {}",
+        if failed { "FAILED" } else { "ok" },
+        total.total() - total.filtered,
+        run::counts_text(total, "skipped (server)")
+    );
+    if quick.is_some() {
+        last += &format!(
+            "; skipped {skipped_binaries} binaries that start a server{}",
+            tests_when_last_run(
+                skipped_tests,
+                skipped_binaries - skipped_unknown,
+                skipped_binaries
+            )
+        );
+        if let Some(q) = quick
+            && !q.built_not_run.is_empty()
+        {
+            let names: Vec<String> = q
+                .built_not_run
+                .iter()
+                .map(|(p, t)| format!("{p} {}", t.label()))
+                .collect();
+            last += &format!(
+                " ({} built but not run, as cargo selects tests by name: {})",
+                names.len(),
+                names.join(", ")
+            );
+        }
+    }
+    println!(
+        "{last}. {} in all (build {}).",
+        run::ago(started),
+        run::duration(build_seconds)
+    );
+    failed
+}
+
+/// ` (305 tests when they last ran)`, saying how many of the binaries never ran here.
+fn tests_when_last_run(tests: u64, known: usize, all: usize) -> String {
+    match (known, all - known) {
+        (0, _) => " (never run here, so their tests are not counted)".to_owned(),
+        (_, 0) => format!(" ({tests} tests when they last ran)"),
+        (_, never) => format!(" ({tests} tests when they last ran; {never} never ran here)"),
+    }
+}
