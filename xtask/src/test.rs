@@ -122,6 +122,16 @@ pub(crate) fn main(options: &Options) -> i32 {
             .collect();
     }
     let mut pending: Vec<Suite> = Vec::new();
+    // Suites running, by slot: in the full run one per crate, as a crate's suites start the
+    // same kind of servers and their timeouts are sized for one at a time; the quick run
+    // starts no server, so any of its suites may run beside any other.
+    let slot = |suite: &Suite| {
+        if quick.is_some() {
+            format!("{} {}", suite.package, suite.label)
+        } else {
+            suite.package.clone()
+        }
+    };
     let mut running: HashMap<String, (String, Instant)> = HashMap::new();
     let mut outcomes: Vec<Outcome> = Vec::new();
     let mut build_done = false;
@@ -138,7 +148,7 @@ pub(crate) fn main(options: &Options) -> i32 {
             let best = pending
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| !running.contains_key(&s.package))
+                .filter(|(_, s)| !running.contains_key(&slot(s)))
                 .max_by(|(_, a), (_, b)| {
                     let time = |s: &Suite| record.seconds(&s.package, &s.label).unwrap_or(1.0);
                     time(a).total_cmp(&time(b))
@@ -146,7 +156,10 @@ pub(crate) fn main(options: &Options) -> i32 {
                 .map(|(i, _)| i);
             let Some(index) = best else { break };
             let suite = pending.remove(index);
-            running.insert(suite.package.clone(), (suite.label.clone(), Instant::now()));
+            running.insert(
+                slot(&suite),
+                (format!("{} {}", suite.package, suite.label), Instant::now()),
+            );
             let events = events.clone();
             std::thread::spawn(move || {
                 let _ = events.send(Event::Done(Box::new(run::run(suite))));
@@ -207,7 +220,7 @@ pub(crate) fn main(options: &Options) -> i32 {
                 last_print = Instant::now();
             }
             Event::Done(outcome) => {
-                running.remove(&outcome.suite.package);
+                running.remove(&slot(&outcome.suite));
                 let filtered_as = if quick.is_some() {
                     "skipped (server)"
                 } else {
@@ -294,8 +307,8 @@ fn progress(
         ));
     }
     let mut suites: Vec<String> = running
-        .iter()
-        .map(|(package, (label, since))| format!("{package} {label} ({})", run::ago(*since)))
+        .values()
+        .map(|(name, since)| format!("{name} ({})", run::ago(*since)))
         .collect();
     suites.sort();
     if !suites.is_empty() {
@@ -378,13 +391,7 @@ fn summary(
                 ok &= c.failed == 0;
             }
         }
-        let mut line = format!(
-            "  {:<19} {:<6} {:>2} suites  {}",
-            package.name,
-            if ok { "ok" } else { "FAILED" },
-            suites_run,
-            run::counts_text(counts, "skipped (server)")
-        );
+        let mut skipped_note = String::new();
         if let Some(quick) = quick {
             let skipped: Vec<_> = quick
                 .skipped
@@ -400,15 +407,21 @@ fn summary(
                 skipped_binaries += skipped.len();
                 skipped_tests += tests;
                 skipped_unknown += skipped.len() - known.len();
-                line += &format!(
-                    "; skipped {} binaries{}",
-                    skipped.len(),
+                skipped_note = format!(
+                    "; skipped {}{}",
+                    binaries_text(skipped.len()),
                     tests_when_last_run(tests, known.len(), skipped.len())
                 );
             }
         }
-        line += &format!("  ({})", run::duration(seconds));
-        println!("{line}");
+        println!(
+            "  {:<19} {:<6} {:>2} suites  {:<36} {:>9}{skipped_note}",
+            package.name,
+            if ok { "ok" } else { "FAILED" },
+            suites_run,
+            run::counts_text(counts, "skipped (server)"),
+            run::duration(seconds)
+        );
         total.add(counts);
         total_suites += suites_run;
     }
@@ -421,7 +434,8 @@ fn summary(
     );
     if quick.is_some() {
         last += &format!(
-            "; skipped {skipped_binaries} binaries that start a server{}",
+            "; skipped {} that start a server{}",
+            binaries_text(skipped_binaries),
             tests_when_last_run(
                 skipped_tests,
                 skipped_binaries - skipped_unknown,
@@ -458,4 +472,9 @@ fn tests_when_last_run(tests: u64, known: usize, all: usize) -> String {
         (_, 0) => format!(" ({tests} tests when they last ran)"),
         (_, never) => format!(" ({tests} tests when they last ran; {never} never ran here)"),
     }
+}
+
+/// `1 binary`, `7 binaries`.
+fn binaries_text(n: usize) -> String {
+    format!("{n} {}", if n == 1 { "binary" } else { "binaries" })
 }
