@@ -168,18 +168,16 @@ pub(crate) fn main(options: &Options) -> i32 {
         if build_done && pending.is_empty() && running.is_empty() {
             break;
         }
+        if last_print.elapsed() >= run::HEARTBEAT {
+            println!(
+                "{}",
+                progress(&running, build_done, compiled, binaries, started)
+            );
+            last_print = Instant::now();
+        }
         let event = match heard.recv_timeout(Duration::from_secs(1)) {
             Ok(event) => event,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if last_print.elapsed() >= run::HEARTBEAT {
-                    println!(
-                        "{}",
-                        progress(&running, build_done, compiled, binaries, started)
-                    );
-                    last_print = Instant::now();
-                }
-                continue;
-            }
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
         match event {
