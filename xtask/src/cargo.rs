@@ -169,8 +169,12 @@ pub(crate) struct TestBinary {
 pub(crate) enum Message {
     /// A test binary is ready to run.
     TestBinary(TestBinary),
-    /// A crate was compiled (or found fresh).
-    Compiled { fresh: bool },
+    /// A crate was compiled (or found fresh); `bin` names a workspace binary (not its unit
+    /// tests) that is now in place, for the integration tests that run it.
+    Compiled {
+        fresh: bool,
+        bin: Option<(String, String)>,
+    },
     /// The build is over.
     Finished { success: bool },
     /// Anything else (diagnostics, build scripts).
@@ -216,9 +220,20 @@ impl Message {
                             dir,
                         })
                     }
-                    _ => Message::Compiled {
-                        fresh: value.get("fresh").and_then(Value::as_bool).unwrap_or(false),
-                    },
+                    executable => {
+                        let target = value.get("target").unwrap_or(&Value::Null);
+                        let kind =
+                            Kind::of(target.get("kind").map(Value::as_array).unwrap_or_default());
+                        Message::Compiled {
+                            fresh: value.get("fresh").and_then(Value::as_bool).unwrap_or(false),
+                            bin: (kind == Kind::Bin && executable.is_some()).then(|| {
+                                (
+                                    package_name(value.str_at("package_id")),
+                                    target.str_at("name").to_owned(),
+                                )
+                            }),
+                        }
+                    }
                 }
             }
             _ => Message::Other,
@@ -274,7 +289,27 @@ mod tests {
         assert_eq!(binary.target.label(), "unittests src/lib.rs");
 
         let library = r#"{"reason":"compiler-artifact","package_id":"p#x@1.0.0","target":{"kind":["lib"],"name":"x","src_path":"/x/src/lib.rs"},"profile":{"test":false},"executable":null,"fresh":false}"#;
-        assert_eq!(Message::parse(library), Message::Compiled { fresh: false });
+        assert_eq!(
+            Message::parse(library),
+            Message::Compiled {
+                fresh: false,
+                bin: None
+            }
+        );
+        // The binary itself (not its unit tests), which integration tests run.
+        let bin = library
+            .replace(r#""kind":["lib"]"#, r#""kind":["bin"]"#)
+            .replace(
+                r#""executable":null"#,
+                r#""executable":"/w/target/debug/x""#,
+            );
+        assert_eq!(
+            Message::parse(&bin),
+            Message::Compiled {
+                fresh: false,
+                bin: Some(("x".into(), "x".into()))
+            }
+        );
         assert_eq!(
             Message::parse(r#"{"reason":"build-finished","success":false}"#),
             Message::Finished { success: false }

@@ -22,6 +22,9 @@ pub(crate) struct Suite {
     pub(crate) dir: PathBuf,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) env_remove: Vec<String>,
+    /// An integration test: it may run the package's binaries (`CARGO_BIN_EXE_*`), which
+    /// cargo builds alongside, so it waits until they are in place.
+    pub(crate) runs_bins: bool,
 }
 
 /// The package name under which the doc tests of all packages run.
@@ -386,6 +389,7 @@ mod tests {
             dir: std::env::temp_dir(),
             env: vec![("XTASK_TEST_VAR".into(), "set".into())],
             env_remove: vec!["HOME".into()],
+            runs_bins: false,
         }
     }
 

@@ -141,6 +141,15 @@ pub(crate) fn main(options: &Options) -> i32 {
     let mut binaries = 0_usize;
     let mut last_print = Instant::now();
     let mut seen: HashSet<PathBuf> = HashSet::new();
+    // Each package's binaries not yet built.
+    let mut bins_pending: HashMap<String, HashSet<String>> = workspace
+        .packages
+        .iter()
+        .map(|p| {
+            let bins = p.targets.iter().filter(|t| t.kind == cargo::Kind::Bin);
+            (p.name.clone(), bins.map(|t| t.name.clone()).collect())
+        })
+        .collect();
 
     loop {
         // Start what may start: one suite per crate, the longest (by the last run) first.
@@ -149,6 +158,13 @@ pub(crate) fn main(options: &Options) -> i32 {
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| !running.contains_key(&slot(s)))
+                .filter(|(_, s)| {
+                    // Cargo builds a package's binaries beside its integration tests, not
+                    // before: those wait for them (or for the end of the build).
+                    !s.runs_bins
+                        || build_done
+                        || bins_pending.get(&s.package).is_none_or(HashSet::is_empty)
+                })
                 .max_by(|(_, a), (_, b)| {
                     let time = |s: &Suite| record.seconds(&s.package, &s.label).unwrap_or(1.0);
                     time(a).total_cmp(&time(b))
@@ -181,7 +197,14 @@ pub(crate) fn main(options: &Options) -> i32 {
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
         match event {
-            Event::Build(Message::Compiled { fresh }) => compiled += usize::from(!fresh),
+            Event::Build(Message::Compiled { fresh, bin }) => {
+                compiled += usize::from(!fresh);
+                if let Some((package, name)) = bin
+                    && let Some(waiting) = bins_pending.get_mut(&package)
+                {
+                    waiting.remove(&name);
+                }
+            }
             Event::Build(Message::TestBinary(binary)) => {
                 if !seen.insert(binary.executable.clone()) {
                     continue;
@@ -272,6 +295,7 @@ fn suite_of(
         dir: binary.dir.clone(),
         env,
         env_remove: remove.to_vec(),
+        runs_bins: binary.target.kind == cargo::Kind::Test,
     }
 }
 
@@ -287,6 +311,7 @@ fn doc_tests(workspace: &Workspace, env: &[(String, String)], remove: &[String])
         dir: workspace.root.clone(),
         env: env.to_vec(),
         env_remove: remove.to_vec(),
+        runs_bins: false,
     }
 }
 
