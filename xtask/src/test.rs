@@ -492,12 +492,20 @@ fn summary(
 fn tests_when_last_run(tests: u64, known: usize, all: usize) -> String {
     match (known, all - known) {
         (0, _) => " (never run here, so their tests are not counted)".to_owned(),
-        (_, 0) => format!(" ({tests} tests when they last ran)"),
-        (_, never) => format!(" ({tests} tests when they last ran; {never} never ran here)"),
+        (_, 0) => format!(" ({} when they last ran)", tests_text(tests)),
+        (_, never) => format!(
+            " ({} when they last ran; {never} never ran here)",
+            tests_text(tests)
+        ),
     }
 }
 
 /// `1 binary`, `7 binaries`.
 fn binaries_text(n: usize) -> String {
     format!("{n} {}", if n == 1 { "binary" } else { "binaries" })
+}
+
+/// `1 test`, `7 tests`.
+fn tests_text(n: u64) -> String {
+    format!("{n} {}", if n == 1 { "test" } else { "tests" })
 }
