@@ -429,14 +429,17 @@ fn install(packages: &[&Package], sudo: bool, log: &Path) -> Result<(), Failed> 
         let _ = std::fs::create_dir_all(dir);
     }
     let started = Instant::now();
-    let mut install = vec!["install", "-y", "-q", "--no-install-recommends"];
+    // A fresh machine may be running its own apt (unattended upgrades): wait for its lock.
+    let lock = "DPkg::Lock::Timeout=300";
+    let mut install = vec!["install", "-y", "-q", "-o", lock, "--no-install-recommends"];
     install.extend(&names);
-    for args in [vec!["update", "-q"], install] {
-        let Ok(file) = std::fs::File::create(log) else {
+    let Ok(file) = std::fs::File::create(log) else {
+        eprintln!("packages: cannot write {}", log.display());
+        return Err(Failed);
+    };
+    for args in [vec!["update", "-q", "-o", lock], install] {
+        let (Ok(out), Ok(err)) = (file.try_clone(), file.try_clone()) else {
             eprintln!("packages: cannot write {}", log.display());
-            return Err(Failed);
-        };
-        let Ok(file_err) = file.try_clone() else {
             return Err(Failed);
         };
         let mut command = if sudo {
@@ -451,8 +454,8 @@ fn install(packages: &[&Package], sudo: bool, log: &Path) -> Result<(), Failed> 
             .args(&args)
             .env("DEBIAN_FRONTEND", "noninteractive")
             .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(file_err)
+            .stdout(out)
+            .stderr(err)
             .status();
         if !status.is_ok_and(|s| s.success()) {
             let output = std::fs::read_to_string(log).unwrap_or_default();

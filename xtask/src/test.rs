@@ -263,10 +263,10 @@ pub(crate) fn main(options: &Options) -> i32 {
         &outcomes,
         quick.as_ref(),
         &record,
-        started,
-        build_seconds,
+        build_ok,
+        (started, build_seconds),
     );
-    if !build_ok || failed { 1 } else { 0 }
+    if failed { 1 } else { 0 }
 }
 
 /// The suite of a test binary.
@@ -365,8 +365,8 @@ fn summary(
     outcomes: &[Outcome],
     quick: Option<&suites::Quick>,
     record: &Record,
-    started: Instant,
-    build_seconds: f64,
+    build_ok: bool,
+    (started, build_seconds): (Instant, f64),
 ) -> bool {
     let failures: Vec<&Outcome> = outcomes.iter().filter(|o| !o.success).collect();
     println!();
@@ -440,7 +440,11 @@ fn summary(
         println!(
             "  {:<19} {:<6} {:>2} suites  {:<36} {:>9}{skipped_note}",
             package.name,
-            if ok { "ok" } else { "FAILED" },
+            match (ok, suites_run) {
+                (_, 0) if !build_ok => "-",
+                (true, _) => "ok",
+                (false, _) => "FAILED",
+            },
             suites_run,
             run::counts_text(counts, "skipped (server)"),
             run::duration(seconds)
@@ -448,7 +452,10 @@ fn summary(
         total.add(counts);
         total_suites += suites_run;
     }
-    let failed = !failures.is_empty();
+    let failed = !failures.is_empty() || !build_ok;
+    if !build_ok {
+        println!("FAILED: the build failed (its errors are above); suites not built did not run.");
+    }
     let mut last = format!(
         "{}: {} tests in {total_suites} suites, {}",
         if failed { "FAILED" } else { "ok" },
