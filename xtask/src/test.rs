@@ -1,9 +1,9 @@
 //! `cargo xtask test`: the packages, the build, and the suites.
 //!
 //! It builds what `cargo test --workspace --all-features` builds (`--no-run`), and runs the
-//! same test binaries and doc tests itself: each binary as soon as cargo has built it, the
-//! binaries of different crates side by side (one at a time per crate), each one's output
-//! captured and shown in full if it fails. That way every suite gets its own line with its
+//! same test binaries and doc tests itself: the first ones while the build goes on (one at a
+//! time), then the binaries of different crates side by side (one at a time per crate), each
+//! one's output captured and shown in full if it fails. That way every suite gets its own line with its
 //! counts and time, and a crate's slow suite does not hold up the others.
 
 use std::collections::{HashMap, HashSet};
@@ -71,7 +71,8 @@ pub(crate) fn main(options: &Options) -> i32 {
         build_args.extend(quick.cargo_args.iter().cloned());
     }
     println!(
-        "building: cargo {} (suites start as their binaries are ready, {} at a time)",
+        "building: cargo {} (suites start as their binaries are ready: one at a time during \
+         the build, then {} at a time)",
         build_args.join(" "),
         options.jobs
     );
@@ -152,8 +153,11 @@ pub(crate) fn main(options: &Options) -> i32 {
         .collect();
 
     loop {
-        // Start what may start: one suite per crate, the longest (by the last run) first.
-        while running.len() < options.jobs {
+        // Start what may start: one suite per crate, the longest (by the last run) first; one
+        // at a time while cargo still builds on every core, so that timing-sensitive tests
+        // are not starved.
+        let limit = if build_done { options.jobs } else { 1 };
+        while running.len() < limit {
             let best = pending
                 .iter()
                 .enumerate()
