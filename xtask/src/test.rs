@@ -457,12 +457,13 @@ fn summary(
         total_suites += suites_run;
     }
     let failed = !failures.is_empty() || !build_ok;
-    if !build_ok {
-        println!("FAILED: the build failed (its errors are above); suites not built did not run.");
-    }
     let mut last = format!(
         "{}: {} tests in {total_suites} suites, {}",
-        if failed { "FAILED" } else { "ok" },
+        match (build_ok, failed) {
+            (false, _) => "FAILED (the build failed: its errors are above)",
+            (true, true) => "FAILED",
+            (true, false) => "ok",
+        },
         total.total() - total.filtered,
         run::counts_text(total, "skipped (server)")
     );
