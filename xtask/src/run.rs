@@ -25,6 +25,8 @@ pub(crate) struct Suite {
     /// An integration test: it may run the package's binaries (`CARGO_BIN_EXE_*`), which
     /// cargo builds alongside, so it waits until they are in place.
     pub(crate) runs_bins: bool,
+    /// Runs with no other suite beside it, after the build.
+    pub(crate) alone: bool,
 }
 
 /// The package name under which the doc tests of all packages run.
@@ -390,6 +392,7 @@ mod tests {
             env: vec![("XTASK_TEST_VAR".into(), "set".into())],
             env_remove: vec!["HOME".into()],
             runs_bins: false,
+            alone: false,
         }
     }
 

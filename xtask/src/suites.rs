@@ -33,6 +33,18 @@ const SERVER_BINARIES: &[(&str, Option<&str>, &str)] = &[
 /// target, and the name filter libtest's `--skip` takes.
 const SERVER_TESTS: &[(&str, &str, &str)] = &[("wq", "wq", "demo::on_postgres::tests::")];
 
+/// Test binaries that run alone, nothing beside them, after the build: fault injection whose
+/// checks depend on timing windows (kills, stops, lease expiry), which a busy machine skews.
+const ALONE: &[(&str, &str)] = &[
+    ("workqueue-redis", "crash"),
+    ("workqueue-postgres", "crash"),
+];
+
+/// Whether the binary of `target` runs alone.
+pub(crate) fn runs_alone(package: &str, target: &Target) -> bool {
+    target.kind == Kind::Test && ALONE.contains(&(package, target.name.as_str()))
+}
+
 /// What starts a server, for [`Target`]s of `package`: `Some(what)` for a whole binary.
 pub(crate) fn server_binary(package: &str, target: &Target) -> Option<&'static str> {
     if target.kind != Kind::Test {
@@ -237,6 +249,20 @@ mod tests {
             "workqueue-redis",
             &target("workqueue_redis", Kind::Lib)
         ));
+    }
+
+    #[test]
+    fn the_crash_tests_run_alone() {
+        assert!(runs_alone("workqueue-redis", &target("crash", Kind::Test)));
+        assert!(runs_alone(
+            "workqueue-postgres",
+            &target("crash", Kind::Test)
+        ));
+        assert!(!runs_alone(
+            "workqueue-redis",
+            &target("faults", Kind::Test)
+        ));
+        assert!(!runs_alone("workqueue", &target("crash", Kind::Test)));
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub(crate) fn main(options: &Options) -> i32 {
     }
     println!(
         "building: cargo {} (suites start as their binaries are ready: one at a time during \
-         the build, then {} at a time)",
+         the build, then {} at a time; the crash tests alone)",
         build_args.join(" "),
         options.jobs
     );
@@ -133,7 +133,8 @@ pub(crate) fn main(options: &Options) -> i32 {
             suite.package.clone()
         }
     };
-    let mut running: HashMap<String, (String, Instant)> = HashMap::new();
+    // Slot -> (suite, since when, alone).
+    let mut running: HashMap<String, (String, Instant, bool)> = HashMap::new();
     let mut outcomes: Vec<Outcome> = Vec::new();
     let mut build_done = false;
     let mut build_ok = true;
@@ -157,11 +158,22 @@ pub(crate) fn main(options: &Options) -> i32 {
         // at a time while cargo still builds on every core, so that timing-sensitive tests
         // are not starved.
         let limit = if build_done { options.jobs } else { 1 };
-        while running.len() < limit {
+        // A suite that runs alone goes first once the build is over, when the others have
+        // ended; nothing starts beside it.
+        let alone_waiting = build_done && pending.iter().any(|s| s.alone);
+        let alone_running = running.values().any(|(_, _, alone)| *alone);
+        while running.len() < limit && !alone_running {
             let best = pending
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| !running.contains_key(&slot(s)))
+                .filter(|(_, s)| {
+                    if s.alone {
+                        build_done && running.is_empty()
+                    } else {
+                        !alone_waiting
+                    }
+                })
                 .filter(|(_, s)| {
                     // Cargo builds a package's binaries beside its integration tests, not
                     // before: those wait for them (or for the end of the build).
@@ -176,14 +188,22 @@ pub(crate) fn main(options: &Options) -> i32 {
                 .map(|(i, _)| i);
             let Some(index) = best else { break };
             let suite = pending.remove(index);
+            let alone = suite.alone;
             running.insert(
                 slot(&suite),
-                (format!("{} {}", suite.package, suite.label), Instant::now()),
+                (
+                    format!("{} {}", suite.package, suite.label),
+                    Instant::now(),
+                    alone,
+                ),
             );
             let events = events.clone();
             std::thread::spawn(move || {
                 let _ = events.send(Event::Done(Box::new(run::run(suite))));
             });
+            if alone {
+                break;
+            }
         }
         if build_done && pending.is_empty() && running.is_empty() {
             break;
@@ -300,6 +320,7 @@ fn suite_of(
         env,
         env_remove: remove.to_vec(),
         runs_bins: binary.target.kind == cargo::Kind::Test,
+        alone: suites::runs_alone(&binary.package, &binary.target),
     }
 }
 
@@ -316,12 +337,13 @@ fn doc_tests(workspace: &Workspace, env: &[(String, String)], remove: &[String])
         env: env.to_vec(),
         env_remove: remove.to_vec(),
         runs_bins: false,
+        alone: false,
     }
 }
 
 /// The heartbeat line: what is running, and the build's progress.
 fn progress(
-    running: &HashMap<String, (String, Instant)>,
+    running: &HashMap<String, (String, Instant, bool)>,
     build_done: bool,
     compiled: usize,
     binaries: usize,
@@ -335,7 +357,7 @@ fn progress(
     }
     let mut suites: Vec<String> = running
         .values()
-        .map(|(name, since)| format!("{name} ({})", run::ago(*since)))
+        .map(|(name, since, _)| format!("{name} ({})", run::ago(*since)))
         .collect();
     suites.sort();
     if !suites.is_empty() {
