@@ -257,7 +257,14 @@ pub(crate) fn main(options: &Options) -> i32 {
                         if running.is_empty() {
                             String::new()
                         } else {
-                            format!("; waiting for the {} suites running", running.len())
+                            format!(
+                                "; waiting for the {} running",
+                                if running.len() == 1 {
+                                    "suite".to_owned()
+                                } else {
+                                    format!("{} suites", running.len())
+                                }
+                            )
                         }
                     );
                     pending.clear();
