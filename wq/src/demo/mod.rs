@@ -283,7 +283,7 @@ pub(crate) fn run_distributed(args: distributed::DemoArgs) -> ExitCode {
     if unreachable(no_server::Kind::Redis, &args.url) {
         return ExitCode::FAILURE;
     }
-    crate::ops::block_on("demo", distributed::run::<on_redis::OnRedis>(args))
+    crate::ops::block_on_as("wq demo", distributed::run::<on_redis::OnRedis>(args))
 }
 
 /// How long the demo waits, after the producers are done, for the queue to drain: retries

@@ -115,7 +115,7 @@ pub(super) fn without_url(kind: Kind) -> String {
     let (command, flag) = match kind {
         Kind::Redis => (redis_command(address.port, &Machine::current()), "--redis"),
         Kind::Postgres => (
-            postgres_command(&address, &Machine::current()),
+            postgres_command(&address, &Machine::current()).expect("plain names"),
             "--postgres",
         ),
     };
@@ -189,7 +189,7 @@ pub(super) fn message(kind: Kind, address: &Address, why: &str, machine: &Machin
         _ if !address.is_local() => None,
         Kind::Redis if address.tls => None,
         Kind::Redis => Some(redis_command(address.port, machine)),
-        Kind::Postgres => Some(postgres_command(address, machine)),
+        Kind::Postgres => postgres_command(address, machine),
     };
     match start {
         Some(command) => {
@@ -252,16 +252,37 @@ fn redis_command(port: u16, machine: &Machine) -> String {
     }
 }
 
+/// `word` as one shell word, both on its own and inside the single quotes of `sh -c '...'`:
+/// as it is, or in double quotes; `None` if it holds a quote, a dollar, a backslash or a
+/// backquote.
+fn shell_word(word: &str) -> Option<String> {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+    {
+        Some(word.to_owned())
+    } else if word
+        .chars()
+        .any(|c| "'\"$\\`".contains(c) || c.is_control())
+    {
+        None
+    } else {
+        Some(format!("\"{word}\""))
+    }
+}
+
 /// Makes a throwaway PostgreSQL cluster (trust authentication, the URL's user as superuser)
 /// and starts it on the URL's port; creates the URL's database if it is not `postgres`. As
-/// root it runs as the user `postgres`, as PostgreSQL refuses root.
-fn postgres_command(address: &Address, machine: &Machine) -> String {
+/// root it runs as the user `postgres`, as PostgreSQL refuses root. `None` for a user or
+/// database name no shell word can carry.
+fn postgres_command(address: &Address, machine: &Machine) -> Option<String> {
     let port = address.port;
-    let user = if address.user.is_empty() {
+    let user = shell_word(if address.user.is_empty() {
         "postgres"
     } else {
         &address.user
-    };
+    })?;
     let dir = postgres_dir(port);
     let bin = match &machine.postgres_bin {
         Some(bin) => bin.display().to_string(),
@@ -274,7 +295,7 @@ fn postgres_command(address: &Address, machine: &Machine) -> String {
     if !address.database.is_empty() && address.database != "postgres" {
         steps += &format!(
             " && {bin}/createdb -h 127.0.0.1 -p {port} -U {user} {}",
-            address.database
+            shell_word(&address.database)?
         );
     }
     if machine.postgres_bin.is_none() {
@@ -286,7 +307,7 @@ fn postgres_command(address: &Address, machine: &Machine) -> String {
     if machine.postgres_bin.is_none() {
         steps = format!("{}apt-get install -y postgresql && {steps}", sudo(machine));
     }
-    steps
+    Some(steps)
 }
 
 #[cfg(test)]
@@ -371,6 +392,16 @@ mod tests {
         let text = message(Kind::Postgres, &other, "refused", &machine(false, true));
         assert!(text.contains("-U alice --auth=trust"));
         assert!(text.contains("createdb -h 127.0.0.1 -p 5440 -U alice jobs"));
+        // Names with spaces are quoted (in double quotes, which also hold inside sh -c '...');
+        // names a shell word cannot carry get no command.
+        let spaced = Address::of_postgres("postgres://a%20b@127.0.0.1:5440/my%20db").unwrap();
+        let text = message(Kind::Postgres, &spaced, "refused", &machine(true, true));
+        assert!(text.contains("-U \"a b\" --auth=trust"), "{text}");
+        assert!(text.contains("-U \"a b\" \"my db\"'"), "{text}");
+        let quoted = Address::of_postgres("postgres://u@127.0.0.1:5440/it%27s").unwrap();
+        let text = message(Kind::Postgres, &quoted, "refused", &machine(false, true));
+        assert!(!text.contains("initdb"), "{text}");
+        assert!(text.contains("Is the server up"), "{text}");
     }
 
     #[test]
