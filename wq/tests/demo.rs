@@ -283,3 +283,107 @@ fn server_only_flags_need_redis_or_postgres() {
         }
     }
 }
+
+/// A port nothing listens on (the kernel's choice, released again).
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The indented command line of a message.
+fn command_in(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("    "))
+        .unwrap_or_else(|| panic!("no command in: {stderr}"))
+}
+
+/// `wq demo --redis URL` with nothing at the URL fails at once, naming the address and giving
+/// the one command that starts a `redis-server` on that port (installing it first if this
+/// machine lacks it); a server elsewhere gets no start command.
+#[test]
+fn a_demo_on_redis_without_a_server_prints_the_command_that_starts_one() {
+    let port = closed_port();
+    let out = demo(&["--redis", &format!("redis://127.0.0.1:{port}/")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("no Redis server answers at 127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    let command = command_in(&stderr);
+    assert!(
+        command.ends_with(&format!(
+            "redis-server --port {port} --save '' --appendonly no --daemonize yes"
+        )),
+        "{command}"
+    );
+    assert!(
+        stderr.contains(&format!("redis-cli -p {port} shutdown nosave")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // `--redis` alone without $WQ_REDIS_URL: the variable, and a server on the default port.
+    let out = Command::new(env!("CARGO_BIN_EXE_wq"))
+        .args(["demo", "--redis"])
+        .env_remove("WQ_REDIS_URL")
+        .output()
+        .expect("wq runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("WQ_REDIS_URL"), "{stderr}");
+    assert!(
+        command_in(&stderr).contains("redis-server --port 6379"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("wq demo --redis redis://127.0.0.1:6379/"),
+        "{stderr}"
+    );
+}
+
+/// `wq demo --postgres URL` with nothing at the URL fails at once (not after the pool's
+/// timeout), giving the command that makes and starts a throwaway cluster on that port with
+/// the URL's user and database.
+#[test]
+fn a_demo_on_postgres_without_a_server_prints_the_command_that_starts_one() {
+    let port = closed_port();
+    let out = demo(&[
+        "--postgres",
+        &format!("postgres://alice@localhost:{port}/jobs"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("no PostgreSQL server answers at localhost:{port}")),
+        "{stderr}"
+    );
+    let command = command_in(&stderr);
+    let dir = format!("/tmp/wq-demo-postgres-{port}");
+    for part in [
+        format!("initdb -D {dir} -U alice --auth=trust"),
+        format!("pg_ctl -D {dir} -o \"-p {port} -k /tmp\" -l {dir}.log start"),
+        format!("createdb -h 127.0.0.1 -p {port} -U alice jobs"),
+    ] {
+        assert!(command.contains(&part), "{part} not in: {command}");
+    }
+    assert!(
+        stderr.contains(&format!("pg_ctl -D {dir} stop")),
+        "{stderr}"
+    );
+
+    // IPv6's loopback is this machine too.
+    let out = demo(&[
+        "--postgres",
+        &format!("postgres://postgres@[::1]:{port}/postgres"),
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        command_in(&stderr).contains(&format!("-p {port} -k /tmp")),
+        "{stderr}"
+    );
+}

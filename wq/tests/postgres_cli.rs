@@ -341,3 +341,78 @@ fn the_operator_commands_run_on_postgres() {
     let (_, out, _) = pg(&url, &["stats", "jobs"]);
     assert!(out.contains("depth          3"), "{out}");
 }
+
+/// A cluster made by the command `wq demo` prints: stopped (SIGQUIT to the postmaster in its
+/// `postmaster.pid`) and removed when dropped.
+struct Started {
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let pid = std::fs::read_to_string(self.dir.join("postmaster.pid"))
+            .ok()
+            .and_then(|text| text.lines().next()?.trim().parse::<u32>().ok());
+        if let Some(pid) = pid {
+            let _ = Command::new("kill")
+                .args(["-QUIT", &pid.to_string()])
+                .status();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while std::path::Path::new(&format!("/proc/{pid}")).exists()
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_file(self.dir.with_extension("log"));
+    }
+}
+
+/// With no server at the URL, `wq demo --postgres` prints the one command that makes and
+/// starts a throwaway cluster on the URL's port (as the user postgres when run as root); that
+/// command, run as printed, gives a server the demo then runs on with its checks holding.
+#[test]
+fn the_command_the_demo_prints_without_a_server_starts_one_it_runs_on() {
+    // Skipped (or failed) like every PostgreSQL test when PostgreSQL is missing.
+    if server::require_binaries().is_none() {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let out = Command::new(env!("CARGO_BIN_EXE_wq"))
+        .args(["demo", "--postgres", &url])
+        .output()
+        .expect("run wq");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let command = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("    "))
+        .unwrap_or_else(|| panic!("no command in: {stderr}"));
+    assert!(
+        !command.contains("apt-get"),
+        "PostgreSQL is installed, so no apt-get: {command}"
+    );
+    let started = Started {
+        dir: std::path::PathBuf::from(format!("/tmp/wq-demo-postgres-{port}")),
+    };
+    let _ = std::fs::remove_dir_all(&started.dir);
+    let out = Command::new("sh")
+        .args(["-c", command])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("run sh");
+    assert!(
+        out.status.success(),
+        "{command}\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = demo(&url, SMALL);
+    assert_checks_hold(&text);
+    assert_eq!(row(&text, "events added"), 600, "{text}");
+}

@@ -302,3 +302,90 @@ fn the_fleet_bench_on_redis_reports_each_shape_and_plots_the_sweep() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--plot needs"));
 }
+
+/// A `redis-server` started by the command `wq demo` prints, shut down (without saving) when
+/// dropped.
+struct Started(u16);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.0)) {
+            use std::io::Write;
+            let _ = stream.write_all(b"SHUTDOWN NOSAVE\r\n");
+            let _ = std::io::Read::read(&mut stream, &mut [0; 64]);
+        }
+    }
+}
+
+/// With no server at the URL, `wq demo --redis` prints the one command that starts one; that
+/// command, run as printed, starts a server (in the background, keeping nothing on disk) that
+/// the demo then runs on with its checks holding.
+#[test]
+fn the_command_the_demo_prints_without_a_server_starts_one_it_runs_on() {
+    if !server::require_binary() {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let out = Command::new(env!("CARGO_BIN_EXE_wq"))
+        .args(["demo", "--redis", &url])
+        .output()
+        .expect("run wq");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let command = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("    "))
+        .unwrap_or_else(|| panic!("no command in: {stderr}"));
+    assert!(
+        command.starts_with("redis-server "),
+        "the binary is installed, so no apt-get: {command}"
+    );
+
+    // Run where a server that did save would leave its files.
+    let dir = std::env::temp_dir().join(format!("wq-demo-redis-start-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let status = Command::new("sh")
+        .args(["-c", command])
+        .current_dir(&dir)
+        .status()
+        .expect("run sh");
+    let _started = Started(port);
+    assert!(status.success(), "{command}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "no server on {port} after: {command}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_wq"))
+        .args([
+            "demo",
+            "--redis",
+            &url,
+            "--events",
+            "300",
+            "--objects",
+            "30",
+        ])
+        .args(["--duration", "1", "--no-progress"])
+        .output()
+        .expect("run wq");
+    let text = stdout(&out);
+    assert!(text.contains("never two workers at once: ok"), "{text}");
+    assert!(
+        text.contains("every last event reconciled after it arrived: ok"),
+        "{text}"
+    );
+    drop(_started);
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .expect("read the directory")
+        .collect();
+    assert!(left.is_empty(), "the server left files: {left:?}");
+    let _ = std::fs::remove_dir(&dir);
+}

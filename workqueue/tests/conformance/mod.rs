@@ -786,21 +786,13 @@ pub(crate) mod rules {
 
     pub(crate) async fn a_delayed_item_keeps_its_priority<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
+        // Long enough that three calls to a server on a loaded machine end before it.
+        let delay = Duration::from_secs(1);
         queue
-            .add_with(
-                "late",
-                AddOptions::default()
-                    .after(Duration::from_millis(150))
-                    .priority(5),
-            )
+            .add_with("late", AddOptions::default().after(delay).priority(5))
             .await;
         queue
-            .add_with(
-                "later",
-                AddOptions::default()
-                    .after(Duration::from_millis(150))
-                    .priority(-5),
-            )
+            .add_with("later", AddOptions::default().after(delay).priority(-5))
             .await;
         queue.add("now").await;
         assert_eq!(queue.len().await, 1);
@@ -909,12 +901,13 @@ pub(crate) mod rules {
                 ..Opts::default()
             })
             .await;
+        // Long enough that three calls to a server on a loaded machine end before it.
         queue
             .add_with(
                 "soon",
                 AddOptions::default()
                     .rate_limited()
-                    .after(Duration::from_millis(100))
+                    .after(Duration::from_secs(1))
                     .priority(2),
             )
             .await;

@@ -21,6 +21,7 @@
 mod args;
 mod checks;
 pub(crate) mod distributed;
+mod no_server;
 mod on_postgres;
 mod on_redis;
 mod phases;
@@ -210,6 +211,7 @@ pub(crate) fn run(args: DemoArgs) -> ExitCode {
     };
     if let Some((url, server)) = server {
         let Some(url) = url else {
+            eprintln!("{}", no_server::without_url(server.kind()));
             return ExitCode::FAILURE;
         };
         let args = distributed::DemoArgs {
@@ -225,6 +227,9 @@ pub(crate) fn run(args: DemoArgs) -> ExitCode {
         };
         return match server {
             Server::Redis => run_distributed(args),
+            Server::Postgres if unreachable(no_server::Kind::Postgres, &args.url) => {
+                ExitCode::FAILURE
+            }
             Server::Postgres => crate::ops::block_on_as(
                 "wq demo",
                 distributed::run::<on_postgres::OnPostgres>(args),
@@ -252,9 +257,33 @@ enum Server {
     Postgres,
 }
 
+impl Server {
+    fn kind(self) -> no_server::Kind {
+        match self {
+            Server::Redis => no_server::Kind::Redis,
+            Server::Postgres => no_server::Kind::Postgres,
+        }
+    }
+}
+
+/// Whether nothing answers at `url`; then the message (with the command that starts a server
+/// on this machine) was printed.
+fn unreachable(kind: no_server::Kind, url: &str) -> bool {
+    match no_server::check(kind, url) {
+        Some(text) => {
+            eprintln!("wq demo: {text}");
+            true
+        }
+        None => false,
+    }
+}
+
 /// Runs the demo on Redis: `wq demo --redis URL` (and the deprecated `wq redis demo`).
 pub(crate) fn run_distributed(args: distributed::DemoArgs) -> ExitCode {
-    crate::ops::block_on("demo", distributed::run::<on_redis::OnRedis>(args))
+    if unreachable(no_server::Kind::Redis, &args.url) {
+        return ExitCode::FAILURE;
+    }
+    crate::ops::block_on_as("wq demo", distributed::run::<on_redis::OnRedis>(args))
 }
 
 /// How long the demo waits, after the producers are done, for the queue to drain: retries
