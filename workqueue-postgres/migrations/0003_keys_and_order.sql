@@ -219,7 +219,7 @@ DECLARE
     occ integer[];
     skip boolean[];
     rounds integer;
-    ack bigint;
+    acks bigint[];
     wake boolean := false;
     queued bigint := 0;
     d bigint;
@@ -342,12 +342,12 @@ BEGIN
         FROM generate_subscripts(ks, 1) AS e(i)
         LEFT JOIN applied a ON a.key = ks[e.i] AND occ[e.i] = r AND NOT skip[e.i];
     END LOOP;
-    -- Taken once every row is locked and changed: a lease of one of these items with a larger
-    -- token was handed out after these adds.
-    ack := nextval('workqueue_seq');
+    -- Taken once every row is locked and changed, one per add in the batch's order: a lease
+    -- of one of these items with a larger token was handed out after its add.
+    acks := ARRAY(SELECT nextval('workqueue_seq') FROM generate_series(1, n));
     FOR o IN 1..n LOOP
         IF NOT skip[o] THEN
-            seqs[o] := ack;
+            seqs[o] := acks[o];
             -- A queued or delayed item, or a duplicate that locked a queued row (a getter
             -- may have skipped it meanwhile), wakes getters when the transaction commits.
             IF kinds[o] IN (1, 2, 4) THEN
