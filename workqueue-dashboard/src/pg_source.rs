@@ -96,6 +96,16 @@ impl PgSource {
     ///
     /// A URL that does not parse (the message holds no password).
     pub fn new(url: &str) -> Result<Self, SourceError> {
+        // sqlx reads any URL's host and path, whatever its scheme.
+        if !["postgres://", "postgresql://"]
+            .iter()
+            .any(|scheme| url.starts_with(scheme))
+        {
+            return Err(SourceError::BadRequest(format!(
+                "postgres URL {}: not a postgres:// or postgresql:// URL",
+                redact(url)
+            )));
+        }
         let mut options = PgConnectOptions::from_str(url).map_err(|e| {
             let text = e.to_string().replace(url, &redact(url));
             SourceError::BadRequest(format!("postgres URL {}: {text}", redact(url)))
