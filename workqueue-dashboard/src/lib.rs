@@ -63,6 +63,9 @@ mod guard;
 mod history;
 mod memory;
 mod metrics;
+#[cfg(feature = "postgres")]
+mod pg_source;
+mod redact;
 #[cfg(feature = "redis")]
 mod redis_source;
 mod source;
@@ -70,8 +73,11 @@ mod sources;
 
 pub use history::Sample;
 pub use memory::MemorySource;
+#[cfg(feature = "postgres")]
+pub use pg_source::PgSource;
+pub use redact::redact;
 #[cfg(feature = "redis")]
-pub use redis_source::{RedisSource, redact};
+pub use redis_source::RedisSource;
 pub use source::{
     Action, DeadLetterView, End, ItemDetail, ItemPage, ItemState, ItemView, LeaseView, Outcome,
     PageRequest, QueueView, Source, SourceError, SourceStatus,

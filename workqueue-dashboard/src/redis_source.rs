@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use tokio::sync::Mutex;
 use workqueue_redis::{Admin, DeadLetter, RedisQueue, Retried, Summary};
 
+use crate::redact;
 use crate::source::{
     Action, DeadLetterView, End, ItemDetail, ItemPage, ItemState, ItemView, LeaseView, Outcome,
     PageRequest, QueueView, Source, SourceError, SourceStatus,
@@ -24,21 +25,6 @@ type Item = Box<RawValue>;
 
 /// How long connecting may take before the server counts as down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// `url` with its password (and user name) replaced by `***`: what may be shown or logged.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}://***@{host}{tail}"),
-        None => url.to_owned(),
-    }
-}
 
 /// Where the source connects.
 enum Target {

@@ -1,13 +1,12 @@
 //! The dashboard in a real browser: headless Chromium, driven through `chromedriver`
-//! (WebDriver), against a live dashboard over a live `redis-server`: figures and charts,
-//! pagination and search through a long dead-letter list, one item's detail and its actions,
-//! a restart of Redis while the page is open, the pause toggle, and the page at a phone's and
-//! a desktop's width in the light and the dark theme (screenshots in
-//! `target/dashboard-screenshots/`).
+//! (WebDriver), against a live dashboard over a live `redis-server` and a live PostgreSQL:
+//! figures and charts, pagination and search through a long dead-letter list, one item's
+//! detail and its actions, a restart of Redis while the page is open, the pause toggle, a
+//! PostgreSQL queue beside a Redis one (its figures, its actions, a restart of PostgreSQL),
+//! and the page of both at a phone's and a desktop's width in the light and the dark theme
+//! (screenshots in `target/dashboard-screenshots/`).
 //!
-//! The sources are put together with [`Dashboard`], as `wq dashboard` does: a PostgreSQL
-//! source joins by one more `.source(...)` in [`serve`], and its scenario (a PostgreSQL queue
-//! beside a Redis one, the same figures, an action) by one more test here.
+//! The sources are put together with [`Dashboard`], as `wq dashboard` does.
 //!
 //! Needs the Debian packages `chromium` and `chromium-driver` (paths: `$WQ_CHROMIUM`,
 //! `$WQ_CHROMEDRIVER`, else `/usr/bin/chromium`, `/usr/bin/chromedriver`). Without them the
@@ -22,7 +21,11 @@ use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use workqueue::TryGet;
+#[cfg(feature = "postgres")]
+use workqueue_dashboard::PgSource;
 use workqueue_dashboard::{Config, Dashboard, RedisSource};
+#[cfg(feature = "postgres")]
+use workqueue_postgres::PgQueue;
 use workqueue_redis::RedisQueue;
 
 const SKIP_VAR: &str = "WQ_SKIP_BROWSER_TESTS";
@@ -223,6 +226,16 @@ async fn cell(browser: &Client, queue: &str, field: &str) -> String {
     text(
         browser,
         &format!("tr[data-queue=\"{queue}\"] td[data-field=\"{field}\"]"),
+    )
+    .await
+}
+
+/// A figure of the row of queue `queue` of source `source`.
+#[cfg(feature = "postgres")]
+async fn cell_of(browser: &Client, source: &str, queue: &str, field: &str) -> String {
+    text(
+        browser,
+        &format!("tr[data-source=\"{source}\"][data-queue=\"{queue}\"] td[data-field=\"{field}\"]"),
     )
     .await
 }
@@ -644,8 +657,10 @@ async fn the_page_survives_a_redis_restart_and_pauses_its_updates_and_when_hidde
     browser.clone().close().await.unwrap();
 }
 
-/// The page at a phone's and a desktop's width, in the light and the dark theme: nothing
-/// wider than the screen on a phone, and the theme follows the system's setting.
+/// The page at a phone's and a desktop's width, in the light and the dark theme, with Redis
+/// and PostgreSQL queues side by side: nothing wider than the screen on a phone, and the theme
+/// follows the system's setting.
+#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_fits_a_phone_and_follows_the_dark_setting() {
     let Some((chromium_bin, driver_bin)) = require_browser() else {
@@ -655,7 +670,10 @@ async fn the_page_fits_a_phone_and_follows_the_dark_setting() {
     let Some(server) = support::redis_server(&[]) else {
         return;
     };
-    for (name, n) in [("emails", 12), ("orders", 3), ("thumbnails", 40)] {
+    let Some(pg) = support::PgServer::start() else {
+        return;
+    };
+    for (name, n) in [("emails", 12), ("thumbnails", 40)] {
         let q: RedisQueue<String> = RedisQueue::builder(name)
             .url(server.url())
             .check_persistence(false)
@@ -667,14 +685,27 @@ async fn the_page_fits_a_phone_and_follows_the_dark_setting() {
         }
         q.add_rate_limited(format!("{name}-flaky")).await.unwrap();
     }
-    dead_letters(&server, "orders", 7).await;
-    let base = serve(redis_dashboard(&server, fast())).await;
+    let pool = pg_pool(&pg).await;
+    for (name, n) in [("billing", 3), ("invoices", 25)] {
+        let q = pg_queue(&pool, name).await;
+        for i in 0..n {
+            q.add(format!("{name}-{i}")).await.unwrap();
+        }
+        q.add_rate_limited(format!("{name}-flaky")).await.unwrap();
+    }
+    pg_dead_letters(&pool, "billing", 7).await;
+    let base =
+        serve(redis_dashboard(&server, fast()).source(PgSource::new(&pg.url()).unwrap())).await;
     for dark in [false, true] {
         let window = chromium(&chromium_bin, &driver_bin, dark).await;
         let browser = &window.client;
-        browser.goto(&format!("{base}#redis/orders")).await.unwrap();
-        until("the figures", || async {
-            cell(browser, "orders", "dead").await == "7"
+        browser
+            .goto(&format!("{base}#postgres/billing"))
+            .await
+            .unwrap();
+        until("the figures of both sources", || async {
+            cell_of(browser, "postgres", "billing", "dead").await == "7"
+                && cell_of(browser, "redis", "emails", "depth").await == "12"
         })
         .await;
         let background = eval(
@@ -697,8 +728,20 @@ async fn the_page_fits_a_phone_and_follows_the_dark_setting() {
         let theme = if dark { "dark" } else { "light" };
         browser.set_window_size(1280, 1100).await.unwrap();
         screenshot(browser, &format!("dashboard-desktop-{theme}")).await;
+        let source_under_name =
+            "tr[data-source=\"postgres\"][data-queue=\"billing\"] td[data-field=\"name\"] .src";
+        assert_eq!(
+            text(browser, source_under_name).await,
+            "",
+            "a column of its own"
+        );
         browser.set_window_size(390, 844).await.unwrap();
         tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            text(browser, source_under_name).await,
+            "postgres",
+            "no source column on a phone: the source is under the queue's name"
+        );
         let overflow = eval(
             browser,
             "return document.documentElement.scrollWidth - document.documentElement.clientWidth",
@@ -711,4 +754,230 @@ async fn the_page_fits_a_phone_and_follows_the_dark_setting() {
         screenshot(browser, &format!("dashboard-phone-{theme}")).await;
         browser.clone().close().await.unwrap();
     }
+}
+
+/// A pool of the test's own on `pg`, with the schema installed.
+#[cfg(feature = "postgres")]
+async fn pg_pool(pg: &support::PgServer) -> sqlx::PgPool {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&pg.url())
+        .await
+        .unwrap();
+    PgQueue::<String>::migrate(&pool).await.unwrap();
+    pool
+}
+
+/// Queue `name` on PostgreSQL, as a worker's process would build it (long leases, retries a
+/// minute apart).
+#[cfg(feature = "postgres")]
+async fn pg_queue(pool: &sqlx::PgPool, name: &str) -> PgQueue<String> {
+    PgQueue::builder(name)
+        .pool(pool.clone())
+        .listen(false)
+        .lease_duration(Duration::from_secs(600))
+        .backoff(Duration::from_secs(60), Duration::from_secs(600))
+        .token_bucket(None)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Writes `n` dead letters of PostgreSQL queue `name`: `letter-I`, error `boom I`.
+#[cfg(feature = "postgres")]
+async fn pg_dead_letters(pool: &sqlx::PgPool, name: &str, n: i32) {
+    sqlx::query(
+        "INSERT INTO workqueue_dead (queue, item, reason, stalls, failures)
+         SELECT s.id, to_jsonb('letter-' || i)::text, 'boom ' || i, 5, 3
+         FROM workqueue_queues s, generate_series(0, $2 - 1) i WHERE s.name = $1 ORDER BY i",
+    )
+    .bind(name)
+    .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// A PostgreSQL queue beside a Redis one: the same figures and charts, its dead letters, a
+/// delayed item and the pause acted on from the page, and a restart of PostgreSQL while the
+/// page is open (it says that source is down, keeps its figures, the Redis queues stay live,
+/// and it is live again).
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_queue_beside_a_redis_one_shows_its_figures_and_is_acted_on() {
+    let Some((chromium_bin, driver_bin)) = require_browser() else {
+        return;
+    };
+    let _one = ONE_BROWSER.lock().await;
+    let Some(server) = support::redis_server(&[]) else {
+        return;
+    };
+    let Some(mut pg) = support::PgServer::start() else {
+        return;
+    };
+    let emails: RedisQueue<String> = RedisQueue::builder("emails")
+        .url(server.url())
+        .check_persistence(false)
+        .build()
+        .await
+        .unwrap();
+    for i in 0..5 {
+        emails.add(format!("e-{i}")).await.unwrap();
+    }
+    let pool = pg_pool(&pg).await;
+    let q = pg_queue(&pool, "orders").await;
+    for i in 1..=4 {
+        q.add(format!("o-{i}")).await.unwrap();
+    }
+    q.add_after("later".to_owned(), Duration::from_secs(3600))
+        .await
+        .unwrap();
+    q.add_rate_limited("flaky".to_owned()).await.unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
+    pg_dead_letters(&pool, "orders", 2).await;
+    pg_queue(&pool, "invoices")
+        .await
+        .add("i-1".to_owned())
+        .await
+        .unwrap();
+
+    let base =
+        serve(redis_dashboard(&server, fast()).source(PgSource::new(&pg.url()).unwrap())).await;
+    let window = chromium(&chromium_bin, &driver_bin, false).await;
+    let browser = &window.client;
+    browser
+        .goto(&format!("{base}#postgres/orders"))
+        .await
+        .unwrap();
+    until("the PostgreSQL queue's figures", || async {
+        cell_of(browser, "postgres", "orders", "depth").await == "3"
+            && cell_of(browser, "postgres", "orders", "dead").await == "2"
+    })
+    .await;
+    for (field, want) in [("delayed", "2"), ("in_flight", "1"), ("failing", "1")] {
+        assert_eq!(
+            cell_of(browser, "postgres", "orders", field).await,
+            want,
+            "{field}"
+        );
+    }
+    assert_eq!(
+        cell_of(browser, "postgres", "orders", "state").await,
+        "running"
+    );
+    assert_eq!(cell_of(browser, "redis", "emails", "depth").await, "5");
+    until("the charts have samples", || async {
+        browser
+            .find_all(Locator::Css("svg[data-chart] polyline"))
+            .await
+            .is_ok_and(|p| p.len() >= 4)
+    })
+    .await;
+    // Some traffic for the charts over three seconds.
+    for i in 0..30u32 {
+        q.add(format!("n-{i}")).await.unwrap();
+        if i % 3 == 0 {
+            q.add_rate_limited(format!("r-{i}")).await.unwrap();
+        }
+        if i % 2 == 0
+            && let Some(done) = q.try_get().await.unwrap().into_lease()
+        {
+            done.done().await.unwrap();
+        }
+        emails.add(format!("e-more-{i}")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    screenshot(browser, "dashboard-postgres").await;
+
+    // A dead letter requeued from its row.
+    click(browser, "button[data-state=\"dead\"]").await;
+    until("the dead letters are listed", || async {
+        texts(browser, "#items tr.item-row").await.len() == 2
+    })
+    .await;
+    click(
+        browser,
+        "#items tr.item-row button[data-action=\"requeue\"]",
+    )
+    .await;
+    until("the answer is shown", || async {
+        text(browser, "#notice")
+            .await
+            .contains("requeued the dead letter")
+    })
+    .await;
+    assert_eq!(q.stats(1).await.unwrap().dead, 1);
+
+    // A delayed item run now.
+    click(browser, "button[data-state=\"delayed\"]").await;
+    let later = "#items tr.item-row[data-item='\"later\"'] button[data-action=\"retry\"]";
+    click(browser, later).await;
+    until("the answer is shown", || async {
+        text(browser, "#notice").await.contains("queued now")
+    })
+    .await;
+    assert!(
+        q.item_detail("\"later\"")
+            .await
+            .unwrap()
+            .is_some_and(|d| d.states.contains(&workqueue_postgres::ItemState::Ready))
+    );
+
+    // Pause and resume.
+    click(browser, "button[data-action=\"pause\"]").await;
+    until("the queue is paused", || async {
+        q.is_paused().await.unwrap()
+    })
+    .await;
+    until("the page shows the pause", || async {
+        cell_of(browser, "postgres", "orders", "state").await == "paused"
+    })
+    .await;
+    click(browser, "button[data-action=\"resume\"]").await;
+    until("the queue runs again", || async {
+        !q.is_paused().await.unwrap()
+    })
+    .await;
+    lease.done().await.unwrap();
+    let depth = cell_of(browser, "postgres", "orders", "depth").await;
+    until("the page shows the running queue", || async {
+        cell_of(browser, "postgres", "orders", "state").await == "running"
+    })
+    .await;
+    drop(q);
+    pool.close().await;
+
+    // PostgreSQL restarts under the open page.
+    pg.kill();
+    until("the page says PostgreSQL is down", || async {
+        text(browser, "#sources .down[data-source=\"postgres\"]")
+            .await
+            .contains("is down")
+    })
+    .await;
+    assert!(
+        text(browser, "#sources .down[data-source=\"redis\"]")
+            .await
+            .is_empty(),
+        "Redis is not down"
+    );
+    assert_eq!(
+        cell_of(browser, "postgres", "orders", "depth").await,
+        depth,
+        "the last figures stay"
+    );
+    let restarted = Instant::now();
+    pg.restart();
+    until("the page is live again", || async {
+        text(browser, "#sources .down").await.is_empty()
+            && text(browser, "#status").await.starts_with("live")
+    })
+    .await;
+    eprintln!(
+        "the page was live again {:?} after PostgreSQL restarted",
+        restarted.elapsed()
+    );
+    assert_eq!(cell_of(browser, "postgres", "orders", "depth").await, depth);
+    browser.clone().close().await.unwrap();
 }

@@ -196,6 +196,6 @@ pub use get::DoneAndGetMany;
 pub use inspect::{ItemDetail, ItemInfo, ItemState, LeaseInfo, Page, PageQuery, Removed, SCAN};
 pub use lease::Lease;
 pub use listen::APPLICATION_NAME;
-pub use listing::{QueueSummary, queues};
+pub use listing::{QueueSummary, queue_summary, queues};
 pub use migrate::SCHEMA_VERSION;
 pub use queue::{AddKind, Added, PgQueue};

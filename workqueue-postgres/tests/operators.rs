@@ -419,3 +419,110 @@ async fn an_item_has_a_detail_and_single_item_actions_are_idempotent() {
         Err(Error::ShutDown)
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listing_counts_every_part_of_every_queue_and_one_queue_alone() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let q: PgQueue<String> = PgQueue::builder(unique("listed"))
+        .url(server.url())
+        .backoff(Duration::from_secs(60), Duration::from_secs(600))
+        .token_bucket(None)
+        .lease_duration(Duration::from_secs(600))
+        .build()
+        .await
+        .unwrap();
+    let other = queue(&server, &unique("other")).await;
+    q.add_all(["a", "b", "c", "d"].map(String::from))
+        .await
+        .unwrap();
+    q.add_after("later".to_owned(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    // Two failing items, with 1 and 3 failures.
+    q.add_rate_limited("f1".to_owned()).await.unwrap();
+    for _ in 0..3 {
+        q.add_rate_limited("f3".to_owned()).await.unwrap();
+    }
+    let held = q.try_get_many(2).await.unwrap();
+    assert_eq!(held.len(), 2);
+    // Leases taken 90 s and 30 s ago, one of them stalled twice before, as the database
+    // would have them after expired leases and a slow worker.
+    for (item, age, stalls) in [("\"a\"", 90, 2), ("\"b\"", 30, 0)] {
+        sqlx::query(
+            "UPDATE workqueue_items i SET leased_at = statement_timestamp() - make_interval(secs => $3),
+                 stalls = $4
+             FROM workqueue_queues s
+             WHERE s.name = $1 AND i.queue = s.id AND i.item = $2",
+        )
+        .bind(q.name())
+        .bind(item)
+        .bind(f64::from(age))
+        .bind(stalls)
+        .execute(&admin)
+        .await
+        .unwrap();
+    }
+    bury(&admin, &q, "dead", 3).await;
+    other.add("x".to_owned()).await.unwrap();
+    q.pause().await.unwrap();
+
+    let all = workqueue_postgres::queues(&admin).await.unwrap();
+    let listed = all.iter().find(|s| s.name == q.name()).unwrap();
+    assert_eq!(
+        (
+            listed.depth,
+            listed.delayed,
+            listed.in_flight,
+            listed.stalled
+        ),
+        (2, 3, 2, 1),
+        "{listed:?}"
+    );
+    assert_eq!((listed.failing, listed.failures, listed.dead), (2, 4, 3));
+    assert!(listed.paused && !listed.shut_down);
+    assert!(
+        listed.longest_lease >= Duration::from_secs(90)
+            && listed.longest_lease < Duration::from_secs(120),
+        "{listed:?}"
+    );
+    assert!(
+        listed.lease_age_sum >= Duration::from_secs(120)
+            && listed.lease_age_sum < Duration::from_secs(180),
+        "{listed:?}"
+    );
+    let quiet = all.iter().find(|s| s.name == other.name()).unwrap();
+    assert_eq!((quiet.depth, quiet.in_flight, quiet.failures), (1, 0, 0));
+    assert_eq!(
+        (quiet.longest_lease, quiet.lease_age_sum),
+        (Duration::ZERO, Duration::ZERO)
+    );
+
+    // One queue alone: the same figures (the lease ages grow by the time between the two).
+    let one = workqueue_postgres::queue_summary(&admin, q.name())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            one.depth,
+            one.delayed,
+            one.in_flight,
+            one.stalled,
+            one.failing,
+            one.failures
+        ),
+        (2, 3, 2, 1, 2, 4)
+    );
+    assert_eq!((one.dead, one.paused), (3, true));
+    assert!(one.longest_lease >= listed.longest_lease);
+    assert!(
+        workqueue_postgres::queue_summary(&admin, "no such queue")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    q.done_and_get_many(held, 0).await.unwrap();
+}

@@ -1,5 +1,5 @@
-//! `wq dashboard`: the web dashboard of every queue on a Redis server (or cluster), with
-//! every action logged to stderr.
+//! `wq dashboard`: the web dashboard of every queue on a Redis server (or cluster) and in a
+//! PostgreSQL database, with every action logged to stderr.
 //!
 //! Each backend is one [`workqueue_dashboard::Source`]; the sources given on the command line
 //! are served side by side on one page (see [`sources`]).
@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use workqueue_dashboard::{Config, Dashboard, RedisSource, redact};
+use workqueue_dashboard::{Config, Dashboard, PgSource, RedisSource, redact};
 
 /// Serves the dashboard: a page, a JSON API under `/api/` and `/metrics`.
 #[derive(Debug, Args)]
@@ -22,6 +22,12 @@ pub(crate) struct DashboardArgs {
     /// is scanned. Default: `$WQ_REDIS_CLUSTER`.
     #[arg(long, value_delimiter = ',')]
     redis_cluster: Vec<String>,
+    /// The PostgreSQL database whose queues are shown
+    /// (`postgres://user[:password]@host:port/database`, `?sslmode=require` for TLS), beside
+    /// the Redis ones if both are given. `--postgres` alone, or no flag, reads
+    /// `$WQ_POSTGRES_URL` (keep a password off the command line).
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    postgres: Option<String>,
     /// Where to listen. Anything but a loopback address needs a token.
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
@@ -41,7 +47,7 @@ pub(crate) struct DashboardArgs {
     /// No actions (requeue, delete, purge, retry, remove, pause, resume, forget).
     #[arg(long)]
     read_only: bool,
-    /// The key prefix of the queues.
+    /// The key prefix of the queues on Redis.
     #[arg(long, default_value = "wq")]
     prefix: String,
     /// Seconds between the samples of the charts (the last hour is kept).
@@ -84,8 +90,8 @@ fn token(args: &DashboardArgs) -> Result<Option<String>, String> {
         .filter(|t| !t.is_empty()))
 }
 
-/// The sources the arguments name, and how each is described on the first line. A PostgreSQL
-/// source (`--postgres URL`, `$WQ_POSTGRES_URL`) is one more entry here.
+/// The sources the arguments (or their environment variables) name, and how each is
+/// described on the first line.
 fn sources(args: &DashboardArgs, dashboard: Dashboard) -> Result<(Dashboard, Vec<String>), String> {
     let mut dashboard = dashboard;
     let mut described = Vec::new();
@@ -119,8 +125,26 @@ fn sources(args: &DashboardArgs, dashboard: Dashboard) -> Result<(Dashboard, Vec
             shown.join(", ")
         ));
     }
+    let postgres = match args.postgres.as_deref() {
+        Some("") => match std::env::var("WQ_POSTGRES_URL") {
+            Ok(url) if !url.is_empty() => Some(url),
+            _ => return Err("--postgres without a URL needs WQ_POSTGRES_URL".into()),
+        },
+        Some(url) => Some(url.to_owned()),
+        None => std::env::var("WQ_POSTGRES_URL")
+            .ok()
+            .filter(|url| !url.is_empty()),
+    };
+    if let Some(url) = &postgres {
+        dashboard = dashboard.source(PgSource::new(url).map_err(|e| e.to_string())?);
+        described.push(format!("the queues in PostgreSQL at {}", redact(url)));
+    }
     if described.is_empty() {
-        return Err("give --redis URL (or WQ_REDIS_URL) or --redis-cluster NODES".into());
+        return Err(
+            "give --redis URL (or WQ_REDIS_URL), --redis-cluster NODES (or \
+                    WQ_REDIS_CLUSTER) or --postgres URL (or WQ_POSTGRES_URL)"
+                .into(),
+        );
     }
     Ok((dashboard, described))
 }

@@ -9,7 +9,7 @@
 //!   (`ops.rs`); `wq postgres queues|stats|shutdown|pause|resume|dead-letters` the same on
 //!   PostgreSQL (`pg_ops.rs`).
 //! - `wq dashboard`: a web page, JSON API and metrics for the queues on Redis (a server or a
-//!   cluster), with an audit trail on stderr.
+//!   cluster) and PostgreSQL, side by side, with an audit trail on stderr.
 
 use std::process::ExitCode;
 
@@ -41,7 +41,8 @@ enum Command {
     /// Operates a queue on PostgreSQL: queues, stats, fleet shutdown, pause and resume, dead
     /// letters.
     Postgres(pg_ops::PostgresArgs),
-    /// Serves a web dashboard of the queues on Redis: `wq dashboard --redis URL`.
+    /// Serves a web dashboard of the queues on Redis and PostgreSQL:
+    /// `wq dashboard --redis URL --postgres URL` (either or both).
     Dashboard(dashboard::DashboardArgs),
 }
 

@@ -125,15 +125,17 @@ function renderQueues(data) {
   rows = new Map([...fresh.entries()].sort((a, b) => (a[1].name + a[1].source).localeCompare(b[1].name + b[1].source)));
   const filter = $("queue-filter").value.trim().toLowerCase();
   const shown = [...rows.values()].filter((q) => !filter || q.name.toLowerCase().includes(filter));
+  // With more than one source, a narrow screen (no source column) names it under the queue.
+  const several = sources.length > 1;
   const body = document.querySelector("#queues tbody");
   body.replaceChildren(...shown.slice(0, MAX_ROWS).map((q) => {
-    const cell = (field, v, cls) => el("td", { "data-field": field, class: cls || null }, v);
+    const cell = (field, v, cls, ...more) => el("td", { "data-field": field, class: cls || null }, v, ...more);
     const selected = sel && q.name === sel.name && (!sel.source || sel.source === q.source);
     return el("tr", {
       class: "queue" + (selected ? " selected" : "") + (q.broken ? " broken" : "") + (q.stale ? " stale" : ""),
       "data-queue": q.name, "data-source": q.source,
       onclick: () => select(q),
-    }, cell("name", q.name), cell("source", q.source, "opt"), cell("state", stateCell(q)), cell("depth", num(q.depth)),
+    }, cell("name", q.name, null, several ? el("span", { class: "src" }, q.source) : ""), cell("source", q.source, "opt"), cell("state", stateCell(q)), cell("depth", num(q.depth)),
       cell("delayed", num(q.delayed)), cell("in_flight", num(q.in_flight)), cell("failing", num(q.failing), "opt"),
       cell("stalled", num(q.stalled), "opt"), cell("dead", num(q.dead)), cell("longest_running", secs(q.longest_running_s), "opt"));
   }));

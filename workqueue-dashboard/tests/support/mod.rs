@@ -1,5 +1,6 @@
 //! Test support: a `redis-server` of the test's own (workqueue-redis's: a free loopback port, a
-//! fresh data directory, stopped by PID when dropped) and requests to the dashboard's router.
+//! fresh data directory, stopped by PID when dropped), a PostgreSQL server of the test's own
+//! (workqueue-postgres's, likewise), and requests to the dashboard's router.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -13,6 +14,16 @@ use tower::ServiceExt;
 mod server;
 
 pub(crate) use server::RedisServer;
+
+#[cfg(feature = "postgres")]
+#[path = "../../../workqueue-postgres/tests/support/server.rs"]
+mod pg_server;
+
+/// A PostgreSQL server from workqueue-postgres's test support. A missing PostgreSQL fails the
+/// test, naming the Debian package, unless `WQ_SKIP_PG_TESTS=1` outside CI (then `None`).
+#[cfg(feature = "postgres")]
+#[allow(unused_imports, reason = "not every test binary starts a PostgreSQL")]
+pub(crate) use pg_server::PgServer;
 
 /// A `redis-server` without persistence and with `extra` arguments, from workqueue-redis's test
 /// support. A missing binary fails the test, naming the Debian package, unless
