@@ -19,6 +19,7 @@ const SERVER_BINARIES: &[(&str, Option<&str>, &str)] = &[
     ("workqueue-redis", None, "redis-server"),
     ("workqueue-postgres", None, "PostgreSQL"),
     ("workqueue-dashboard", Some("api"), "redis-server"),
+    ("workqueue-dashboard", Some("postgres"), "PostgreSQL"),
     ("workqueue-dashboard", Some("operators"), "redis-server"),
     (
         "workqueue-dashboard",
@@ -28,13 +29,13 @@ const SERVER_BINARIES: &[(&str, Option<&str>, &str)] = &[
     (
         "workqueue-dashboard",
         Some("browser"),
-        "Chromium and redis-server",
+        "Chromium, redis-server and PostgreSQL",
     ),
     ("workqueue-kube", Some("redis"), "redis-server"),
     ("workqueue-kube", Some("signal"), "redis-server"),
     ("wq", Some("redis_cli"), "redis-server"),
     ("wq", Some("postgres_cli"), "PostgreSQL"),
-    ("wq", Some("dashboard"), "redis-server"),
+    ("wq", Some("dashboard"), "redis-server and PostgreSQL"),
 ];
 
 /// Tests that start a server inside binaries that otherwise need none (unit tests): package,
