@@ -219,7 +219,6 @@ DECLARE
     occ integer[];
     skip boolean[];
     rounds integer;
-    acks bigint[];
     wake boolean := false;
     queued bigint := 0;
     d bigint;
@@ -231,10 +230,13 @@ BEGIN
     IF n = 0 OR EXISTS (SELECT 1 FROM workqueue_queues s WHERE s.id = q AND s.shut_down) THEN
         RETURN;
     END IF;
-    ks := ARRAY(SELECT workqueue_key(x) FROM unnest(xs) WITH ORDINALITY AS u(x, i) ORDER BY i);
-    FOR o IN 1..n LOOP
-        delays[o] := greatest(coalesce(delays_us[o], 0), 0);
-    END LOOP;
+    -- Whole arrays at a time: a statement per batch, not a PL/pgSQL step per item.
+    ks := ARRAY(SELECT sha256(convert_to(x, 'UTF8'))
+                FROM unnest(xs) WITH ORDINALITY AS u(x, i) ORDER BY i);
+    IF delays_us IS NOT NULL THEN
+        delays := ARRAY(SELECT greatest(coalesce(x, 0), 0)
+                        FROM unnest(delays_us) WITH ORDINALITY AS u(x, i) ORDER BY i);
+    END IF;
     -- Rate-limited items count a failure each (in key order: a fixed lock order) and wait the
     -- shorter of the delay given and the limiter's.
     IF true = ANY(limited) THEN
@@ -244,37 +246,39 @@ BEGIN
             delays[o] := CASE WHEN delays[o] > 0 THEN least(delays[o], d) ELSE d END;
         END LOOP;
     END IF;
-    dues := ARRAY(SELECT CASE WHEN x > 0 THEN now_ + make_interval(secs => x / 1e6) END
-                  FROM unnest(delays) WITH ORDINALITY AS u(x, i) ORDER BY i);
-    -- The batch's order: a number per item, in the batch's order.
-    order_ := ARRAY(SELECT nextval('workqueue_seq') FROM generate_series(1, n));
-    -- The n-th add of the same item in the batch applies in round n.
-    occ := ARRAY(SELECT row_number() OVER (PARTITION BY ks[i] ORDER BY i)
-                 FROM generate_subscripts(ks, 1) AS i ORDER BY i);
+    -- The due times; the batch's order, a number per item in the batch's order; and the
+    -- n-th add of the same item in the batch, which applies in round n.
+    SELECT array_agg(CASE WHEN delays[i] > 0 THEN now_ + make_interval(secs => delays[i] / 1e6)
+                     END ORDER BY i),
+           array_agg(e.ord ORDER BY i),
+           array_agg(e.nth ORDER BY i)
+        INTO dues, order_, occ
+        FROM (SELECT g.i, g.ord, row_number() OVER (PARTITION BY ks[g.i] ORDER BY g.i) AS nth
+              -- The numbers are drawn below the window's sort (a subquery with a volatile
+              -- function stays a subquery), so in the batch's order.
+              FROM (SELECT i, nextval('workqueue_seq') AS ord
+                    FROM generate_subscripts(ks, 1) AS i) g) e;
     -- An item already queued (or whose delay ran out: it is queued from its due time on),
     -- whose adds here raise no priority, is a duplicate that changes nothing: no lock, no
     -- write, and no getter ever finds its row locked. Its place is the row's own (the lease
     -- that takes it is handed out after it became ready).
-    skip := array_fill(false, ARRAY[n]);
-    FOR o, d IN
-        WITH found AS (
-            -- The rows by key (an index probe each), whatever the statistics say.
-            SELECT r.key, r.seq, coalesce(r.priority, 0) AS priority FROM workqueue_items r
-            WHERE r.queue = q AND r.key = ANY(ks)
+    SELECT array_agg(f.seq IS NOT NULL ORDER BY a.i),
+           array_agg(CASE WHEN f.seq IS NOT NULL THEN 2 ELSE 0 END::smallint ORDER BY a.i),
+           array_agg(coalesce(abs(f.seq), 0) ORDER BY a.i)
+        INTO skip, kinds, seqs
+        FROM (SELECT u.k, u.i, max(u.p) OVER (PARTITION BY u.k) AS raise
+              FROM unnest(ks, ps) WITH ORDINALITY AS u(k, p, i)) a
+        -- A probe of the primary key per add, whatever the statistics say (the LIMIT keeps
+        -- the lateral subquery a nested loop; with `key = ANY(ks)` a table last analyzed
+        -- while the queue was small gets a scan of the whole queue).
+        LEFT JOIN LATERAL (
+            SELECT r.seq FROM workqueue_items r
+            WHERE r.queue = q AND r.key = a.k
               AND (r.ready OR (r.token IS NULL AND r.due <= now_))
-        ), adds AS (
-            SELECT ks[i] AS key, i, max(ps[i]) OVER (PARTITION BY ks[i]) AS raise
-            FROM generate_subscripts(ks, 1) AS i
-        )
-        SELECT a.i, abs(f.seq) FROM found f JOIN adds a ON a.key = f.key
-        WHERE coalesce(a.raise <= f.priority, true)
-    LOOP
-        skip[o] := true;
-        kinds[o] := 2;
-        seqs[o] := d;
-    END LOOP;
-    rounds := coalesce((SELECT max(occ[i]) FROM generate_subscripts(ks, 1) AS i
-                        WHERE NOT skip[i]), 0);
+              AND coalesce(a.raise <= coalesce(r.priority, 0), true)
+            LIMIT 1) f ON true;
+    rounds := coalesce((SELECT max(u.nth) FROM unnest(occ, skip) AS u(nth, sk)
+                        WHERE NOT u.sk), 0);
     FOR r IN 1..rounds LOOP
         -- One statement per round, rows in key order: an insert, or on conflict the
         -- transition of the existing row (locked, in that order). A row not leased whose
@@ -283,12 +287,11 @@ BEGIN
         WITH applied AS (
             INSERT INTO workqueue_items AS i (queue, key, item, ready, avail_at, seq, priority,
                     due, last_add)
-            SELECT q, ks[e.i], xs[e.i], dues[e.i] IS NULL,
-                CASE WHEN dues[e.i] IS NULL THEN now_ END, order_[e.i], ps[e.i], dues[e.i],
-                CASE WHEN dues[e.i] IS NULL THEN 1 ELSE 4 END
-            FROM generate_subscripts(ks, 1) AS e(i)
-            WHERE occ[e.i] = r AND NOT skip[e.i]
-            ORDER BY ks[e.i]
+            SELECT q, e.k, e.x, e.due IS NULL, CASE WHEN e.due IS NULL THEN now_ END, e.ord,
+                e.p, e.due, CASE WHEN e.due IS NULL THEN 1 ELSE 4 END
+            FROM unnest(ks, xs, dues, order_, ps, occ, skip) AS e(k, x, due, ord, p, nth, sk)
+            WHERE e.nth = r AND NOT e.sk
+            ORDER BY e.k
             ON CONFLICT (queue, key) DO UPDATE SET
                 ready = i.token IS NULL
                     AND (i.ready OR coalesce(i.due <= now_, false) OR EXCLUDED.due IS NULL),
@@ -335,29 +338,23 @@ BEGIN
                                         EXCLUDED.priority IS NOT NULL))
             RETURNING i.key, i.last_add
         )
-        SELECT array_agg(CASE WHEN occ[e.i] = r AND NOT skip[e.i]
-                              THEN coalesce(a.last_add, 2::smallint) ELSE kinds[e.i] END
+        SELECT array_agg(CASE WHEN e.nth = r AND NOT e.sk
+                              THEN coalesce(a.last_add, 2::smallint) ELSE e.kind END
                          ORDER BY e.i)
         INTO kinds
-        FROM generate_subscripts(ks, 1) AS e(i)
-        LEFT JOIN applied a ON a.key = ks[e.i] AND occ[e.i] = r AND NOT skip[e.i];
+        FROM unnest(ks, occ, skip, kinds) WITH ORDINALITY AS e(k, nth, sk, kind, i)
+        LEFT JOIN applied a ON a.key = e.k AND e.nth = r AND NOT e.sk;
     END LOOP;
     -- Taken once every row is locked and changed, one per add in the batch's order: a lease
     -- of one of these items with a larger token was handed out after its add.
-    acks := ARRAY(SELECT nextval('workqueue_seq') FROM generate_series(1, n));
-    FOR o IN 1..n LOOP
-        IF NOT skip[o] THEN
-            seqs[o] := acks[o];
-            -- A queued or delayed item, or a duplicate that locked a queued row (a getter
-            -- may have skipped it meanwhile), wakes getters when the transaction commits.
-            IF kinds[o] IN (1, 2, 4) THEN
-                wake := true;
-                IF kinds[o] = 1 THEN
-                    queued := queued + 1;
-                END IF;
-            END IF;
-        END IF;
-    END LOOP;
+    -- A queued or delayed item, or a duplicate that locked a queued row (a getter may have
+    -- skipped it meanwhile), wakes getters when the transaction commits.
+    SELECT array_agg(CASE WHEN skip[i] THEN seqs[i] ELSE nextval('workqueue_seq') END
+                     ORDER BY i),
+           coalesce(bool_or(NOT skip[i] AND kinds[i] IN (1, 2, 4)), false),
+           count(*) FILTER (WHERE NOT skip[i] AND kinds[i] = 1)
+        INTO seqs, wake, queued
+        FROM generate_subscripts(ks, 1) AS i;
     IF wake THEN
         PERFORM workqueue_wake(q, queued);
     END IF;
@@ -445,6 +442,7 @@ DECLARE
     batch integer;
     next_due timestamptz;
     taken bytea[];
+    tids tid[];
 BEGIN
     kind := 0;
     SELECT s.shut_down, s.paused INTO shut, paused_ FROM workqueue_queues s WHERE s.id = q;
@@ -460,12 +458,15 @@ BEGIN
         -- Due delayed items join the ready order at their due time (so before anything added
         -- after it). Every due row is promoted, a few thousand per statement.
         LOOP
-            -- The keys first (an array), then the rows by key: the plan cannot start from
-            -- the queue's other rows, whatever the statistics say.
+            -- The due rows first, locked, then those very rows by their physical address
+            -- (a TID scan): the plan cannot start from the queue's other rows, whatever the
+            -- statistics say. A locked row does not move until this transaction moves it.
+            -- (No other condition: one on the queue would let a generic plan, made while
+            -- the table held a few rows, read the queue by the primary key instead.)
             UPDATE workqueue_items i SET ready = true, avail_at = i.due, due = NULL,
                 last_add = 1
-                WHERE i.queue = q AND i.key = ANY(ARRAY(
-                    SELECT d.key FROM workqueue_items d
+                WHERE i.ctid = ANY(ARRAY(
+                    SELECT d.ctid FROM workqueue_items d
                     WHERE d.queue = q AND d.due <= now_ AND d.token IS NULL
                     ORDER BY d.due LIMIT 5000 FOR UPDATE SKIP LOCKED));
             GET DIAGNOSTICS batch = ROW_COUNT;
@@ -473,17 +474,21 @@ BEGIN
             EXIT WHEN batch < 5000;
         END LOOP;
     END IF;
-    -- The keys first, in the queue's order, then the rows by key (as for promotion).
-    taken := ARRAY(
-        SELECT i.key FROM workqueue_items i WHERE i.queue = q AND i.ready
-        ORDER BY coalesce(i.priority, 0) DESC, i.avail_at, i.seq
-        LIMIT greatest(n, 1) FOR UPDATE SKIP LOCKED);
+    -- The rows first, locked, in the queue's order, then those very rows by their physical
+    -- address (as for promotion).
+    SELECT coalesce(array_agg(l.key ORDER BY l.p DESC, l.avail_at, l.seq), '{}'),
+           coalesce(array_agg(l.ctid), '{}')
+        INTO taken, tids
+        FROM (SELECT i.key, i.ctid, coalesce(i.priority, 0) AS p, i.avail_at, i.seq
+              FROM workqueue_items i WHERE i.queue = q AND i.ready
+              ORDER BY coalesce(i.priority, 0) DESC, i.avail_at, i.seq
+              LIMIT greatest(n, 1) FOR UPDATE SKIP LOCKED) l;
     WITH leased AS (
         UPDATE workqueue_items i SET ready = false, token = nextval('workqueue_seq'),
             lease_until = now_ + make_interval(secs => lease_us / 1e6), leased_at = now_,
             lease_priority = coalesce(i.priority, 0), priority = NULL, dirty = false,
             avail_at = NULL
-            WHERE i.queue = q AND i.key = ANY(taken)
+            WHERE i.ctid = ANY(tids)
             RETURNING i.item, i.key, i.token, i.lease_priority,
                 array_position(taken, i.key) AS o
     )
@@ -635,7 +640,11 @@ END $$;
 -- Every function runs with a search_path of the schema it was installed in, after
 -- pg_catalog and before pg_temp: a caller's search_path (or an object another role created
 -- in a schema it can write) cannot change what the queue's SQL refers to. (workqueue_key,
--- whose SQL-standard body was bound at its creation, needs none.)
+-- whose SQL-standard body was bound at its creation, needs none.) And none reads a whole
+-- table where an index or a row's address leads to its rows: PL/pgSQL keeps a statement's
+-- generic plan for the session, and one made while the table held a page (a fresh
+-- deployment, a queue that grew in a minute) would stay a sequential scan of the table
+-- however large it grows. (A statement with no other way still scans.)
 DO $$
 DECLARE
     f regprocedure;
@@ -648,7 +657,12 @@ BEGIN
                -- call it.
                AND p.prosqlbody IS NULL
     LOOP
-        EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp',
-                       f, current_schema());
+        EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp '
+                       'SET enable_seqscan = off', f, current_schema());
     END LOOP;
 END $$;
+-- The same for the get's ordered reads (the next ready items, the due ones): their indexes
+-- give the order; a generic plan made while the queue held a row would read the queue by
+-- the primary key and sort it, on every call, however long the queue grows.
+ALTER FUNCTION workqueue_get(integer, integer, bigint, boolean, integer, integer)
+    SET enable_sort = off;
