@@ -304,9 +304,14 @@ fn main() -> ExitCode {
         .skip(1)
         .filter(|arg| !arg.starts_with('-'))
         .collect();
+    let selected =
+        |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
+    let chosen = tests.iter().filter(|(name, _)| selected(name)).count();
+    println!("\nrunning {chosen} tests");
+    let started = std::time::Instant::now();
     let mut failed = Vec::new();
     for (name, test) in tests {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+        if !selected(name) {
             continue;
         }
         println!("test {name} ...");
@@ -318,6 +323,16 @@ fn main() -> ExitCode {
             }
         }
     }
+    // The summary line libtest prints, which test runners (`cargo xtask test`) read.
+    println!(
+        "\ntest result: {}. {} passed; {} failed; 0 ignored; 0 measured; {} filtered out; \
+         finished in {:.2}s\n",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        chosen - failed.len(),
+        failed.len(),
+        tests.len() - chosen,
+        started.elapsed().as_secs_f64()
+    );
     if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
