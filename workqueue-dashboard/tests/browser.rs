@@ -223,17 +223,30 @@ async fn text(browser: &Client, css: &str) -> String {
 
 /// A figure of queue `queue`'s row.
 async fn cell(browser: &Client, queue: &str, field: &str) -> String {
-    text(
+    drawn(
         browser,
         &format!("tr[data-queue=\"{queue}\"] td[data-field=\"{field}\"]"),
     )
     .await
 }
 
+/// The text of a table cell once it is drawn: while the page redraws its table (every
+/// poll), a cell reads empty for a moment. Empty after 2 s is an answer too.
+async fn drawn(browser: &Client, css: &str) -> String {
+    for _ in 0..20 {
+        let cell = text(browser, css).await;
+        if !cell.is_empty() {
+            return cell;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    text(browser, css).await
+}
+
 /// A figure of the row of queue `queue` of source `source`.
 #[cfg(feature = "postgres")]
 async fn cell_of(browser: &Client, source: &str, queue: &str, field: &str) -> String {
-    text(
+    drawn(
         browser,
         &format!("tr[data-source=\"{source}\"][data-queue=\"{queue}\"] td[data-field=\"{field}\"]"),
     )
@@ -940,11 +953,11 @@ async fn a_postgres_queue_beside_a_redis_one_shows_its_figures_and_is_acted_on()
     })
     .await;
     lease.done().await.unwrap();
-    let depth = cell_of(browser, "postgres", "orders", "depth").await;
     until("the page shows the running queue", || async {
         cell_of(browser, "postgres", "orders", "state").await == "running"
     })
     .await;
+    let depth = cell_of(browser, "postgres", "orders", "depth").await;
     drop(q);
     pool.close().await;
 
