@@ -580,12 +580,22 @@ LANGUAGE plpgsql AS $$
 DECLARE
     o integer;
     g record;
+    now_ timestamptz;
 BEGIN
     done := array_fill(0, ARRAY[coalesce(cardinality(ks), 0)]);
     kind := 0;
     FOR o IN SELECT i FROM generate_subscripts(ks, 1) AS i ORDER BY ks[i] LOOP
         done[o] := workqueue_done(q, ks[o], toks[o], false, coalesce(forgets[o], false));
     END LOOP;
+    -- The items queued again (re-added while leased) join the ready order in the step's
+    -- order, as one done after another would queue them, not in the key order of the locks.
+    IF (SELECT count(*) FROM unnest(done) AS d WHERE d = 2) > 1 THEN
+        now_ := clock_timestamp();
+        FOR o IN SELECT i FROM generate_subscripts(ks, 1) AS i WHERE done[i] = 2 ORDER BY i LOOP
+            UPDATE workqueue_items i SET avail_at = now_, seq = nextval('workqueue_seq')
+                WHERE i.queue = q AND i.key = ks[o];
+        END LOOP;
+    END IF;
     -- A caller whose every done was refused (a stale holder) takes nothing.
     IF n <= 0 OR (cardinality(done) > 0
                   AND NOT EXISTS (SELECT 1 FROM unnest(done) AS d WHERE d IN (1, 2))) THEN

@@ -73,6 +73,11 @@ local function finish_many(xs, tokens, flags)
   if #held == 0 then
     return out
   end
+  -- Delayed items that are due join first, while every held item still counts as being
+  -- processed: a due re-add of one of them marks it dirty, and it is queued again below in
+  -- the order of the step, as one done() after another would queue it. (Promoted after the
+  -- held items are let go, a due one would jump ahead of a dirty one done before it.)
+  promote_due(now_us())
   redis.call('ZREM', K_PROC, unpack(held))
   redis.call('HDEL', K_LEASE, unpack(held))
   redis.call('HDEL', K_SINCE, unpack(held))
@@ -80,7 +85,6 @@ local function finish_many(xs, tokens, flags)
   redis.call('HINCRBY', K_META, 'done', #held)
   redis.call('HDEL', K_STALLS, unpack(held))
   local dirty = redis.call('SMISMEMBER', K_DIRTY, unpack(held))
-  local promoted = false
   for j = 1, #held do
     if dirty[j] == 1 then
       local x = held[j]
@@ -88,11 +92,6 @@ local function finish_many(xs, tokens, flags)
         redis.call('SREM', K_DIRTY, x)
         redis.call('HDEL', K_PRIO, x)
       else
-        -- Behind the delayed items that came due before (as finish() queues it).
-        if not promoted then
-          promote_due(now_us())
-          promoted = true
-        end
         enqueue(x, false)
         wake()
         out[at[j]] = 2
