@@ -129,13 +129,9 @@ impl FleetQueue for PgQueue<u64> {
             .map_err(text)
     }
 
-    /// One transaction, one commit.
+    /// One statement, one commit (`add_all`), as pg-boss's `insert` of an array.
     async fn add_batch(&self, items: &[u64]) -> Result<(), Error> {
-        let mut tx = self.pool().begin().await.map_err(text)?;
-        for item in items {
-            self.add_in(&mut tx, item).await.map_err(text)?;
-        }
-        tx.commit().await.map_err(text)
+        self.add_all(items).await.map(drop).map_err(text)
     }
 
     async fn pending(&self) -> Result<usize, Error> {
