@@ -87,6 +87,13 @@ where
         64
     }
 
+    /// One step at a time: each ends in a commit that waits for the disk, so a step that
+    /// carries the `done`s that came meanwhile costs less than a second step beside it (W7,
+    /// 16 workers, 1 ms handler: 6.0 k items/s against 5.0 k with two).
+    fn steps_in_flight(&self) -> usize {
+        1
+    }
+
     /// Stops this handle; the queue goes on for the other processes, so nothing is dropped.
     fn shut_down(&self) -> Vec<T> {
         PgQueue::shut_down(self);

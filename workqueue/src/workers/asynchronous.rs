@@ -71,7 +71,12 @@ where
         let handler = Arc::new(handler);
         let limit = core.queue.batch_limit();
         if limit > 1 {
-            let stepper = super::step::Stepper::start(core.queue.clone(), core.stop.clone(), limit);
+            let stepper = super::step::Stepper::start(
+                core.queue.clone(),
+                core.stop.clone(),
+                limit,
+                core.queue.steps_in_flight(),
+            );
             let _ = core.stepper.set(Box::new(stepper));
         }
         let tasks = (0..core.count())

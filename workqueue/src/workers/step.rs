@@ -3,8 +3,9 @@
 //! ([`Queue::done_and_next_many`]), which also takes each of those workers' next items, and
 //! items for the workers that wait for one.
 //!
-//! One task per pool runs the steps, two at a time at most: it takes every request already
-//! sent (up to the backend's [`Queue::batch_limit`] `done`s), makes one call, and hands each
+//! One task per pool runs the steps, up to the backend's [`Queue::steps_in_flight`] at a
+//! time: it takes every request already sent (up to the backend's [`Queue::batch_limit`]
+//! `done`s), makes one call, and hands each
 //! worker its outcome and its next lease, and the leases left over to the idle workers. A step
 //! costs one round trip and, on Redis, one script run whatever its size, so the more workers
 //! finish together, the less each item costs the server.
@@ -63,11 +64,12 @@ impl<Q: Queue> fmt::Debug for Stepper<Q> {
 }
 
 impl<Q: Queue> Stepper<Q> {
-    /// Starts the task that runs the steps for `queue`, up to `limit` `done`s each, until
-    /// the stepper is dropped; it takes no new item once `stop` is stopped.
-    pub(crate) fn start(queue: Q, stop: StopToken, limit: usize) -> Self {
+    /// Starts the task that runs the steps for `queue`, up to `limit` `done`s each and
+    /// `in_flight` at once, until the stepper is dropped; it takes no new item once `stop`
+    /// is stopped.
+    pub(crate) fn start(queue: Q, stop: StopToken, limit: usize, in_flight: usize) -> Self {
         let (requests, incoming) = mpsc::unbounded_channel();
-        tokio::spawn(run(queue, stop, incoming, limit.max(1)));
+        tokio::spawn(run(queue, stop, incoming, limit.max(1), in_flight.max(1)));
         Self { requests }
     }
 
@@ -120,12 +122,14 @@ type Waiting<Q> =
 /// theirs (for idle workers), with how many it was asked to take for them.
 type InFlight<Q> = Pin<Box<dyn Future<Output = (Vec<<Q as Queue>::Lease>, usize)> + Send>>;
 
-/// Steps on their way at once, at most: a `done` that comes while one is on its way is sent
-/// at once in a second, rather than wait a round trip for it; `done`s that come while both
-/// are on their way wait, and go together. Measured in W7 on Redis (16 workers, handler
-/// 1 ms): with one step at a time the pickup p99 was 7-190 ms over five runs on a loaded
-/// machine, with two 3-15 ms; three or more would batch less for no further gain there.
-const IN_FLIGHT: usize = 2;
+// How many steps are on their way at once is the backend's (`Queue::steps_in_flight`). A
+// `done` that comes while one is on its way is sent at once in a second, rather than wait a
+// round trip for it; `done`s that come while all are on their way wait, and go together.
+// Measured in W7 on Redis (16 workers, handler 1 ms): with one step at a time the pickup
+// p99 was 7-190 ms over five runs on a loaded machine, with two 3-15 ms; three or more
+// would batch less for no further gain there. On PostgreSQL, whose steps each wait for a
+// commit's flush, one at a time did better at every W7 shape (the 1-process, 1 ms shape
+// 5.0 -> 6.0 k items/s, pickup p99 6.7 -> 4.1 ms), and three worse.
 
 /// What woke the task.
 enum Event<Q: Queue> {
@@ -158,6 +162,7 @@ async fn run<Q: Queue>(
     stop: StopToken,
     mut incoming: mpsc::UnboundedReceiver<Request<Q>>,
     limit: usize,
+    max_in_flight: usize,
 ) {
     let mut steps = Steps {
         queue,
@@ -170,7 +175,7 @@ async fn run<Q: Queue>(
     };
     let mut stopped = stop.stopped();
     let mut waiting: Option<Waiting<Q>> = None;
-    let mut in_flight: Vec<InFlight<Q>> = Vec::with_capacity(IN_FLIGHT);
+    let mut in_flight: Vec<InFlight<Q>> = Vec::with_capacity(max_in_flight);
     let mut open = true;
     while open || !steps.dones.is_empty() || !in_flight.is_empty() {
         steps.serve_idle();
@@ -184,7 +189,7 @@ async fn run<Q: Queue>(
             let queue = steps.queue.clone();
             waiting = Some(Box::pin(async move { queue.get().await }));
         }
-        if !steps.dones.is_empty() && in_flight.len() < IN_FLIGHT {
+        if !steps.dones.is_empty() && in_flight.len() < max_in_flight {
             in_flight.push(steps.step());
             continue;
         }
