@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
-use workqueue::{AddOptions, Queue, QueueLease};
+use workqueue::{AddOptions, DoneMany, Queue, QueueLease};
 
 /// What the controller knows of an object's spec from one of its versions: enough to tell
 /// a change of the spec (which may fix a failure) from a write of the status or metadata
@@ -390,6 +390,57 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
         Ok(step?.map(|next| self.wrap(next)))
     }
 
+    /// The queue's batched step (one round trip for many leases on a shared backend), as
+    /// `done_and_next` for each lease: a cancelled attempt's lease is released instead, before
+    /// the step, and each lease's end is noted once the step is over.
+    async fn done_and_next_many(
+        &self,
+        leases: Vec<(ControllerLease<Q>, bool)>,
+        max: usize,
+    ) -> Result<DoneMany<ControllerLease<Q>, Q::Error>, Q::Error> {
+        let mut ended = Vec::with_capacity(leases.len());
+        let mut batch = Vec::with_capacity(leases.len());
+        // Per lease: the outcome of its release, or `None` if it goes in the step.
+        let mut released = Vec::with_capacity(leases.len());
+        for (mut lease, forget) in leases {
+            let inner = lease.lease.take().expect("a lease is ended once");
+            let item = inner.item().clone();
+            if self.gate.cancelled(&item) {
+                released.push(Some(inner.release().await.map(drop)));
+            } else {
+                batch.push((inner, forget));
+                released.push(None);
+            }
+            ended.push((lease, item));
+        }
+        let step = self.inner.done_and_next_many(batch, max).await;
+        for (lease, item) in ended {
+            lease.end(&item).await;
+        }
+        let DoneMany { done, next } = step?;
+        let mut stepped = done.into_iter();
+        let mut done = Vec::with_capacity(released.len());
+        for outcome in released {
+            match outcome.or_else(|| stepped.next()) {
+                Some(outcome) => done.push(outcome),
+                // The backend gave fewer outcomes than leases: the workers report the rest.
+                None => break,
+            }
+        }
+        let next = next.into_iter().map(|lease| self.wrap(lease)).collect();
+        Ok(DoneMany { done, next })
+    }
+
+    /// The queue's: the controller's workers batch their steps as the queue's own would.
+    fn batch_limit(&self) -> usize {
+        self.inner.batch_limit()
+    }
+
+    /// The queue's.
+    fn steps_in_flight(&self) -> usize {
+        self.inner.steps_in_flight()
+    }
+
     fn shut_down(&self) -> Vec<Q::Item> {
         self.inner.shut_down()
     }
@@ -489,10 +540,126 @@ impl<Q: Queue> Drop for ControllerLease<Q> {
 
 #[cfg(test)]
 mod tests {
+    use std::convert::Infallible;
+
+    use workqueue::WorkQueue;
+
     use super::*;
 
     fn gate() -> Gate<&'static str> {
         Gate::new(watch::channel(true).1)
+    }
+
+    /// The in-memory queue as a backend whose steps `Workers` batch (as on a server), with
+    /// the trait's default `done_and_next_many`.
+    #[derive(Clone)]
+    struct Batched(WorkQueue<&'static str>);
+
+    impl Queue for Batched {
+        type Item = &'static str;
+        type Lease = workqueue::Lease<&'static str>;
+        type Error = Infallible;
+
+        fn name(&self) -> Option<&str> {
+            None
+        }
+
+        fn add_with(
+            &self,
+            item: &'static str,
+            options: AddOptions,
+        ) -> impl Future<Output = Result<bool, Infallible>> + Send {
+            Queue::add_with(&self.0, item, options)
+        }
+
+        fn forget(
+            &self,
+            item: &&'static str,
+        ) -> impl Future<Output = Result<(), Infallible>> + Send {
+            Queue::forget(&self.0, item)
+        }
+
+        fn num_requeues(
+            &self,
+            item: &&'static str,
+        ) -> impl Future<Output = Result<usize, Infallible>> + Send {
+            Queue::num_requeues(&self.0, item)
+        }
+
+        fn len(&self) -> impl Future<Output = Result<usize, Infallible>> + Send {
+            Queue::len(&self.0)
+        }
+
+        fn get(&self) -> impl Future<Output = Result<Option<Self::Lease>, Infallible>> + Send {
+            Queue::get(&self.0)
+        }
+
+        fn done_and_next(
+            &self,
+            lease: Self::Lease,
+            forget: bool,
+        ) -> impl Future<Output = Result<Option<Self::Lease>, Infallible>> + Send {
+            Queue::done_and_next(&self.0, lease, forget)
+        }
+
+        fn batch_limit(&self) -> usize {
+            8
+        }
+
+        fn steps_in_flight(&self) -> usize {
+            1
+        }
+
+        fn shut_down(&self) -> Vec<&'static str> {
+            Queue::shut_down(&self.0)
+        }
+
+        fn shut_down_with_drain(&self) -> impl Future<Output = Result<(), Infallible>> + Send {
+            Queue::shut_down_with_drain(&self.0)
+        }
+
+        fn is_shutting_down(&self) -> impl Future<Output = Result<bool, Infallible>> + Send {
+            Queue::is_shutting_down(&self.0)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batched_step_releases_a_cancelled_attempt_and_adds_what_was_held() {
+        let inner = Batched(WorkQueue::new());
+        let queue = ControllerQueue::new(inner.clone(), Arc::new(gate()));
+        assert_eq!(Queue::batch_limit(&queue), 8);
+        assert_eq!(Queue::steps_in_flight(&queue), 1);
+        for key in ["a", "b", "c"] {
+            inner.0.add(key);
+        }
+        let a = Queue::get(&queue).await.unwrap().unwrap();
+        let b = Queue::get(&queue).await.unwrap().unwrap();
+        // a's attempt was cancelled by a forced stop; b's succeeded, and its object changed
+        // while it ran.
+        queue.gate.finished(&"a", Attempt::Cancelled);
+        queue.gate.saw(&"b", SPEC);
+        assert_eq!(queue.gate.admit(&"b", Cause::Related, 0), Admit::Hold);
+        queue.gate.finished(&"b", Attempt::Succeeded);
+        let DoneMany { done, next } =
+            Queue::done_and_next_many(&queue, vec![(a, false), (b, false)], 2)
+                .await
+                .unwrap();
+        assert_eq!(done.len(), 2);
+        assert!(done.iter().all(Result::is_ok));
+        // a was handed back before the step and b done in it, which took one item (one per
+        // lease it completed, with the trait's default step); b's held event added it again
+        // once its lease ended, behind the rest. Every key is handed out again once.
+        assert_eq!(next.len(), 1);
+        let mut handed: Vec<&str> = next.iter().map(|lease| *lease.item()).collect();
+        // The step's lease runs under the controller's watch.
+        assert_eq!(queue.gate.admit(&handed[0], Cause::Related, 0), Admit::Hold);
+        assert_eq!(inner.0.len() + inner.0.processing_len(), 3);
+        while !inner.0.is_empty() {
+            handed.push(*Queue::get(&queue).await.unwrap().unwrap().item());
+        }
+        assert_eq!(handed.last(), Some(&"b"));
+        handed.sort_unstable();
+        assert_eq!(handed, ["a", "b", "c"]);
     }
 
     const SPEC: Spec = Spec {
