@@ -5,10 +5,10 @@
 //!
 //! One task per pool runs the steps, up to the backend's [`Queue::steps_in_flight`] at a
 //! time: it takes every request already sent (up to the backend's [`Queue::batch_limit`]
-//! `done`s), makes one call, and hands each
-//! worker its outcome and its next lease, and the leases left over to the idle workers. A step
-//! costs one round trip and, on Redis, one script run whatever its size, so the more workers
-//! finish together, the less each item costs the server.
+//! `done`s), makes one call, and hands each worker its outcome and its next lease, and the
+//! leases left over to the idle workers. A step costs one round trip and, on Redis, one
+//! script run whatever its size, so the more workers finish together, the less each item
+//! costs the server.
 //!
 //! Idle workers do not each wait in [`Queue::get`]: the task waits in one `get` for all of
 //! them, and when it returns, takes the items the others need in one more step. So one item
