@@ -396,32 +396,3 @@ async fn the_queue_traits_batched_add_is_one_statement_per_thousand() {
             .unwrap();
     assert_eq!(refused, 0);
 }
-
-/// A batched done of items whose delayed re-adds came due queues them again in the order of
-/// the step, as one done after another would, whatever a get or an add saw of those re-adds
-/// before the step (one came due before the others were added, two came due unseen).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batched_done_requeues_due_re_adds_in_the_order_of_the_step() {
-    let Some(server) = PgServer::start() else {
-        return;
-    };
-    let q = queue(&server).await;
-    q.add_all(["a", "b", "c"].map(String::from)).await.unwrap();
-    let held = q.done_and_get_many(Vec::new(), 3).await.unwrap().next;
-    assert_eq!(held.len(), 3);
-    q.add_after("a".to_string(), Duration::from_millis(20))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(60)).await;
-    q.add_after("b".to_string(), Duration::from_millis(1))
-        .await
-        .unwrap();
-    q.add_after("c".to_string(), Duration::from_millis(1))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    let step = q.done_and_get_many(held, 3).await.unwrap();
-    assert!(step.done.iter().all(Result::is_ok), "{:?}", step.done);
-    let items: Vec<&str> = step.next.iter().map(|l| l.item().as_str()).collect();
-    assert_eq!(items, ["a", "b", "c"]);
-}

@@ -799,38 +799,6 @@ async fn done_and_next_many_forgets_where_asked_and_fences_each_lease() {
     assert_eq!(next[0].item(), "x");
 }
 
-/// A batched done of items whose delayed re-adds came due queues them again in the order of
-/// the step, as one done after another would: an item whose re-add was already promoted
-/// (dirty) is not overtaken by another of the batch whose re-add came due but was not yet
-/// promoted when the batch began.
-#[tokio::test]
-async fn a_batched_done_requeues_due_re_adds_in_the_order_of_the_step() {
-    let Some(server) = support::server::require() else {
-        return;
-    };
-    let q = queue(&server, "step-due", Duration::from_secs(10)).await;
-    q.add_all(["a", "b", "c"].map(String::from)).await.unwrap();
-    let DoneAndGetMany { next: held, .. } = q.done_and_get_many(Vec::new(), 3).await.unwrap();
-    // a's re-add comes due first and is promoted (marked dirty) by the next script ...
-    q.add_after("a".to_string(), Duration::from_millis(20))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(60)).await;
-    q.add_after("b".to_string(), Duration::from_millis(1))
-        .await
-        .unwrap();
-    q.add_after("c".to_string(), Duration::from_millis(1))
-        .await
-        .unwrap();
-    // ... b's and c's come due before the step but nothing promotes them until it runs.
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    let steps: Vec<(_, bool)> = held.into_iter().map(|l| (l, false)).collect();
-    let DoneMany { done, next } = Queue::done_and_next_many(&q, steps, 3).await.unwrap();
-    assert!(done.iter().all(Result::is_ok), "{done:?}");
-    let items: Vec<&str> = next.iter().map(|l| l.item().as_str()).collect();
-    assert_eq!(items, ["a", "b", "c"]);
-}
-
 #[tokio::test]
 async fn pipelined_adds_and_done_and_get_keep_the_rules() {
     let Some(server) = support::server::require() else {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use workqueue::rate_limiter::ExponentialFailure;
-use workqueue::{AddOptions, Outcome, Queue, WorkQueue, Workers};
+use workqueue::{AddOptions, Outcome, Queue, QueueLease, WorkQueue, Workers};
 use workqueue::{AsyncWorkers, GiveUp, GiveUpReason};
 
 /// Calls `$suite!(rule, rule, ...)` with the name of every rule in [`rules`].
@@ -34,6 +34,7 @@ macro_rules! for_each_workers_rule {
             workers_end_when_the_queue_is_shut_down_and_empty,
             a_stop_lists_or_keeps_the_delayed_retries,
             one_worker_takes_items_by_priority,
+            a_batched_done_requeues_due_re_adds_in_the_order_of_the_step,
         );
     };
 }
@@ -489,6 +490,44 @@ pub(crate) mod rules {
             .expect("the workers end by themselves");
         assert_eq!((summary.processed, summary.succeeded), (4, 4));
         assert_eq!(*order.lock().unwrap(), ["b", "d", "a", "c"]);
+    }
+
+    /// The step of `Workers` on a batching backend (`Queue::done_and_next_many`): items whose
+    /// delayed re-adds came due while they were processed are queued again in the order of
+    /// the step, as one done after another would queue them, whatever the backend saw of
+    /// those re-adds before (a's came due before b's and c's were added; b's and c's came due
+    /// with nothing run since).
+    pub(crate) async fn a_batched_done_requeues_due_re_adds_in_the_order_of_the_step<B: Backend>(
+        backend: &B,
+    ) {
+        let queue = backend.queue().await;
+        for item in ["a", "b", "c"] {
+            add(&queue, item).await;
+        }
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push((Queue::get(&queue).await.unwrap().unwrap(), false));
+        }
+        let after = |ms| AddOptions::default().after(Duration::from_millis(ms));
+        Queue::add_with(&queue, "a".to_owned(), after(20))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        for item in ["b", "c"] {
+            Queue::add_with(&queue, item.to_owned(), after(1))
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let step = Queue::done_and_next_many(&queue, held, 3).await.unwrap();
+        assert_eq!(step.done.len(), 3);
+        assert!(step.done.iter().all(Result::is_ok));
+        let items: Vec<&str> = step
+            .next
+            .iter()
+            .map(|lease| QueueLease::item(lease).as_str())
+            .collect();
+        assert_eq!(items, ["a", "b", "c"]);
     }
 
     pub(crate) async fn workers_end_when_the_queue_is_shut_down_and_empty<B: Backend>(backend: &B) {
