@@ -23,6 +23,12 @@ where
     type Lease = Lease<T>;
     type Error = Error;
 
+    /// [`Error::LeaseLost`]: the server refused the call because the lease expired and was
+    /// reclaimed (the item may be another worker's now); it changed nothing.
+    fn is_lease_lost(error: &Error) -> bool {
+        error.is_lease_lost()
+    }
+
     fn name(&self) -> Option<&str> {
         Some(PgQueue::name(self))
     }

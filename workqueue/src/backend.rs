@@ -218,6 +218,53 @@ pub trait Queue: Clone + Send + Sync + 'static {
         }
     }
 
+    /// A failed item's step: re-adds `lease`'s item as `options` say (rate-limited, or after
+    /// a delay) while the lease is still held, after forgetting the item's rate-limiter
+    /// history if `forget` is set, then marks the lease done. The re-add is kept and the item
+    /// is queued again when the lease ends, as for a re-add while processing.
+    ///
+    /// Returns `Ok(None)` once the re-add is kept and the lease is done, and `Ok(Some(lease))`
+    /// if the queue (or this handle) is shut down and refused the re-add: then nothing
+    /// changed, and the lease is handed back for the caller to end.
+    ///
+    /// A backend whose leases can be lost (a shared one, where a lease expires) makes it one
+    /// step on the server, fenced like the `done`: if the lease is no longer the caller's,
+    /// nothing changes (no failure is counted, nothing is forgotten or re-added) and the
+    /// error says so ([`is_lease_lost`](Self::is_lease_lost)). The default makes the forget,
+    /// the add and the done one after the other, which is right for the in-memory queue,
+    /// whose leases cannot be lost.
+    ///
+    /// # Errors
+    ///
+    /// The lease was lost ([`is_lease_lost`](Self::is_lease_lost)), or a backend's failure:
+    /// then whether the step applied may be unknown, and the item is handed out again when
+    /// the lease expires.
+    fn retry_and_done(
+        &self,
+        lease: Self::Lease,
+        options: AddOptions,
+        forget: bool,
+    ) -> impl Future<Output = Result<Option<Self::Lease>, Self::Error>> + Send {
+        async move {
+            if forget {
+                self.forget(lease.item()).await?;
+            }
+            if !self.add_with(lease.item().clone(), options).await? {
+                return Ok(Some(lease));
+            }
+            lease.done().await?;
+            Ok(None)
+        }
+    }
+
+    /// Whether `error` says that a lease was lost: it expired (or was taken back) and the
+    /// item may be another worker's now, so the call changed nothing. `false` by default
+    /// (the in-memory queue's leases cannot be lost).
+    fn is_lease_lost(error: &Self::Error) -> bool {
+        let _ = error;
+        false
+    }
+
     /// Several worker loops' steps at once: marks each lease done, after forgetting its item's
     /// rate-limiter history where its flag is set, and hands out up to `max` items that are
     /// ready now, without waiting. [`DoneMany::done`] has each `done`'s outcome in the order

@@ -65,6 +65,18 @@ struct Counters {
     given_up: AtomicU64,
     panicked: AtomicU64,
     timed_out: AtomicU64,
+    lease_lost: AtomicU64,
+}
+
+/// How a `done` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The backend applied it.
+    Applied,
+    /// The lease was lost: the backend changed nothing.
+    Lost,
+    /// It failed otherwise (logged); the item is handed out again when its lease expires.
+    Failed,
 }
 
 /// One pool's shared state.
@@ -224,13 +236,19 @@ where
     ///
     /// A retry is added back while the lease is still held, then the lease is marked done
     /// (client-go's order, and the only safe one on a backend where a lease that is not done
-    /// is handed out again): the queue keeps the re-add and queues the item when the lease
-    /// ends. A shut down cannot fall between an accepted re-add and the summary: either the
-    /// add is refused and the item is listed in `unfinished` (in memory) or released back to
-    /// the backend, or it is accepted and the stop's shut down hands it back.
+    /// is handed out again), in one fenced step ([`Queue::retry_and_done`]): the queue keeps
+    /// the re-add and queues the item when the lease ends. A shut down cannot fall between an
+    /// accepted re-add and the summary: either the add is refused and the item is listed in
+    /// `unfinished` (in memory) or released back to the backend, or it is accepted and the
+    /// stop's shut down hands it back.
     ///
-    /// A backend's failure never loses the item: a retry that cannot be added releases the
-    /// lease (the item is handed out again), a `done` that fails leaves the lease to expire.
+    /// Every write of the failure path is fenced like the `done`: a worker whose lease was
+    /// lost (it expired and the item is another worker's now) changes nothing, neither the
+    /// failure count nor the item's place, and fires no give-up; the call counts as
+    /// [`lease_lost`](Summary::lease_lost).
+    ///
+    /// A backend's failure never loses the item: a retry or a `done` that fails leaves the
+    /// lease to expire, and the item is handed out again then.
     ///
     /// Returns the next lease when the backend handed one out with the `done`
     /// ([`Queue::done_and_next`]): the worker processes it without a `get`.
@@ -241,31 +259,30 @@ where
         handled: Handled,
     ) -> Option<Q::Lease> {
         let item = lease.item().clone();
-        // A success forgets the item's failures, with the done.
-        let success = matches!(handled, Handled::Outcome(Outcome::Done));
-        let requeue = match handled {
+        let next = match handled {
             Handled::Outcome(Outcome::Done) => {
-                self.counters.succeeded.fetch_add(1, Ordering::Relaxed);
-                None
+                // A success forgets the item's failures, with the done.
+                let (next, ended) = self.done(lease, true).await;
+                self.tally(ended, &self.counters.succeeded);
+                next
             }
-            Handled::Outcome(Outcome::Retry) => self.retry(&item, None).await,
+            Handled::Outcome(Outcome::Retry) => self.retry(lease, None).await,
             Handled::Outcome(Outcome::RetryAfter(delay)) => {
-                self.forget(&item).await;
                 tracing::debug!(
                     queue = self.queue.name(),
                     item = ?item,
                     ?delay,
                     "processing item again after a delay"
                 );
-                Some(Requeue::After(delay))
+                self.requeue(lease, Requeue::After(delay)).await;
+                None
             }
             Handled::Outcome(Outcome::GiveUp) => {
                 let retries = self.num_requeues(&item).await;
-                self.give_up(&item, GiveUpReason::Handler, retries, None)
-                    .await;
-                None
+                self.give_up(lease, GiveUpReason::Handler, retries, None)
+                    .await
             }
-            Handled::Failed(error) => self.retry(&item, Some(Failure::Error(error))).await,
+            Handled::Failed(error) => self.retry(lease, Some(Failure::Error(error))).await,
             Handled::Panicked(message) => {
                 self.counters.panicked.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
@@ -274,7 +291,7 @@ where
                     panic = %message,
                     "handler panicked; handling it as a failure"
                 );
-                self.retry(&item, Some(Failure::Panicked(message))).await
+                self.retry(lease, Some(Failure::Panicked(message))).await
             }
             Handled::TimedOut(timeout) => {
                 self.counters.timed_out.fetch_add(1, Ordering::Relaxed);
@@ -284,40 +301,21 @@ where
                     ?timeout,
                     "handler timed out; handling it as a failure"
                 );
-                self.retry(&item, Some(Failure::TimedOut(timeout))).await
+                self.retry(lease, Some(Failure::TimedOut(timeout))).await
             }
-        };
-        let next = match requeue {
-            None => self.done(lease, success).await,
-            Some(how) => match Queue::add_with(&self.queue, item.clone(), how.options()).await {
-                Ok(true) => {
-                    self.counters.retried.fetch_add(1, Ordering::Relaxed);
-                    self.done(lease, false).await
-                }
-                Ok(false) => {
-                    tracing::debug!(
-                        queue = self.queue.name(),
-                        item = ?item,
-                        "the queue is shut down: the retry is left unfinished"
-                    );
-                    self.leave_unprocessed(lease).await;
-                    None
-                }
-                Err(error) => {
-                    tracing::warn!(
-                        queue = self.queue.name(),
-                        item = ?item,
-                        %error,
-                        "cannot add the retry; releasing the item so that it is handed out again"
-                    );
-                    self.leave_unprocessed(lease).await;
-                    None
-                }
-            },
         };
         *self.slots[slot].lock() = None;
         self.counters.processed.fetch_add(1, Ordering::Release);
         next
+    }
+
+    /// Counts a call in `counter`, or in `lease_lost` if its lease was lost.
+    fn tally(&self, ended: Ended, counter: &AtomicU64) {
+        match ended {
+            Ended::Lost => &self.counters.lease_lost,
+            Ended::Applied | Ended::Failed => counter,
+        }
+        .fetch_add(1, Ordering::Relaxed);
     }
 
     /// The pool's step task, if the backend batches steps.
@@ -330,51 +328,94 @@ where
 
     /// Marks the lease done (forgetting the item's failures first if `forget`), logging a
     /// failure (the backend hands the item out again once the lease expires, so nothing is
-    /// lost); returns the next lease if the backend handed one out with the done.
-    async fn done(&self, lease: Q::Lease, forget: bool) -> Option<Q::Lease> {
+    /// lost); returns the next lease if the backend handed one out with the done, and how
+    /// the done ended.
+    async fn done(&self, lease: Q::Lease, forget: bool) -> (Option<Q::Lease>, Ended) {
         let item = lease.item().clone();
         #[cfg(feature = "tokio")]
         let lease = match self.stepper() {
             None => lease,
             Some(stepper) => match stepper.done_and_next(lease, forget).await {
                 Ok((outcome, next)) => {
-                    if let Err(error) = outcome {
-                        tracing::warn!(
-                            queue = self.queue.name(),
-                            item = ?item,
-                            %error,
-                            "cannot mark the item done (or forget its failures); a shared backend hands it out again once its lease expires"
-                        );
-                    }
-                    return next;
+                    let ended = match outcome {
+                        Ok(()) => Ended::Applied,
+                        Err(failure) => self.done_failed(&item, failure.lost, &failure.message),
+                    };
+                    return (next, ended);
                 }
                 // The steps have ended: end this lease on its own.
                 Err(lease) => lease,
             },
         };
         match self.queue.done_and_next(lease, forget).await {
-            Ok(next) => next,
-            Err(error) => {
-                tracing::warn!(
-                    queue = self.queue.name(),
-                    item = ?item,
-                    %error,
-                    "cannot mark the item done (or forget its failures); a shared backend hands it out again once its lease expires"
-                );
-                None
-            }
+            Ok(next) => (next, Ended::Applied),
+            Err(error) => (
+                None,
+                self.done_failed(&item, Q::is_lease_lost(&error), &error),
+            ),
         }
     }
 
-    /// Forgets the item's failures, logging a failure.
-    async fn forget(&self, item: &T) {
-        if let Err(error) = self.queue.forget(item).await {
+    /// Logs a `done` that failed; how it ended.
+    fn done_failed(&self, item: &T, lost: bool, error: &dyn fmt::Display) -> Ended {
+        if lost {
+            tracing::warn!(
+                queue = self.queue.name(),
+                item = ?item,
+                "the item's lease was lost before its done: another worker has it now, and nothing was changed"
+            );
+            Ended::Lost
+        } else {
             tracing::warn!(
                 queue = self.queue.name(),
                 item = ?item,
                 %error,
-                "cannot forget the item's failures"
+                "cannot mark the item done (or forget its failures); a shared backend hands it out again once its lease expires"
             );
+            Ended::Failed
+        }
+    }
+
+    /// Puts the item back in the queue as `how` says and ends the lease, in one fenced step.
+    async fn requeue(&self, lease: Q::Lease, how: Requeue) {
+        let item = lease.item().clone();
+        // `RetryAfter` forgets the failures; a rate-limited retry counts one more.
+        let forget = matches!(how, Requeue::After(_));
+        match self
+            .queue
+            .retry_and_done(lease, how.options(), forget)
+            .await
+        {
+            Ok(None) => {
+                self.counters.retried.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(Some(lease)) => {
+                tracing::debug!(
+                    queue = self.queue.name(),
+                    item = ?item,
+                    "the queue is shut down: the retry is left unfinished"
+                );
+                self.leave_unprocessed(lease).await;
+            }
+            Err(error) if Q::is_lease_lost(&error) => {
+                self.counters.lease_lost.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    queue = self.queue.name(),
+                    item = ?item,
+                    "the item's lease was lost before its retry: another worker has it now, and nothing was changed"
+                );
+            }
+            Err(error) => {
+                // Whether the step applied is unknown: the backend hands the item out again
+                // once its lease expires, and no retry is lost.
+                self.counters.retried.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    queue = self.queue.name(),
+                    item = ?item,
+                    %error,
+                    "cannot add the retry; the item is handed out again when its lease expires"
+                );
+            }
         }
     }
 
@@ -395,33 +436,39 @@ where
     }
 
     /// A failure: retry with the rate limiter's delay, or give up after `max_retries`.
-    async fn retry(&self, item: &T, error: Option<Failure>) -> Option<Requeue> {
-        let retries = self.num_requeues(item).await;
+    async fn retry(&self, lease: Q::Lease, error: Option<Failure>) -> Option<Q::Lease> {
+        let retries = self.num_requeues(lease.item()).await;
         if self.max_retries.is_some_and(|max| retries >= max) {
-            self.give_up(item, GiveUpReason::MaxRetries, retries, error)
+            return self
+                .give_up(lease, GiveUpReason::MaxRetries, retries, error)
                 .await;
-            return None;
         }
         tracing::debug!(
             queue = self.queue.name(),
-            item = ?item,
+            item = ?lease.item(),
             retries = retries + 1,
             error = error.as_ref().map(tracing::field::display),
             "retrying item"
         );
-        Some(Requeue::RateLimited)
+        self.requeue(lease, Requeue::RateLimited).await;
+        None
     }
 
-    /// Forgets `item`, logs the give-up and tells the callback.
+    /// Gives up on the item: forgets it and marks it done in one fenced step, then logs the
+    /// give-up and tells the callback, only if the lease was still this worker's.
     async fn give_up(
         &self,
-        item: &T,
+        lease: Q::Lease,
         reason: GiveUpReason,
         retries: usize,
         error: Option<Failure>,
-    ) {
-        self.forget(item).await;
-        self.counters.given_up.fetch_add(1, Ordering::Relaxed);
+    ) -> Option<Q::Lease> {
+        let item = lease.item().clone();
+        let (next, ended) = self.done(lease, true).await;
+        self.tally(ended, &self.counters.given_up);
+        if ended == Ended::Lost {
+            return next;
+        }
         tracing::warn!(
             queue = self.queue.name(),
             item = ?item,
@@ -446,6 +493,7 @@ where
                 );
             }
         }
+        next
     }
 
     /// The counts so far, and the items being processed now. `left_in_queue` reads the
@@ -494,6 +542,7 @@ where
             given_up: counters.given_up.load(Ordering::Relaxed),
             panicked: counters.panicked.load(Ordering::Relaxed),
             timed_out: counters.timed_out.load(Ordering::Relaxed),
+            lease_lost: counters.lease_lost.load(Ordering::Relaxed),
             in_flight: self
                 .slots
                 .iter()

@@ -270,9 +270,10 @@ pub struct GiveUp<T> {
 
 /// What a pool of workers did: returned when it stops, or as a snapshot by `stats`.
 ///
-/// Every handler call counts once in `processed` and once in exactly one of `succeeded`,
-/// `retried` and `given_up`; `panicked` and `timed_out` count the calls that ended that way
-/// (and are also in `retried` or `given_up`).
+/// Every handler call counts once in `processed` and at most once in one of `succeeded`,
+/// `retried`, `given_up` and `lease_lost` (a retry the shut-down queue refused is in none of
+/// them); `panicked` and `timed_out` count the calls that ended that way (and are also in
+/// one of the others).
 ///
 /// # Examples
 ///
@@ -306,6 +307,11 @@ pub struct Summary<T> {
     pub panicked: u64,
     /// Calls that ran past the per-item `timeout` of async workers and were cancelled.
     pub timed_out: u64,
+    /// Calls whose lease was lost before the worker ended it (on a shared backend, the lease
+    /// expired and the item may be another worker's now): the backend refused the worker's
+    /// `done`, retry or give-up, so the call changed nothing (no failure counted, nothing
+    /// re-added or forgotten, no give-up callback).
+    pub lease_lost: u64,
     /// Items still being processed when the summary was taken: empty once the workers
     /// drained, listed if the [`shutdown_timeout`](Workers::shutdown_timeout) passed first.
     pub in_flight: Vec<T>,
@@ -349,7 +355,11 @@ impl<T> fmt::Display for Summary<T> {
             self.timed_out,
             self.in_flight.len(),
             self.left_in_queue,
-        )
+        )?;
+        if self.lease_lost > 0 {
+            write!(f, ", {} leases lost", self.lease_lost)?;
+        }
+        Ok(())
     }
 }
 

@@ -14,11 +14,18 @@
 //! them, and when it returns, takes the items the others need in one more step. So one item
 //! added to an idle pool costs one hand-out on the server, not one look per worker.
 //!
+//! No lease is held for nobody: a step takes a next item only for a worker that will take it
+//! (the worker whose `done` it carries, or an idle worker that neither the waiting `get`
+//! nor another step on its way is serving), and a lease that no worker takes after all (its
+//! worker is gone) is released at once, so the item is handed out again rather than kept
+//! while others that came after it run.
+//!
 //! Once the pool is stopped, the task takes no new item: it stops waiting and answers idle
 //! workers with nothing (or with a lease it took before the stop, which the worker hands
 //! back as unprocessed). A worker that is gone by the time its answer comes (aborted after
 //! the shutdown timeout) cannot take its lease: it is released, so the item is handed out
-//! again.
+//! again. Every release is awaited before the task ends, so a drain that follows the stop
+//! sees nothing held.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -27,6 +34,7 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 
 use super::StopToken;
 use crate::backend::DoneMany;
@@ -44,9 +52,34 @@ enum Request<Q: Queue> {
     Idle { reply: oneshot::Sender<Fetched<Q>> },
 }
 
-/// The answer to a worker's `done`: its outcome (the error's message on failure) and its
-/// next lease, if the step took one for it.
-pub(crate) type Reply<Q> = (Result<(), String>, Option<<Q as Queue>::Lease>);
+/// The answer to a worker's `done`: its outcome and its next lease, if the step took one for
+/// it.
+pub(crate) type Reply<Q> = (Result<(), StepFailure>, Option<<Q as Queue>::Lease>);
+
+/// Why a `done` sent through a step failed.
+#[derive(Debug)]
+pub(crate) struct StepFailure {
+    /// The backend said the lease was lost ([`Queue::is_lease_lost`]).
+    pub(crate) lost: bool,
+    /// The error's message.
+    pub(crate) message: String,
+}
+
+impl StepFailure {
+    fn of<Q: Queue>(error: &Q::Error) -> Self {
+        StepFailure {
+            lost: Q::is_lease_lost(error),
+            message: error.to_string(),
+        }
+    }
+
+    fn other(message: &str) -> Self {
+        StepFailure {
+            lost: false,
+            message: message.to_owned(),
+        }
+    }
+}
 
 /// The answer to an idle worker, as [`Queue::get`]'s: a lease, nothing more to hand out
 /// (the queue is shut down, or the pool stopped), or the backend's failure.
@@ -92,9 +125,12 @@ impl<Q: Queue> Stepper<Q> {
             };
             return Err(lease);
         }
-        Ok(answer
-            .await
-            .unwrap_or_else(|_| (Err("the batched step was cancelled".to_owned()), None)))
+        Ok(answer.await.unwrap_or_else(|_| {
+            (
+                Err(StepFailure::other("the batched step was cancelled")),
+                None,
+            )
+        }))
     }
 
     /// Waits for an item for an idle worker. Not cancel safe: a worker awaits it to the end
@@ -150,10 +186,10 @@ struct Steps<Q: Queue> {
     idle: VecDeque<oneshot::Sender<Fetched<Q>>>,
     /// Leases the steps on their way were asked to take for idle workers.
     promised: usize,
-    /// Leases taken for idle workers that had gone (or been served) by then: an in-flight
-    /// `get` is never dropped while the pool runs (on a server, a `get` dropped after it was
-    /// sent leaves its item leased until the lease expires). The next idle worker takes one.
-    spare: VecDeque<Q::Lease>,
+    /// Whether the one `get` is waiting: it serves one idle worker, whom no step counts.
+    getting: bool,
+    /// Releases of leases no worker took, awaited before the task ends.
+    releasing: JoinSet<()>,
 }
 
 /// The steps' task.
@@ -171,24 +207,28 @@ async fn run<Q: Queue>(
         dones: Vec::new(),
         idle: VecDeque::new(),
         promised: 0,
-        spare: VecDeque::new(),
+        getting: false,
+        releasing: JoinSet::new(),
     };
     let mut stopped = stop.stopped();
     let mut waiting: Option<Waiting<Q>> = None;
     let mut in_flight: Vec<InFlight<Q>> = Vec::with_capacity(max_in_flight);
     let mut open = true;
     while open || !steps.dones.is_empty() || !in_flight.is_empty() {
-        steps.serve_idle();
         if steps.stop.is_stopped() {
-            // No new item once stopped (a `get` waiting in the local wake-ups is dropped).
+            // No new item once stopped (a `get` waiting in the local wake-ups is dropped:
+            // `get` is cancel safe).
             waiting = None;
             if in_flight.is_empty() {
                 steps.answer_idle_with_nothing();
             }
-        } else if waiting.is_none() && steps.idle.len() > steps.promised {
+        } else if waiting.is_none() && steps.unserved() > 0 {
             let queue = steps.queue.clone();
             waiting = Some(Box::pin(async move { queue.get().await }));
         }
+        steps.getting = waiting.is_some();
+        // Reap the releases that are through, so the set stays small.
+        while steps.releasing.try_join_next().is_some() {}
         if !steps.dones.is_empty() && in_flight.len() < max_in_flight {
             in_flight.push(steps.step());
             continue;
@@ -227,23 +267,20 @@ async fn run<Q: Queue>(
             Event::Stepped(rest, promised) => {
                 steps.promised -= promised;
                 for lease in rest {
-                    if let Some(lease) = steps.hand(lease) {
-                        steps.spare.push_back(lease);
-                    }
+                    steps.hand_or_release(lease);
                 }
             }
             Event::Got(got) => {
                 waiting = None;
+                steps.getting = false;
                 if let Some(step) = steps.got(got) {
                     in_flight.push(step);
                 }
             }
         }
     }
-    for lease in std::mem::take(&mut steps.spare) {
-        release(&steps.queue, lease).await;
-    }
     steps.answer_idle_with_nothing();
+    while steps.releasing.join_next().await.is_some() {}
 }
 
 impl<Q: Queue> Steps<Q> {
@@ -258,15 +295,21 @@ impl<Q: Queue> Steps<Q> {
         }
     }
 
-    /// Hands the spare leases to idle workers.
-    fn serve_idle(&mut self) {
-        while !self.idle.is_empty() {
-            let Some(lease) = self.spare.pop_front() else {
-                return;
-            };
-            if let Some(lease) = self.hand(lease) {
-                self.spare.push_front(lease);
-            }
+    /// Idle workers that neither the waiting `get` nor a step on its way is serving.
+    fn unserved(&self) -> usize {
+        self.idle
+            .len()
+            .saturating_sub(self.promised + usize::from(self.getting))
+    }
+
+    /// Gives `lease` to the idle worker waiting longest, or releases it at once if no idle
+    /// worker is left to take it: a lease is never kept for nobody (it would keep its item
+    /// from the other consumers, and from its place in the order, while a backlog lasts).
+    fn hand_or_release(&mut self, lease: Q::Lease) {
+        if let Some(lease) = self.hand(lease) {
+            let queue = self.queue.clone();
+            self.releasing
+                .spawn(async move { release(&queue, lease).await });
         }
     }
 
@@ -293,10 +336,8 @@ impl<Q: Queue> Steps<Q> {
     fn got(&mut self, got: Result<Option<Q::Lease>, Q::Error>) -> Option<InFlight<Q>> {
         match got {
             Ok(Some(lease)) => {
-                if let Some(lease) = self.hand(lease) {
-                    self.spare.push_back(lease);
-                }
-                (self.idle.len() > self.promised && !self.stop.is_stopped()).then(|| self.step())
+                self.hand_or_release(lease);
+                (self.unserved() > 0 && !self.stop.is_stopped()).then(|| self.step())
             }
             // The queue (or this handle) is shut down and has nothing more.
             Ok(None) => {
@@ -315,16 +356,14 @@ impl<Q: Queue> Steps<Q> {
     }
 
     /// Sends a step: the pending `done`s, and a next item for each of their workers and for
-    /// each idle worker not yet provided for (none once the pool is stopped).
+    /// each idle worker not yet provided for by the waiting `get` or another step (none once
+    /// the pool is stopped).
     fn step(&mut self) -> InFlight<Q> {
         let dones = std::mem::take(&mut self.dones);
         let for_idle = if self.stop.is_stopped() {
             0
         } else {
-            self.idle
-                .len()
-                .saturating_sub(self.promised)
-                .min(self.limit.saturating_sub(dones.len()))
+            self.unserved().min(self.limit.saturating_sub(dones.len()))
         };
         self.promised += for_idle;
         let max = dones.len() + for_idle;
@@ -343,8 +382,8 @@ impl<Q: Queue> Steps<Q> {
                     let mut next = next.into_iter();
                     for reply in replies {
                         let outcome = done.next().map_or_else(
-                            || Err("the backend gave no outcome".to_owned()),
-                            |outcome| outcome.map_err(|e| e.to_string()),
+                            || Err(StepFailure::other("the backend gave no outcome")),
+                            |outcome| outcome.map_err(|e| StepFailure::of::<Q>(&e)),
                         );
                         if let Err((_, Some(lease))) = reply.send((outcome, next.next())) {
                             rest.push(lease);
@@ -353,9 +392,8 @@ impl<Q: Queue> Steps<Q> {
                     rest.extend(next);
                 }
                 Err(error) => {
-                    let message = error.to_string();
                     for reply in replies {
-                        let _ = reply.send((Err(message.clone()), None));
+                        let _ = reply.send((Err(StepFailure::of::<Q>(&error)), None));
                     }
                 }
             }
