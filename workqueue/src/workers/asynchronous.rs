@@ -76,6 +76,7 @@ where
                 core.stop.clone(),
                 limit,
                 core.queue.steps_in_flight(),
+                core.unfinished.clone(),
             );
             let _ = core.stepper.set(Box::new(stepper));
         }
