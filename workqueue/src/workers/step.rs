@@ -467,6 +467,10 @@ async fn release<Q: Queue>(queue: &Q, lease: Q::Lease, unfinished: &Unfinished<Q
 }
 
 #[cfg(test)]
+#[path = "step_model.rs"]
+mod model;
+
+#[cfg(test)]
 mod tests {
     use std::collections::HashMap;
     use std::convert::Infallible;
