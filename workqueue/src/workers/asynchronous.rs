@@ -243,7 +243,7 @@ async fn worker<T, Q, F, Fut>(
                     () = &mut stopped => break,
                     () = tokio::time::sleep(backoff) => {}
                 }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                backoff = backoff.saturating_mul(2).min(BACKOFF_MAX);
                 continue;
             }
         };
