@@ -20,12 +20,19 @@
 //! worker is gone) is released at once, so the item is handed out again rather than kept
 //! while others that came after it run.
 //!
-//! Once the pool is stopped, the task takes no new item: it stops waiting and answers idle
-//! workers with nothing (or with a lease it took before the stop, which the worker hands
-//! back as unprocessed). A worker that is gone by the time its answer comes (aborted after
-//! the shutdown timeout) cannot take its lease: it is released, so the item is handed out
-//! again. Every release is awaited before the task ends, so a drain that follows the stop
-//! sees nothing held.
+//! Once the pool is stopped, the task takes no new item (its steps carry the `done`s and ask
+//! for nothing): it stops waiting and answers the idle workers with nothing, at once, but for
+//! those a step sent before the stop took an item for (they get it, and hand it back as
+//! unprocessed). A worker that is gone by the time its answer comes (aborted after the
+//! shutdown timeout) cannot take its lease: it is released, so the item is handed out again
+//! (in memory, once shut down, it is listed in the summary's `unfinished`). Releases are
+//! sent at once, so a drain that follows the stop is not held by them, and awaited before
+//! the task ends.
+//!
+//! A step that fails as a whole (past the backend's own retries) is logged once, as an
+//! error; its workers' `done`s count as failed, not as lost leases, and whether each applied
+//! is unknown: an item whose `done` did not apply is handed out again when its lease
+//! expires, by the backend's rules.
 
 use std::collections::VecDeque;
 use std::fmt;
