@@ -40,6 +40,22 @@ impl Backend for Postgres {
     async fn delayed(queue: &PgQueue<String>) -> usize {
         queue.delayed_len().await.unwrap()
     }
+
+    async fn expiring(&self, lease: Duration) -> Option<(PgQueue<String>, PgQueue<String>)> {
+        let name = unique("workers");
+        let handle = || async {
+            PgQueue::builder(name.clone())
+                .url(self.server.url())
+                .backoff(Duration::from_millis(5), Duration::from_secs(1))
+                .token_bucket(None)
+                .lease_duration(lease)
+                .auto_renew(false)
+                .build()
+                .await
+                .expect("connect to the test server")
+        };
+        Some((handle().await, handle().await))
+    }
 }
 
 /// Instantiates every rule on PostgreSQL.

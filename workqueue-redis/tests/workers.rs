@@ -58,6 +58,24 @@ impl Backend for Redis {
     async fn delayed(queue: &RedisQueue<String>) -> usize {
         queue.delayed_len().await.unwrap()
     }
+
+    async fn expiring(&self, lease: Duration) -> Option<(RedisQueue<String>, RedisQueue<String>)> {
+        let name = format!("workers-{}", self.next.fetch_add(1, Ordering::Relaxed));
+        let handle = || async {
+            RedisQueue::builder(name.clone())
+                .url(self.server.url())
+                .rate_limit(RateLimit::exponential(
+                    Duration::from_millis(5),
+                    Duration::from_secs(1),
+                ))
+                .lease_duration(lease)
+                .auto_renew(false)
+                .build()
+                .await
+                .expect("connect to the test server")
+        };
+        Some((handle().await, handle().await))
+    }
 }
 
 /// Instantiates every rule for both backends.

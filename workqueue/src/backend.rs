@@ -231,8 +231,9 @@ pub trait Queue: Clone + Send + Sync + 'static {
     /// step on the server, fenced like the `done`: if the lease is no longer the caller's,
     /// nothing changes (no failure is counted, nothing is forgotten or re-added) and the
     /// error says so ([`is_lease_lost`](Self::is_lease_lost)). The default makes the forget,
-    /// the add and the done one after the other, which is right for the in-memory queue,
-    /// whose leases cannot be lost.
+    /// the add and the done one after the other (the add first when it is not rate-limited,
+    /// so that a refused add forgets nothing), which is right for the in-memory queue, whose
+    /// leases cannot be lost.
     ///
     /// # Errors
     ///
@@ -246,11 +247,17 @@ pub trait Queue: Clone + Send + Sync + 'static {
         forget: bool,
     ) -> impl Future<Output = Result<Option<Self::Lease>, Self::Error>> + Send {
         async move {
-            if forget {
+            // A rate-limited add reads the history the forget clears: forget first. Any
+            // other add does not: add first, and forget only once the add is kept.
+            let forget_first = forget && options.is_rate_limited();
+            if forget_first {
                 self.forget(lease.item()).await?;
             }
             if !self.add_with(lease.item().clone(), options).await? {
                 return Ok(Some(lease));
+            }
+            if forget && !forget_first {
+                self.forget(lease.item()).await?;
             }
             lease.done().await?;
             Ok(None)

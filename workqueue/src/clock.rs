@@ -242,7 +242,9 @@ impl FakeClock {
     }
 }
 
-fn saturating_add(instant: Instant, delta: Duration) -> Instant {
+/// `instant + delta`, or, where that overflows [`Instant`], as late an instant as fits, at
+/// most [`FAKE_HORIZON`] (a century) after `instant`: "no limit" for a deadline.
+pub(crate) fn saturating_add(instant: Instant, delta: Duration) -> Instant {
     if let Some(later) = instant.checked_add(delta) {
         return later;
     }

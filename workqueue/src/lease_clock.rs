@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::clock::saturating_add;
+
 /// The part of a lease this process counts on: the lease, minus 5 % for the difference
 /// between this host's clock rate and the server's.
 pub fn margin(lease: Duration) -> Duration {
@@ -32,11 +34,12 @@ pub struct LeaseClock {
 }
 
 impl LeaseClock {
-    /// A lease handed out by a call sent at `sent`, lasting `lease` on the server.
+    /// A lease handed out by a call sent at `sent`, lasting `lease` on the server (a lease too
+    /// long for the clock to count is valid as far ahead as it counts).
     pub fn new(sent: Instant, lease: Duration) -> Self {
         LeaseClock {
             lost: AtomicBool::new(false),
-            valid_until: Mutex::new(sent + margin(lease)),
+            valid_until: Mutex::new(saturating_add(sent, margin(lease))),
             notify: Notify::new(),
         }
     }
@@ -49,7 +52,7 @@ impl LeaseClock {
     /// A renewal sent at `sent` was accepted: the lease is valid `lease` (less the margin)
     /// from then.
     pub fn renewed(&self, sent: Instant, lease: Duration) {
-        let until = sent + margin(lease);
+        let until = saturating_add(sent, margin(lease));
         let mut valid = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
         if until > *valid {
             *valid = until;
@@ -134,7 +137,7 @@ where
         }
         let limit = every.max(Duration::from_millis(100));
         let retry_soon = (every / 4).max(Duration::from_millis(10));
-        match tokio::time::timeout(limit, renew(Instant::now() + limit)).await {
+        match tokio::time::timeout(limit, renew(saturating_add(Instant::now(), limit))).await {
             Ok(Renewal::Renewed) => wait = every,
             Ok(Renewal::Lost) => return RenewalEnd::Lost,
             Ok(Renewal::Failed) | Err(_) => wait = retry_soon,
@@ -200,7 +203,9 @@ impl<B: LeaseBackend> Held<B> {
         let renewer = backend.auto_renew().then(|| {
             let (backend, raw, clock) = (backend.clone(), raw.clone(), clock.clone());
             tokio::spawn(async move {
-                let stop = sent + backend.max_hold();
+                // `Duration::MAX` (or any hold too long to count): renewed for as long as
+                // it is held.
+                let stop = saturating_add(sent, backend.max_hold());
                 let end =
                     renew_while_held(clock.clone(), backend.renew_every(), stop, |deadline| {
                         let (backend, raw, clock) = (&backend, &raw, &clock);
@@ -297,5 +302,100 @@ impl<B: LeaseBackend> fmt::Debug for Held<B> {
             .field("token", &self.token)
             .field("lost", &self.clock.is_lost())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use super::{Held, LeaseBackend, LeaseClock, Renewal, RenewalEnd, renew_while_held};
+
+    #[test]
+    fn a_lease_too_long_to_count_is_valid_as_far_as_the_clock_counts() {
+        let now = Instant::now();
+        let clock = LeaseClock::new(now, Duration::MAX);
+        assert!(!clock.is_lost());
+        assert!(clock.valid_until() > now + Duration::from_secs(365 * 24 * 3600));
+        clock.renewed(Instant::now(), Duration::MAX);
+        assert!(!clock.is_lost());
+    }
+
+    /// A renewal period too long to count: the first renewal (once the paused clock reaches
+    /// it) gets a deadline as far as the clock counts, not a panic.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_period_too_long_to_count_renews_without_a_panic() {
+        let clock = Arc::new(LeaseClock::new(Instant::now(), Duration::from_secs(3600)));
+        let deadlines = Arc::new(Mutex::new(Vec::new()));
+        let seen = deadlines.clone();
+        let end = renew_while_held(
+            clock,
+            Duration::MAX,
+            Instant::now() + Duration::from_secs(365 * 24 * 3600),
+            move |deadline| {
+                seen.lock().unwrap().push(deadline);
+                async { Renewal::Lost }
+            },
+        )
+        .await;
+        assert_eq!(end, RenewalEnd::Lost);
+        assert_eq!(deadlines.lock().unwrap().len(), 1);
+    }
+
+    /// A backend that counts renewals.
+    struct Counting {
+        max_hold: Duration,
+        renewals: AtomicUsize,
+    }
+
+    impl LeaseBackend for Counting {
+        type Token = u64;
+        fn lease(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+        fn renew_every(&self) -> Duration {
+            Duration::from_millis(100)
+        }
+        fn auto_renew(&self) -> bool {
+            true
+        }
+        fn max_hold(&self) -> Duration {
+            self.max_hold
+        }
+        async fn renew(
+            &self,
+            _raw: &str,
+            _token: u64,
+            clock: &LeaseClock,
+            _deadline: Instant,
+        ) -> Renewal {
+            self.renewals.fetch_add(1, Ordering::Relaxed);
+            clock.renewed(Instant::now(), self.lease());
+            Renewal::Renewed
+        }
+        fn held_too_long(&self, _raw: &str) {}
+        async fn release_dropped(self: Arc<Self>, _raw: String, _token: u64) {}
+        fn lease_started(&self) {}
+        fn lease_ended(&self) {}
+    }
+
+    /// `max_hold(Duration::MAX)` means "renew for as long as it is held": the renewal task
+    /// renews (it panicked computing its stop, and the lease expired while held).
+    #[tokio::test(start_paused = true)]
+    async fn a_maximum_hold_too_long_to_count_keeps_renewing() {
+        let backend = Arc::new(Counting {
+            max_hold: Duration::MAX,
+            renewals: AtomicUsize::new(0),
+        });
+        let mut held = Held::new(backend.clone(), "item".to_owned(), 1, Instant::now());
+        tokio::time::sleep(Duration::from_millis(550)).await;
+        assert!(
+            backend.renewals.load(Ordering::Relaxed) >= 5,
+            "renewed {} times",
+            backend.renewals.load(Ordering::Relaxed)
+        );
+        held.finish();
     }
 }

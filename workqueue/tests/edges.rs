@@ -1,4 +1,5 @@
-//! The queue at its edges: a stop that accounts for every item it touched, a panicking
+//! The queue at its edges: a stop that accounts for every item it touched (a retry it
+//! refuses changes nothing), a panicking
 //! `Clone`, user code (a `Drop`, a metrics recorder) that calls back into the queue, a
 //! panicking waker on the timer thread, the order `done` keeps with due items, and a token
 //! bucket without a limit.
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 use workqueue::clock::{Clock, FakeClock};
 use workqueue::metrics::{MetricsProvider, QueueMetrics, QueueProbe};
 use workqueue::rate_limiter::{RateLimiter, TokenBucket};
-use workqueue::{Outcome, StopToken, TryGetError, WorkQueue, Workers};
+use workqueue::{AddOptions, Outcome, Queue, StopToken, TryGetError, WorkQueue, Workers};
 
 /// Far above what any correct run needs; only turns a hang into a failure.
 const GENEROUS: Duration = Duration::from_secs(20);
@@ -531,4 +532,27 @@ fn an_infinite_token_bucket_with_no_burst_never_delays() {
 #[should_panic(expected = "TokenBucket: qps must be zero or positive, got NaN")]
 fn a_nan_token_bucket_panics_with_a_message() {
     let _ = TokenBucket::new(f64::NAN, 1);
+}
+
+/// A failed item's step that the shut-down queue refuses changes nothing: the re-add after a
+/// delay is refused before the item's failures are forgotten, so an item listed unfinished
+/// keeps its history (the trait's default forgot first).
+#[test]
+fn a_retry_the_shut_down_queue_refuses_changes_nothing() {
+    let queue: WorkQueue<String> = WorkQueue::builder().clock(FakeClock::new()).build();
+    queue.add("key".to_owned());
+    let lease = queue.try_get().unwrap();
+    queue.add_rate_limited("key".to_owned());
+    queue.add_rate_limited("key".to_owned());
+    assert_eq!(queue.num_requeues(&"key".to_owned()), 2);
+    queue.shut_down();
+    let back = futures::executor::block_on(Queue::retry_and_done(
+        &queue,
+        lease,
+        AddOptions::default().after(Duration::from_secs(1)),
+        true,
+    ))
+    .unwrap();
+    assert!(back.is_some(), "the refused retry hands the lease back");
+    assert_eq!(queue.num_requeues(&"key".to_owned()), 2);
 }

@@ -781,3 +781,73 @@ fn done_and_next_many_by_default_steps_each_lease_in_turn() {
     assert_eq!(queue.processing_len(), 1);
     assert_eq!(Queue::batch_limit(&queue), 1);
 }
+
+/// `Duration::MAX` in every duration a pool takes means "no limit", and nothing panics: a
+/// per-item timeout and a shutdown timeout of `Duration::MAX` (async workers), a handler's
+/// `RetryAfter(Duration::MAX)`, and a rate limiter whose delays are `Duration::MAX`.
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_max_settings_mean_no_limit_for_async_workers() {
+    let clock = FakeClock::new();
+    let queue: WorkQueue<&'static str> = WorkQueue::builder()
+        .clock(clock.clone())
+        .rate_limiter(ExponentialFailure::new(Duration::MAX, Duration::MAX))
+        .build();
+    let workers = Workers::new(queue.clone())
+        .count(2)
+        .timeout(Duration::MAX)
+        .shutdown_timeout(Duration::MAX)
+        .spawn_async(|key: &'static str| async move {
+            match key {
+                "later" => Outcome::RetryAfter(Duration::MAX),
+                "retry" => Outcome::Retry,
+                _ => Outcome::Done,
+            }
+        });
+    for key in ["done", "later", "retry"] {
+        queue.add(key);
+    }
+    let start = Instant::now();
+    while workers.stats().processed < 3 {
+        assert!(start.elapsed() < GENEROUS, "the workers stalled");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(queue.delayed_len(), 2);
+    clock.step(Duration::MAX);
+    assert_eq!(queue.len(), 0, "a century later, still waiting");
+    let summary = workers.shut_down().await;
+    assert_eq!((summary.succeeded, summary.retried), (1, 2));
+    assert!(summary.is_drained());
+    let mut unfinished = summary.unfinished.clone();
+    unfinished.sort_unstable();
+    assert_eq!(unfinished, ["later", "retry"]);
+}
+
+/// A thread pool's `shutdown_timeout(Duration::MAX)` is no limit: the wait waits for the
+/// item in flight.
+#[test]
+fn duration_max_shutdown_timeout_means_no_limit_for_thread_workers() {
+    let queue: WorkQueue<&'static str> = WorkQueue::new();
+    let (started_tx, started_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let workers = Workers::new(queue.clone())
+        .shutdown_timeout(Duration::MAX)
+        .spawn_threads(move |_: &&str| {
+            let _ = started_tx.send(());
+            let _ = release_rx.lock().unwrap().recv();
+        });
+    queue.add("slow");
+    started_rx.recv().unwrap();
+    workers.stop();
+    let waiting = std::thread::spawn(move || workers.wait());
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        !waiting.is_finished(),
+        "the wait gave up on the item in flight"
+    );
+    release_tx.send(()).unwrap();
+    let summary = waiting.join().unwrap();
+    assert_eq!(summary.succeeded, 1);
+    assert!(summary.is_drained());
+}

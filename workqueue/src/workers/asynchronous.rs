@@ -76,6 +76,7 @@ where
                 core.stop.clone(),
                 limit,
                 core.queue.steps_in_flight(),
+                core.unfinished.clone(),
             );
             let _ = core.stepper.set(Box::new(stepper));
         }
@@ -242,7 +243,7 @@ async fn worker<T, Q, F, Fut>(
                     () = &mut stopped => break,
                     () = tokio::time::sleep(backoff) => {}
                 }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                backoff = backoff.saturating_mul(2).min(BACKOFF_MAX);
                 continue;
             }
         };

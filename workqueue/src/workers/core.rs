@@ -3,8 +3,8 @@
 //!
 //! Every queue call goes through the [`Queue`] trait. The in-memory queue's calls complete at
 //! once, so the thread flavour polls them once ([`ready_now`]); a backend's failures are
-//! logged and never lose the item: a retry that cannot be added releases the lease, so the
-//! item is handed out again.
+//! logged and never lose the item: a retry or a `done` that fails leaves the lease to expire,
+//! and the item is handed out again then. A worker whose lease was lost changes nothing.
 
 use std::any::Any;
 use std::fmt;
@@ -79,6 +79,9 @@ enum Ended {
     Failed,
 }
 
+/// The items a pool touched and did not finish that the queue no longer holds.
+pub(crate) type Unfinished<T> = Arc<Mutex<Vec<T>>>;
+
 /// One pool's shared state.
 pub(crate) struct Core<T, Q> {
     pub(crate) queue: Q,
@@ -92,8 +95,9 @@ pub(crate) struct Core<T, Q> {
     slots: Box<[Mutex<Option<T>>]>,
     /// Items touched and not finished that the queue no longer holds: delayed items the stop
     /// dropped, retries the shut-down queue refused, items handed to a worker as the stop
-    /// came (see [`Summary::unfinished`]).
-    unfinished: Mutex<Vec<T>>,
+    /// came (see [`Summary::unfinished`]). Shared with the step task, which releases the
+    /// leases no worker took.
+    pub(crate) unfinished: Unfinished<T>,
     /// Workers still running; guarded so that waiters and the stop hook cannot miss a change.
     running: Mutex<usize>,
     /// Notified when a worker exits and when the pool is stopped.
@@ -129,7 +133,7 @@ where
             shutdown_timeout,
             counters: Counters::default(),
             slots: (0..count).map(|_| Mutex::new(None)).collect(),
-            unfinished: Mutex::new(Vec::new()),
+            unfinished: Arc::default(),
             running: Mutex::new(count),
             changed: Condvar::new(),
             stop_key: Mutex::new(None),
@@ -455,7 +459,10 @@ where
     }
 
     /// Gives up on the item: forgets it and marks it done in one fenced step, then logs the
-    /// give-up and tells the callback, only if the lease was still this worker's.
+    /// give-up and tells the callback, unless the lease was lost (the item is another
+    /// worker's, and nothing changed). A `done` that failed otherwise may have applied: the
+    /// give-up is reported (if it did not apply, the item comes back with its failures and
+    /// is given up again: a give-up is reported at least once, never silently dropped).
     async fn give_up(
         &self,
         lease: Q::Lease,
@@ -578,9 +585,10 @@ where
     }
 }
 
-/// An instant a century from now, for timeouts too long to add.
+/// An instant as far from now as a timeout too long to add can mean: a century, or less
+/// where the platform's clock cannot count that far.
 fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
+    crate::clock::saturating_add(Instant::now(), Duration::MAX)
 }
 
 /// The message of a panic payload (`panic!` gives a `&str` or a `String`).

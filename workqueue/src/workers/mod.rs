@@ -407,11 +407,14 @@ type GiveUpCallback<T> = Arc<dyn Fn(&GiveUp<T>) + Send + Sync>;
 /// backend shared by many processes (`workqueue_redis::RedisQueue`), with the same rules and
 /// the same summary. The loop ends every lease explicitly: `done` after a success or a
 /// give-up; for a retry it adds the item back first and then marks it done (the queue keeps
-/// the re-add until the lease ends). A backend's failure never stops the pool and never loses
-/// an item: a failed `get` is logged and retried with backoff (50 ms doubling to 5 s), a
-/// retry that cannot be added releases the lease so the item is handed out again, and a
-/// failed `done` leaves the lease to expire. [`Workers::spawn_threads`] is for the in-memory
-/// queue only.
+/// the re-add until the lease ends), in one step that a shared backend fences like the
+/// `done` ([`Queue::retry_and_done`]). A worker whose lease was lost (it expired, and the item
+/// is another worker's now) changes nothing on any path: no failure is counted, nothing is
+/// re-added or forgotten, no give-up is reported, and the call counts as
+/// [`lease_lost`](Summary::lease_lost). A backend's failure never stops the pool and never
+/// loses an item: a failed `get` is logged and retried with backoff (50 ms doubling to 5 s),
+/// and a retry or a `done` that fails leaves the lease to expire, so the item is handed out
+/// again. [`Workers::spawn_threads`] is for the in-memory queue only.
 ///
 /// # Stopping
 ///
@@ -557,7 +560,8 @@ where
     /// When it passes, the waiting call returns a [`Summary`] listing them in
     /// [`in_flight`](Summary::in_flight). Async workers still running are then aborted
     /// (their handler futures are dropped, which releases their leases); worker threads
-    /// cannot be interrupted and are left to finish on their own.
+    /// cannot be interrupted and are left to finish on their own. [`Duration::MAX`] (or any
+    /// timeout too long for the clock to count) means no limit.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = Some(timeout);
         self
@@ -568,7 +572,8 @@ where
     ///
     /// Async workers only ([`spawn_async`](Self::spawn_async)): the handler's future is
     /// dropped at its next `.await`. Threads cannot be interrupted, so
-    /// [`spawn_threads`](Self::spawn_threads) ignores it.
+    /// [`spawn_threads`](Self::spawn_threads) ignores it. [`Duration::MAX`] (or any timeout
+    /// too long for the clock to count) means no limit.
     #[cfg(feature = "tokio")]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);

@@ -20,12 +20,19 @@
 //! worker is gone) is released at once, so the item is handed out again rather than kept
 //! while others that came after it run.
 //!
-//! Once the pool is stopped, the task takes no new item: it stops waiting and answers idle
-//! workers with nothing (or with a lease it took before the stop, which the worker hands
-//! back as unprocessed). A worker that is gone by the time its answer comes (aborted after
-//! the shutdown timeout) cannot take its lease: it is released, so the item is handed out
-//! again. Every release is awaited before the task ends, so a drain that follows the stop
-//! sees nothing held.
+//! Once the pool is stopped, the task takes no new item (its steps carry the `done`s and ask
+//! for nothing): it stops waiting and answers the idle workers with nothing, at once, but for
+//! those a step sent before the stop took an item for (they get it, and hand it back as
+//! unprocessed). A worker that is gone by the time its answer comes (aborted after the
+//! shutdown timeout) cannot take its lease: it is released, so the item is handed out again
+//! (in memory, once shut down, it is listed in the summary's `unfinished`). Releases are
+//! sent at once, so a drain that follows the stop is not held by them, and awaited before
+//! the task ends.
+//!
+//! A step that fails as a whole (past the backend's own retries) is logged once, as an
+//! error; its workers' `done`s count as failed, not as lost leases, and whether each applied
+//! is unknown: an item whose `done` did not apply is handed out again when its lease
+//! expires, by the backend's rules.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -37,6 +44,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::StopToken;
+use super::core::Unfinished;
 use crate::backend::DoneMany;
 use crate::{Queue, QueueLease};
 
@@ -99,10 +107,24 @@ impl<Q: Queue> fmt::Debug for Stepper<Q> {
 impl<Q: Queue> Stepper<Q> {
     /// Starts the task that runs the steps for `queue`, up to `limit` `done`s each and
     /// `in_flight` at once, until the stepper is dropped; it takes no new item once `stop`
-    /// is stopped.
-    pub(crate) fn start(queue: Q, stop: StopToken, limit: usize, in_flight: usize) -> Self {
+    /// is stopped. An item whose lease it releases and that the queue no longer holds (in
+    /// memory, once shut down) goes to `unfinished` (the pool's summary lists it).
+    pub(crate) fn start(
+        queue: Q,
+        stop: StopToken,
+        limit: usize,
+        in_flight: usize,
+        unfinished: Unfinished<Q::Item>,
+    ) -> Self {
         let (requests, incoming) = mpsc::unbounded_channel();
-        tokio::spawn(run(queue, stop, incoming, limit.max(1), in_flight.max(1)));
+        tokio::spawn(run(
+            queue,
+            stop,
+            incoming,
+            limit.max(1),
+            in_flight.max(1),
+            unfinished,
+        ));
         Self { requests }
     }
 
@@ -182,7 +204,7 @@ struct Steps<Q: Queue> {
     limit: usize,
     /// `done`s for the next step.
     dones: Vec<Pending<Q>>,
-    /// Idle workers, longest waiting first.
+    /// Idle workers, longest waiting first (a lease goes to the longest waiting).
     idle: VecDeque<oneshot::Sender<Fetched<Q>>>,
     /// Leases the steps on their way were asked to take for idle workers.
     promised: usize,
@@ -190,6 +212,8 @@ struct Steps<Q: Queue> {
     getting: bool,
     /// Releases of leases no worker took, awaited before the task ends.
     releasing: JoinSet<()>,
+    /// Where an item goes whose release the queue refused (it no longer holds it).
+    unfinished: Unfinished<Q::Item>,
 }
 
 /// The steps' task.
@@ -199,6 +223,7 @@ async fn run<Q: Queue>(
     mut incoming: mpsc::UnboundedReceiver<Request<Q>>,
     limit: usize,
     max_in_flight: usize,
+    unfinished: Unfinished<Q::Item>,
 ) {
     let mut steps = Steps {
         queue,
@@ -209,19 +234,21 @@ async fn run<Q: Queue>(
         promised: 0,
         getting: false,
         releasing: JoinSet::new(),
+        unfinished,
     };
     let mut stopped = stop.stopped();
     let mut waiting: Option<Waiting<Q>> = None;
     let mut in_flight: Vec<InFlight<Q>> = Vec::with_capacity(max_in_flight);
     let mut open = true;
     while open || !steps.dones.is_empty() || !in_flight.is_empty() {
+        // Workers that are gone (aborted after the shutdown timeout) wait for nothing.
+        steps.forget_gone();
         if steps.stop.is_stopped() {
             // No new item once stopped (a `get` waiting in the local wake-ups is dropped:
-            // `get` is cancel safe).
+            // `get` is cancel safe), and only the workers a step on its way took an item
+            // for wait for it; the others are answered at once.
             waiting = None;
-            if in_flight.is_empty() {
-                steps.answer_idle_with_nothing();
-            }
+            steps.answer_unpromised_with_nothing();
         } else if waiting.is_none() && steps.unserved() > 0 {
             let queue = steps.queue.clone();
             waiting = Some(Box::pin(async move { queue.get().await }));
@@ -302,14 +329,20 @@ impl<Q: Queue> Steps<Q> {
             .saturating_sub(self.promised + usize::from(self.getting))
     }
 
+    /// Drops the idle workers that are gone (a lease sent to one would come back).
+    fn forget_gone(&mut self) {
+        self.idle.retain(|worker| !worker.is_closed());
+    }
+
     /// Gives `lease` to the idle worker waiting longest, or releases it at once if no idle
     /// worker is left to take it: a lease is never kept for nobody (it would keep its item
     /// from the other consumers, and from its place in the order, while a backlog lasts).
     fn hand_or_release(&mut self, lease: Q::Lease) {
         if let Some(lease) = self.hand(lease) {
             let queue = self.queue.clone();
+            let unfinished = self.unfinished.clone();
             self.releasing
-                .spawn(async move { release(&queue, lease).await });
+                .spawn(async move { release(&queue, lease, &unfinished).await });
         }
     }
 
@@ -332,6 +365,14 @@ impl<Q: Queue> Steps<Q> {
         }
     }
 
+    /// Once stopped: answers the idle workers that no step on its way took an item for.
+    fn answer_unpromised_with_nothing(&mut self) {
+        let keep = self.promised.min(self.idle.len());
+        for worker in self.idle.drain(keep..) {
+            let _ = worker.send(Ok(None));
+        }
+    }
+
     /// The waiting `get` answered; a step to take what is ready for the other idle workers.
     fn got(&mut self, got: Result<Option<Q::Lease>, Q::Error>) -> Option<InFlight<Q>> {
         match got {
@@ -345,9 +386,11 @@ impl<Q: Queue> Steps<Q> {
                 None
             }
             Err(error) => {
-                // Each idle worker logs it and backs off, as after its own failed `get`.
+                // Each idle worker that no step on its way took an item for logs it and
+                // backs off, as after its own failed `get`.
                 let message = error.to_string();
-                for worker in self.idle.drain(..) {
+                let keep = self.promised.min(self.idle.len());
+                for worker in self.idle.drain(keep..) {
                     let _ = worker.send(Err(message.clone()));
                 }
                 None
@@ -356,21 +399,22 @@ impl<Q: Queue> Steps<Q> {
     }
 
     /// Sends a step: the pending `done`s, and a next item for each of their workers and for
-    /// each idle worker not yet provided for by the waiting `get` or another step (none once
-    /// the pool is stopped).
+    /// each idle worker not yet provided for by the waiting `get` or another step (no item
+    /// at all once the pool is stopped).
     fn step(&mut self) -> InFlight<Q> {
         let dones = std::mem::take(&mut self.dones);
-        let for_idle = if self.stop.is_stopped() {
-            0
+        let (max, for_idle) = if self.stop.is_stopped() {
+            (0, 0)
         } else {
-            self.unserved().min(self.limit.saturating_sub(dones.len()))
+            let for_idle = self.unserved().min(self.limit.saturating_sub(dones.len()));
+            (dones.len() + for_idle, for_idle)
         };
         self.promised += for_idle;
-        let max = dones.len() + for_idle;
         let queue = self.queue.clone();
         Box::pin(async move {
-            let mut leases = Vec::with_capacity(dones.len());
-            let mut replies = Vec::with_capacity(dones.len());
+            let count = dones.len();
+            let mut leases = Vec::with_capacity(count);
+            let mut replies = Vec::with_capacity(count);
             for (lease, forget, reply) in dones {
                 leases.push((lease, forget));
                 replies.push(reply);
@@ -392,8 +436,20 @@ impl<Q: Queue> Steps<Q> {
                     rest.extend(next);
                 }
                 Err(error) => {
+                    // The step failed as a whole, past the backend's own retries: whether
+                    // each `done` applied is unknown. No item is lost (one whose `done` did
+                    // not apply is handed out again when its lease expires), and no lease
+                    // is counted lost: the error is about the call, not about a lease.
+                    let message = error.to_string();
+                    tracing::error!(
+                        queue = queue.name(),
+                        dones = count,
+                        for_idle,
+                        error = %message,
+                        "a batched step failed as a whole: whether its dones applied is unknown; an item whose done did not apply is handed out again when its lease expires"
+                    );
                     for reply in replies {
-                        let _ = reply.send((Err(StepFailure::of::<Q>(&error)), None));
+                        let _ = reply.send((Err(StepFailure::other(&message)), None));
                     }
                 }
             }
@@ -402,16 +458,24 @@ impl<Q: Queue> Steps<Q> {
     }
 }
 
-/// Hands back a lease nobody will process.
-async fn release<Q: Queue>(queue: &Q, lease: Q::Lease) {
-    if let Err(error) = lease.release().await {
-        tracing::warn!(
+/// Hands back a lease nobody will process; an item the queue no longer holds (in memory,
+/// once shut down) goes to `unfinished`.
+async fn release<Q: Queue>(queue: &Q, lease: Q::Lease, unfinished: &Unfinished<Q::Item>) {
+    let item = lease.item().clone();
+    match lease.release().await {
+        Ok(true) => {}
+        Ok(false) => unfinished.lock().push(item),
+        Err(error) => tracing::warn!(
             queue = queue.name(),
             %error,
-            "cannot release an item its worker left; the backend takes it back when its lease expires"
-        );
+            "cannot release an item no worker took; the backend takes it back when its lease expires"
+        ),
     }
 }
+
+#[cfg(test)]
+#[path = "step_model.rs"]
+mod model;
 
 #[cfg(test)]
 mod tests {
