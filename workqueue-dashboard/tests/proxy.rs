@@ -141,7 +141,7 @@ async fn behind_nginx_defaults_the_public_url_keeps_actions_working_and_safe() {
     let port = free_port();
     let public = format!("http://127.0.0.1:{port}/wq/");
     let config = |public_url: Option<String>| Config {
-        token: Some("proxy-t0ken".into()),
+        token: Some(support::TOKEN.into()),
         public_url,
         ..Config::default()
     };
@@ -155,7 +155,7 @@ async fn behind_nginx_defaults_the_public_url_keeps_actions_working_and_safe() {
         // The token's visit sets a cookie scoped to the proxied path.
         let visit = exchange(
             port,
-            &format!("GET /wq/?token=proxy-t0ken HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+            &format!("GET /wq/?token={} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n", support::TOKEN),
         );
         assert!(visit.starts_with("HTTP/1.1 303"), "{visit}");
         let cookie_line = visit
@@ -181,13 +181,14 @@ async fn behind_nginx_defaults_the_public_url_keeps_actions_working_and_safe() {
         assert!(listing.starts_with("HTTP/1.1 200"), "{listing}");
         assert!(listing.contains("\"name\":\"jobs\""), "{listing}");
         // An action as the browser sends it: the public origin, the cookie, the header.
+        let token = support::TOKEN;
         let action = |prefix: &str| {
             exchange(
                 port,
                 &format!(
                     "POST /{prefix}/api/queues/jobs/pause HTTP/1.1\r\nHost: {host}\r\n\
                      Origin: http://{host}\r\nSec-Fetch-Site: same-origin\r\nX-Wq-Csrf: 1\r\n\
-                     Cookie: {pair}\r\nAuthorization: Bearer proxy-t0ken\r\n\
+                     Cookie: {pair}\r\nAuthorization: Bearer {token}\r\n\
                      Content-Length: 0\r\nConnection: close\r\n\r\n"
                 ),
             )
