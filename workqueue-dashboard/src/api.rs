@@ -555,7 +555,7 @@ async fn run_action(
         Err(response) => {
             tracing::warn!(
                 target: "workqueue_dashboard::audit",
-                %client, action = action.name(), queue = name, result = "not_found",
+                client = ?client, action = action.name(), queue = name, result = "not_found",
                 "dashboard action"
             );
             count(state, &action, "error");
@@ -577,7 +577,7 @@ async fn run_action(
         Ok(outcome) => {
             tracing::info!(
                 target: "workqueue_dashboard::audit",
-                %client,
+                client = ?client,
                 source = %r.label,
                 queue = name,
                 action = action.name(),
@@ -600,7 +600,7 @@ async fn run_action(
         Err(e) => {
             tracing::warn!(
                 target: "workqueue_dashboard::audit",
-                %client,
+                client = ?client,
                 source = %r.label,
                 queue = name,
                 action = action.name(),

@@ -71,6 +71,10 @@ pub(crate) struct DashboardArgs {
     /// proxy, the proxy is one client).
     #[arg(long, default_value_t = Server::DEFAULT_MAX_CONNECTIONS_PER_CLIENT)]
     max_connections_per_client: usize,
+    /// Seconds a connection has to send a request's headers (and, with TLS, to finish its
+    /// handshake); an idle or slow one is closed.
+    #[arg(long, value_name = "SECS", default_value_t = Server::DEFAULT_HEADER_READ_TIMEOUT.as_secs())]
+    header_read_timeout: u64,
     /// No actions (requeue, delete, purge, retry, remove, pause, resume, forget).
     #[arg(long)]
     read_only: bool,
@@ -299,7 +303,8 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
         };
         let mut server = Server::new(listener)
             .max_connections(args.max_connections)
-            .max_connections_per_client(args.max_connections_per_client);
+            .max_connections_per_client(args.max_connections_per_client)
+            .header_read_timeout(Duration::from_secs(args.header_read_timeout.max(1)));
         if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
             server = match server.tls_pem(cert, key) {
                 Ok(server) => server,
