@@ -318,7 +318,16 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
         let scheme = if server.is_tls() { "https" } else { "http" };
         // The first line names the address (tests read it when the port was 0); a token
         // made here is printed in it once, as the address to open.
-        let open = match (&args.public_url, access.generated) {
+        // The public URL as the dashboard reads it: its path ends with `/`.
+        let public_url = args.public_url.as_deref().map(|url| {
+            let url = url.trim();
+            if url.ends_with('/') {
+                url.to_owned()
+            } else {
+                format!("{url}/")
+            }
+        });
+        let open = match (&public_url, access.generated) {
             (Some(public), true) => format!(
                 "{}?token={}",
                 public,

@@ -352,6 +352,30 @@ fn a_token_is_made_printed_once_and_wanted_from_everyone() {
 }
 
 #[test]
+fn behind_a_proxy_the_public_address_is_printed_with_the_token() {
+    let dashboard = Dashboard::start(
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--public-url",
+            "https://ops.example.com/wq",
+        ],
+        &[],
+    );
+    assert!(
+        dashboard
+            .line
+            .contains("https://ops.example.com/wq/?token="),
+        "{}",
+        dashboard.line
+    );
+    assert!(dashboard.token.is_some());
+    dashboard.stop();
+}
+
+#[test]
 fn no_auth_says_loudly_what_it_trusts() {
     let dashboard = Dashboard::start(
         &[
