@@ -606,7 +606,7 @@ async fn run_action(
                 action = action.name(),
                 item = target,
                 result = "error",
-                error = %e,
+                error = %scrub(&e.to_string()),
                 "dashboard action"
             );
             count(state, &action, "error");
