@@ -240,12 +240,17 @@ pub(crate) async fn guard(
                 if visit && given.as_deref().is_some_and(|g| same(g, token)) {
                     return token_cookie(token, public, original.path());
                 }
-                let delay = state.failures.fail(peer.map(|p| p.ip()));
                 state.auth_failures.inc();
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+                let guessed = given.is_some() || carried.iter().any(Option::is_some);
+                // A guess is answered later and later; a request with no token at all (a
+                // first visit) guesses nothing and is answered at once.
+                if guessed {
+                    let delay = state.failures.fail(peer.map(|p| p.ip()));
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
                 }
-                let why = if given.is_some() || carried.iter().any(Option::is_some) {
+                let why = if guessed {
                     "wrong token"
                 } else {
                     "a token is needed: open the address `wq dashboard` printed when it \

@@ -39,9 +39,9 @@
 //!   TOKEN`; a browser opens `/?token=TOKEN` once (percent-encoding is read), which sets an
 //!   HttpOnly, SameSite=Strict cookie scoped to the dashboard's path (`Secure` when the
 //!   public URL is `https`) and drops the token from the address. The page holds no secret.
-//!   Missing or wrong tokens are answered 401, counted
-//!   (`workqueue_dashboard_auth_failures_total`) and, past five from one address (one IPv6
-//!   /64) in ten minutes, answered later and later, up to 5 s.
+//!   Missing or wrong tokens are answered 401 and counted
+//!   (`workqueue_dashboard_auth_failures_total`); wrong ones, past five from one address (one
+//!   IPv6 /64) in ten minutes, are answered later and later, up to 5 s.
 //! - **Without a token** the router answers only clients whose address it sees and is
 //!   loopback, naming a loopback `Host` (or the public URL's; this stops DNS rebinding), and
 //!   not forwarded by a proxy for another address. Served without the client's address

@@ -196,6 +196,14 @@ async fn failed_attempts_are_counted_and_slowed_down_per_address() {
     let start = tokio::time::Instant::now();
     send(&app, from("198.51.100.3:4000", wrong)).await;
     assert_eq!(start.elapsed(), Duration::ZERO);
+    // Nor is a request with no token at all: it guesses nothing.
+    let mut bare = Request::get("/api/queues").body(Body::empty()).unwrap();
+    bare.extensions_mut().insert(ConnectInfo(
+        "203.0.113.9:4002".parse::<SocketAddr>().unwrap(),
+    ));
+    let start = tokio::time::Instant::now();
+    assert_eq!(send(&app, bare).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(start.elapsed(), Duration::ZERO);
     // Nor is the right token from the guessing address.
     let start = tokio::time::Instant::now();
     let ok = send(&app, from("203.0.113.9:4001", TOKEN)).await;
@@ -210,8 +218,8 @@ async fn failed_attempts_are_counted_and_slowed_down_per_address() {
         .insert(ConnectInfo("127.0.0.1:1".parse::<SocketAddr>().unwrap()));
     let text = send(&app, metrics).await.body;
     for line in [
-        "workqueue_dashboard_auth_failures_total 9",
-        "workqueue_dashboard_refusals_total{reason=\"unauthorized\"} 9",
+        "workqueue_dashboard_auth_failures_total 10",
+        "workqueue_dashboard_refusals_total{reason=\"unauthorized\"} 10",
     ] {
         assert!(text.contains(line), "{line} in {text}");
     }
