@@ -234,10 +234,10 @@ pub(crate) const PREVIEW_BYTES: usize = 240;
 /// A reference to an item whose text a listing cut: a hash of its whole text.
 fn item_ref(text: &str) -> String {
     use std::hash::{Hash, Hasher};
-    // SipHash with fixed keys: the same in every request of this process, which is all a
-    // reference needs (it is checked against the item's whole text, never trusted).
-    #[allow(deprecated)]
-    let mut h = std::hash::SipHasher::new();
+    // `DefaultHasher::new()` has fixed keys: the same hash in every request of this
+    // process, which is all a reference needs (it is matched against the items of the page
+    // read again, never trusted).
+    let mut h = std::hash::DefaultHasher::new();
     text.hash(&mut h);
     format!("{:016x}", h.finish())
 }
