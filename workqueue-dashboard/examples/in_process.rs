@@ -1,10 +1,14 @@
 //! A service that mounts the dashboard of its in-process queues next to its own routes:
-//! `cargo run -p workqueue-dashboard --example in_process`, then open
-//! <http://127.0.0.1:8081/dashboard/>.
+//! `cargo run -p workqueue-dashboard --example in_process`, then open the address it prints
+//! (`http://127.0.0.1:8081/dashboard/?token=...`).
+//!
+//! The safe way to serve it: a token (a random one, printed once), and
+//! [`workqueue_dashboard::Server`], which bounds connections and slow clients and records
+//! the client's address for the audit log.
 
 use std::time::Duration;
 
-use workqueue_dashboard::{Config, MemorySource};
+use workqueue_dashboard::{Config, MemorySource, Server, generate_token};
 
 #[tokio::main]
 async fn main() {
@@ -28,15 +32,17 @@ async fn main() {
             drop(lease);
         }
     });
+    let token = generate_token();
+    let config = Config {
+        token: Some(token.clone()),
+        ..Config::default()
+    };
     let app = axum::Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
-        .nest_service(
-            "/dashboard",
-            workqueue_dashboard::router(source, Config::default()),
-        );
+        .nest_service("/dashboard", workqueue_dashboard::router(source, config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8081")
         .await
         .expect("listen on 127.0.0.1:8081");
-    println!("http://127.0.0.1:8081/dashboard/");
-    axum::serve(listener, app).await.expect("serve");
+    println!("http://127.0.0.1:8081/dashboard/?token={token}");
+    Server::new(listener).serve(app).await.expect("serve");
 }

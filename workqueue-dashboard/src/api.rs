@@ -11,11 +11,13 @@ use prometheus_client::metrics::family::Family;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::guard::{forwarded_for, peer};
+use crate::guard::{action_of_path, forwarded_for, peer};
 use crate::history::History;
+use crate::redact::scrub;
 use crate::source::{Action, End, ItemState, PageRequest, SourceError};
 use crate::sources::Registered;
-use crate::{Config, now_ms, refuse};
+use crate::token::Failures;
+use crate::{Config, Refusal, answer_error, now_ms, refuse_as};
 
 /// Labels of the action counter: `action`, `result`.
 pub(crate) type ActionLabels = Vec<(&'static str, String)>;
@@ -28,9 +30,56 @@ pub(crate) struct Shared {
     pub(crate) history: History,
     /// Actions by name and result, for `/metrics`.
     pub(crate) actions: Family<ActionLabels, Counter>,
+    /// Refused requests by reason, for `/metrics`.
+    pub(crate) refusals: Family<ActionLabels, Counter>,
+    /// Requests with a missing or wrong token, for `/metrics`.
+    pub(crate) auth_failures: Counter,
+    /// Failed attempts by client, to slow down guessing.
+    pub(crate) failures: Failures,
+    /// Whether the log said once that requests are refused for want of peer addresses.
+    pub(crate) no_peer_told: std::sync::atomic::AtomicBool,
+    /// When a page or a scraper last read, for the sampler.
+    pub(crate) reads: Arc<Reads>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.reads.close();
+    }
 }
 
 pub(crate) type AppState = Arc<Shared>;
+
+/// When the figures were last read (a page, a scraper): the sampler runs only while they
+/// are.
+#[derive(Default)]
+pub(crate) struct Reads {
+    last: parking_lot::Mutex<Option<tokio::time::Instant>>,
+    closed: std::sync::atomic::AtomicBool,
+    wake: tokio::sync::Notify,
+}
+
+impl Reads {
+    /// A page or a scraper reads now.
+    pub(crate) fn touch(&self) {
+        *self.last.lock() = Some(tokio::time::Instant::now());
+        self.wake.notify_one();
+    }
+
+    fn active(&self, window: std::time::Duration) -> bool {
+        self.last.lock().is_some_and(|t| t.elapsed() < window)
+    }
+
+    fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+
+    fn closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
 
 impl Shared {
     /// Whether any source can act.
@@ -51,7 +100,7 @@ pub(crate) fn error_response(e: &SourceError) -> Response {
         SourceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         SourceError::Backend(_) => StatusCode::BAD_GATEWAY,
     };
-    refuse(status, &e.to_string())
+    answer_error(status, &scrub(&e.to_string()))
 }
 
 #[derive(Deserialize, Default)]
@@ -70,13 +119,13 @@ async fn resolve<'a>(
             .sources
             .iter()
             .find(|r| r.label == label)
-            .ok_or_else(|| refuse(StatusCode::NOT_FOUND, "no such source"));
+            .ok_or_else(|| answer_error(StatusCode::NOT_FOUND, "no such source"));
     }
     if state.sources.len() == 1 {
         return Ok(&state.sources[0]);
     }
     let Some(name) = name else {
-        return Err(refuse(StatusCode::BAD_REQUEST, "give ?source="));
+        return Err(answer_error(StatusCode::BAD_REQUEST, "give ?source="));
     };
     let mut found = Vec::new();
     for r in &state.sources {
@@ -88,8 +137,8 @@ async fn resolve<'a>(
     }
     match found.as_slice() {
         [one] => Ok(one),
-        [] => Err(refuse(StatusCode::NOT_FOUND, "no such queue")),
-        _ => Err(refuse(
+        [] => Err(answer_error(StatusCode::NOT_FOUND, "no such queue")),
+        _ => Err(answer_error(
             StatusCode::CONFLICT,
             "a queue of that name is in several sources: give ?source=",
         )),
@@ -97,6 +146,7 @@ async fn resolve<'a>(
 }
 
 pub(crate) async fn api_queues(State(state): State<AppState>, Query(w): Query<Which>) -> Response {
+    state.reads.touch();
     let mut queues = Vec::new();
     let mut sources = Vec::new();
     let mut any_up = false;
@@ -114,7 +164,7 @@ pub(crate) async fn api_queues(State(state): State<AppState>, Query(w): Query<Wh
             }
             Err(e) => {
                 last_error = Some(e.clone());
-                (false, Some(e.to_string()))
+                (false, Some(scrub(&e.to_string())))
             }
         };
         any_up |= up;
@@ -124,8 +174,8 @@ pub(crate) async fn api_queues(State(state): State<AppState>, Query(w): Query<Wh
             "up": up,
             "error": error,
             "down_since_ms": r.down_since(),
-            "server": status.server,
-            "warnings": status.warnings,
+            "server": scrub(&status.server),
+            "warnings": status.warnings.iter().map(|w| scrub(w)).collect::<Vec<_>>(),
             "read_only": state.read_only(r),
             "has_items": r.source.has_items(),
         }));
@@ -149,6 +199,7 @@ pub(crate) async fn api_queue(
     Path(name): Path<String>,
     Query(w): Query<Which>,
 ) -> Response {
+    state.reads.touch();
     let r = match resolve(&state, w.source.as_deref(), Some(&name)).await {
         Ok(r) => r,
         Err(response) => return response,
@@ -176,6 +227,76 @@ pub(crate) struct ItemsQuery {
     q: Option<String>,
 }
 
+/// The most bytes of an item's text (or a dead letter's error) a listing shows; the detail
+/// shows it whole.
+pub(crate) const PREVIEW_BYTES: usize = 240;
+
+/// A reference to an item whose text a listing cut: a hash of its whole text.
+fn item_ref(text: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    // `DefaultHasher::new()` has fixed keys: the same hash in every request of this
+    // process, which is all a reference needs (it is matched against the items of the page
+    // read again, never trusted).
+    let mut h = std::hash::DefaultHasher::new();
+    text.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// `text` cut to at most [`PREVIEW_BYTES`] on a character boundary, if it is longer.
+fn cut(text: &str) -> Option<String> {
+    if text.len() <= PREVIEW_BYTES {
+        return None;
+    }
+    let mut end = PREVIEW_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(format!("{}…", &text[..end]))
+}
+
+/// A page as a listing shows it: each item's text and each dead letter's error cut to
+/// [`PREVIEW_BYTES`]; a cut item says so (`item_truncated`, `item_bytes`) and carries
+/// `item_ref`, which `/item?ref=` takes with the page's parameters to show it whole.
+fn preview(page: crate::ItemPage) -> serde_json::Value {
+    let mut value = serde_json::to_value(&page).unwrap_or_default();
+    if let Some(items) = value.get_mut("items").and_then(|i| i.as_array_mut()) {
+        for (x, original) in items.iter_mut().zip(&page.items) {
+            if let Some(short) = cut(&original.item) {
+                x["item"] = json!(short);
+                x["item_truncated"] = json!(true);
+                x["item_bytes"] = json!(original.item.len());
+                x["item_ref"] = json!(item_ref(&original.item));
+            }
+            if let Some(dead) = &original.dead {
+                if let Some(short) = cut(&dead.item) {
+                    x["dead"]["item"] = json!(short);
+                }
+                if let Some(short) = cut(&dead.error) {
+                    x["dead"]["error"] = json!(short);
+                }
+            }
+        }
+    }
+    value
+}
+
+fn page_request(config: &Config, q: &ItemsQuery) -> PageRequest {
+    PageRequest {
+        state: q.state,
+        from: q.from,
+        cursor: q.cursor.clone().filter(|c| !c.is_empty()),
+        limit: q
+            .limit
+            .unwrap_or(config.page_limit)
+            .clamp(1, config.page_limit.max(1) * 10),
+        search: q
+            .q
+            .as_ref()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty()),
+    }
+}
+
 pub(crate) async fn api_items(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -188,20 +309,11 @@ pub(crate) async fn api_items(
     if !r.source.has_items() {
         return error_response(&SourceError::Unsupported);
     }
-    let request = PageRequest {
-        state: q.state,
-        from: q.from,
-        cursor: q.cursor.filter(|c| !c.is_empty()),
-        limit: q
-            .limit
-            .unwrap_or(state.config.page_limit)
-            .clamp(1, state.config.page_limit.max(1) * 10),
-        search: q.q.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()),
-    };
+    let request = page_request(&state.config, &q);
     let result = r.source.items(&name, &request).await;
     r.note(&result);
     match result {
-        Ok(page) => axum::Json(page).into_response(),
+        Ok(page) => axum::Json(preview(page)).into_response(),
         Err(e) => error_response(&e),
     }
 }
@@ -209,7 +321,17 @@ pub(crate) async fn api_items(
 #[derive(Deserialize)]
 pub(crate) struct ItemQuery {
     source: Option<String>,
-    item: String,
+    /// The item's whole text...
+    item: Option<String>,
+    /// ...or the reference a listing gave for an item it cut, with that listing's
+    /// parameters.
+    #[serde(rename = "ref")]
+    reference: Option<String>,
+    state: Option<ItemState>,
+    from: Option<End>,
+    cursor: Option<String>,
+    limit: Option<usize>,
+    q: Option<String>,
 }
 
 pub(crate) async fn api_item(
@@ -224,7 +346,48 @@ pub(crate) async fn api_item(
     if !r.source.has_items() {
         return error_response(&SourceError::Unsupported);
     }
-    let result = r.source.item(&name, &q.item).await;
+    let page = q.state.map(|state| ItemsQuery {
+        source: None,
+        state,
+        from: q.from.unwrap_or_default(),
+        cursor: q.cursor,
+        limit: q.limit,
+        q: q.q,
+    });
+    let item = match (q.item, q.reference, page) {
+        (Some(item), _, _) => item,
+        (None, Some(reference), Some(page)) => {
+            // The listing again, and the item of that reference in it.
+            let listed = r
+                .source
+                .items(&name, &page_request(&state.config, &page))
+                .await;
+            r.note(&listed);
+            match listed {
+                Ok(listed) => match listed
+                    .items
+                    .into_iter()
+                    .find(|x| item_ref(&x.item) == reference)
+                {
+                    Some(x) => x.item,
+                    None => {
+                        return answer_error(
+                            StatusCode::NOT_FOUND,
+                            "the item is no longer on that page",
+                        );
+                    }
+                },
+                Err(e) => return error_response(&e),
+            }
+        }
+        _ => {
+            return answer_error(
+                StatusCode::BAD_REQUEST,
+                "give ?item=TEXT, or ?ref= with the listing's state, from, cursor, limit and q",
+            );
+        }
+    };
+    let result = r.source.item(&name, &item).await;
     r.note(&result);
     match result {
         Ok(detail) => axum::Json(detail).into_response(),
@@ -245,6 +408,7 @@ pub(crate) async fn api_history(
     State(state): State<AppState>,
     Query(q): Query<HistoryQuery>,
 ) -> Response {
+    state.reads.touch();
     let since = q.since.unwrap_or(0);
     let every = state.config.sample_every.as_millis() as u64;
     match q.queue {
@@ -281,25 +445,91 @@ fn client_of(request_headers: &HeaderMap, peer: Option<std::net::SocketAddr>) ->
     }
 }
 
-/// Logs and counts an action the guard refused.
-pub(crate) fn audit_refused(state: &Shared, request: &Request, action: &'static str, why: &str) {
-    let client = client_of(request.headers(), peer(request));
+/// The queue a path under `/api/queues/` names, percent-decoded.
+fn queue_of_path(path: &str) -> Option<String> {
+    let rest = path.split("/api/queues/").nth(1)?;
+    let name = rest.split('/').next()?;
+    Some(percent_decode(name).unwrap_or_else(|| name.to_owned()))
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes: Vec<u8> =
+        form_urlencoded::parse(format!("x={}", text.replace('+', "%2B")).as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned().into_bytes())?;
+    String::from_utf8(bytes).ok()
+}
+
+/// The audit layer: every refused request (a missing or wrong token, a client that is not
+/// on this machine, a missing CSRF header, a foreign origin, the read-only switch, a body
+/// over the limit or unreadable, a request over the time limit) is logged with the client's
+/// address, the action and queue it asked for, the item if it got that far, and why, and is
+/// counted by reason (`workqueue_dashboard_refusals_total`); a refused action is also
+/// counted among the actions (`result="refused"`).
+pub(crate) async fn audit(
+    State(state): State<AppState>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let client = client_of(request.headers(), peer(&request));
+    let response = next.run(request).await;
+    let status = response.status();
+    let refusal = match response.extensions().get::<Refusal>() {
+        Some(r) => r.clone(),
+        None if status == StatusCode::PAYLOAD_TOO_LARGE => Refusal {
+            kind: "body_too_large",
+            reason: format!(
+                "the body is over the limit of {} bytes",
+                state.config.body_limit
+            ),
+            item: None,
+        },
+        None if status == StatusCode::REQUEST_TIMEOUT => Refusal {
+            kind: "timeout",
+            reason: format!(
+                "the request took over {} s",
+                state.config.request_timeout.as_secs_f64()
+            ),
+            item: None,
+        },
+        None => return response,
+    };
+    let action = if method == axum::http::Method::POST {
+        action_of_path(&path)
+    } else {
+        ""
+    };
+    let queue = queue_of_path(&path).unwrap_or_default();
+    let item = refusal.item.as_deref().unwrap_or("");
     tracing::warn!(
         target: "workqueue_dashboard::audit",
-        %client,
+        client = ?client,
+        method = %method,
+        path = ?path,
         action,
-        path = %request.uri().path(),
+        queue = ?queue,
+        item = ?item,
         result = "refused",
-        reason = why,
-        "dashboard action refused"
+        status = status.as_u16(),
+        reason = %refusal.reason,
+        "dashboard request refused"
     );
     state
-        .actions
-        .get_or_create(&vec![
-            ("action", action.to_owned()),
-            ("result", "refused".to_owned()),
-        ])
+        .refusals
+        .get_or_create(&vec![("reason", refusal.kind.to_owned())])
         .inc();
+    if !action.is_empty() {
+        state
+            .actions
+            .get_or_create(&vec![
+                ("action", action.to_owned()),
+                ("result", "refused".to_owned()),
+            ])
+            .inc();
+    }
+    response
 }
 
 /// The body of the actions that name an item or a dead letter.
@@ -325,7 +555,7 @@ async fn run_action(
         Err(response) => {
             tracing::warn!(
                 target: "workqueue_dashboard::audit",
-                %client, action = action.name(), queue = name, result = "not_found",
+                client = ?client, action = action.name(), queue = name, result = "not_found",
                 "dashboard action"
             );
             count(state, &action, "error");
@@ -333,8 +563,11 @@ async fn run_action(
         }
     };
     if state.read_only(r) {
-        count(state, &action, "refused");
-        return refuse(StatusCode::FORBIDDEN, "this source is read-only");
+        return refuse_as(
+            StatusCode::FORBIDDEN,
+            "read_only",
+            "this source is read-only",
+        );
     }
     let result = r.source.act(name, &action).await;
     r.note(&result);
@@ -344,7 +577,7 @@ async fn run_action(
         Ok(outcome) => {
             tracing::info!(
                 target: "workqueue_dashboard::audit",
-                %client,
+                client = ?client,
                 source = %r.label,
                 queue = name,
                 action = action.name(),
@@ -367,13 +600,13 @@ async fn run_action(
         Err(e) => {
             tracing::warn!(
                 target: "workqueue_dashboard::audit",
-                %client,
+                client = ?client,
                 source = %r.label,
                 queue = name,
                 action = action.name(),
                 item = target,
                 result = "error",
-                error = %e,
+                error = %scrub(&e.to_string()),
                 "dashboard action"
             );
             count(state, &action, "error");
@@ -402,15 +635,37 @@ pub(crate) async fn act(
 ) -> Response {
     let headers = request.headers().clone();
     let peer = peer(&request);
-    let body = axum::body::to_bytes(request.into_body(), 64 * 1024)
-        .await
-        .unwrap_or_default();
+    // Over the limit is refused, never read as an empty body and acted on.
+    let body = match axum::body::to_bytes(request.into_body(), state.config.body_limit).await {
+        Ok(body) => body,
+        Err(e) => {
+            let over = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+                || e.to_string().contains("length limit");
+            return if over {
+                refuse_as(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    &format!(
+                        "the body is over the limit of {} bytes",
+                        state.config.body_limit
+                    ),
+                )
+            } else {
+                refuse_as(
+                    StatusCode::BAD_REQUEST,
+                    "bad_body",
+                    &format!("the body could not be read: {e}"),
+                )
+            };
+        }
+    };
     let target: Target = if body.is_empty() {
         Target::default()
     } else {
         match serde_json::from_slice(&body) {
             Ok(t) => t,
-            Err(e) => return refuse(StatusCode::BAD_REQUEST, &format!("body: {e}")),
+            Err(e) => return refuse_as(StatusCode::BAD_REQUEST, "bad_body", &format!("body: {e}")),
         }
     };
     // What the body lacks, if it lacks what the action needs.
@@ -442,12 +697,13 @@ pub(crate) async fn act(
         "items/retry" => need(target.item, "item").map(|item| Action::RetryNow { item }),
         "items/remove" => need(target.item, "item").map(|item| Action::Remove { item }),
         "forget" => need(target.item, "item").map(|item| Action::Forget { item }),
-        _ => return refuse(StatusCode::NOT_FOUND, "no such action"),
+        _ => return answer_error(StatusCode::NOT_FOUND, "no such action"),
     };
     match action {
         Ok(action) => run_action(&state, &headers, peer, w.source.as_deref(), &name, action).await,
-        Err(field) => refuse(
+        Err(field) => refuse_as(
             StatusCode::BAD_REQUEST,
+            "bad_body",
             &format!("the body needs {field:?}"),
         ),
     }
@@ -469,19 +725,30 @@ async fn oldest_letter(
 }
 
 pub(crate) async fn metrics_text(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    state.reads.touch();
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let mut listings = Vec::new();
     for r in &state.sources {
         listings.push((r.label.clone(), r.queues().await.ok()));
     }
-    let (content_type, body) = crate::metrics::encode(&listings, &state.actions, accept);
+    let (content_type, body) = crate::metrics::encode(&listings, &state, accept);
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
-/// The sampler: every [`Config::sample_every`], one listing of each source goes into the
-/// history (a source that is down adds nothing, and the charts keep what they had).
-pub(crate) async fn sampler(shared: std::sync::Weak<Shared>) {
+/// How long after the last read the sampler goes on: three samples, and at least 10 s.
+fn idle_after(config: &Config) -> std::time::Duration {
+    (config.sample_every * 3).max(std::time::Duration::from_secs(10))
+}
+
+/// The sampler: every [`Config::sample_every`] while a page or a scraper reads (and for
+/// [`idle_after`] since the last read), one listing of each source goes into the history (a
+/// source that is down adds nothing, and the charts keep what they had). Nobody reading, it
+/// waits for the next read and asks the servers nothing.
+pub(crate) async fn sampler(shared: std::sync::Weak<Shared>, reads: Arc<Reads>) {
     loop {
+        if reads.closed() {
+            return;
+        }
         let Some(state) = shared.upgrade() else {
             return;
         };
@@ -489,6 +756,12 @@ pub(crate) async fn sampler(shared: std::sync::Weak<Shared>) {
             .config
             .sample_every
             .max(std::time::Duration::from_millis(100));
+        let window = idle_after(&state.config);
+        if !reads.active(window) {
+            drop(state);
+            reads.wake.notified().await;
+            continue;
+        }
         for r in &state.sources {
             if let Ok(queues) = r.queues().await {
                 state.history.record(&r.label, now_ms(), &queues);

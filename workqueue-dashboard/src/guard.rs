@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use subtle::ConstantTimeEq;
 
 use crate::api::AppState;
-use crate::refuse;
+use crate::refuse_as;
 
 pub(crate) const COOKIE: &str = "wq_dashboard_token";
 pub(crate) const CSRF_HEADER: &str = "x-wq-csrf";
@@ -30,6 +30,7 @@ pub(crate) struct PublicUrl {
 impl PublicUrl {
     /// Reads `https://host[:port][/path]`.
     pub(crate) fn parse(url: &str) -> Result<Self, String> {
+        let url = url.trim();
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| format!("{url:?} is no URL: give https://HOST[/PATH]"))?;
@@ -132,7 +133,7 @@ fn same(a: &str, b: &str) -> bool {
 }
 
 /// The action a refused `POST` asked for, for the audit log.
-fn action_of_path(path: &str) -> &'static str {
+pub(crate) fn action_of_path(path: &str) -> &'static str {
     let tail = |s: &str| path.ends_with(s);
     if tail("/pause") {
         "pause"
@@ -157,6 +158,29 @@ fn action_of_path(path: &str) -> &'static str {
     }
 }
 
+/// Why a request without a token is refused when the server does not record peers.
+pub(crate) const NO_PEER: &str = "the dashboard has no token and cannot see the client's \
+     address, so it cannot tell this machine from the network: set Config::token (see \
+     workqueue_dashboard::generate_token), or serve it with workqueue_dashboard::Server or \
+     into_make_service_with_connect_info::<SocketAddr>()";
+
+/// The tokens a request carries: `Authorization: Bearer T`, and the cookie.
+fn carried_tokens(headers: &HeaderMap) -> [Option<&str>; 2] {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    [bearer, cookie_token(headers)]
+}
+
+/// The `token` parameter of a query, percent-decoded.
+fn query_token(query: Option<&str>) -> Option<String> {
+    form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())
+}
+
 /// Authentication, DNS-rebinding and CSRF checks, and the read-only switch.
 pub(crate) async fn guard(
     State(state): State<AppState>,
@@ -174,74 +198,87 @@ pub(crate) async fn guard(
     let peer = peer(&request);
     match &state.config.token {
         None => {
-            if let Some(peer) = peer
-                && !peer.ip().is_loopback()
-            {
-                return refuse(
+            let Some(peer) = peer else {
+                if !state
+                    .no_peer_told
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::error!(target: "workqueue_dashboard::audit", "{NO_PEER}");
+                }
+                return refuse_as(StatusCode::FORBIDDEN, "no_peer", NO_PEER);
+            };
+            if !peer.ip().is_loopback() {
+                return refuse_as(
                     StatusCode::FORBIDDEN,
+                    "not_loopback",
                     "without a token the dashboard answers clients on this machine only",
                 );
             }
             if forwarded_for(headers).iter().any(|a| !loopback_addr(a)) {
-                return refuse(
+                return refuse_as(
                     StatusCode::FORBIDDEN,
+                    "not_loopback",
                     "without a token the dashboard answers clients on this machine only \
                      (a proxy forwarded this request)",
                 );
             }
             if !loopback_host(&host) && public.is_none_or(|p| p.host != host) {
-                return refuse(
+                return refuse_as(
                     StatusCode::FORBIDDEN,
+                    "not_loopback",
                     "without a token the dashboard answers loopback hosts only",
                 );
             }
         }
         Some(token) => {
-            let bearer = headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "));
-            let ok = bearer.is_some_and(|b| same(b, token))
-                || cookie_token(headers).is_some_and(|c| same(c, token));
+            let carried = carried_tokens(headers);
+            let ok = carried.iter().flatten().any(|t| same(t, token));
             if !ok {
                 // One visit to `/?token=T` sets the cookie and drops the token from the URL.
-                let query = request.uri().query().unwrap_or("");
-                let given = query
-                    .split('&')
-                    .filter_map(|kv| kv.split_once('='))
-                    .find(|(k, _)| *k == "token")
-                    .map(|(_, v)| v);
-                if request.method() == Method::GET
-                    && request.uri().path() == "/"
-                    && given.is_some_and(|g| same(g, token))
-                {
+                let given = query_token(request.uri().query());
+                let visit = request.method() == Method::GET && request.uri().path() == "/";
+                if visit && given.as_deref().is_some_and(|g| same(g, token)) {
                     return token_cookie(token, public, original.path());
                 }
-                return refuse(StatusCode::UNAUTHORIZED, "a token is needed");
+                state.auth_failures.inc();
+                let guessed = given.is_some() || carried.iter().any(Option::is_some);
+                // A guess is answered later and later; a request with no token at all (a
+                // first visit) guesses nothing and is answered at once.
+                if guessed {
+                    let delay = state.failures.fail(peer.map(|p| p.ip()));
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                }
+                let why = if guessed {
+                    "wrong token"
+                } else {
+                    "a token is needed: open the address `wq dashboard` printed when it \
+                     started (it ends with /?token=...), or send Authorization: Bearer TOKEN"
+                };
+                return refuse_as(StatusCode::UNAUTHORIZED, "unauthorized", why);
             }
         }
     }
     if request.method() != Method::GET && request.method() != Method::HEAD {
         let why = if state.config.read_only || !state.any_actions() {
-            Some("the dashboard is read-only")
+            Some(("read_only", "the dashboard is read-only"))
         } else if headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()) != Some("1") {
-            Some("missing the X-Wq-Csrf header")
+            Some(("csrf", "missing the X-Wq-Csrf header"))
         } else if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
             && site != "same-origin"
             && site != "none"
         {
-            Some("cross-site request")
+            Some(("cross_site", "cross-site request"))
         } else if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok())
             && !same_origin(origin, &host, public)
         {
-            Some("cross-origin request")
+            Some(("cross_origin", "cross-origin request"))
         } else {
             None
         };
-        if let Some(why) = why {
-            let path = request.uri().path().to_owned();
-            crate::api::audit_refused(&state, &request, action_of_path(&path), why);
-            return refuse(StatusCode::FORBIDDEN, why);
+        if let Some((kind, why)) = why {
+            return refuse_as(StatusCode::FORBIDDEN, kind, why);
         }
     }
     let mut response = next.run(request).await;

@@ -10,42 +10,69 @@
 //! PostgreSQL queues side by side); [`router`] serves one.
 //!
 //! ```no_run
-//! use workqueue_dashboard::{Config, MemorySource};
+//! use workqueue_dashboard::{Config, MemorySource, Server, generate_token};
 //!
-//! # async fn run() {
+//! # async fn run() -> std::io::Result<()> {
 //! let source = MemorySource::new();
 //! // Queues built with the source as their metrics provider show up on the page.
 //! let queue: workqueue::WorkQueue<String> =
 //!     workqueue::WorkQueue::builder().name("pods").metrics(source.clone()).build();
+//! // A random token, printed once: the page wants it, whoever asks.
+//! let token = generate_token();
+//! let config = Config { token: Some(token.clone()), ..Config::default() };
 //! let app = axum::Router::new()
 //!     .route("/healthz", axum::routing::get(|| async { "ok" }))
-//!     .nest_service("/dashboard", workqueue_dashboard::router(source, Config::default()));
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await.unwrap();
-//! axum::serve(listener, app).await.unwrap();
+//!     .nest_service("/dashboard", workqueue_dashboard::router(source, config));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! println!("http://127.0.0.1:8080/dashboard/?token={token}");
+//! // Bounded connections, a header timeout, and the client's address for the audit log.
+//! Server::new(listener).serve(app).await
 //! # }
 //! ```
 //!
-//! # Safety
+//! # Serving it safely
 //!
-//! - With no [token](Config::token), requests must come from this machine: a client whose
-//!   address is not loopback is refused whatever `Host` it sends (when the server records
-//!   peers: serve with `into_make_service_with_connect_info::<SocketAddr>()`), so is a request
-//!   a proxy forwarded for another address, and the `Host` must be a loopback name
-//!   (`localhost`, `127.x.x.x`, `[::1]`) or the [public URL](Config::public_url)'s host, which
-//!   stops DNS rebinding from a web page.
-//! - With a token, every request needs it: `Authorization: Bearer TOKEN`, or the cookie the
-//!   page sets after one visit to `/?token=TOKEN` (HttpOnly, SameSite=Strict, scoped to the
-//!   dashboard's path, and `Secure` when the public URL is `https`). The page holds no secret.
+//! - **With a token**, always, unless only this machine can reach it and everything on this
+//!   machine may read and act on the queues. [`generate_token`] makes one (256 bits);
+//!   [`Dashboard::router`] refuses a weak one ([`check_token`]: under [`MIN_TOKEN_BITS`]
+//!   bits, or characters that are not URL-safe). The API wants `Authorization: Bearer
+//!   TOKEN`; a browser opens `/?token=TOKEN` once (percent-encoding is read), which sets an
+//!   HttpOnly, SameSite=Strict cookie scoped to the dashboard's path (`Secure` when the
+//!   public URL is `https`) and drops the token from the address. The page holds no secret.
+//!   Missing or wrong tokens are answered 401 and counted
+//!   (`workqueue_dashboard_auth_failures_total`); wrong ones, past five from one address (one
+//!   IPv6 /64) in ten minutes, are answered later and later, up to 5 s.
+//! - **Without a token** the router answers only clients whose address it sees and is
+//!   loopback, naming a loopback `Host` (or the public URL's; this stops DNS rebinding), and
+//!   not forwarded by a proxy for another address. Served without the client's address
+//!   (`axum::serve(listener, app)` with no `ConnectInfo`), it refuses every request and says
+//!   how to fix it. Every process of this machine is trusted then, and so is a reverse proxy
+//!   on it: nginx's `proxy_pass` reaches the dashboard from 127.0.0.1 and, by default, says
+//!   nothing of its client. So a [public URL](Config::public_url) needs a token.
+//! - **Served by [`Server`]**: at most 512 connections (64 per client address), closed as
+//!   they come past the caps, so thousands of idle sockets cost no file descriptors and keep
+//!   no one else out; 10 s to send a request's headers; HTTPS with rustls
+//!   ([`Server::tls_pem`], feature `tls`). The router itself refuses a body over
+//!   [`Config::body_limit`] (64 KiB) with 413 before reading it, and answers 408 after
+//!   [`Config::request_timeout`] (30 s), however it is served.
+//! - **Behind a reverse proxy**, set [`Config::public_url`] to the URL operators open
+//!   (`https://ops.example.com/wq/`): nginx's defaults rewrite `Host` to the upstream's
+//!   address and add no `X-Forwarded-*` header, so the browser's `Origin` is checked against
+//!   the public URL instead of `Host`.
 //! - Every action is a `POST` that must carry the header `X-Wq-Csrf: 1` (a cross-site form
 //!   cannot set a header, and cross-site scripts cannot without a CORS preflight, which the
 //!   dashboard never grants) and, when the browser sends them, a same-origin `Origin` (the
 //!   public URL's, or the `Host`'s) and `Sec-Fetch-Site`.
-//! - Behind a reverse proxy, set [`Config::public_url`] to the URL operators open: nginx's
-//!   defaults rewrite `Host` to the upstream's address and add no `X-Forwarded-*` header, so
-//!   the browser's `Origin` is checked against the public URL instead of `Host`.
-//! - [`Config::read_only`] turns every action off. Every action, done or refused, is logged
-//!   through `tracing` (target `workqueue_dashboard::audit`: client address, action, source,
-//!   queue, item, result) and counted in `/metrics` (`workqueue_dashboard_actions_total`).
+//! - [`Config::read_only`] turns every action off. Every action and every refusal (a
+//!   missing or wrong token, a client off this machine, the CSRF and origin checks, the
+//!   read-only switch, a body over the limit or unreadable, a request over the time limit)
+//!   is logged through `tracing` (target `workqueue_dashboard::audit`: client address,
+//!   action, queue, item, result, reason) and counted in `/metrics`
+//!   (`workqueue_dashboard_actions_total{action,result}`,
+//!   `workqueue_dashboard_refusals_total{reason}`).
+//! - No secret goes out: every server URL shown or logged is [redacted](redact) from its
+//!   parsed form (user information, and every query value but a few known harmless ones),
+//!   and so is every URL in a server's error message.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -68,8 +95,10 @@ mod pg_source;
 mod redact;
 #[cfg(feature = "redis")]
 mod redis_source;
+mod server;
 mod source;
 mod sources;
+mod token;
 
 pub use history::Sample;
 pub use memory::MemorySource;
@@ -78,16 +107,21 @@ pub use pg_source::PgSource;
 pub use redact::redact;
 #[cfg(feature = "redis")]
 pub use redis_source::RedisSource;
+pub use server::Server;
 pub use source::{
     Action, DeadLetterView, End, ItemDetail, ItemPage, ItemState, ItemView, LeaseView, Outcome,
     PageRequest, QueueView, Source, SourceError, SourceStatus,
 };
+pub use token::{MIN_TOKEN_BITS, check_token, generate_token};
 pub use workqueue::metrics::QueueProbe;
 
 /// How the dashboard behaves.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Config {
-    /// The token every request must carry; `None` allows clients on this machine only.
+    /// The token every request must carry (see [`generate_token`]; [`check_token`] says what
+    /// a given one needs). `None` answers clients on this machine only, and only when the
+    /// server records the client's address ([`Server`] does): every process of this machine,
+    /// and a reverse proxy on it, is trusted then.
     pub token: Option<String>,
     /// No actions: every `POST` is refused.
     pub read_only: bool,
@@ -105,6 +139,27 @@ pub struct Config {
     /// (`https://ops.example.com/wq/`): its origin is accepted on actions, its host without a
     /// token, its path scopes the cookie, and an `https` URL makes the cookie `Secure`.
     pub public_url: Option<String>,
+    /// The most bytes a request's body may have; a longer one is refused (413) before it is
+    /// read, and before authentication.
+    pub body_limit: usize,
+    /// How long a request may take, reading its body included; then it is answered 408.
+    pub request_timeout: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("read_only", &self.read_only)
+            .field("sample_every", &self.sample_every)
+            .field("keep", &self.keep)
+            .field("page_limit", &self.page_limit)
+            .field("history_queues", &self.history_queues)
+            .field("public_url", &self.public_url)
+            .field("body_limit", &self.body_limit)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
 }
 
 impl Default for Config {
@@ -117,6 +172,8 @@ impl Default for Config {
             page_limit: 50,
             history_queues: 100,
             public_url: None,
+            body_limit: 64 * 1024,
+            request_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -127,7 +184,30 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-pub(crate) fn refuse(status: StatusCode, why: &str) -> Response {
+/// A refusal, as the audit log and `/metrics` tell it: a short fixed label (`unauthorized`,
+/// `read_only`, `body_too_large`, ...), why, and the item the request named if it got that
+/// far.
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    pub(crate) kind: &'static str,
+    pub(crate) reason: String,
+    pub(crate) item: Option<String>,
+}
+
+/// A refusal of the request, logged and counted under `kind` by the audit layer.
+pub(crate) fn refuse_as(status: StatusCode, kind: &'static str, why: &str) -> Response {
+    let mut response = (status, axum::Json(serde_json::json!({ "error": why }))).into_response();
+    response.extensions_mut().insert(Refusal {
+        kind,
+        reason: why.to_owned(),
+        item: None,
+    });
+    response
+}
+
+/// An answer that is no refusal (a queue that is not there, a server that is down): not
+/// logged by the audit layer.
+pub(crate) fn answer_error(status: StatusCode, why: &str) -> Response {
     (status, axum::Json(serde_json::json!({ "error": why }))).into_response()
 }
 
@@ -182,23 +262,39 @@ impl Dashboard {
     }
 
     /// The router: the page at `/`, the API under `/api/`, metrics at `/metrics`. Serve it
-    /// alone (with `into_make_service_with_connect_info::<SocketAddr>()`, so that the
-    /// loopback rule and the audit log see the client's address), or mount it with
-    /// [`Router::nest_service`] (which also routes `/prefix/` to the page; `nest` would not).
-    /// It samples the figures every [`Config::sample_every`] for the charts, in a task spawned
-    /// on the current Tokio runtime (so call it inside one) that ends when the router is
-    /// dropped.
+    /// alone with [`Server`] (or at least with
+    /// `into_make_service_with_connect_info::<SocketAddr>()`, so that the loopback rule and
+    /// the audit log see the client's address), or mount it with [`Router::nest_service`]
+    /// (which also routes `/prefix/` to the page; `nest` would not). While a page or a
+    /// scraper reads (and for three samples after, at least 10 s), it samples the figures
+    /// every [`Config::sample_every`] for the charts, in a task spawned on the current Tokio
+    /// runtime (so call it inside one) that ends when the router is dropped; nobody reading,
+    /// it asks the servers nothing.
     ///
     /// # Errors
     ///
-    /// A [`Config::public_url`] that is not an `http(s)://HOST[/PATH]` URL.
+    /// A [`Config::token`] that [`check_token`] refuses, a [`Config::public_url`] that is not
+    /// an `http(s)://HOST[/PATH]` URL, or a public URL without a token (a proxy serves the
+    /// dashboard to other machines, and to the dashboard every request through it comes
+    /// from this one).
     pub fn router(self) -> Result<Router, String> {
+        if let Some(token) = &self.config.token {
+            check_token(token)?;
+        }
         let public = self
             .config
             .public_url
             .as_deref()
             .map(guard::PublicUrl::parse)
             .transpose()?;
+        if public.is_some() && self.config.token.is_none() {
+            return Err(
+                "a public URL needs a token: behind a reverse proxy every request comes from \
+                 this machine, whoever sent it"
+                    .into(),
+            );
+        }
+        let reads = Arc::new(api::Reads::default());
         let shared = Arc::new(api::Shared {
             history: history::History::new(
                 self.config.keep.as_millis() as u64,
@@ -208,8 +304,13 @@ impl Dashboard {
             config: self.config,
             public,
             actions: Default::default(),
+            refusals: Default::default(),
+            auth_failures: Default::default(),
+            failures: Default::default(),
+            no_peer_told: Default::default(),
+            reads: reads.clone(),
         });
-        tokio::spawn(api::sampler(Arc::downgrade(&shared)));
+        tokio::spawn(api::sampler(Arc::downgrade(&shared), reads));
         let mut app = Router::new()
             .route("/", get(page))
             .route("/assets/app.js", get(app_js))
@@ -238,8 +339,18 @@ impl Dashboard {
                 }),
             );
         }
+        let body_limit = shared.config.body_limit;
+        let request_timeout = shared.config.request_timeout;
+        // From the outside in: the audit log sees every answer; the time limit and the body
+        // limit hold before authentication; then the guard.
         Ok(app
             .layer(middleware::from_fn_with_state(shared.clone(), guard::guard))
+            .layer(tower_http::limit::RequestBodyLimitLayer::new(body_limit))
+            .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+                StatusCode::REQUEST_TIMEOUT,
+                request_timeout,
+            ))
+            .layer(middleware::from_fn_with_state(shared.clone(), api::audit))
             .with_state(shared))
     }
 }
@@ -248,8 +359,9 @@ impl Dashboard {
 ///
 /// # Panics
 ///
-/// If [`Config::public_url`] is set and is not an `http(s)://HOST[/PATH]` URL (use
-/// [`Dashboard`] to get the error instead).
+/// If [`Dashboard::router`] refuses the configuration (a weak token, a public URL that is not
+/// an `http(s)://HOST[/PATH]` URL or has no token); use [`Dashboard`] to get the error
+/// instead.
 pub fn router<S: Source>(source: S, config: Config) -> Router {
     Dashboard::new(config)
         .source(source)

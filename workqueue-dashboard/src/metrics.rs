@@ -21,7 +21,7 @@ type FloatGauge = Family<Labels, Gauge<f64, AtomicU64>>;
 /// (OpenMetrics when asked for, else Prometheus text); returns the content type and the body.
 pub(crate) fn encode(
     listings: &[(String, Option<Arc<Vec<QueueView>>>)],
-    actions: &Family<Labels, Counter>,
+    shared: &crate::api::Shared,
     accept: Option<&str>,
 ) -> (&'static str, String) {
     let mut registry = Registry::with_prefix("workqueue");
@@ -93,7 +93,18 @@ pub(crate) fn encode(
     registry.register(
         "dashboard_actions",
         "Operator actions through the dashboard, by action and result",
-        actions.clone(),
+        shared.actions.clone(),
+    );
+    registry.register(
+        "dashboard_refusals",
+        "Requests the dashboard refused, by reason (unauthorized, read_only, csrf, \
+         body_too_large, ...)",
+        shared.refusals.clone(),
+    );
+    registry.register(
+        "dashboard_auth_failures",
+        "Requests with a missing or wrong token",
+        shared.auth_failures.clone(),
     );
     for (source, queues) in listings {
         up.get_or_create(&vec![("source", source.clone())])

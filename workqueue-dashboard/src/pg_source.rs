@@ -34,7 +34,8 @@ type Item = Box<RawValue>;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long a listing, a page or an item may take before the server counts as down (it
-/// hangs, or the network dropped it without a word).
+/// hangs, or the network dropped it without a word); the server cancels a statement after
+/// as long ([`PgSource::statement_timeout`]).
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The most queue handles kept (a handle is a few hundred bytes and no connection).
@@ -72,6 +73,8 @@ pub struct PgSource {
     /// Whether the server's settings were read since the source last reached it.
     settings_read: AtomicBool,
     warnings: parking_lot::Mutex<Vec<String>>,
+    /// The `statement_timeout` of the source's connections.
+    statement_timeout: Duration,
 }
 
 impl std::fmt::Debug for PgSource {
@@ -122,13 +125,26 @@ impl PgSource {
             up: AtomicBool::new(false),
             settings_read: AtomicBool::new(false),
             warnings: parking_lot::Mutex::new(Vec::new()),
+            statement_timeout: READ_TIMEOUT,
         })
+    }
+
+    /// How long the server may run one statement of the source before it cancels it
+    /// (`statement_timeout`, set on each of the source's connections; 10 s, as long as the
+    /// source waits for an answer). Giving up on an answer does not stop a query on the
+    /// server: this does, so a slow listing or a search stuck behind a lock holds no
+    /// connection and no lock after the page has moved on. Zero: no limit.
+    #[must_use]
+    pub fn statement_timeout(mut self, timeout: Duration) -> Self {
+        self.statement_timeout = timeout;
+        self
     }
 
     /// The pool: at most [`Self::MAX_CONNECTIONS`], none opened until a call needs one, each
     /// checked before use (one the server closed is replaced), idle ones closed after a
     /// minute.
     fn pool(&self) -> &PgPool {
+        let timeout_ms = self.statement_timeout.as_millis();
         self.pool.get_or_init(|| {
             PgPoolOptions::new()
                 .max_connections(Self::MAX_CONNECTIONS)
@@ -136,6 +152,16 @@ impl PgSource {
                 .acquire_timeout(CONNECT_TIMEOUT)
                 .idle_timeout(Some(Duration::from_secs(60)))
                 .test_before_acquire(true)
+                .after_connect(move |connection, _| {
+                    Box::pin(async move {
+                        // A SET, not a startup option, so that poolers that refuse startup
+                        // options (PgBouncer) take it too.
+                        sqlx::query(&format!("SET statement_timeout = {timeout_ms}"))
+                            .execute(connection)
+                            .await
+                            .map(drop)
+                    })
+                })
                 .connect_lazy_with(self.options.clone())
         })
     }

@@ -123,6 +123,10 @@ impl Registered {
         let listing = self.source.queues().await.map(|mut queues| {
             for q in &mut queues {
                 q.source.clone_from(&self.label);
+                // What a server says about a queue is shown: no URL in it keeps a secret.
+                if let Some(why) = &mut q.broken {
+                    *why = crate::redact::scrub(why);
+                }
             }
             Arc::new(queues)
         });

@@ -291,7 +291,7 @@ async fn a_token_guards_the_page_and_the_api() {
     let q: RedisQueue<u32> = queue(&server, "jobs").await;
     q.add(1).await.unwrap();
     let config = Config {
-        token: Some("t0ken-123".into()),
+        token: Some(support::TOKEN.into()),
         ..Config::default()
     };
     let app = dashboard(&server, config);
@@ -312,17 +312,26 @@ async fn a_token_guards_the_page_and_the_api() {
     );
     let wrong = send(
         &app,
-        at("/api/queues", Some(("authorization", "Bearer t0ken-124"))),
+        at(
+            "/api/queues",
+            Some((
+                "authorization",
+                &format!("Bearer {}x", &support::TOKEN[1..]),
+            )),
+        ),
     )
     .await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
     let bearer = send(
         &app,
-        at("/api/queues", Some(("authorization", "Bearer t0ken-123"))),
+        at(
+            "/api/queues",
+            Some(("authorization", &format!("Bearer {}", support::TOKEN))),
+        ),
     )
     .await;
     assert_eq!(bearer.status, StatusCode::OK);
-    let visit = send(&app, at("/?token=t0ken-123", None)).await;
+    let visit = send(&app, at(&format!("/?token={}", support::TOKEN), None)).await;
     assert_eq!(visit.status, StatusCode::SEE_OTHER);
     let cookie = visit.cookie.expect("a cookie");
     assert!(
@@ -337,7 +346,10 @@ async fn a_token_guards_the_page_and_the_api() {
     let pair = cookie.split(';').next().unwrap().to_owned();
     let page = send(&app, at("/", Some(("cookie", &pair)))).await;
     assert_eq!(page.status, StatusCode::OK);
-    assert!(!page.body.contains("t0ken-123"), "the page holds no secret");
+    assert!(
+        !page.body.contains(support::TOKEN),
+        "the page holds no secret"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -118,19 +118,18 @@ where
 /// One browser at a time: each test starts its own, and two at once would crowd two cores.
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The dashboard of `dashboard` on a free loopback port, recording clients' addresses as
-/// `wq dashboard` does; returns its base URL.
+/// The dashboard of `dashboard` on a free loopback port, served as `wq dashboard` serves
+/// it; returns the address `wq dashboard` prints, with the token: a visit sets the cookie
+/// and goes on to the page (a `#fragment` after it survives the redirect).
 async fn serve(dashboard: Dashboard) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}/", listener.local_addr().unwrap());
+    let base = format!(
+        "http://{}/?token={}",
+        listener.local_addr().unwrap(),
+        support::TOKEN
+    );
     let app = dashboard.router().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-        )
-        .await
-    });
+    tokio::spawn(workqueue_dashboard::Server::new(listener).serve(app));
     base
 }
 
@@ -142,6 +141,7 @@ fn redis_dashboard(server: &support::RedisServer, config: Config) -> Dashboard {
 fn fast() -> Config {
     Config {
         sample_every: Duration::from_millis(250),
+        token: Some(support::TOKEN.into()),
         ..Config::default()
     }
 }
@@ -332,6 +332,10 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
             && cell(browser, "orders", "dead").await == "2"
     })
     .await;
+    // The token's visit left no token in the address, and the page's script cannot read it.
+    let here = eval(browser, "return location.href + ' ' + document.cookie").await;
+    assert!(!here.as_str().unwrap().contains(support::TOKEN), "{here}");
+    assert!(here.as_str().unwrap().contains("#orders"), "{here}");
     assert_eq!(cell(browser, "orders", "in_flight").await, "1");
     assert_eq!(cell(browser, "orders", "failing").await, "1");
     assert_eq!(cell(browser, "orders", "state").await, "running");
@@ -993,4 +997,96 @@ async fn a_postgres_queue_beside_a_redis_one_shows_its_figures_and_is_acted_on()
     );
     assert_eq!(cell_of(browser, "postgres", "orders", "depth").await, depth);
     browser.clone().close().await.unwrap();
+}
+
+/// Hostile queue names and items are text on the page, never markup; a long item is cut in
+/// its listing and shown whole in its detail, with its actions there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_and_long_items_are_shown_as_text() {
+    let Some((chromium_bin, driver_bin)) = require_browser() else {
+        return;
+    };
+    let _one = ONE_BROWSER.lock().await;
+    let Some(server) = support::redis_server(&[]) else {
+        return;
+    };
+    let name = "<img/src=x/onerror=window.pwned=1>";
+    let q: RedisQueue<String> = RedisQueue::builder(name)
+        .url(server.url())
+        .check_persistence(false)
+        .build()
+        .await
+        .unwrap();
+    let long = format!("<script>window.pwned=2</script>{}", "z".repeat(5_000));
+    q.add(long.clone()).await.unwrap();
+    q.add_after(
+        "\"><svg onload=window.pwned=3>".to_owned(),
+        Duration::from_secs(3600),
+    )
+    .await
+    .unwrap();
+    let base = serve(redis_dashboard(&server, fast())).await;
+    let window = chromium(&chromium_bin, &driver_bin, false).await;
+    let browser = &window.client;
+    browser
+        .goto(&format!("{base}#redis/{}", urlencode(name)))
+        .await
+        .unwrap();
+    until("the hostile queue is listed", || async {
+        eval(
+            browser,
+            "return [...document.querySelectorAll('tr[data-queue]')].some((r) => r.dataset.queue.startsWith('<img'))",
+        )
+        .await
+            == serde_json::json!(true)
+    })
+    .await;
+    until("its items are listed", || async {
+        texts(browser, "#items tr.item-row").await.len() == 1
+    })
+    .await;
+    let row = texts(browser, "#items tr.item-row").await[0].clone();
+    assert!(
+        row.contains("<script>window.pwned=2</script>"),
+        "as text: {row}"
+    );
+    assert!(row.len() < 1_000, "cut: {} bytes", row.len());
+    click(browser, "#items tr.item-row button[data-action=\"open\"]").await;
+    until("the detail shows the item whole", || async {
+        text(browser, "#item-name").await.len() > 5_000
+    })
+    .await;
+    assert!(
+        browser
+            .find(Locator::Css("#item-actions button[data-action=\"remove\"]"))
+            .await
+            .is_ok(),
+        "its actions are in the detail"
+    );
+    click(browser, "button[data-state=\"delayed\"]").await;
+    until("the delayed item is listed", || async {
+        texts(browser, "#items tr.item-row")
+            .await
+            .first()
+            .is_some_and(|r| r.contains("<svg onload"))
+    })
+    .await;
+    assert_eq!(
+        eval(browser, "return window.pwned === undefined && document.querySelectorAll('img[src=x], #items script, svg[onload]').length === 0").await,
+        serde_json::json!(true),
+        "no markup of theirs ran or was made"
+    );
+    browser.clone().close().await.unwrap();
+}
+
+fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }

@@ -440,7 +440,7 @@ async fn behind_a_proxy_the_cookie_is_secure_and_scoped_to_the_public_path() {
         .metrics(source.clone())
         .build();
     let app = Dashboard::new(Config {
-        token: Some("s3cret-token".into()),
+        token: Some(support::TOKEN.into()),
         public_url: Some("https://ops.example.com/wq".into()),
         ..Config::default()
     })
@@ -452,7 +452,7 @@ async fn behind_a_proxy_the_cookie_is_secure_and_scoped_to_the_public_path() {
         &app,
         from(
             "127.0.0.1:40000",
-            Request::get("/?token=s3cret-token").header("host", "127.0.0.1:8080"),
+            Request::get(format!("/?token={}", support::TOKEN)).header("host", "127.0.0.1:8080"),
         ),
     )
     .await;
@@ -493,7 +493,7 @@ async fn the_public_url_origin_may_act_and_a_foreign_one_may_not() {
     let app = dashboard(
         &server,
         Config {
-            token: Some("t".to_owned()),
+            token: Some(support::TOKEN.to_owned()),
             public_url: Some("https://ops.example.com/wq/".into()),
             ..Config::default()
         },
@@ -501,7 +501,7 @@ async fn the_public_url_origin_may_act_and_a_foreign_one_may_not() {
     let act = |origin: &str| {
         Request::post("/api/queues/jobs/pause")
             .header("host", "127.0.0.1:8080")
-            .header("authorization", "Bearer t")
+            .header("authorization", format!("Bearer {}", support::TOKEN))
             .header("origin", origin)
             .header("x-wq-csrf", "1")
             .body(Body::empty())

@@ -788,3 +788,41 @@ async fn a_postgres_queue_beside_a_redis_one_has_the_same_series() {
     std::fs::create_dir_all(&target).unwrap();
     std::fs::write(target.join("dashboard-metrics-postgres.txt"), &text).unwrap();
 }
+
+/// A statement stuck behind a lock is cancelled by the server when the source's
+/// `statement_timeout` passes: giving up on the answer is not enough, the query would go on
+/// waiting (and holding a connection) on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_stuck_on_the_server_is_cancelled_there() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pool = admin(&server).await;
+    queue(&pool, "locked").await;
+    let app = router(
+        PgSource::new(&url(&server))
+            .unwrap()
+            .statement_timeout(Duration::from_secs(1)),
+        Config::default(),
+    );
+    assert_eq!(get(&app, "/api/queues").await.status, StatusCode::OK);
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE workqueue_queues IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let reply = get(&app, "/api/queues").await;
+    assert_eq!(reply.status, StatusCode::BAD_GATEWAY, "{}", reply.body);
+    assert!(reply.body.contains("statement timeout"), "{}", reply.body);
+    assert!(!reply.body.contains(PASSWORD), "{}", reply.body);
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE application_name = 'wq-dashboard' AND state = 'active'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(waiting, 0, "no statement of the dashboard still runs");
+    lock.rollback().await.unwrap();
+    assert_eq!(get(&app, "/api/queues").await.status, StatusCode::OK);
+}

@@ -1,7 +1,9 @@
 //! The dashboard behind a real nginx with its defaults (`proxy_pass` alone: `Host` rewritten
 //! to the upstream's address, no `X-Forwarded-*` header), over a live `redis-server`: with
 //! `Config::public_url` the token's cookie is scoped to the proxied path and actions from the
-//! public origin go through; without it, the same action is refused as cross-origin.
+//! public origin go through; without it, the same action is refused as cross-origin. Every
+//! request through the proxy reaches the dashboard from 127.0.0.1, so without the token
+//! nothing is read or done through it.
 //!
 //! Needs the Debian package `nginx` (`$WQ_NGINX`, else `/usr/sbin/nginx`). Without it the test
 //! fails, naming the package; outside CI, `WQ_SKIP_NGINX_TESTS=1` skips it knowingly.
@@ -9,92 +11,27 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use workqueue_dashboard::{Config, Dashboard, RedisSource};
+use workqueue_dashboard::{Config, Dashboard, RedisSource, Server};
 use workqueue_redis::RedisQueue;
 
-const SKIP_VAR: &str = "WQ_SKIP_NGINX_TESTS";
+#[path = "support/nginx.rs"]
+mod nginx_support;
 
-fn nginx_binary() -> Option<PathBuf> {
-    let path =
-        std::env::var("WQ_NGINX").map_or_else(|_| PathBuf::from("/usr/sbin/nginx"), PathBuf::from);
-    if path.exists() {
-        return Some(path);
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    if !ci && std::env::var(SKIP_VAR).is_ok_and(|v| v == "1") {
-        eprintln!("note: no nginx; {SKIP_VAR}=1, so the proxy test does not run");
-        return None;
-    }
-    panic!(
-        "{} not found: the proxy test needs the Debian package nginx (apt-get install nginx); \
-         outside CI, set {SKIP_VAR}=1 to skip it knowingly",
-        path.display()
-    );
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// An nginx of the test's own, in a directory of its own, stopped by PID when dropped.
-struct Nginx {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use nginx_support::{free_port, nginx_binary};
 
 /// nginx on `port`, proxying `/wq/` to `with_public` and `/plain/` to `without`, with
 /// nothing but `proxy_pass`: nginx's defaults.
-fn nginx(binary: &PathBuf, port: u16, with_public: SocketAddr, without: SocketAddr) -> Nginx {
-    let dir = std::env::temp_dir().join(format!("wq-nginx-{}-{port}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let d = dir.display();
-    let conf = format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
-         error_log {d}/error.log;\nevents {{ worker_connections 64; }}\nhttp {{\n\
-         access_log off;\nclient_body_temp_path {d}/body;\nproxy_temp_path {d}/proxy;\n\
-         fastcgi_temp_path {d}/fastcgi;\nuwsgi_temp_path {d}/uwsgi;\nscgi_temp_path {d}/scgi;\n\
-         server {{\nlisten 127.0.0.1:{port};\n\
-         location /wq/ {{ proxy_pass http://{with_public}/; }}\n\
-         location /plain/ {{ proxy_pass http://{without}/; }}\n}}\n}}\n"
-    );
-    let conf_path = dir.join("nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let child = Command::new(binary)
-        .arg("-p")
-        .arg(&dir)
-        .arg("-c")
-        .arg(&conf_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run nginx");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "nginx did not listen; see {d}/error.log"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Nginx { child, dir }
+fn nginx(
+    binary: &PathBuf,
+    port: u16,
+    with_public: SocketAddr,
+    without: SocketAddr,
+) -> nginx_support::Nginx {
+    nginx_support::start(binary, port, &[("/wq/", with_public), ("/plain/", without)])
 }
 
 /// One HTTP/1.1 exchange on a fresh connection: the status line, the headers and the body.
@@ -113,13 +50,7 @@ async fn serve(dashboard: Dashboard) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = dashboard.router().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    tokio::spawn(Server::new(listener).serve(app));
     addr
 }
 
@@ -141,7 +72,7 @@ async fn behind_nginx_defaults_the_public_url_keeps_actions_working_and_safe() {
     let port = free_port();
     let public = format!("http://127.0.0.1:{port}/wq/");
     let config = |public_url: Option<String>| Config {
-        token: Some("proxy-t0ken".into()),
+        token: Some(support::TOKEN.into()),
         public_url,
         ..Config::default()
     };
@@ -155,7 +86,7 @@ async fn behind_nginx_defaults_the_public_url_keeps_actions_working_and_safe() {
         // The token's visit sets a cookie scoped to the proxied path.
         let visit = exchange(
             port,
-            &format!("GET /wq/?token=proxy-t0ken HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+            &format!("GET /wq/?token={} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n", support::TOKEN),
         );
         assert!(visit.starts_with("HTTP/1.1 303"), "{visit}");
         let cookie_line = visit
@@ -181,13 +112,14 @@ async fn behind_nginx_defaults_the_public_url_keeps_actions_working_and_safe() {
         assert!(listing.starts_with("HTTP/1.1 200"), "{listing}");
         assert!(listing.contains("\"name\":\"jobs\""), "{listing}");
         // An action as the browser sends it: the public origin, the cookie, the header.
+        let token = support::TOKEN;
         let action = |prefix: &str| {
             exchange(
                 port,
                 &format!(
                     "POST /{prefix}/api/queues/jobs/pause HTTP/1.1\r\nHost: {host}\r\n\
                      Origin: http://{host}\r\nSec-Fetch-Site: same-origin\r\nX-Wq-Csrf: 1\r\n\
-                     Cookie: {pair}\r\nAuthorization: Bearer proxy-t0ken\r\n\
+                     Cookie: {pair}\r\nAuthorization: Bearer {token}\r\n\
                      Content-Length: 0\r\nConnection: close\r\n\r\n"
                 ),
             )
@@ -215,5 +147,76 @@ async fn behind_nginx_defaults_the_public_url_keeps_actions_working_and_safe() {
     assert!(
         q.is_paused().await.unwrap(),
         "only the action through /wq/ paused it"
+    );
+}
+
+/// The issue's request, through nginx's defaults to a dashboard with a token: the request
+/// reaches the dashboard from 127.0.0.1 naming a loopback `Host`, which is all the tokenless
+/// mode looked at; with a token it reads nothing and purges nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_nginx_without_the_token_nothing_is_read_or_done() {
+    let Some(binary) = nginx_binary() else {
+        return;
+    };
+    let Some(server) = support::redis_server(&[]) else {
+        return;
+    };
+    let text: RedisQueue<String> = RedisQueue::builder("orders")
+        .url(server.url())
+        .check_persistence(false)
+        .build()
+        .await
+        .unwrap();
+    text.add("bad".to_owned()).await.unwrap();
+    let numbers: RedisQueue<u32> = RedisQueue::builder("orders")
+        .url(server.url())
+        .check_persistence(false)
+        .build()
+        .await
+        .unwrap();
+    assert!(numbers.try_get().await.unwrap().is_empty());
+    assert_eq!(numbers.stats(10).await.unwrap().dead, 1);
+    let token = workqueue_dashboard::generate_token();
+    let upstream = serve(
+        Dashboard::new(Config {
+            token: Some(token.clone()),
+            ..Config::default()
+        })
+        .source(RedisSource::new(&server.url(), "wq").unwrap()),
+    )
+    .await;
+    let port = free_port();
+    let _nginx = nginx_support::start(&binary, port, &[("/", upstream)]);
+    let result = tokio::task::spawn_blocking(move || {
+        let purge = exchange(
+            port,
+            "POST /api/queues/orders/dead-letters/purge HTTP/1.1\r\nHost: localhost\r\n\
+             X-Wq-Csrf: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        );
+        assert!(purge.starts_with("HTTP/1.1 401"), "{purge}");
+        let read = exchange(
+            port,
+            "GET /api/queues/orders/items?state=dead HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+             Connection: close\r\n\r\n",
+        );
+        assert!(read.starts_with("HTTP/1.1 401"), "{read}");
+        assert!(!read.contains("bad"), "{read}");
+        let with_token = exchange(
+            port,
+            &format!(
+                "GET /api/queues HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+                 Connection: close\r\n\r\n"
+            ),
+        );
+        assert!(with_token.starts_with("HTTP/1.1 200"), "{with_token}");
+    })
+    .await;
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic.into_panic());
+    }
+    assert_eq!(
+        numbers.stats(10).await.unwrap().dead,
+        1,
+        "nothing was purged"
     );
 }

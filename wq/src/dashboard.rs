@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use workqueue_dashboard::{Config, Dashboard, PgSource, RedisSource, redact};
+use workqueue_dashboard::{
+    Config, Dashboard, PgSource, RedisSource, Server, check_token, generate_token, redact,
+};
 
 /// Serves the dashboard: a page, a JSON API under `/api/` and `/metrics`.
 #[derive(Debug, Args)]
@@ -28,22 +30,51 @@ pub(crate) struct DashboardArgs {
     /// `$WQ_POSTGRES_URL` (keep a password off the command line).
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     postgres: Option<String>,
-    /// Where to listen. Anything but a loopback address needs a token.
+    /// Where to listen. Anything but a loopback address needs HTTPS (`--tls-cert` and
+    /// `--tls-key`), a `--public-url https://...` (TLS ended at a proxy) or `--insecure-http`.
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
-    /// A file holding the token the page and the API need (its first line). The token can
-    /// also come from `$WQ_DASHBOARD_TOKEN`; `--token` shows it to every user of the machine
-    /// in the process list.
+    /// A file holding the token the page and the API need (its first line): URL-safe, 128
+    /// bits or more (`openssl rand -hex 32`). The token can also come from
+    /// `$WQ_DASHBOARD_TOKEN`; `--token` shows it to every user of the machine in the process
+    /// list. With none, a random token is made and the address to open printed once.
     #[arg(long)]
     token_file: Option<PathBuf>,
     /// The token, on the command line (prefer `--token-file` or `$WQ_DASHBOARD_TOKEN`).
     #[arg(long)]
     token: Option<String>,
+    /// No token at all: every process on this machine can read the queues' items and act on
+    /// them, and so can anyone a reverse proxy on this machine forwards for. Loopback
+    /// `--addr` only, no `--public-url`.
+    #[arg(long, conflicts_with_all = ["token", "token_file", "public_url"])]
+    no_auth: bool,
     /// The URL operators open when a reverse proxy serves the dashboard
     /// (`https://ops.example.com/wq/`): actions from that origin are accepted, the cookie is
-    /// scoped to its path and `Secure` over https. Needs a token.
+    /// scoped to its path and `Secure`. `https` only (an `http://` one needs
+    /// `--insecure-http`).
     #[arg(long)]
     public_url: Option<String>,
+    /// Serve HTTPS with the certificate chain in this PEM file (with `--tls-key`).
+    #[arg(long, requires = "tls_key", value_name = "PEM")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of `--tls-cert`, a PEM file.
+    #[arg(long, requires = "tls_cert", value_name = "PEM")]
+    tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on a non-loopback `--addr` (or behind an `http://` public URL): the
+    /// token and every item cross the network in clear.
+    #[arg(long)]
+    insecure_http: bool,
+    /// At most this many connections at once; more are closed as they come.
+    #[arg(long, default_value_t = Server::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// At most this many connections at once from one client address (behind a reverse
+    /// proxy, the proxy is one client).
+    #[arg(long, default_value_t = Server::DEFAULT_MAX_CONNECTIONS_PER_CLIENT)]
+    max_connections_per_client: usize,
+    /// Seconds a connection has to send a request's headers (and, with TLS, to finish its
+    /// handshake); an idle or slow one is closed.
+    #[arg(long, value_name = "SECS", default_value_t = Server::DEFAULT_HEADER_READ_TIMEOUT.as_secs())]
+    header_read_timeout: u64,
     /// No actions (requeue, delete, purge, retry, remove, pause, resume, forget).
     #[arg(long)]
     read_only: bool,
@@ -149,32 +180,91 @@ fn sources(args: &DashboardArgs, dashboard: Dashboard) -> Result<(Dashboard, Vec
     Ok((dashboard, described))
 }
 
+/// How the dashboard is reached, from the arguments: the token (given, made, or none with
+/// `--no-auth`), and whether the URL printed says so.
+struct Access {
+    token: Option<String>,
+    /// Made here: the printed address carries it.
+    generated: bool,
+}
+
+/// Checks the arguments that decide who can reach the dashboard and how; the error says
+/// what to give instead.
+fn access(args: &DashboardArgs) -> Result<Access, String> {
+    let given = token(args)?;
+    if let Some(token) = &given {
+        check_token(token)?;
+    }
+    let loopback = args.addr.ip().is_loopback();
+    let tls = args.tls_cert.is_some();
+    if let Some(url) = &args.public_url {
+        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        match scheme.as_deref() {
+            Some("https") => {}
+            Some("http") if args.insecure_http => {}
+            Some("http") => {
+                return Err(format!(
+                    "--public-url {url}: the page would be served in clear to other machines; \
+                     give an https:// URL (TLS ended at the proxy), or --insecure-http to \
+                     accept it"
+                ));
+            }
+            _ => return Err(format!("--public-url {url}: give https://HOST[/PATH]")),
+        }
+    }
+    if !loopback && !tls && args.public_url.is_none() && !args.insecure_http {
+        return Err(format!(
+            "{} is not a loopback address, and the token and every item would cross the network \
+             in clear: give --tls-cert PEM --tls-key PEM, or --public-url https://... when a \
+             proxy ends TLS, or --insecure-http to accept it",
+            args.addr
+        ));
+    }
+    if args.no_auth {
+        if !loopback {
+            return Err(format!(
+                "--no-auth: {} is not a loopback address; without a token the dashboard is \
+                 for this machine only",
+                args.addr
+            ));
+        }
+        return Ok(Access {
+            token: None,
+            generated: false,
+        });
+    }
+    Ok(match given {
+        Some(token) => Access {
+            token: Some(token),
+            generated: false,
+        },
+        None => Access {
+            token: Some(generate_token()),
+            generated: true,
+        },
+    })
+}
+
 pub(crate) fn run(args: DashboardArgs) -> ExitCode {
     init_logging();
-    let token = match token(&args) {
-        Ok(token) => token,
+    let access = match access(&args) {
+        Ok(access) => access,
         Err(e) => {
             eprintln!("wq dashboard: {e}");
             return ExitCode::from(2);
         }
     };
-    if token.is_none() && !args.addr.ip().is_loopback() {
+    if access.token.is_none() {
         eprintln!(
-            "wq dashboard: {} is not a loopback address: give --token-file or set \
-             WQ_DASHBOARD_TOKEN",
-            args.addr
+            "wq dashboard: WARNING: --no-auth: no token. Every process and every user of this \
+             machine can read the queues' items and purge, requeue or remove them, and so can \
+             anyone a reverse proxy on this machine forwards (nginx's proxy_pass reaches the \
+             dashboard from 127.0.0.1, like a local client). Leave --no-auth out, and open the \
+             address with the token it prints."
         );
-        return ExitCode::from(2);
-    }
-    if token.is_none() && args.public_url.is_some() {
-        eprintln!(
-            "wq dashboard: --public-url serves the dashboard through a proxy to other \
-             machines: give --token-file or set WQ_DASHBOARD_TOKEN"
-        );
-        return ExitCode::from(2);
     }
     let config = Config {
-        token,
+        token: access.token.clone(),
         read_only: args.read_only,
         sample_every: Duration::from_secs(args.sample_every.max(1)),
         history_queues: args.history_queues,
@@ -200,7 +290,7 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
         let app = match dashboard.router() {
             Ok(app) => app,
             Err(e) => {
-                eprintln!("wq dashboard: --public-url: {e}");
+                eprintln!("wq dashboard: {e}");
                 return ExitCode::from(2);
             }
         };
@@ -211,13 +301,59 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let local = listener.local_addr().map_or(args.addr, |a| a);
-        // The first line names the address (tests read it when the port was 0).
+        let mut server = Server::new(listener)
+            .max_connections(args.max_connections)
+            .max_connections_per_client(args.max_connections_per_client)
+            .header_read_timeout(Duration::from_secs(args.header_read_timeout.max(1)));
+        if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+            server = match server.tls_pem(cert, key) {
+                Ok(server) => server,
+                Err(e) => {
+                    eprintln!("wq dashboard: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+        }
+        let local = server.local_addr().map_or(args.addr, |a| a);
+        let scheme = if server.is_tls() { "https" } else { "http" };
+        // The first line names the address (tests read it when the port was 0); a token
+        // made here is printed in it once, as the address to open.
+        // The public URL as the dashboard reads it: its path ends with `/`.
+        let public_url = args.public_url.as_deref().map(|url| {
+            let url = url.trim();
+            if url.ends_with('/') {
+                url.to_owned()
+            } else {
+                format!("{url}/")
+            }
+        });
+        let open = match (&public_url, access.generated) {
+            (Some(public), true) => format!(
+                "{}?token={}",
+                public,
+                access.token.as_deref().unwrap_or_default()
+            ),
+            (Some(public), false) => public.clone(),
+            (None, true) => format!(
+                "{scheme}://{local}/?token={}",
+                access.token.as_deref().unwrap_or_default()
+            ),
+            (None, false) => format!("{scheme}://{local}/"),
+        };
         println!(
-            "wq dashboard: http://{local}/ for {}{}",
+            "wq dashboard: {open} for {}{}",
             described.join(" and "),
             if read_only { " (read-only)" } else { "" }
         );
+        if access.token.is_some() && !access.generated {
+            println!(
+                "wq dashboard: open {open}?token=TOKEN once with the token you gave (or send \
+                 Authorization: Bearer TOKEN)"
+            );
+        }
+        if args.public_url.is_some() {
+            println!("wq dashboard: listening on {scheme}://{local}/ behind the proxy");
+        }
         let shutdown = async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -232,13 +368,7 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
             }
             tracing::info!("wq dashboard: stopping");
         };
-        match axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown)
-        .await
-        {
+        match server.serve_with_shutdown(app, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("wq dashboard: {e}");

@@ -21,6 +21,7 @@ const SERVER_BINARIES: &[(&str, Option<&str>, &str)] = &[
     ("workqueue-dashboard", Some("api"), "redis-server"),
     ("workqueue-dashboard", Some("postgres"), "PostgreSQL"),
     ("workqueue-dashboard", Some("operators"), "redis-server"),
+    ("workqueue-dashboard", Some("security"), "redis-server"),
     (
         "workqueue-dashboard",
         Some("proxy"),
@@ -35,7 +36,11 @@ const SERVER_BINARIES: &[(&str, Option<&str>, &str)] = &[
     ("workqueue-kube", Some("signal"), "redis-server"),
     ("wq", Some("redis_cli"), "redis-server"),
     ("wq", Some("postgres_cli"), "PostgreSQL"),
-    ("wq", Some("dashboard"), "redis-server and PostgreSQL"),
+    (
+        "wq",
+        Some("dashboard"),
+        "redis-server, PostgreSQL and nginx",
+    ),
 ];
 
 /// Tests that start a server inside binaries that otherwise need none (unit tests): package,

@@ -184,7 +184,14 @@ function renderDetail() {
   document.querySelector('[data-action="last"]').textContent = lastLabel;
 }
 
+// An item whose text the listing cut is opened by its reference and the page it is on; its
+// detail shows it whole, with its actions.
+function openRef(x) {
+  return { ref: x.item_ref, state: items.state, from: items.from, cursor: items.cursor, limit: pageLimit, q: items.search, preview: x.item };
+}
+
 function itemActions(state, x) {
+  if (x.item_truncated && state !== "dead") return [el("button", { type: "button", "data-action": "open", onclick: () => { openItem = openRef(x); refreshNow(); } }, "Open")];
   if (readOnly) return [];
   const retry = () => button("Retry now", "retry", () => act("items/retry", { item: x.item }, "retry now"));
   const remove = () => button("Remove", "remove", () => { if (confirm("Remove " + x.item + " from the queue?")) act("items/remove", { item: x.item }, "remove"); }, "danger");
@@ -213,7 +220,7 @@ function renderItems() {
   document.querySelector("#items thead").replaceChildren(el("tr", {}, el("th", {}, "item"), ...cols.map((c) => el("th", {}, c[0])), el("th", {}, "")));
   document.querySelector("#items tbody").replaceChildren(...(page ? page.items : []).map((x) =>
     el("tr", { class: "item-row", "data-item": x.item },
-      el("td", { class: "item", title: "show this item", onclick: () => { openItem = x.item; refreshNow(); } }, x.item),
+      el("td", { class: "item", title: x.item_truncated ? "show this item whole (" + num(x.item_bytes) + " bytes)" : "show this item", onclick: () => { openItem = x.item_truncated ? openRef(x) : x.item; refreshNow(); } }, x.item),
       ...cols.map((c) => el("td", { class: c[2] || null }, c[1](x))),
       el("td", {}, ...itemActions(items.state, x)))));
   const at = items.stack.length * pageLimit;
@@ -234,9 +241,12 @@ async function renderItem() {
   if (!openItem) { box.hidden = true; return; }
   let d;
   try {
-    d = await getJson(queuePath("item", { item: openItem }));
+    const { preview, ...byRef } = typeof openItem === "string" ? {} : openItem;
+    d = await getJson(queuePath("item", typeof openItem === "string" ? { item: openItem } : byRef));
+    // From now on by its whole text.
+    openItem = d.item;
   } catch (e) {
-    if (e.status === 404) { box.hidden = false; $("item-name").textContent = openItem; $("item-facts").replaceChildren(el("dt", {}, "state"), el("dd", { "data-fact": "states" }, "not in the queue")); $("item-actions").replaceChildren(); document.querySelector("#item-dead tbody").replaceChildren(); return; }
+    if (e.status === 404) { box.hidden = false; $("item-name").textContent = typeof openItem === "string" ? openItem : openItem.preview; $("item-facts").replaceChildren(el("dt", {}, "state"), el("dd", { "data-fact": "states" }, "not in the queue")); $("item-actions").replaceChildren(); document.querySelector("#item-dead tbody").replaceChildren(); return; }
     throw e;
   }
   box.hidden = false;

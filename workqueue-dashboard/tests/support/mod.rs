@@ -32,6 +32,9 @@ pub(crate) fn redis_server(extra: &[&str]) -> Option<RedisServer> {
     server::require_with(server::Durability::None, extra)
 }
 
+/// A token strong enough for the dashboard (tests only: it is in the source).
+pub const TOKEN: &str = "Zq3Xv9KpL2mN8rT4wY6bC1dF5gH7jQ0sUe";
+
 /// A response: status, body text and the `Set-Cookie` header if any.
 pub struct Reply {
     pub status: StatusCode,
@@ -45,8 +48,23 @@ impl Reply {
     }
 }
 
-/// Sends `request` to `app`.
-pub async fn send(app: &Router, request: Request<Body>) -> Reply {
+/// Sends `request` to `app` as a server that records peers does: from 127.0.0.1 unless the
+/// request names its peer (`ConnectInfo`).
+pub async fn send(app: &Router, mut request: Request<Body>) -> Reply {
+    if request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .is_none()
+    {
+        request.extensions_mut().insert(axum::extract::ConnectInfo(
+            "127.0.0.1:40000".parse::<std::net::SocketAddr>().unwrap(),
+        ));
+    }
+    send_without_peer(app, request).await
+}
+
+/// Sends `request` to `app` as `axum::serve(listener, app)` does: with no peer address.
+pub async fn send_without_peer(app: &Router, request: Request<Body>) -> Reply {
     let response = app.clone().oneshot(request).await.expect("infallible");
     let status = response.status();
     let cookie = response
