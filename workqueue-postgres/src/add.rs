@@ -374,7 +374,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 Err(e) => {
                     let e = Error::from(e);
                     let pause = pause_after(&e, backoff);
-                    if !e.is_transient() || Instant::now() + pause >= give_up {
+                    if !e.is_transient()
+                        || give_up.saturating_duration_since(Instant::now()) <= pause
+                    {
                         break Err(if unsure { Error::OutcomeUnknown } else { e });
                     }
                     if !e.is_rolled_back() {

@@ -195,7 +195,10 @@ impl Inner {
                 tracing::warn!(queue = %self.name, op = what, %error, "workqueue-postgres: retrying");
                 warned = true;
             }
-            tokio::time::sleep(pause_after(&error, backoff).min(deadline - now)).await;
+            tokio::time::sleep(
+                pause_after(&error, backoff).min(deadline.saturating_duration_since(now)),
+            )
+            .await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
@@ -356,7 +359,9 @@ impl Inner {
                 Err(e) => {
                     let e = Error::from(e);
                     let pause = pause_after(&e, backoff);
-                    if !e.is_transient() || Instant::now() + pause >= give_up {
+                    if !e.is_transient()
+                        || give_up.saturating_duration_since(Instant::now()) <= pause
+                    {
                         return Err(if unsure { Error::OutcomeUnknown } else { e });
                     }
                     if !e.is_rolled_back() {
