@@ -131,9 +131,12 @@ BEGIN
                 RETURNING f.key, f.failures
         )
         SELECT array_agg(w.wait ORDER BY w.i) INTO waits
-            FROM (SELECT g.i, least(base_us::double precision * power(2::double precision,
-                                        least(c.failures - l.cnt + l.nth - 1, 62)),
-                                    max_us::double precision) AS wait
+            FROM (SELECT g.i,
+                         -- (least() skips NULLs: an add not rate-limited gets no wait.)
+                         CASE WHEN l.i IS NOT NULL THEN
+                             least(base_us::double precision * power(2::double precision,
+                                       least(c.failures - l.cnt + l.nth - 1, 62)),
+                                   max_us::double precision) END AS wait
                   FROM generate_subscripts(ks, 1) AS g(i)
                   LEFT JOIN lim l ON l.i = g.i
                   LEFT JOIN counted c ON c.key = l.k) w;
