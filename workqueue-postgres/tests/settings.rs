@@ -51,8 +51,8 @@ async fn lease_duration_max_is_a_lease_that_never_expires() {
     lease.done().await.unwrap();
 }
 
-/// `max_hold(Duration::MAX)`: renewed for as long as it is held. A lease of 300 ms held for
-/// ten of them is still this holder's, and nobody else takes the item.
+/// `max_hold(Duration::MAX)`: renewed for as long as it is held. A lease of 500 ms held for
+/// six of them is still this holder's, and nobody else takes the item.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_hold_max_renews_as_long_as_the_lease_is_held() {
     let Some(server) = PgServer::start() else {
@@ -61,14 +61,14 @@ async fn max_hold_max_renews_as_long_as_the_lease_is_held() {
     let name = unique("max-hold");
     let q = PgQueue::<String>::builder(&name)
         .url(server.url())
-        .lease_duration(Duration::from_millis(300))
+        .lease_duration(Duration::from_millis(500))
         .max_hold(Duration::MAX)
         .build()
         .await
         .unwrap();
     let other = PgQueue::<String>::builder(&name)
         .url(server.url())
-        .lease_duration(Duration::from_millis(300))
+        .lease_duration(Duration::from_millis(500))
         .build()
         .await
         .unwrap();
