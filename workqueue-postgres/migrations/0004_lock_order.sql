@@ -406,17 +406,16 @@ BEGIN
             done[o] := 0;
             CONTINUE;
         END IF;
-        IF forget THEN
-            -- The failure row, without waiting either.
+        -- The failure row, without waiting either (most items have none: one probe).
+        IF forget AND EXISTS (SELECT 1 FROM workqueue_failures f
+                              WHERE f.queue = q AND f.key = ks[o]) THEN
             SELECT f.ctid INTO c FROM workqueue_failures f
                 WHERE f.queue = q AND f.key = ks[o] FOR UPDATE SKIP LOCKED;
-            IF FOUND THEN
-                forgotten := forgotten || c.ctid;
-            ELSIF EXISTS (SELECT 1 FROM workqueue_failures f
-                          WHERE f.queue = q AND f.key = ks[o]) THEN
+            IF NOT FOUND THEN
                 done[o] := 3;
                 CONTINUE;
             END IF;
+            forgotten := forgotten || c.ctid;
         END IF;
         IF r.dirty OR r.due IS NOT NULL THEN
             done[o] := workqueue_done(q, ks[o], toks[o], false, forget);

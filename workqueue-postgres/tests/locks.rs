@@ -186,6 +186,55 @@ async fn one_locked_row_holds_one_item_not_the_pool_committed() {
     one_locked_row_holds_one_item(true).await;
 }
 
+/// A done with a forget whose failure row another transaction holds (its item row free) is
+/// left out of the step too: the step answers at once for the others, and the forget is
+/// applied, with the done, once the row is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_failure_row_holds_its_done_alone() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let q: PgQueue<String> = PgQueue::builder(unique("failure-row"))
+        .url(server.url())
+        .backoff(Duration::ZERO, Duration::ZERO)
+        .token_bucket(None)
+        .build()
+        .await
+        .unwrap();
+    for item in ["a", "b", "c"] {
+        q.add_rate_limited(item.to_owned()).await.unwrap();
+    }
+    let leases = q.try_get_many(3).await.unwrap();
+    let admin = PgPool::connect(&server.url()).await.unwrap();
+    let mut tx = admin.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM workqueue_failures WHERE key = workqueue_key('\"b\"') FOR UPDATE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let step = tokio::time::timeout(
+        Duration::from_secs(5),
+        workqueue::Queue::done_and_next_many(
+            &q,
+            leases.into_iter().map(|l| (l, true)).collect(),
+            0,
+        ),
+    )
+    .await
+    .expect("the step waits for nobody")
+    .unwrap();
+    assert!(step.done.iter().all(Result::is_ok), "{:?}", step.done);
+    assert_eq!(q.num_requeues("a".to_owned()).await.unwrap(), 0);
+    assert_eq!(q.num_requeues("c".to_owned()).await.unwrap(), 0);
+    assert_eq!(q.num_requeues("b".to_owned()).await.unwrap(), 1, "b waits");
+    assert_eq!(q.processing_len().await.unwrap(), 1, "b's done waits");
+    tx.commit().await.unwrap();
+    eventually("b's done and forget", Duration::from_secs(5), || async {
+        q.processing_len().await.unwrap() == 0 && q.num_requeues("b".to_owned()).await.unwrap() == 0
+    })
+    .await;
+    assert_eq!(q.len().await.unwrap(), 0);
+}
+
 /// A queue with client-go's token bucket slowed down to one retry a second (a burst of 100),
 /// and a backoff of 1 ms per item.
 async fn bucket_queue(server: &PgServer) -> PgQueue<String> {
