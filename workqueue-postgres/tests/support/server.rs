@@ -337,8 +337,12 @@ impl PgServer {
         if let Some(pid) = self.pid() {
             let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
                 .unwrap_or_default();
+            // Quietly: once one backend is killed, the postmaster ends the others itself.
             for child in children.split_whitespace() {
-                let _ = Command::new("kill").args(["-9", child]).status();
+                let _ = Command::new("kill")
+                    .args(["-9", child])
+                    .stderr(Stdio::null())
+                    .status();
             }
         }
         self.kill();
