@@ -5,10 +5,12 @@
 mod support;
 
 use std::collections::HashMap;
+use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use support::{PgServer, unique};
 use workqueue::{AddOptions, Outcome, Workers};
 use workqueue_postgres::PgQueue;
@@ -59,15 +61,30 @@ impl Seen {
 /// meet the locked row). Meanwhile ten other items are added: all ten are processed while the
 /// rows are held. Then the transaction rolls back (or commits, which queues both again), and
 /// each held item is done: once (or twice, one after the other), never by two workers at once.
-async fn one_locked_row_holds_one_item(commit: bool) {
+///
+/// With `lock_timeout`, the pool's sessions give up a lock wait after 100 ms (55P03): the
+/// held item's done and renewals are then sent again and again until the row is free.
+async fn one_locked_row_holds_one_item(commit: bool, lock_timeout: bool) {
     let Some(server) = PgServer::start() else {
         return;
     };
     let lease = Duration::from_secs(1);
-    let q: PgQueue<String> = PgQueue::builder(unique("locked"))
-        .url(server.url())
-        .lease_duration(lease)
+    let settings: &[(&str, &str)] = if lock_timeout {
+        &[("lock_timeout", "100ms")]
+    } else {
+        &[]
+    };
+    let options = PgConnectOptions::from_str(&server.url())
+        .unwrap()
+        .options(settings.iter().copied());
+    let pool = PgPoolOptions::new()
         .max_connections(8)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let q: PgQueue<String> = PgQueue::builder(unique("locked"))
+        .pool(pool)
+        .lease_duration(lease)
         .poll_interval(Duration::from_millis(200))
         .build()
         .await
@@ -178,12 +195,17 @@ async fn one_locked_row_holds_one_item(commit: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_locked_row_holds_one_item_not_the_pool_rolled_back() {
-    one_locked_row_holds_one_item(false).await;
+    one_locked_row_holds_one_item(false, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_locked_row_holds_one_item_not_the_pool_committed() {
-    one_locked_row_holds_one_item(true).await;
+    one_locked_row_holds_one_item(true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_locked_row_holds_one_item_not_the_pool_under_lock_timeout() {
+    one_locked_row_holds_one_item(false, true).await;
 }
 
 /// A done with a forget whose failure row another transaction holds (its item row free) is
