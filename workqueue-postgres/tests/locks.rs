@@ -208,6 +208,70 @@ async fn one_locked_row_holds_one_item_not_the_pool_under_lock_timeout() {
     one_locked_row_holds_one_item(false, true).await;
 }
 
+/// A held lease whose row another transaction holds for five lease durations: its renewals
+/// keep one statement waiting for the row (never more, whatever the renewal interval), the
+/// lease stays this holder's (nobody takes the item meanwhile, nor right after), and the rest
+/// of a 4-connection pool stays free for other work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_of_a_locked_row_wait_once() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let name = unique("renewals");
+    let build = |renew: bool| {
+        PgQueue::<String>::builder(&name)
+            .url(server.url())
+            .lease_duration(Duration::from_millis(600))
+            .auto_renew(renew)
+            .max_connections(4)
+            .poll_interval(Duration::from_millis(100))
+            .build()
+    };
+    let q = build(true).await.unwrap();
+    let other = build(false).await.unwrap();
+    q.add("held".to_owned()).await.unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
+    let admin = PgPool::connect(&server.url()).await.unwrap();
+    let mut tx = admin.begin().await.unwrap();
+    q.add_in(&mut tx, "held".to_owned()).await.unwrap();
+    let waiting = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE '%workqueue_items%'",
+        )
+        .fetch_one(&admin)
+        .await
+        .unwrap()
+    };
+    let started = Instant::now();
+    let mut most = 0;
+    let mut i = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        most = most.max(waiting().await);
+        // The pool serves other work at once.
+        let call = Instant::now();
+        q.add(format!("other-{i}")).await.unwrap();
+        assert!(
+            call.elapsed() < Duration::from_millis(500),
+            "an add waited {:?} for a connection",
+            call.elapsed()
+        );
+        // Another consumer (sweeping expired leases) never gets the held item.
+        if let Some(taken) = other.try_get().await.unwrap().into_lease() {
+            assert_ne!(taken.item(), "held");
+            taken.done().await.unwrap();
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(most <= 1, "{most} statements waited for the row at once");
+    tx.rollback().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(other.try_get().await.unwrap().into_lease().is_none());
+    assert!(!lease.is_lost());
+    lease.done().await.unwrap();
+}
+
 /// A done with a forget whose failure row another transaction holds (its item row free) is
 /// left out of the step too: the step answers at once for the others, and the forget is
 /// applied, with the done, once the row is free.
