@@ -7,7 +7,7 @@
 //! in order.
 
 use std::borrow::Borrow;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -15,7 +15,8 @@ use sqlx::{PgConnection, PgExecutor};
 use workqueue::AddOptions;
 
 use crate::error::Error;
-use crate::queue::{AddKind, Added, IGNORED, PgQueue, count, int, micros};
+use crate::lease::Lease;
+use crate::queue::{AddKind, Added, IGNORED, PgQueue, count, deadline_after, micros, pause_after};
 
 /// Items per statement in a batched add: large enough that a batch pays one round trip and
 /// one commit for many items, small enough that one statement does not hold its row locks
@@ -269,12 +270,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         conn: impl PgExecutor<'c>,
         chunk: &Chunk<'_>,
     ) -> Result<Vec<Added>, sqlx::Error> {
-        let (interval, burst) = self.inner.bucket.map_or((0, 0), |(qps, burst)| {
-            (
-                micros(Duration::from_secs_f64(1.0 / qps)).max(1),
-                int(burst),
-            )
-        });
+        let (interval, burst) = self.inner.bucket();
         let (kinds, delays, seqs): AddRow = sqlx::query_as(
             "SELECT kinds, delays, seqs FROM workqueue_add($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
@@ -302,6 +298,115 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 },
             })
             .collect())
+    }
+
+    /// A failed item's step: re-adds `lease`'s item as `options` say (rate-limited: the
+    /// limiter's delay, counting a failure; or after a delay; with a priority), after
+    /// forgetting its failures if `forget`, then marks the lease done, in one call of
+    /// `workqueue_retry_done`. The re-add is exactly [`add_with`](Self::add_with)'s, made while
+    /// the lease is held: the item is queued again once the lease is done, or when its delay
+    /// is due.
+    ///
+    /// Fenced like [`Lease::done`]: if the lease is no longer this holder's (it expired and
+    /// was taken back), nothing changes, no failure is counted, nothing is forgotten or
+    /// re-added, and the answer is [`Error::LeaseLost`]. `Ok(None)`: re-added and done.
+    /// `Ok(Some(lease))`: this handle, or the queue, is shut down and refused the re-add;
+    /// nothing changed, and the lease is handed back (still held) for the caller to end.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`]; [`Error::OutcomeUnknown`] if the connection failed and a retry
+    /// found the lease gone; a database error that outlasted the retries. After an error
+    /// other than [`Error::LeaseLost`] the item is handed out again once its lease expires.
+    pub async fn retry_and_done(
+        &self,
+        lease: Lease<T>,
+        options: AddOptions,
+        forget: bool,
+    ) -> Result<Option<Lease<T>>, Error> {
+        if self.is_closed() {
+            return Ok(Some(lease));
+        }
+        // In a task of its own: a caller that stops waiting leaves the step to finish.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let queue = self.clone();
+        tokio::spawn(async move {
+            let _ = tx.send(queue.retry_and_done_owned(lease, options, forget).await);
+        });
+        rx.await
+            .map_err(|_| Error::Protocol("the retry task stopped".into()))?
+    }
+
+    async fn retry_and_done_owned(
+        &self,
+        mut lease: Lease<T>,
+        options: AddOptions,
+        forget: bool,
+    ) -> Result<Option<Lease<T>>, Error> {
+        let inner = &self.inner;
+        // The lease is renewed until the outcome is known (the call may wait for the row).
+        let claim = lease.claim();
+        let token = inner.faults.token_for(inner, claim).await;
+        let (interval, burst) = inner.bucket();
+        let give_up = deadline_after(inner.lease.max(inner.retry_deadline));
+        let mut backoff = Duration::from_millis(20);
+        let mut unsure = false;
+        let outcome = loop {
+            let reply: Result<(i32, i64), sqlx::Error> = sqlx::query_as(
+                "SELECT outcome, delay
+                 FROM workqueue_retry_done($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            )
+            .bind(inner.id)
+            .bind(claim.key.as_slice())
+            .bind(token)
+            .bind(forget)
+            .bind(options.requested_priority())
+            .bind(micros(options.delay()))
+            .bind(options.is_rate_limited())
+            .bind(micros(inner.base_delay))
+            .bind(micros(inner.max_delay))
+            .bind(interval)
+            .bind(burst)
+            .fetch_one(&inner.pool)
+            .await;
+            match reply {
+                Ok((outcome, _)) => break Ok(outcome),
+                Err(e) => {
+                    let e = Error::from(e);
+                    let pause = pause_after(&e, backoff);
+                    if !e.is_transient()
+                        || give_up.saturating_duration_since(Instant::now()) <= pause
+                    {
+                        break Err(if unsure { Error::OutcomeUnknown } else { e });
+                    }
+                    if !e.is_rolled_back() {
+                        unsure = true;
+                    }
+                    tokio::time::sleep(pause).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        };
+        match outcome {
+            // Shut down: nothing changed, the lease is the caller's still.
+            Ok(3) => Ok(Some(lease)),
+            Ok(1 | 2) => {
+                lease.finish_for_call();
+                Ok(None)
+            }
+            Ok(_) if unsure => {
+                lease.finish_for_call();
+                Err(Error::OutcomeUnknown)
+            }
+            Ok(_) => {
+                lease.finish_for_call();
+                Err(Error::LeaseLost)
+            }
+            Err(error) => {
+                lease.finish_for_call();
+                Err(error)
+            }
+        }
     }
 
     /// The rate limiter stops tracking `item`: client-go's `Forget`.

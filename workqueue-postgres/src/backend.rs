@@ -64,6 +64,17 @@ where
         PgQueue::get(self)
     }
 
+    /// [`PgQueue::retry_and_done`]: the forget, the re-add and the done in one statement,
+    /// fenced by the lease's token, so a stale holder changes nothing.
+    fn retry_and_done(
+        &self,
+        lease: Lease<T>,
+        options: AddOptions,
+        forget: bool,
+    ) -> impl Future<Output = Result<Option<Lease<T>>, Error>> + Send {
+        PgQueue::retry_and_done(self, lease, options, forget)
+    }
+
     /// [`PgQueue::done_and_get`]: the done (after the forget) and the next ready item in one
     /// round trip and one commit.
     fn done_and_next(

@@ -1,9 +1,10 @@
 //! [`Builder`]: the options of a [`PgQueue`], and the pool it opens.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -14,7 +15,7 @@ use sqlx::postgres::PgPoolOptions;
 use crate::error::Error;
 use crate::faults::Faults;
 use crate::listen::Wakeups;
-use crate::queue::{Inner, PgQueue};
+use crate::queue::{FOREVER, Inner, PgQueue};
 
 /// The longest queue name, in bytes (UTF-8).
 pub const MAX_NAME_BYTES: usize = 255;
@@ -115,13 +116,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     }
 
     /// How long a lease lasts without renewal (database clock). A worker that dies holding an
-    /// item frees it after at most this long. Default 30 s.
+    /// item frees it after at most this long. Default 30 s; at least 10 ms. A century or more
+    /// (`Duration::MAX`) means leases that never expire: an item a crashed worker held stays
+    /// with it until an operator removes it.
     pub fn lease_duration(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
     }
 
-    /// How often a held lease is renewed. Default a third of the lease duration.
+    /// How often a held lease is renewed. Default a third of the lease duration; it must be
+    /// shorter than the lease duration (else [`build`](Self::build) refuses it).
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.renew_every = Some(every);
         self
@@ -135,7 +139,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     }
 
     /// The per-item exponential backoff of rate-limited adds: `base * 2^(failures - 1)`,
-    /// capped at `max`. Default 5 ms and 1000 s.
+    /// capped at `max`. Default 5 ms and 1000 s. A century or more (`Duration::MAX`) means no
+    /// cap.
     pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
         self.base_delay = base;
         self.max_delay = max;
@@ -143,7 +148,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     }
 
     /// The queue-wide token bucket of rate-limited adds (`qps` retries a second, `burst` at
-    /// once), or `None` for none. Default 10 a second with a burst of 100.
+    /// once), or `None` for none. Default 10 a second with a burst of 100. A rate so low
+    /// that one retry takes a century or more means one retry per century.
     ///
     /// # Panics
     ///
@@ -162,8 +168,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
 
     /// The longest a blocked getter waits before it looks at the queue again even without a
     /// wake-up (it costs one query each time), and how often the idle `LISTEN` connection is
-    /// checked. Expired leases are taken back at least this often (or a quarter of the lease
-    /// duration, if shorter). Default 2 s.
+    /// checked (at least every 30 s). Expired leases are taken back at least this often (or a
+    /// quarter of the lease duration, if shorter). Default 2 s. A century or more
+    /// (`Duration::MAX`) means no polling: getters look when woken, or when a delayed item or
+    /// a sweep is due.
     pub fn poll_interval(mut self, poll: Duration) -> Self {
         self.poll = poll;
         self
@@ -202,7 +210,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     }
 
     /// The longest a lease is renewed automatically; after it the lease expires a lease
-    /// duration later (and counts as a stall). Default 1 hour.
+    /// duration later (and counts as a stall). Default 1 hour. A century or more
+    /// (`Duration::MAX`) means no limit: renewed as long as it is held.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = max_hold;
         self
@@ -216,7 +225,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     }
 
     /// How long an operation keeps retrying, with backoff, through a lost connection or a
-    /// restarting server before it returns the error. Default 30 s.
+    /// restarting server (or a call the server rolled back: a lock or statement timeout, a
+    /// serialization failure, a deadlock) before it returns the error. Default 30 s. A century
+    /// or more (`Duration::MAX`) means no limit: retried until it succeeds.
     pub fn retry_deadline(mut self, deadline: Duration) -> Self {
         self.retry_deadline = deadline;
         self
@@ -237,16 +248,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     /// # Errors
     ///
     /// [`Error::Config`] for a name that is empty, longer than [`MAX_NAME_BYTES`] or holds a
-    /// control character, no database, a lease under 10 ms, or (with
+    /// control character, no database, a lease under 10 ms, leases renewed no more often than
+    /// they last, or (with
     /// [`create(false)`](Self::create)) no queue of this name; [`Error::Migrate`] if the
     /// schema cannot be installed (or, with `migrate(false)`, is missing or of another
     /// version); [`Error::Database`] if the database cannot be reached; [`Error::Listen`] if
     /// the `LISTEN` connection cannot be opened.
-    pub async fn build(self) -> Result<PgQueue<T>, Error> {
+    pub async fn build(mut self) -> Result<PgQueue<T>, Error> {
         check_name(&self.name)?;
-        if self.lease < Duration::from_millis(10) {
-            return Err(Error::Config("the lease must last at least 10 ms".into()));
-        }
+        self.check_durations()?;
         let pool = match (self.pool, &self.url) {
             (Some(pool), _) => pool,
             (None, Some(url)) => {
@@ -297,7 +307,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         } else {
             None
         };
-        let inner = Arc::new(Inner {
+        let inner = Arc::new_cyclic(|me| Inner {
             name: self.name,
             id,
             pool,
@@ -323,11 +333,51 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             leases_out: AtomicUsize::new(0),
             wake,
             _registration: registration,
+            renewing: Mutex::new(HashMap::new()),
+            me: me.clone(),
         });
         Ok(PgQueue {
             inner,
             _item: PhantomData,
         })
+    }
+}
+
+impl<T> Builder<T> {
+    /// Takes every duration past [`FOREVER`] (a century) as "no limit", which is what it is
+    /// capped at, and refuses the combinations that cannot work, naming the setting: a lease
+    /// under 10 ms, a renewal interval as long as the lease (leases would expire while held).
+    fn check_durations(&mut self) -> Result<(), Error> {
+        for setting in [
+            &mut self.lease,
+            &mut self.base_delay,
+            &mut self.max_delay,
+            &mut self.poll,
+            &mut self.max_hold,
+            &mut self.retry_deadline,
+        ] {
+            *setting = (*setting).min(FOREVER);
+        }
+        if let Some(every) = self.renew_every.as_mut() {
+            *every = (*every).min(FOREVER);
+        }
+        if self.lease < Duration::from_millis(10) {
+            return Err(Error::Config(format!(
+                "lease_duration: the lease must last at least 10 ms, not {:?}",
+                self.lease
+            )));
+        }
+        if let Some(every) = self.renew_every
+            && self.auto_renew
+            && every >= self.lease
+        {
+            return Err(Error::Config(format!(
+                "renew_every: leases renewed every {every:?} would expire while held (the \
+                 lease_duration is {:?}); renew more often than the lease lasts",
+                self.lease
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -60,6 +60,42 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Returns `true` if the server refused the statement and rolled it back, so it changed
+    /// nothing and may be sent again: a lock it waited for longer than `lock_timeout` (55P03),
+    /// a statement cancelled by `statement_timeout` or `pg_cancel_backend` (57014), a
+    /// serialization failure (40001) or a deadlock (40P01). The queue retries them as it
+    /// retries a lost connection.
+    pub fn is_rolled_back(&self) -> bool {
+        match self {
+            Error::Database(sqlx::Error::Database(db)) => {
+                matches!(
+                    db.code().as_deref(),
+                    Some("55P03" | "57014" | "40001" | "40P01")
+                )
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the statement waited out a lock or statement timeout: sent again at once, since
+    /// the wait itself was the pause between two tries.
+    pub(crate) fn waited(&self) -> bool {
+        match self {
+            Error::Database(sqlx::Error::Database(db)) => {
+                matches!(db.code().as_deref(), Some("55P03" | "57014"))
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether a call that failed this way is worth sending again: the connection failed (the
+    /// call may or may not have been applied) or the server rolled the call back.
+    pub(crate) fn is_transient(&self) -> bool {
+        self.is_connection() || self.is_rolled_back()
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -19,9 +19,9 @@ use workqueue::TryGet;
 
 use crate::error::Error;
 use crate::lease::Lease;
-use crate::queue::{Claim, PgQueue, int, key_of, micros};
+use crate::queue::{Claim, PgQueue, deadline_after, int, key_of, micros, pause_after};
 
-/// The rows `workqueue_get` returns (after `done` outcomes for `workqueue_done_get`): kind,
+/// The rows `workqueue_get` returns (after `done` outcomes for `workqueue_step`): kind,
 /// items, keys, tokens, priorities, and the wait until the next due item.
 type GetRow = (
     i32,
@@ -32,7 +32,7 @@ type GetRow = (
     Option<i64>,
 );
 
-/// The row `workqueue_done_get` returns: the `done` outcomes, then [`GetRow`].
+/// The row `workqueue_step` returns: the `done` outcomes, then [`GetRow`].
 type DoneGetRow = (
     Vec<i32>,
     i32,
@@ -154,7 +154,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Calls `workqueue_get` until it hands out items that deserialize, finds nothing, or the
     /// queue is shut down.
     async fn attempt(&self, max: usize) -> Result<Attempt<T>, Error> {
-        let deadline = Instant::now() + self.inner.retry_deadline;
+        let deadline = deadline_after(self.inner.retry_deadline);
         loop {
             if self.is_closed() {
                 return Ok(Attempt::ShutDown);
@@ -264,7 +264,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     }
 
     /// Marks `lease` done and hands out the next ready item, if any, without waiting: a
-    /// worker's step from one item to the next in one call of `workqueue_done_get`, so one
+    /// worker's step from one item to the next in one call of `workqueue_step`, so one
     /// round trip and one commit instead of a `done` and a `get`. With `forget`, the item's
     /// failures are forgotten too (client-go's `Forget` after a success), only if the `done`
     /// is accepted: a holder whose lease was lost changes nothing, not even the failure count
@@ -274,21 +274,24 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// re-added while processing is queued again (and may be the one handed out). The next
     /// item is handed out only when the `done` was accepted, and only while this handle is
     /// not shut down (then it is a plain `done`). `Ok(None)`: nothing was ready; call
-    /// [`get`](Self::get) to wait for the next item.
+    /// [`get`](Self::get) to wait for the next item. When another transaction holds the
+    /// item's row, the step hands out the next item without waiting, and the `done` then
+    /// waits for the row, as [`Lease::done`] would (the lease is renewed meanwhile).
     ///
     /// # Errors
     ///
     /// As for [`Lease::done`]. When the connection is lost during the call, the `done` is
     /// retried alone, as [`Lease::done`] retries it; a next lease the lost call may have
-    /// taken is never seen, and is handed out again once it expires.
+    /// taken is never seen, and is handed out again once it expires. A call the server rolled
+    /// back (a lock or statement timeout, a serialization failure, a deadlock) is sent again
+    /// until the retry deadline.
     pub async fn done_and_get(
         &self,
         lease: Lease<T>,
         forget: bool,
     ) -> Result<Option<Lease<T>>, Error> {
-        let DoneAndGetMany { done, next } = self
-            .done_and_get_many_with(vec![(lease, forget)], 1)
-            .await?;
+        let DoneAndGetMany { done, next } =
+            self.step(vec![(lease, forget)], 1, Skipped::Wait).await?;
         done.into_iter().next().unwrap_or(Ok(()))?;
         Ok(next.into_iter().next())
     }
@@ -301,6 +304,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// renewed while held as any lease is. [`DoneAndGetMany::done`] has the outcome of each
     /// lease's `done`; nothing is handed out when every `done` was refused (a stale holder
     /// takes no more work).
+    ///
+    /// The step waits for no row: a lease whose item's row (or failure row, for a forget)
+    /// another transaction holds is left out of it, and its `done` is settled on its own in
+    /// the background, waiting for that row alone, with the lease renewed until the `done`
+    /// is committed. Its outcome is then `Ok(())` while its lease is running (nobody can take
+    /// the item from it meanwhile), [`Error::OutcomeUnknown`] if the lease has expired (the
+    /// row's holder may be a sweep taking it back). A [drain](Self::shut_down_with_drain)
+    /// waits for such a `done`.
     ///
     /// # Errors
     ///
@@ -320,69 +331,204 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         leases: Vec<(Lease<T>, bool)>,
         max: usize,
     ) -> Result<DoneAndGetMany<T>, Error> {
-        // The leases count as out (for a drain) until they are dropped at the end.
-        let mut leases = leases;
-        let claims: Vec<(Claim, bool)> = leases
-            .iter_mut()
-            .map(|(lease, forget)| (lease.finish_for_call(), *forget))
-            .collect();
+        self.step(leases, max, Skipped::Background).await
+    }
+
+    /// A step, in a task of its own: a caller that stops waiting loses nothing (the dones
+    /// are settled, and the leases it would have received are released).
+    async fn step(
+        &self,
+        leases: Vec<(Lease<T>, bool)>,
+        max: usize,
+        skipped: Skipped,
+    ) -> Result<DoneAndGetMany<T>, Error> {
         if self.is_closed() || self.inner.faults.any() {
-            // A plain done of each (the test mutations go through the single-lease path).
-            let mut done = Vec::with_capacity(claims.len());
-            for &(claim, forget) in &claims {
-                done.push(self.inner.finish(claim, false, forget).await);
-            }
-            let refused = !done.is_empty() && done.iter().all(Result::is_err);
-            let next = if self.is_closed() || refused {
-                Vec::new()
-            } else {
-                self.try_get_many(max).await?
-            };
-            return Ok(DoneAndGetMany { done, next });
+            return self.plain_dones(leases, max).await;
         }
         let (tx, rx) = oneshot::channel();
         let queue = self.clone();
-        let sent = claims.clone();
         tokio::spawn(async move {
-            let reply = queue.done_get_call(&sent, max).await;
+            let reply = queue.step_owned(leases, max, skipped).await;
             let _ = tx.send(reply);
         });
-        let reply = rx
-            .await
-            .map_err(|_| Error::Protocol("the done task stopped".into()))?;
-        drop(leases);
-        match reply {
-            Ok(settled) => Ok(settled),
-            Err(error) if error.is_connection() => {
-                // The call may or may not have committed: settle each done on its own.
-                let mut done = Vec::with_capacity(claims.len());
-                for &(claim, forget) in &claims {
-                    done.push(self.inner.finish_from(claim, false, forget, true).await);
-                }
-                Ok(DoneAndGetMany {
-                    done,
-                    next: Vec::new(),
-                })
-            }
-            Err(error) => Err(error),
-        }
+        rx.await
+            .map_err(|_| Error::Protocol("the done task stopped".into()))?
     }
 
-    /// One call of `workqueue_done_get`.
-    async fn done_get_call(
+    /// A plain done of each lease, then a look for the next items: a shut-down handle's step
+    /// (it takes nothing more), and the fault tests' mutations (which go through the
+    /// single-lease path).
+    async fn plain_dones(
+        &self,
+        leases: Vec<(Lease<T>, bool)>,
+        max: usize,
+    ) -> Result<DoneAndGetMany<T>, Error> {
+        let mut done = Vec::with_capacity(leases.len());
+        for (mut lease, forget) in leases {
+            let claim = lease.finish_for_call();
+            done.push(self.inner.finish(claim, false, forget).await);
+        }
+        let refused = !done.is_empty() && done.iter().all(Result::is_err);
+        let next = if self.is_closed() || refused {
+            Vec::new()
+        } else {
+            self.try_get_many(max).await?
+        };
+        Ok(DoneAndGetMany { done, next })
+    }
+
+    /// The step itself. The leases are renewed until their outcome is known: through a step
+    /// the server rolled back and sends again, and through the settling of a `done` on its
+    /// own.
+    async fn step_owned(
+        &self,
+        leases: Vec<(Lease<T>, bool)>,
+        max: usize,
+        skipped: Skipped,
+    ) -> Result<DoneAndGetMany<T>, Error> {
+        let claims: Vec<(Claim, bool)> = leases.iter().map(|(l, f)| (l.claim(), *f)).collect();
+        let deadline = deadline_after(self.inner.retry_deadline);
+        let mut backoff = Duration::from_millis(20);
+        let mut warned = false;
+        let (codes, row, started) = loop {
+            let started = Instant::now();
+            let error = match self.step_call(&claims, max).await {
+                Ok((codes, row)) => break (codes, row, started),
+                Err(error) => error,
+            };
+            if error.is_rolled_back() && Instant::now() < deadline {
+                // Nothing was applied: the same step again, its leases renewed meanwhile.
+                if !warned {
+                    tracing::warn!(queue = %self.inner.name, %error,
+                        "workqueue-postgres: a step was rolled back; sending it again");
+                    warned = true;
+                }
+                tokio::time::sleep(pause_after(&error, backoff)).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+            if error.is_transient() {
+                // The step may have been applied (the connection failed), or certainly was
+                // not (rolled back until the deadline): each done is settled on its own.
+                let unsure = !error.is_rolled_back();
+                let done = self.settle_each(leases, unsure).await;
+                return Ok(DoneAndGetMany {
+                    done,
+                    next: Vec::new(),
+                });
+            }
+            for (mut lease, _) in leases {
+                lease.finish_for_call();
+            }
+            return Err(error);
+        };
+        if codes.len() != leases.len() {
+            return Err(Error::Protocol(format!(
+                "{} outcomes for {} leases",
+                codes.len(),
+                leases.len()
+            )));
+        }
+        let mut done = Vec::with_capacity(leases.len());
+        let mut waiting = Vec::new();
+        for (i, ((mut lease, forget), code)) in leases.into_iter().zip(codes).enumerate() {
+            match code {
+                1 | 2 => {
+                    lease.finish_for_call();
+                    done.push(Ok(()));
+                }
+                // Another transaction holds the item's row: this done is settled on its own.
+                3 | 4 => {
+                    done.push(if code == 3 {
+                        Ok(())
+                    } else {
+                        Err(Error::OutcomeUnknown)
+                    });
+                    match skipped {
+                        Skipped::Wait => waiting.push((i, lease, forget)),
+                        Skipped::Background => {
+                            let queue = self.clone();
+                            tokio::spawn(async move {
+                                if let Err(error) = queue.settle(lease, forget, false).await {
+                                    tracing::warn!(queue = %queue.inner.name, %error,
+                                        "workqueue-postgres: a done that waited for its row failed; the item is handed out again once its lease expires");
+                                }
+                            });
+                        }
+                    }
+                }
+                _ => {
+                    lease.finish_for_call();
+                    done.push(Err(Error::LeaseLost));
+                }
+            }
+        }
+        for (i, lease, forget) in waiting {
+            done[i] = self.settle(lease, forget, false).await;
+        }
+        let (_, items, keys, tokens, priorities, _) = row;
+        let next = match self.leased(items, keys, tokens, priorities, started).await {
+            Ok(next) => next,
+            Err(error) => {
+                // The dones are committed; the leases taken are released (dropped).
+                tracing::warn!(queue = %self.inner.name, %error,
+                    "workqueue-postgres: the items a step handed out could not be taken");
+                Vec::new()
+            }
+        };
+        Ok(DoneAndGetMany { done, next })
+    }
+
+    /// Settles one lease's `done` on its own (after its forget), waiting for its row, retried
+    /// as [`Lease::done`] is; the lease is renewed until the outcome is known. `unsure`: an
+    /// earlier call may have applied it (a lease found gone is then
+    /// [`Error::OutcomeUnknown`]).
+    async fn settle(&self, mut lease: Lease<T>, forget: bool, unsure: bool) -> Result<(), Error> {
+        let outcome = self
+            .inner
+            .finish_from(lease.claim(), false, forget, unsure)
+            .await;
+        lease.finish_for_call();
+        outcome
+    }
+
+    /// [`settle`](Self::settle) of every lease, at once.
+    async fn settle_each(
+        &self,
+        leases: Vec<(Lease<T>, bool)>,
+        unsure: bool,
+    ) -> Vec<Result<(), Error>> {
+        let mut settling = tokio::task::JoinSet::new();
+        let n = leases.len();
+        for (i, (lease, forget)) in leases.into_iter().enumerate() {
+            let queue = self.clone();
+            settling.spawn(async move { (i, queue.settle(lease, forget, unsure).await) });
+        }
+        let mut done: Vec<Option<Result<(), Error>>> = (0..n).map(|_| None).collect();
+        while let Some(joined) = settling.join_next().await {
+            if let Ok((i, outcome)) = joined {
+                done[i] = Some(outcome);
+            }
+        }
+        done.into_iter()
+            .map(|d| d.unwrap_or(Err(Error::OutcomeUnknown)))
+            .collect()
+    }
+
+    /// One call of `workqueue_step`: the outcome of each done, and what it handed out.
+    async fn step_call(
         &self,
         claims: &[(Claim, bool)],
         max: usize,
-    ) -> Result<DoneAndGetMany<T>, Error> {
+    ) -> Result<(Vec<i32>, GetRow), Error> {
         let keys: Vec<&[u8]> = claims.iter().map(|(c, _)| c.key.as_slice()).collect();
         let tokens: Vec<i64> = claims.iter().map(|(c, _)| c.token).collect();
         let forgets: Vec<bool> = claims.iter().map(|&(_, f)| f).collect();
         let sweep = self.inner.sweep_due();
-        let started = Instant::now();
-        let (done, kind, items, next_keys, next_tokens, priorities, _wait): DoneGetRow =
+        let (done, kind, items, next_keys, next_tokens, priorities, wait): DoneGetRow =
             sqlx::query_as(
                 "SELECT done, kind, items, keys, tokens, priorities, wait_us
-                 FROM workqueue_done_get($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                 FROM workqueue_step($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
             .bind(self.inner.id)
             .bind(&keys)
@@ -395,21 +541,22 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             .bind(int(self.inner.dead_letter_cap))
             .fetch_one(&self.inner.pool)
             .await?;
-        let done = done
-            .into_iter()
-            .map(|d| match d {
-                1 | 2 => Ok(()),
-                _ => Err(Error::LeaseLost),
-            })
-            .collect();
-        let next = if kind == 1 {
-            self.leased(items, next_keys, next_tokens, priorities, started)
-                .await?
+        let row = if kind == 1 {
+            (kind, items, next_keys, next_tokens, priorities, wait)
         } else {
-            Vec::new()
+            (kind, None, None, None, None, wait)
         };
-        Ok(DoneAndGetMany { done, next })
+        Ok((done, row))
     }
+}
+
+/// What a step does with a `done` whose row another transaction holds.
+#[derive(Debug, Clone, Copy)]
+enum Skipped {
+    /// Waits for it (one worker's own step: its outcome is the answer).
+    Wait,
+    /// Settles it in the background (a batch of workers' steps, which must not wait).
+    Background,
 }
 
 /// A wait in microseconds from the database, at least one.

@@ -470,25 +470,37 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         if self.is_closed() {
             return Err(Error::ShutDown);
         }
+        // The item's row first, then the queue's (the lock order): the queue is kept from
+        // shutting down until this commits, and a shut-down queue rolls the move back.
         let n: i64 = self
             .inner
-            .call("retry_now", || {
-                sqlx::query_scalar(
-                    "WITH q AS (SELECT shut_down FROM workqueue_queues WHERE id = $1 FOR SHARE),
-                          moved AS (
-                            UPDATE workqueue_items i SET ready = true, due = NULL,
-                                avail_at = clock_timestamp(), seq = nextval('workqueue_seq'),
-                                last_add = 1
-                            FROM q
-                            WHERE NOT q.shut_down AND i.queue = $1 AND i.key = workqueue_key($2)
-                              AND i.token IS NULL AND i.due IS NOT NULL
-                            RETURNING 1)
-                     SELECT CASE WHEN (SELECT shut_down FROM q) THEN -1
-                                 ELSE (SELECT count(*) FROM moved) END",
+            .call("retry_now", || async move {
+                let mut tx = self.inner.pool.begin().await?;
+                let moved = sqlx::query(
+                    "UPDATE workqueue_items i SET ready = true, due = NULL,
+                         avail_at = clock_timestamp(), seq = nextval('workqueue_seq'),
+                         last_add = 1
+                     WHERE i.queue = $1 AND i.key = workqueue_key($2)
+                       AND i.token IS NULL AND i.due IS NOT NULL",
                 )
                 .bind(self.inner.id)
                 .bind(raw)
-                .fetch_one(&self.inner.pool)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                let shut: bool = sqlx::query_scalar(
+                    "SELECT coalesce((SELECT shut_down FROM workqueue_queues
+                                      WHERE id = $1 FOR SHARE), false)",
+                )
+                .bind(self.inner.id)
+                .fetch_one(&mut *tx)
+                .await?;
+                if shut {
+                    tx.rollback().await?;
+                    return Ok(-1);
+                }
+                tx.commit().await?;
+                Ok(i64::try_from(moved).unwrap_or(i64::MAX))
             })
             .await?;
         if n < 0 {

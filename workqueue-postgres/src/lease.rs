@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use workqueue::lease_clock::{Held, LeaseBackend, LeaseClock, Renewal};
 
 use crate::error::Error;
-use crate::queue::{Claim, Inner};
+use crate::queue::{Claim, Inner, deadline_after};
 
 /// The claim on one item while a worker processes it: client-go's item between `Get` and
 /// `Done`, made to survive crashes.
@@ -96,7 +96,7 @@ impl<T> Lease<T> {
     /// [`Error::LeaseLost`] if the lease is no longer this holder's; a database error.
     pub async fn renew(&self) -> Result<(), Error> {
         let queue = self.held.backend();
-        let deadline = Instant::now() + queue.lease;
+        let deadline = deadline_after(queue.lease);
         renew_once(queue, self.held.token(), self.held.clock(), deadline).await
     }
 
@@ -123,6 +123,12 @@ impl<T> Lease<T> {
         self.held.finish();
         let held = &self.held;
         held.backend().finish(held.token(), true, false).await
+    }
+
+    /// The lease's claim, while it goes on being renewed (for a call whose outcome decides
+    /// whether the lease ends).
+    pub(crate) fn claim(&self) -> Claim {
+        self.held.token()
     }
 
     /// Stops renewing, for a call that ends the lease itself
@@ -176,6 +182,11 @@ impl LeaseBackend for Inner {
         self.max_hold
     }
 
+    /// One renewal on its way per lease ([`Inner::renewal`]), awaited for half the time the
+    /// caller gives. If it is still waiting then (for the item's row, which another
+    /// transaction holds, most likely), the lease counts as renewed when the row, read
+    /// without waiting, still carries it: nobody can take the item while the renewal waits in
+    /// the row's queue, and the renewal takes the row first once it is free.
     async fn renew(
         &self,
         raw: &str,
@@ -183,12 +194,42 @@ impl LeaseBackend for Inner {
         clock: &LeaseClock,
         deadline: Instant,
     ) -> Renewal {
-        match renew_once(self, claim, clock, deadline).await {
-            Ok(()) => Renewal::Renewed,
-            Err(Error::LeaseLost) => Renewal::Lost,
-            Err(error) => {
-                tracing::warn!(queue = %self.name, item = %raw, %error, "workqueue-postgres: lease renewal failed");
-                Renewal::Failed
+        let Some(mut on_its_way) = self.renewal(claim) else {
+            return Renewal::Failed;
+        };
+        let patience = deadline.saturating_duration_since(Instant::now()) / 2;
+        let answer = tokio::time::timeout(patience, on_its_way.wait_for(Option::is_some))
+            .await
+            .map(|answer| answer.map(|answer| answer.clone()));
+        let failed = |error: &dyn std::fmt::Display| {
+            tracing::warn!(queue = %self.name, item = %raw, %error, "workqueue-postgres: lease renewal failed");
+            Renewal::Failed
+        };
+        match answer {
+            Ok(Ok(Some((sent, Ok(true))))) => {
+                clock.renewed(sent, self.lease);
+                Renewal::Renewed
+            }
+            Ok(Ok(Some((_, Ok(false))))) => {
+                clock.lose();
+                Renewal::Lost
+            }
+            Ok(Ok(Some((_, Err(error))))) => failed(&error),
+            Ok(Ok(None) | Err(_)) => failed(&"the renewal task stopped"),
+            Err(_) => {
+                let sent = Instant::now();
+                match tokio::time::timeout(patience, self.still_holds(claim)).await {
+                    Ok(Ok(true)) => {
+                        clock.renewed(sent, self.lease);
+                        Renewal::Renewed
+                    }
+                    Ok(Ok(false)) => {
+                        clock.lose();
+                        Renewal::Lost
+                    }
+                    Ok(Err(error)) => failed(&error),
+                    Err(_) => failed(&"no answer in time"),
+                }
             }
         }
     }

@@ -61,16 +61,45 @@
 //! function whose writes, and whose `NOTIFY`, belong to that transaction: rolled back,
 //! nothing is queued and nobody is woken; committed, the items are queued and the getters
 //! waiting in every process are woken. Until it ends, the transaction holds the row of each
-//! item it changed (a duplicate of a queued item changes nothing and holds nothing): a getter
-//! skips such a row, and a `done` or a renewal of that item waits for it, so keep such
-//! transactions short, as any transaction that locks rows. Run them at `READ COMMITTED`, the
-//! default.
+//! item it changed (a duplicate of a queued item changes nothing and holds nothing), and, for
+//! a rate-limited add, the item's failure row and the queue's row (its token bucket). A
+//! getter skips such a row; a worker's step leaves such an item's `done` out and settles it on
+//! its own, waiting for that row alone, with the lease renewed meanwhile, so the other
+//! workers go on; a `done` or a renewal of that item waits for it. Keep such transactions
+//! short, as any transaction that locks rows. Run them at `READ COMMITTED`, the default.
 //!
 //! [`add_all`](PgQueue::add_all), [`add_all_after`](PgQueue::add_all_after) and
 //! [`add_all_with`](PgQueue::add_all_with) add a batch in one statement (per thousand
-//! items), with one `NOTIFY`, and exactly the rules of adding the items one by one in order.
-//! The rows are locked in the order of their keys, so concurrent batches never deadlock. A
-//! plain [`add`](PgQueue::add) is one statement committed on its own.
+//! items), with one `NOTIFY`, and exactly the rules of adding the items one by one in order,
+//! rate-limited ones included: the token bucket is spent in the batch's order, and the n-th
+//! rate-limited add of an item in a batch waits its n-th backoff. A plain
+//! [`add`](PgQueue::add) is one statement committed on its own.
+//!
+//! # The lock order
+//!
+//! Every statement of the queue that waits for row locks takes them in one order:
+//!
+//! 1. the items' rows (`workqueue_items`), in the order of their keys;
+//! 2. then their failure rows (`workqueue_failures`), in the order of their keys;
+//! 3. then the queue's row (`workqueue_queues`: its token bucket, its counters).
+//!
+//! A row a statement needs out of that order (a sweep that buries an item and goes on to the
+//! next, a worker's step, which must not wait at all) it takes without waiting (`SKIP
+//! LOCKED`), or leaves for later. So the queue's statements never deadlock with each other,
+//! whatever runs beside them: batches and single adds, rate-limited or not, in callers'
+//! transactions or not, `done`s, steps, retries, renewals and sweeps. A caller's transaction
+//! of several statements holds the locks of each until it ends, so together they can go
+//! against that order (an add of an item, then a rate-limited add of another, while someone
+//! rate-limits the first): put such adds in one [`add_all_with_in`](PgQueue::add_all_with_in).
+//!
+//! # Faults
+//!
+//! A call the server rolled back (a lock or statement timeout set on the pool, a
+//! serialization failure, a deadlock: [`Error::is_rolled_back`]) changed nothing, and is sent
+//! again, as a call whose connection failed ([`Error::is_connection`]) is, until the
+//! [retry deadline](Builder::retry_deadline). A worker's step whose connection failed may
+//! have been applied: each of its `done`s is then settled on its own. Leases are renewed
+//! until their `done` is known to be committed.
 //!
 //! # Claims, wake-ups, leases
 //!
@@ -81,9 +110,11 @@
 //! statement takes the time once, so each reads through index bounds: the cost of a get does
 //! not grow with a backlog of delayed items. A worker's step from one item to the next,
 //! [`PgQueue::done_and_get`] (what [`workqueue::Workers`] call, through
-//! [`workqueue::Queue::done_and_next`]), is one call of `workqueue_done_get`: the `done`, then
+//! [`workqueue::Queue::done_and_next`]), is one call of `workqueue_step`: the `done`, then
 //! the get, in one statement and one commit; [`PgQueue::done_and_get_many`] does it for a
-//! batch.
+//! batch. A failed item's step, [`PgQueue::retry_and_done`] (what `Workers` call on a retry),
+//! is one call of `workqueue_retry_done`: the re-add and the `done`, fenced by the lease's
+//! token.
 //!
 //! Getters wait for a `NOTIFY` on their queue's channel, and look again when the next delayed
 //! item is due and at least every [`poll_interval`](Builder::poll_interval): a getter on an
@@ -99,7 +130,7 @@
 //! is renewed while held (a HOT update: the deadline is in no index). Its fencing token comes
 //! from the sequence `workqueue_seq`, so it grows across restarts; a holder whose lease
 //! expired and was reclaimed can neither mark the item done, nor renew it, nor forget its
-//! failures. Only [`Lease::done`] (or [`PgQueue::done_and_get`]) marks an item done: a
+//! failures, nor count one, nor re-add the item. Only [`Lease::done`] (or [`PgQueue::done_and_get`]) marks an item done: a
 //! dropped lease is released and handed out again at once. An item whose leases expire
 //! [`max_stalls`](Builder::max_stalls) times in a row, or whose text no longer deserializes,
 //! moves to the dead letters ([`PgQueue::dead_letters`], capped).
@@ -114,6 +145,9 @@
 //! Version 2 only added the function `workqueue_done_get`. Version 3 changed the tables
 //! (below) and serves only version 3: stop the processes of version 2 before the first
 //! process of version 3 starts (they fail their calls meanwhile, and refuse to start).
+//! Version 4 changed functions only (the lock order, `workqueue_step`,
+//! `workqueue_retry_done`) and serves version 3 too: a rolling upgrade from version 3 needs
+//! no stop.
 //!
 //! All queues share one table set: a queue is a row of `workqueue_queues` with an integer id
 //! (a queue is created by naming it), and every other row names its queue by that id. An

@@ -259,7 +259,9 @@ async fn run(
     mut commands: mpsc::UnboundedReceiver<Command>,
     check: Duration,
 ) {
-    let check = check.max(Duration::from_millis(100));
+    // However long the queues poll (`Duration::MAX`: never), the idle connection is checked
+    // at least every 30 s: a connection that died unnoticed would lose every wake-up.
+    let check = check.clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut channels: BTreeSet<i32> = BTreeSet::new();
     let mut waiting: Vec<oneshot::Sender<Result<(), String>>> = Vec::new();
     let mut listener: Option<PgListener> = None;

@@ -40,10 +40,18 @@ const MIGRATIONS: &[Migration] = &[
         serves_from: 3,
         sql: include_str!("../migrations/0003_keys_and_order.sql"),
     },
+    // One lock order everywhere, a step that waits for no row (`workqueue_step`), a failed
+    // item's retry fenced like its done (`workqueue_retry_done`), rate-limited batches that
+    // spend the bucket in the batch's order. Additive: version 3's processes run on it.
+    Migration {
+        version: 4,
+        serves_from: 3,
+        sql: include_str!("../migrations/0004_lock_order.sql"),
+    },
 ];
 
 /// The schema version this crate needs.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// Checks, without changing anything, that the database's schema serves this crate: for a
 /// process built with [`migrate(false)`](crate::Builder::migrate), whose role may not create

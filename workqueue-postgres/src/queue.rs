@@ -1,15 +1,17 @@
 //! [`PgQueue`]: the queue's handle, and what its handles and leases share.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::PgPool;
+use tokio::sync::watch;
 
 use crate::builder::Builder;
 use crate::error::Error;
@@ -20,7 +22,7 @@ use crate::listen::{Registration, Wakeups};
 pub(crate) type Key = [u8; 32];
 
 /// What a lease is known by in the database: its item's key and its fencing token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Claim {
     pub(crate) key: Key,
     pub(crate) token: i64,
@@ -115,13 +117,44 @@ pub(crate) struct Inner {
     pub(crate) wake: Arc<Wakeups>,
     /// This handle's place on the process's `LISTEN` connection, if it listens.
     pub(crate) _registration: Option<Registration>,
+    /// The automatic renewals on their way, one per lease (see [`Inner::renewal`]).
+    pub(crate) renewing: Mutex<HashMap<Claim, Renewing>>,
+    /// This `Inner` itself, for the tasks it starts.
+    pub(crate) me: Weak<Inner>,
 }
 
-/// Microseconds, saturating, for the SQL functions.
+/// The answer of a renewal on its way, once it has one: when it was sent, and whether the
+/// lease was still this holder's (or why the renewal failed).
+pub(crate) type Renewing = watch::Receiver<Option<(Instant, Result<bool, String>)>>;
+
+/// The longest span the queue keeps: "no limit". Every setting and delay is capped at it (a
+/// century), so that every deadline fits in an `Instant` and in PostgreSQL's timestamps, and
+/// no arithmetic on them overflows; `Duration::MAX` means the same.
+pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// Microseconds, capped at [`FOREVER`], for the SQL functions.
 pub(crate) fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros())
-        .unwrap_or(i64::MAX / 2)
-        .min(i64::MAX / 2)
+    i64::try_from(d.min(FOREVER).as_micros()).unwrap_or(i64::MAX)
+}
+
+/// The moment `d` from now, or as far as this host's clock goes (a span past [`FOREVER`]
+/// counts as [`FOREVER`]): never panics.
+pub(crate) fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d.min(FOREVER))
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 86_400)))
+        .unwrap_or(now)
+}
+
+/// How long to wait before sending a failed call again: nothing after a lock or statement
+/// timeout (the wait was the pause; a couple of milliseconds keep a tiny timeout from
+/// hammering the server), the backoff after anything else.
+pub(crate) fn pause_after(error: &Error, backoff: Duration) -> Duration {
+    if error.waited() {
+        Duration::from_millis(2)
+    } else {
+        backoff
+    }
 }
 
 /// Clamps a count to what the SQL functions take.
@@ -155,14 +188,17 @@ impl Inner {
                 Err(e) => Error::from(e),
             };
             let now = Instant::now();
-            if !error.is_connection() || now >= deadline {
+            if !error.is_transient() || now >= deadline {
                 return Err(error);
             }
             if !warned {
                 tracing::warn!(queue = %self.name, op = what, %error, "workqueue-postgres: retrying");
                 warned = true;
             }
-            tokio::time::sleep(backoff.min(deadline - now)).await;
+            tokio::time::sleep(
+                pause_after(&error, backoff).min(deadline.saturating_duration_since(now)),
+            )
+            .await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
@@ -173,8 +209,17 @@ impl Inner {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<R, sqlx::Error>>,
     {
-        self.call_until(what, Instant::now() + self.retry_deadline, op)
+        self.call_until(what, deadline_after(self.retry_deadline), op)
             .await
+    }
+
+    /// The token bucket as `workqueue_add` takes it: the interval of one rate-limited add in
+    /// microseconds (0: no bucket) and the burst.
+    pub(crate) fn bucket(&self) -> (i64, i32) {
+        self.bucket.map_or((0, 0), |(qps, burst)| {
+            let interval = Duration::try_from_secs_f64(1.0 / qps).unwrap_or(FOREVER);
+            (micros(interval).max(1), int(burst))
+        })
     }
 
     /// Whether this get should first take back expired leases: at most once per
@@ -195,8 +240,53 @@ impl Inner {
     /// How long until the next sweep is due.
     pub(crate) fn until_sweep(&self) -> Duration {
         let now = self.epoch.elapsed();
-        let next = Duration::from_millis(self.swept_at.load(Ordering::Relaxed)) + self.sweep_every;
+        let next = Duration::from_millis(self.swept_at.load(Ordering::Relaxed))
+            .saturating_add(self.sweep_every);
         next.saturating_sub(now)
+    }
+
+    /// The automatic renewal of `claim`'s lease that is on its way, or a new one: one per
+    /// lease at a time. A renewal that waits for the item's row, which another transaction
+    /// holds, keeps waiting in a task of its own, however often the lease asks again: so a
+    /// locked row ties up one connection, not one per renewal interval, and the waiting
+    /// renewal keeps the item's place (a sweep skips a row that someone holds or waits for)
+    /// until it renews the lease the moment the row is free.
+    pub(crate) fn renewal(&self, claim: Claim) -> Option<Renewing> {
+        let mut renewing = self.renewing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(on_its_way) = renewing.get(&claim) {
+            return Some(on_its_way.clone());
+        }
+        let me = self.me.upgrade()?;
+        let (answer, on_its_way) = watch::channel(None);
+        renewing.insert(claim, on_its_way.clone());
+        drop(renewing);
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let held = me
+                .renew(claim, deadline_after(me.lease))
+                .await
+                .map_err(|e| e.to_string());
+            let _ = answer.send(Some((sent, held)));
+            me.renewing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&claim);
+        });
+        Some(on_its_way)
+    }
+
+    /// Whether the item's row still carries `claim`'s lease, read without waiting for any lock
+    /// (the last committed version).
+    pub(crate) async fn still_holds(&self, claim: Claim) -> Result<bool, Error> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM workqueue_items
+                            WHERE queue = $1 AND key = $2 AND token = $3)",
+        )
+        .bind(self.id)
+        .bind(claim.key.as_slice())
+        .bind(claim.token)
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     /// Renews a lease: `Ok(false)` if it is no longer this holder's. The deadline is not in
@@ -220,8 +310,9 @@ impl Inner {
         Ok(rows.rows_affected() == 1)
     }
 
-    /// `done` (or a release), retried through a lost connection while the lease could still
-    /// be ours. With `forget`, the item's failures are forgotten too, only if the done is
+    /// `done` (or a release), retried through a lost connection, or a call the server rolled
+    /// back (a lock or statement timeout, a serialization failure, a deadlock), while the lease
+    /// could still be ours. A done waits for the item's row if another transaction holds it. With `forget`, the item's failures are forgotten too, only if the done is
     /// accepted.
     pub(crate) async fn finish(
         &self,
@@ -242,7 +333,7 @@ impl Inner {
         forget: bool,
         mut unsure: bool,
     ) -> Result<(), Error> {
-        let give_up = Instant::now() + self.lease.max(self.retry_deadline);
+        let give_up = deadline_after(self.lease.max(self.retry_deadline));
         let mut backoff = Duration::from_millis(20);
         let token = self.faults.token_for(self, claim).await;
         if !release {
@@ -267,12 +358,18 @@ impl Inner {
                 Ok(_) => return Err(Error::LeaseLost),
                 Err(e) => {
                     let e = Error::from(e);
-                    if !e.is_connection() || Instant::now() + backoff >= give_up {
+                    let pause = pause_after(&e, backoff);
+                    if !e.is_transient()
+                        || give_up.saturating_duration_since(Instant::now()) <= pause
+                    {
                         return Err(if unsure { Error::OutcomeUnknown } else { e });
                     }
-                    // The commit may have been lost with the answer, or may not.
-                    unsure = true;
-                    tokio::time::sleep(backoff).await;
+                    if !e.is_rolled_back() {
+                        // The commit may have been lost with the answer, or may not. (A call
+                        // the server rolled back changed nothing.)
+                        unsure = true;
+                    }
+                    tokio::time::sleep(pause).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
             }

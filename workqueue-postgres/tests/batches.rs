@@ -1,6 +1,6 @@
-//! Batched adds: one statement with exactly the rules of one-by-one adds (a property test
-//! against the one-by-one queue), no deadlocks between concurrent batches, one `NOTIFY` per
-//! statement, and a plain add as one autocommit statement.
+//! Batched adds: one statement with exactly the rules of one-by-one adds (property tests
+//! against the one-by-one queue, rate-limited adds included), no deadlocks between concurrent
+//! batches, one `NOTIFY` per statement, and a plain add as one autocommit statement.
 
 mod support;
 
@@ -162,6 +162,163 @@ fn a_batch_follows_the_rules_of_adding_its_items_one_by_one() {
     };
     proptest!(config, |(ops in prop::collection::vec(op(), 1..30))| {
         runtime.block_on(same_answers(&server, ops))?;
+    });
+}
+
+/// One add of a rate-limited case: as [`Add`], rate-limited or not.
+#[derive(Debug, Clone)]
+struct LimitedAdd {
+    add: Add,
+    limited: bool,
+}
+
+impl LimitedAdd {
+    fn options(&self) -> AddOptions {
+        let options = self.add.options();
+        if self.limited {
+            options.rate_limited()
+        } else {
+            options
+        }
+    }
+}
+
+/// A queue whose rate limiter gives each item a backoff of `base` (zero or ten minutes) and
+/// has a token bucket of one retry an hour with a burst of 3: its delays are long enough that
+/// the few milliseconds between one-by-one adds change them by as little.
+async fn limited_queue(server: &PgServer, base: Duration) -> PgQueue<String> {
+    PgQueue::builder(unique("limited"))
+        .url(server.url())
+        .lease_duration(Duration::from_secs(60))
+        .poll_interval(Duration::from_secs(30))
+        .backoff(base, Duration::from_secs(36_000))
+        .token_bucket(Some((1.0 / 3600.0, 3)))
+        .build()
+        .await
+        .expect("connect to the test server")
+}
+
+/// Runs batches with rate-limited adds (and gets and dones) on a batched queue and a
+/// one-by-one queue: the same kinds, the same delays (within the seconds the one-by-one adds
+/// take: the bucket refills meanwhile), the same failure counts, the same order.
+async fn same_limited_answers(
+    server: &PgServer,
+    base: Duration,
+    ops: Vec<(Vec<LimitedAdd>, u8)>,
+) -> Result<(), TestCaseError> {
+    let batched = limited_queue(server, base).await;
+    let single = limited_queue(server, base).await;
+    let mut held: VecDeque<(Lease<String>, Lease<String>)> = VecDeque::new();
+    for (adds, then) in ops {
+        let got = batched
+            .add_all_with(adds.iter().map(|a| (a.add.item.to_string(), a.options())))
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let mut want = Vec::new();
+        for a in &adds {
+            want.push(
+                single
+                    .add_with(a.add.item.to_string(), a.options())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let slack = started.elapsed() + Duration::from_secs(1);
+        for ((got, want), a) in got.iter().zip(&want).zip(&adds) {
+            prop_assert_eq!(got.kind, want.kind, "{:?} in {:?}", a, adds);
+            prop_assert!(
+                got.delay.abs_diff(want.delay) <= slack,
+                "{:?}: {:?} batched, {:?} one by one",
+                a,
+                got.delay,
+                want.delay
+            );
+        }
+        for item in 0..5_u8 {
+            prop_assert_eq!(
+                batched.num_requeues(item.to_string()).await.unwrap(),
+                single.num_requeues(item.to_string()).await.unwrap()
+            );
+        }
+        match then % 3 {
+            0 => {
+                let a = batched.try_get().await.unwrap().into_lease();
+                let b = single.try_get().await.unwrap().into_lease();
+                let view = |l: &Option<Lease<String>>| {
+                    l.as_ref().map(|l| (l.item().clone(), l.priority()))
+                };
+                prop_assert_eq!(view(&a), view(&b));
+                if let (Some(a), Some(b)) = (a, b) {
+                    held.push_back((a, b));
+                }
+            }
+            1 if !held.is_empty() => {
+                let (a, b) = held.remove(usize::from(then) % held.len()).unwrap();
+                a.done().await.unwrap();
+                b.done().await.unwrap();
+            }
+            _ => {}
+        }
+        prop_assert_eq!(batched.len().await.unwrap(), single.len().await.unwrap());
+    }
+    for (a, b) in held {
+        a.done().await.unwrap();
+        b.done().await.unwrap();
+    }
+    let mut rest = (Vec::new(), Vec::new());
+    while let Some(l) = batched.try_get().await.unwrap().into_lease() {
+        rest.0.push((l.item().clone(), l.priority()));
+        l.done().await.unwrap();
+    }
+    while let Some(l) = single.try_get().await.unwrap().into_lease() {
+        rest.1.push((l.item().clone(), l.priority()));
+        l.done().await.unwrap();
+    }
+    prop_assert_eq!(rest.0, rest.1);
+    prop_assert_eq!(
+        batched.delayed_len().await.unwrap(),
+        single.delayed_len().await.unwrap()
+    );
+    Ok(())
+}
+
+#[test]
+fn a_batch_with_rate_limited_adds_follows_the_rules_of_adding_them_one_by_one() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = ProptestConfig {
+        cases: 32,
+        max_shrink_iters: 200,
+        ..ProptestConfig::default()
+    };
+    let add = (
+        0..5_u8,
+        prop::option::of(-2..3_i32),
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.6),
+    )
+        .prop_map(|(item, priority, delayed, limited)| LimitedAdd {
+            add: Add {
+                item,
+                priority,
+                delayed,
+            },
+            limited,
+        });
+    let step = (prop::collection::vec(add, 1..8), any::<u8>());
+    proptest!(config, |(
+        exponential in any::<bool>(),
+        ops in prop::collection::vec(step, 1..12),
+    )| {
+        let base = if exponential { Duration::from_secs(600) } else { Duration::ZERO };
+        runtime.block_on(same_limited_answers(&server, base, ops))?;
     });
 }
 

@@ -2,13 +2,16 @@
 //! faults a deployment meets: `kill -9` of worker processes mid-item, `kill -9` of the server
 //! and a restart, a worker `SIGSTOP`ped past its lease, and 32 workers on a few hot keys.
 //!
-//! Workers are processes (this test binary re-run as the ignored test `worker_process`)
-//! that end each item with `done_and_get` (the `done` and the next item in one call, as
-//! `Workers` do) and append their history to a file: `S item token time` when a lease is
-//! handed out,
-//! `D item token time` before its `done` is sent (the handler's end), `E item token result`
-//! after. A producer in the test records every acknowledged add with its sequence number.
-//! The checker then proves, from the histories:
+//! Workers are processes (this test binary re-run as the ignored test `worker_process`) of
+//! one of two kinds. `steps`: tasks that end each item with `done_and_get` (the `done` and
+//! the next item in one call). `workers`: a `Workers` pool, whose workers send their `done`s
+//! through batched steps (`done_and_next_many`: one statement for the `done`s of every
+//! worker that finished meanwhile and their next items, the default on PostgreSQL), over a
+//! wrapper of the queue that records what passes through it. Both append their history to a
+//! file: `S item token time` when a lease is handed out, `D item token time` before its
+//! `done` (or release) is sent (after the handler's end), `E item token result` after. A
+//! producer in the test records every acknowledged add with its sequence number. The checker
+//! then proves, from the histories:
 //!
 //! - **nothing acknowledged lost**: every acknowledged add (sequence `s`) is followed by a
 //!   processing of its item under a lease whose token is larger than `s` and whose `done` was
@@ -37,8 +40,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::{PgServer, unique};
-use workqueue::AddOptions;
-use workqueue_postgres::{AddKind, Error, Mutation, PgQueue};
+use workqueue::{AddOptions, DoneMany, Outcome, Queue, QueueLease, Workers};
+use workqueue_postgres::{AddKind, Error, Lease, Mutation, PgQueue};
 
 /// Microseconds since the Unix epoch: one clock for every process on this host.
 fn now_us() -> u64 {
@@ -62,12 +65,13 @@ fn worker_process() {
         return;
     };
     let fields: Vec<&str> = config.split('|').collect();
-    let [url, name, log, tasks, work_ms, lease_ms, mutation] = fields[..] else {
+    let [url, name, log, tasks, work_ms, lease_ms, mutation, kind] = fields[..] else {
         panic!("bad worker configuration {config}");
     };
     let tasks: usize = tasks.parse().unwrap();
     let work = Duration::from_millis(work_ms.parse().unwrap());
     let lease = Duration::from_millis(lease_ms.parse().unwrap());
+    let steps_log = format!("{log}.steps");
     let log = Arc::new(Mutex::new(
         OpenOptions::new()
             .create(true)
@@ -95,11 +99,38 @@ fn worker_process() {
             _ => {}
         }
         let queue = builder.build().await.expect("worker connects");
-        let record = move |line: String| {
+        let record: Record = Arc::new(move |line: String| {
             let mut file = log.lock().unwrap();
             file.write_all(line.as_bytes()).unwrap();
             file.flush().unwrap();
-        };
+        });
+        if kind == "workers" {
+            let steps = Mutex::new(
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(steps_log)
+                    .unwrap(),
+            );
+            let logged = Logged {
+                queue: queue.clone(),
+                record: record.clone(),
+                steps: Arc::new(move |line: String| {
+                    let mut file = steps.lock().unwrap();
+                    file.write_all(line.as_bytes()).unwrap();
+                }),
+            };
+            assert!(logged.batch_limit() > 1, "Workers batch their steps here");
+            let _workers =
+                Workers::new(logged)
+                    .count(tasks)
+                    .spawn_async(move |_: String| async move {
+                        tokio::time::sleep(work).await;
+                        Outcome::Done
+                    });
+            // Until killed.
+            std::future::pending::<()>().await;
+        }
         let mut handles = Vec::new();
         for _ in 0..tasks {
             let queue = queue.clone();
@@ -142,6 +173,223 @@ fn worker_process() {
     });
 }
 
+/// Appends a line to the worker's history.
+type Record = Arc<dyn Fn(String) + Send + Sync>;
+
+/// The queue as `Workers` see it in a `workers` process: each call goes to the `PgQueue`
+/// (its batched steps included), and each hand-out and `done` is recorded, and the number of
+/// `done`s of each batched step (in a file of its own).
+#[derive(Clone)]
+struct Logged {
+    queue: PgQueue<String>,
+    record: Record,
+    steps: Record,
+}
+
+/// A lease handed out through [`Logged`].
+struct LoggedLease {
+    lease: Lease<String>,
+    record: Option<Record>,
+}
+
+impl std::fmt::Debug for Logged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Logged").finish_non_exhaustive()
+    }
+}
+
+impl Logged {
+    fn started(&self, lease: Lease<String>) -> LoggedLease {
+        (self.record)(format!(
+            "S {} {} {}\n",
+            lease.item(),
+            lease.token(),
+            now_us()
+        ));
+        LoggedLease {
+            lease,
+            record: Some(self.record.clone()),
+        }
+    }
+
+    fn sending(&self, lease: &Lease<String>) {
+        (self.record)(format!(
+            "D {} {} {}\n",
+            lease.item(),
+            lease.token(),
+            now_us()
+        ));
+    }
+
+    fn ended(&self, item: &str, token: u64, result: &Result<(), Error>) {
+        (self.record)(format!("E {item} {token} {}\n", outcome(result)));
+    }
+}
+
+/// How a history names a `done`'s outcome.
+fn outcome(result: &Result<(), Error>) -> &'static str {
+    match result {
+        Ok(()) => "ok",
+        Err(Error::LeaseLost) => "refused",
+        Err(_) => "unknown",
+    }
+}
+
+impl std::fmt::Debug for LoggedLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LoggedLease").field(&self.lease).finish()
+    }
+}
+
+impl Queue for Logged {
+    type Item = String;
+    type Lease = LoggedLease;
+    type Error = Error;
+
+    fn name(&self) -> Option<&str> {
+        Some(self.queue.name())
+    }
+
+    async fn add_with(&self, item: String, options: AddOptions) -> Result<bool, Error> {
+        Queue::add_with(&self.queue, item, options).await
+    }
+
+    async fn forget(&self, item: &String) -> Result<(), Error> {
+        self.queue.forget(item).await
+    }
+
+    async fn num_requeues(&self, item: &String) -> Result<usize, Error> {
+        self.queue.num_requeues(item).await
+    }
+
+    async fn len(&self) -> Result<usize, Error> {
+        self.queue.len().await
+    }
+
+    async fn get(&self) -> Result<Option<LoggedLease>, Error> {
+        Ok(self.queue.get().await?.map(|lease| self.started(lease)))
+    }
+
+    async fn done_and_next(
+        &self,
+        mut lease: LoggedLease,
+        forget: bool,
+    ) -> Result<Option<LoggedLease>, Error> {
+        lease.record = None;
+        let (item, token) = (lease.lease.item().clone(), lease.lease.token());
+        self.sending(&lease.lease);
+        let result = self.queue.done_and_get(lease.lease, forget).await;
+        let next = match result {
+            Ok(next) => {
+                self.ended(&item, token, &Ok(()));
+                next
+            }
+            Err(error) => {
+                let result = Err(error);
+                self.ended(&item, token, &result);
+                return result.map(|()| None);
+            }
+        };
+        Ok(next.map(|lease| self.started(lease)))
+    }
+
+    async fn done_and_next_many(
+        &self,
+        leases: Vec<(LoggedLease, bool)>,
+        max: usize,
+    ) -> Result<DoneMany<LoggedLease, Error>, Error> {
+        (self.steps)(format!("{}\n", leases.len()));
+        let mut sent = Vec::with_capacity(leases.len());
+        let mut names = Vec::with_capacity(leases.len());
+        for (mut lease, forget) in leases {
+            lease.record = None;
+            self.sending(&lease.lease);
+            names.push((lease.lease.item().clone(), lease.lease.token()));
+            sent.push((lease.lease, forget));
+        }
+        match Queue::done_and_next_many(&self.queue, sent, max).await {
+            Ok(DoneMany { done, next }) => {
+                for ((item, token), result) in names.iter().zip(&done) {
+                    self.ended(item, *token, result);
+                }
+                Ok(DoneMany {
+                    done,
+                    next: next.into_iter().map(|l| self.started(l)).collect(),
+                })
+            }
+            Err(error) => {
+                for (item, token) in &names {
+                    self.ended(item, *token, &Err(Error::OutcomeUnknown));
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn batch_limit(&self) -> usize {
+        Queue::batch_limit(&self.queue)
+    }
+
+    fn steps_in_flight(&self) -> usize {
+        Queue::steps_in_flight(&self.queue)
+    }
+
+    fn is_lease_lost(error: &Error) -> bool {
+        error.is_lease_lost()
+    }
+
+    fn shut_down(&self) -> Vec<String> {
+        Queue::shut_down(&self.queue)
+    }
+
+    async fn shut_down_with_drain(&self) -> Result<(), Error> {
+        self.queue.shut_down_with_drain().await
+    }
+
+    async fn is_shutting_down(&self) -> Result<bool, Error> {
+        self.queue.is_shutting_down().await
+    }
+}
+
+impl QueueLease for LoggedLease {
+    type Item = String;
+    type Error = Error;
+
+    fn item(&self) -> &String {
+        self.lease.item()
+    }
+
+    fn priority(&self) -> i32 {
+        self.lease.priority()
+    }
+
+    async fn done(mut self) -> Result<(), Error> {
+        let record = self.record.take();
+        let (item, token) = (self.lease.item().clone(), self.lease.token());
+        if let Some(record) = &record {
+            record(format!("D {item} {token} {}\n", now_us()));
+        }
+        let result = self.lease.done().await;
+        if let Some(record) = &record {
+            record(format!("E {item} {token} {}\n", outcome(&result)));
+        }
+        result
+    }
+
+    async fn release(mut self) -> Result<bool, Error> {
+        let record = self.record.take();
+        let (item, token) = (self.lease.item().clone(), self.lease.token());
+        if let Some(record) = &record {
+            record(format!("D {item} {token} {}\n", now_us()));
+        }
+        let result = QueueLease::release(self.lease).await;
+        if let Some(record) = &record {
+            record(format!("E {item} {token} released\n"));
+        }
+        result
+    }
+}
+
 // ===== the harness =====
 
 /// One worker process and its history file.
@@ -170,12 +418,19 @@ struct Scenario {
     lease_ms: u64,
     work_ms: u64,
     mutation: &'static str,
+    /// `steps` (tasks calling `done_and_get`) or `workers` (a `Workers` pool, batched steps).
+    kind: &'static str,
     /// Acknowledged adds: item and sequence number.
     acked: Arc<Mutex<Vec<(String, u64)>>>,
 }
 
 impl Scenario {
-    async fn start(lease_ms: u64, work_ms: u64, mutation: &'static str) -> Option<Self> {
+    async fn start(
+        kind: &'static str,
+        lease_ms: u64,
+        work_ms: u64,
+        mutation: &'static str,
+    ) -> Option<Self> {
         let server = PgServer::start()?;
         let queue = PgQueue::<String>::builder(unique("crash"))
             .url(server.url())
@@ -199,6 +454,7 @@ impl Scenario {
             lease_ms,
             work_ms,
             mutation,
+            kind,
             acked: Arc::new(Mutex::new(Vec::new())),
         })
     }
@@ -214,6 +470,7 @@ impl Scenario {
             self.work_ms.to_string(),
             self.lease_ms.to_string(),
             self.mutation.to_owned(),
+            self.kind.to_owned(),
         ]
         .join("|");
         let child = Command::new(std::env::current_exe().unwrap())
@@ -351,7 +608,15 @@ impl Scenario {
             }
         }
         let acked = self.acked.lock().unwrap().clone();
-        let report = check(&acked, &self.workers, &self.windows);
+        let mut report = check(&acked, &self.workers, &self.windows);
+        for worker in &self.workers {
+            let steps = std::fs::read_to_string(format!("{}.steps", worker.log.display()))
+                .unwrap_or_default();
+            for size in steps.lines().filter_map(|l| l.parse::<usize>().ok()) {
+                report.steps += 1;
+                report.largest_step = report.largest_step.max(size);
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
         report
     }
@@ -385,6 +650,9 @@ struct Report {
     processings: usize,
     refused: usize,
     excused_overlaps: usize,
+    /// Batched steps (`workers` processes): how many, and the most `done`s one carried.
+    steps: usize,
+    largest_step: usize,
     lost: Vec<String>,
     unexcused_overlaps: Vec<String>,
     stale_done_accepted: Vec<String>,
@@ -493,19 +761,23 @@ fn check(acked: &[(String, u64)], workers: &[Worker], windows: &[Window]) -> Rep
 /// One scenario at a time: they kill processes and time pauses on two shared cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn assert_passed(report: &Report) {
-    println!("{report:?}");
+fn assert_passed(kind: &str, report: &Report) {
+    println!("{kind}: {report:?}");
     assert!(
         report.adds > 0 && report.processings > 0,
         "nothing ran: {report:?}"
     );
     assert!(report.passed(), "the checker failed: {report:?}");
+    if kind == "workers" {
+        assert!(report.steps > 0, "no batched step: {report:?}");
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_of_workers_mid_item_loses_nothing() {
+/// Three worker processes of four workers; four times, the oldest live one is killed
+/// (`kill -9`) as soon as it is inside a handler, and a new one started.
+async fn kill_9_of_workers_mid_item(kind: &'static str) {
     let _serial = SERIAL.lock().await;
-    let Some(mut s) = Scenario::start(600, 20, "").await else {
+    let Some(mut s) = Scenario::start(kind, 600, 20, "").await else {
         return;
     };
     for _ in 0..3 {
@@ -529,14 +801,25 @@ async fn kill_9_of_workers_mid_item_loses_nothing() {
     }
     producer.await.unwrap();
     let report = s.finish(Duration::from_secs(60)).await;
-    assert_passed(&report);
+    assert_passed(kind, &report);
     assert!(mid_item_kills > 0, "no worker was killed mid-item");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_of_the_server_and_a_restart_loses_nothing() {
+async fn kill_9_of_workers_mid_item_loses_nothing() {
+    kill_9_of_workers_mid_item("steps").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_batched_workers_mid_item_loses_nothing() {
+    kill_9_of_workers_mid_item("workers").await;
+}
+
+/// Three worker processes of four workers; the server is killed (`kill -9`) and restarted
+/// 1.5 s later.
+async fn kill_9_of_the_server(kind: &'static str) {
     let _serial = SERIAL.lock().await;
-    let Some(mut s) = Scenario::start(1000, 20, "").await else {
+    let Some(mut s) = Scenario::start(kind, 1000, 20, "").await else {
         return;
     };
     for _ in 0..3 {
@@ -547,12 +830,22 @@ async fn kill_9_of_the_server_and_a_restart_loses_nothing() {
     s.kill_server(Duration::from_millis(1500));
     producer.await.unwrap();
     let report = s.finish(Duration::from_secs(90)).await;
-    assert_passed(&report);
+    assert_passed(kind, &report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_server_and_a_restart_loses_nothing() {
+    kill_9_of_the_server("steps").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_server_under_batched_workers_loses_nothing() {
+    kill_9_of_the_server("workers").await;
 }
 
 /// Two worker processes on four hot keys; the first is paused mid-item for five leases.
-async fn paused_past_the_lease(mutation: &'static str) -> Option<Report> {
-    let mut s = Scenario::start(400, 100, mutation).await?;
+async fn paused_past_the_lease(kind: &'static str, mutation: &'static str) -> Option<Report> {
+    let mut s = Scenario::start(kind, 400, 100, mutation).await?;
     s.spawn(2);
     s.spawn(2);
     let producer = s.produce(150, 4, Duration::from_millis(5));
@@ -561,13 +854,12 @@ async fn paused_past_the_lease(mutation: &'static str) -> Option<Report> {
     Some(s.finish(Duration::from_secs(60)).await)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_paused_past_its_lease_is_fenced_off() {
+async fn a_paused_worker_is_fenced_off(kind: &'static str) {
     let _serial = SERIAL.lock().await;
-    let Some(report) = paused_past_the_lease("").await else {
+    let Some(report) = paused_past_the_lease(kind, "").await else {
         return;
     };
-    assert_passed(&report);
+    assert_passed(kind, &report);
     assert!(
         report.refused > 0,
         "the paused holder's done was refused: {report:?}"
@@ -575,9 +867,19 @@ async fn a_worker_paused_past_its_lease_is_fenced_off() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_two_workers_on_hot_keys_never_overlap() {
+async fn a_worker_paused_past_its_lease_is_fenced_off() {
+    a_paused_worker_is_fenced_off("steps").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_workers_paused_past_their_lease_are_fenced_off() {
+    a_paused_worker_is_fenced_off("workers").await;
+}
+
+/// Four processes of eight workers on six hot keys, no fault.
+async fn thirty_two_workers_on_hot_keys(kind: &'static str) {
     let _serial = SERIAL.lock().await;
-    let Some(mut s) = Scenario::start(5000, 2, "").await else {
+    let Some(mut s) = Scenario::start(kind, 5000, 2, "").await else {
         return;
     };
     for _ in 0..4 {
@@ -586,22 +888,37 @@ async fn thirty_two_workers_on_hot_keys_never_overlap() {
     let producer = s.produce(1500, 6, Duration::ZERO);
     producer.await.unwrap();
     let report = s.finish(Duration::from_secs(60)).await;
-    assert_passed(&report);
+    assert_passed(kind, &report);
     assert_eq!(
         report.excused_overlaps, 0,
         "no fault, no excuse: {report:?}"
     );
+    if kind == "workers" {
+        assert!(
+            report.largest_step > 1,
+            "no step carried the dones of several workers: {report:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_workers_on_hot_keys_never_overlap() {
+    thirty_two_workers_on_hot_keys("steps").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_batched_workers_on_hot_keys_never_overlap() {
+    thirty_two_workers_on_hot_keys("workers").await;
 }
 
 /// Control: without fencing, the paused holder's stale `done` is accepted, and the checker
 /// must say so.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn control_without_fencing_the_checker_fails() {
+async fn control_without_fencing(kind: &'static str) {
     let _serial = SERIAL.lock().await;
-    let Some(report) = paused_past_the_lease("no-fencing").await else {
+    let Some(report) = paused_past_the_lease(kind, "no-fencing").await else {
         return;
     };
-    println!("{report:?}");
+    println!("{kind}: {report:?}");
     assert!(
         !report.stale_done_accepted.is_empty(),
         "the control was caught: {report:?}"
@@ -609,13 +926,22 @@ async fn control_without_fencing_the_checker_fails() {
     assert!(!report.passed());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_without_fencing_the_checker_fails() {
+    control_without_fencing("steps").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_without_fencing_under_batched_workers_the_checker_fails() {
+    control_without_fencing("workers").await;
+}
+
 /// Control: when a re-add while processing is not queued again, acknowledged adds are lost,
 /// and the checker must say so.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn control_without_the_dirty_requeue_the_checker_fails() {
+async fn control_without_the_dirty_requeue(kind: &'static str) {
     let _serial = SERIAL.lock().await;
     // Every key is re-added while it is processed, up to the last add.
-    let Some(mut s) = Scenario::start(5000, 200, "no-dirty-requeue").await else {
+    let Some(mut s) = Scenario::start(kind, 5000, 200, "no-dirty-requeue").await else {
         return;
     };
     s.spawn(4);
@@ -633,9 +959,19 @@ async fn control_without_the_dirty_requeue_the_checker_fails() {
     let producer = s.produce(60, 4, Duration::from_millis(10));
     producer.await.unwrap();
     let report = s.finish(Duration::from_secs(30)).await;
-    println!("{report:?}");
+    println!("{kind}: {report:?}");
     assert!(
         !report.lost.is_empty(),
         "the control was caught: {report:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_without_the_dirty_requeue_the_checker_fails() {
+    control_without_the_dirty_requeue("steps").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_without_the_dirty_requeue_under_batched_workers_the_checker_fails() {
+    control_without_the_dirty_requeue("workers").await;
 }

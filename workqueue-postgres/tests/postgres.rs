@@ -1,6 +1,7 @@
 //! What only the PostgreSQL queue has: transactional enqueue, leases with fencing tokens on
 //! the database's clock, release on drop, dead letters, a handle's own shut down, polling
-//! without `LISTEN`, and the schema's migrations. Each test starts its own server.
+//! without `LISTEN`, and the schema's migrations (upgrades from versions 2 and 3 with items
+//! in every state). Each test starts its own server.
 
 mod support;
 
@@ -622,6 +623,139 @@ async fn an_upgrade_from_version_2_keeps_every_item() {
     assert_eq!(lease.item(), "held");
     assert!(lease.token() > 2000, "tokens go on growing");
     lease.done().await.unwrap();
+}
+
+/// A database of schema version 3 with items in every state (queued with and without a
+/// priority, delayed, leased, leased and re-added, leased with a pending delay, a failure
+/// count, a used token bucket, a dead letter) is upgraded to version 4 in place: queued items
+/// keep their order, the leased ones their holders' tokens, which end them through the new
+/// step and the new fenced retry; the bucket goes on from where version 3 left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_from_version_3_keeps_every_item() {
+    use sqlx::Executor;
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
+    for sql in [
+        include_str!("../migrations/0001_schema.sql"),
+        include_str!("../migrations/0002_done_get.sql"),
+        include_str!("../migrations/0003_keys_and_order.sql"),
+    ] {
+        pool.execute(sql).await.unwrap();
+    }
+    // Version 3, used through its functions.
+    pool.execute(
+        "CREATE TABLE workqueue_migrations (version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now(), serves_from integer);
+         INSERT INTO workqueue_migrations (version, serves_from) VALUES (1, 1), (2, 1), (3, 3);
+         INSERT INTO workqueue_queues (id, name) VALUES (7, 'v3');
+         SELECT workqueue_add(7, ARRAY['\"held\"', '\"held-late\"'], ARRAY[10, 9],
+             ARRAY[0, 0]::bigint[], ARRAY[false, false], 0, 0, 0, 0);
+         SELECT workqueue_get(7, 2, 3600000000, false, 0, 0);
+         SELECT workqueue_add(7, ARRAY['\"held\"'], ARRAY[NULL]::integer[],
+             ARRAY[0]::bigint[], ARRAY[false], 0, 0, 0, 0);
+         SELECT workqueue_add(7, ARRAY['\"held-late\"'], ARRAY[NULL]::integer[],
+             ARRAY[3600000000]::bigint[], ARRAY[false], 0, 0, 0, 0);
+         SELECT workqueue_add(7, ARRAY['\"first\"', '\"second\"', '\"third\"'],
+             ARRAY[NULL, 3, NULL], ARRAY[0, 0, 0]::bigint[], ARRAY[false, false, true],
+             0, 1000000, 0, 0);
+         SELECT workqueue_add(7, ARRAY['\"later\"'], ARRAY[NULL]::integer[],
+             ARRAY[3600000000]::bigint[], ARRAY[false], 0, 0, 0, 0);
+         UPDATE workqueue_queues SET bucket_tat = clock_timestamp() + interval '1 hour'
+             WHERE id = 7;
+         INSERT INTO workqueue_dead (queue, item, reason, stalls, failures)
+             VALUES (7, '\"buried\"', 'stalled', 5, 0);",
+    )
+    .await
+    .unwrap();
+    let token = |item: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT token FROM workqueue_items WHERE queue = 7 AND item = $1",
+            )
+            .bind(format!("\"{item}\""))
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let (held, late) = (token("held").await, token("held-late").await);
+
+    let q: PgQueue<String> = PgQueue::builder("v3")
+        .url(server.url())
+        .backoff(Duration::from_secs(3600), Duration::from_secs(3600))
+        .build()
+        .await
+        .expect("the upgrade to version 4 runs at build");
+    let version: i32 = sqlx::query_scalar("SELECT max(version) FROM workqueue_migrations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(version, workqueue_postgres::SCHEMA_VERSION);
+    assert_eq!(q.num_requeues("third".to_owned()).await.unwrap(), 1);
+    assert_eq!(q.delayed_len().await.unwrap(), 1);
+    assert_eq!(q.processing_len().await.unwrap(), 2);
+    assert_eq!(q.dead_letters(10).await.unwrap()[0].item, "\"buried\"");
+    // The old holders' tokens end their leases: `held` (re-added) through the step, queued
+    // again; `held-late` through the fenced retry, delayed by its backoff; a wrong token
+    // changes nothing.
+    let step: Vec<i32> = sqlx::query_scalar(
+        "SELECT done FROM workqueue_step(7, ARRAY[workqueue_key('\"held\"')], $1,
+             ARRAY[false], 0, 1000000, false, 0, 0)",
+    )
+    .bind(vec![held])
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(step, [2], "done, and queued again for the re-add");
+    let retry = |tok: i64| {
+        sqlx::query_scalar::<_, i32>(
+            "SELECT outcome FROM workqueue_retry_done(7, workqueue_key('\"held-late\"'), $1,
+                 false, NULL, 0, true, 3600000000, 3600000000, 0, 0)",
+        )
+        .bind(tok)
+        .fetch_one(&pool)
+    };
+    assert_eq!(
+        retry(late - 1).await.unwrap(),
+        0,
+        "a stale token is refused"
+    );
+    assert_eq!(q.num_requeues("held-late".to_owned()).await.unwrap(), 0);
+    assert_eq!(retry(late).await.unwrap(), 1);
+    assert_eq!(q.num_requeues("held-late".to_owned()).await.unwrap(), 1);
+    assert_eq!(q.delayed_len().await.unwrap(), 2);
+    assert_eq!(q.processing_len().await.unwrap(), 0);
+    // The bucket goes on from version 3's state: an hour of it is spent already.
+    let added = q
+        .add_with("slow".to_owned(), AddOptions::default().rate_limited())
+        .await
+        .unwrap();
+    assert!(
+        added.delay >= Duration::from_secs(3590),
+        "{:?}",
+        added.delay
+    );
+    // New adds go behind the carried-over ones, and tokens go on growing.
+    q.add("new".to_owned()).await.unwrap();
+    let mut order = Vec::new();
+    while let Some(lease) = q.try_get().await.unwrap().into_lease() {
+        assert!(lease.token() > late.unsigned_abs());
+        order.push((lease.item().clone(), lease.priority()));
+        lease.done().await.unwrap();
+    }
+    assert_eq!(
+        order,
+        [
+            ("second".to_owned(), 3),
+            ("first".to_owned(), 0),
+            ("third".to_owned(), 0),
+            ("held".to_owned(), 0),
+            ("new".to_owned(), 0)
+        ]
+    );
 }
 
 /// `Queue::done_and_next_many` (what batching `Workers` send): each lease's done and forget,

@@ -330,6 +330,24 @@ impl PgServer {
         }
     }
 
+    /// `kill -9` of the postmaster and, first, of every process it started (its backends), by
+    /// their PIDs: nothing answers a query from then on, not even a connection already open
+    /// (after [`kill`](Self::kill) alone, a backend may serve one more query before it notices).
+    pub(crate) fn kill_with_backends(&mut self) {
+        if let Some(pid) = self.pid() {
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            // Quietly: once one backend is killed, the postmaster ends the others itself.
+            for child in children.split_whitespace() {
+                let _ = Command::new("kill")
+                    .args(["-9", child])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+        self.kill();
+    }
+
     /// Starts the server again on the same port and data directory (crash recovery).
     pub(crate) fn restart(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
