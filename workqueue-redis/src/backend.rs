@@ -85,6 +85,29 @@ where
             .count())
     }
 
+    /// The re-add and the `done` in one script run, fenced by the lease's token: a stale
+    /// holder changes nothing (no failure counted, nothing forgotten or re-added) and gets
+    /// [`Error::LeaseLost`]. The re-add is what [`RedisQueue::add_with`] makes of `options`
+    /// (the server-side rate limiter's delay and failure count, a delay, a priority), made
+    /// while the item is processed, so it is queued (or waits for its delay) once the lease
+    /// ends. `Ok(Some(lease))` when this handle or the whole queue is shut down: nothing
+    /// changed. Transient server states are retried as a `done` retries them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`]; [`Error::OutcomeUnknown`] when a retry after a lost answer found
+    /// the lease gone (the first attempt may have applied; it is never applied twice); a
+    /// server's refusal (a full server refuses the re-add) or a transient state past the
+    /// retries, after which the item is handed out again once its lease expires.
+    fn retry_and_done(
+        &self,
+        lease: Lease<T>,
+        options: AddOptions,
+        forget: bool,
+    ) -> impl Future<Output = Result<Option<Lease<T>>, Error>> + Send {
+        RedisQueue::retry_and_done(self, lease, options, forget)
+    }
+
     fn forget(&self, item: &T) -> impl Future<Output = Result<(), Error>> + Send {
         RedisQueue::forget(self, item)
     }

@@ -99,6 +99,7 @@ mod connection;
 mod counters;
 mod dead_letter;
 mod error;
+mod faults;
 mod get;
 mod inner;
 mod inspect;
@@ -108,18 +109,23 @@ mod persistence;
 mod queue;
 mod rate_limit;
 mod reply;
+mod retry;
 mod scripts;
 mod shutdown;
 mod stats;
+mod time;
 mod wait;
 
 pub use add::{AddKind, Added};
 pub use admin::{Admin, Summary};
-pub use builder::{Builder, Mutation};
+pub use builder::Builder;
 pub use connection::MIN_REDIS_VERSION;
 pub use counters::Counters;
 pub use dead_letter::DeadLetter;
 pub use error::Error;
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub use faults::Mutation;
 pub use get::{DoneAndGet, DoneAndGetMany};
 pub use inspect::{End, ItemInfo, ItemState, Page, PageEntry, Removed, Retried, SEARCH_BUDGET};
 pub use lease::Lease;
