@@ -58,7 +58,11 @@ where
 
     /// All the adds in one round trip, 200 per run of the `add_many` script (as
     /// [`RedisQueue::add_all`] does), each with the options' delay and priority. Rate-limited
-    /// adds go one by one, since each asks the rate limiter on the server.
+    /// adds go one by one, in the batch's order, since each asks the rate limiter on the
+    /// server: the token bucket is spent in that order, and each item gets the delay, failure
+    /// count and priority that [`RedisQueue::add_with`] of it alone gives. Each add is one
+    /// script run, so none waits on a lock another holds (a concurrent add or step cannot
+    /// deadlock with it). A shut-down handle or fleet stops the batch at the first refused add.
     ///
     /// # Errors
     ///
