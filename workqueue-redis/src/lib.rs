@@ -36,7 +36,16 @@
 //!
 //! Each operation is one Lua script run on the server (`EVALSHA`), so each is atomic; every
 //! key of a queue carries the queue's hash tag (`wq:{name}:...`), so a queue lives in one
-//! Redis Cluster slot.
+//! Redis Cluster slot. No script has a switch that turns a rule off (fencing, the re-queue of
+//! an item re-added while processing): the fault tests' deliberate bugs live in this crate's
+//! client only, behind the feature `fault-injection`, which a deployment never enables.
+//!
+//! The failure path of [`workqueue::Workers`] is fenced like its `done`: a retry
+//! ([`Queue::retry_and_done`](workqueue::Queue::retry_and_done): the re-add, rate limited or
+//! after a delay, and the `done`) is one script run that changes nothing if the lease was
+//! lost. A batched step of the pool (many workers' dones and their next items in one script
+//! run) waits out transient server states as a single `done` does, its leases renewed until
+//! the dones are through.
 //!
 //! # Crashes
 //!
