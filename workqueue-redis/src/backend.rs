@@ -100,9 +100,9 @@ where
     /// # Errors
     ///
     /// [`Error::LeaseLost`]; [`Error::OutcomeUnknown`] when a retry after a lost answer found
-    /// the lease gone (the first attempt may have applied; it is never applied twice); a
-    /// server's refusal (a full server refuses the re-add) or a transient state past the
-    /// retries, after which the item is handed out again once its lease expires.
+    /// the lease gone (the first attempt may have applied; it is never applied twice); an
+    /// error that is not transient, or a transient state past the retries, after which the
+    /// item is handed out again once its lease expires.
     fn retry_and_done(
         &self,
         lease: Lease<T>,

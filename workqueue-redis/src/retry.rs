@@ -45,9 +45,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Errors
     ///
     /// [`Error::LeaseLost`] if the lease was lost (nothing changed); [`Error::OutcomeUnknown`]
-    /// as above; a server's refusal (a full server refuses the re-add as it refuses an add)
-    /// or a transient state that outlasted the retries: then the lease is no longer renewed,
-    /// and the item is handed out again once it expires.
+    /// as above; an error that is not transient, or a transient state that outlasted the
+    /// retries: then the lease is no longer renewed, and the item is handed out again once it
+    /// expires. A full server (`maxmemory`) does not refuse the step: like a release, it
+    /// moves an item from in flight back to waiting, which takes about the memory it frees.
     pub(crate) async fn retry_and_done(
         &self,
         lease: Lease<T>,
@@ -94,9 +95,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             let transient = Transient::of(&error);
             if transient.is_none() || from_now(backoff) >= give_up {
                 // Not renewed any more: if the step did not apply, the item is handed out
-                // again once the lease expires, as after a failed `done` (a release would hand
-                // it out at once, and a full server that refuses the re-add would see the
-                // item fail again at once, in a loop).
+                // again once the lease expires, as after a failed `done`.
                 lease.settled();
                 return Err(if unsure { Error::OutcomeUnknown } else { error });
             }

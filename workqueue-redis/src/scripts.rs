@@ -164,11 +164,12 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         &[FINISH, TAKE, include_str!("lua/done_get.lua")],
         Oom::Allow,
     ),
-    // An add: refused by a full server, as the add alone would be (the lease is then
-    // released, or expires).
+    // Not refused by a full server: like a release it moves an item from in flight back to
+    // waiting (queued again at done, or delayed), taking about the memory the done frees;
+    // refused, the failing item would wait for its lease to expire, and count a stall.
     retry_done: script(
         &[LIMIT, FINISH, include_str!("lua/retry_done.lua")],
-        Oom::Refuse,
+        Oom::Allow,
     ),
     release: script(&[include_str!("lua/release.lua")], Oom::Allow),
     dead_letter: script(&[include_str!("lua/dead_letter.lua")], Oom::Allow),
