@@ -1,5 +1,5 @@
 //! A transient fault loses no done: a batched step of `Workers` (the `done_get` script, with
-//! the forgets of its successes) that meets a busy server (`BUSY`) or a server restarting
+//! the forgets of its successes) that meets a busy server (`BUSY` for 200 ms) or a server restarting
 //! from its AOF waits it out, as a single `done` does. Every item is handled exactly once,
 //! its `forget` is kept, no lease expires (no stall), and nothing is counted as lost. A
 //! reply lost after the server applied a step, or a retry's step, is never applied twice.
@@ -141,15 +141,24 @@ async fn a_busy_server_during_a_batched_step_loses_no_done() {
                 .await;
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // The handlers end: their dones go out in batched steps, which meet BUSY.
-    held.gate.send_replace(true);
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let mut con = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
+    // Until the server answers BUSY.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ping: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut con).await;
+        match ping {
+            Err(e) if e.code() == Some("BUSY") => break,
+            _ => assert!(Instant::now() < deadline, "the server never got busy"),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The handlers end: their dones go out in batched steps, which meet BUSY.
+    held.gate.send_replace(true);
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let _: () = redis::cmd("SCRIPT")
         .arg("KILL")
         .query_async(&mut con)
