@@ -2,7 +2,7 @@
 //! rate-limited adds keep (`forget`, `num_requeues`).
 
 use std::borrow::Borrow;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Value;
 use serde::Serialize;
@@ -10,9 +10,10 @@ use serde::de::DeserializeOwned;
 use workqueue::AddOptions;
 
 use crate::error::{Error, Transient};
-use crate::queue::{RedisQueue, micros};
+use crate::queue::RedisQueue;
 use crate::reply::{self, AddReply};
 use crate::scripts::SCRIPTS;
+use crate::time::{from_now, micros};
 
 /// What an add did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -269,7 +270,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         if calls.is_empty() {
             return Ok(Vec::new());
         }
-        let deadline = Instant::now() + self.inner.retry_deadline;
+        let deadline = from_now(self.inner.retry_deadline);
         let mut backoff = Duration::from_millis(20);
         let values = loop {
             match self.inner.pipeline(&calls).await {
@@ -277,7 +278,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 // may have applied, and the caller decides.
                 Err(e)
                     if Transient::of(&e) == Some(Transient::Refused)
-                        && Instant::now() + backoff < deadline =>
+                        && from_now(backoff) < deadline =>
                 {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));

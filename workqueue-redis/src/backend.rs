@@ -58,7 +58,11 @@ where
 
     /// All the adds in one round trip, 200 per run of the `add_many` script (as
     /// [`RedisQueue::add_all`] does), each with the options' delay and priority. Rate-limited
-    /// adds go one by one, since each asks the rate limiter on the server.
+    /// adds go one by one, in the batch's order, since each asks the rate limiter on the
+    /// server: the token bucket is spent in that order, and each item gets the delay, failure
+    /// count and priority that [`RedisQueue::add_with`] of it alone gives. Each add is one
+    /// script run, so none waits on a lock another holds (a concurrent add or step cannot
+    /// deadlock with it). A shut-down handle or fleet stops the batch at the first refused add.
     ///
     /// # Errors
     ///
@@ -83,6 +87,29 @@ where
             .iter()
             .filter(|added| added.kind != AddKind::Ignored)
             .count())
+    }
+
+    /// The re-add and the `done` in one script run, fenced by the lease's token: a stale
+    /// holder changes nothing (no failure counted, nothing forgotten or re-added) and gets
+    /// [`Error::LeaseLost`]. The re-add is what [`RedisQueue::add_with`] makes of `options`
+    /// (the server-side rate limiter's delay and failure count, a delay, a priority), made
+    /// while the item is processed, so it is queued (or waits for its delay) once the lease
+    /// ends. `Ok(Some(lease))` when this handle or the whole queue is shut down: nothing
+    /// changed. Transient server states are retried as a `done` retries them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`]; [`Error::OutcomeUnknown`] when a retry after a lost answer found
+    /// the lease gone (the first attempt may have applied; it is never applied twice); an
+    /// error that is not transient, or a transient state past the retries, after which the
+    /// item is handed out again once its lease expires.
+    fn retry_and_done(
+        &self,
+        lease: Lease<T>,
+        options: AddOptions,
+        forget: bool,
+    ) -> impl Future<Output = Result<Option<Lease<T>>, Error>> + Send {
+        RedisQueue::retry_and_done(self, lease, options, forget)
     }
 
     fn forget(&self, item: &T) -> impl Future<Output = Result<(), Error>> + Send {

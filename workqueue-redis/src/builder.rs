@@ -1,5 +1,4 @@
-//! [`Builder`]: the options of a [`RedisQueue`], and the connection it opens; and
-//! `Mutation`, the deliberate bugs the fault tests switch on.
+//! [`Builder`]: the options of a [`RedisQueue`], and the connection it opens.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -16,11 +15,15 @@ use serde::de::DeserializeOwned;
 use crate::connection::host_of;
 use crate::connection::{Conn, Source, check_version, validate};
 use crate::error::Error;
+use crate::faults::Faults;
+#[cfg(feature = "fault-injection")]
+use crate::faults::Mutation;
 use crate::inner::Inner;
 use crate::persistence::{self, Persistence};
 use crate::queue::RedisQueue;
 use crate::rate_limit::RateLimit;
 use crate::scripts::Keys;
+use crate::time::{NO_LIMIT, capped};
 use crate::wait::Wakeups;
 
 /// The options of a [`RedisQueue`]; start with [`RedisQueue::builder`].
@@ -31,6 +34,18 @@ use crate::wait::Wakeups;
 /// moved to the dead letters after 5 expired leases in a row, at most 10,000 dead letters,
 /// client-go's [`RateLimit::default_controller`], blocked getters looking again at least every
 /// 2 s, transient server states waited out for up to 30 s, and a persistence check at start.
+///
+/// # Long durations
+///
+/// A duration setting may be as long as `Duration::MAX`: anything over a hundred years is
+/// taken as a hundred years, which is no limit in practice. So `max_hold(Duration::MAX)`
+/// renews a held lease for as long as it is held, `retry_deadline(Duration::MAX)` waits out
+/// a server outage for as long as it lasts, `poll_interval(Duration::MAX)` makes a blocked
+/// getter wait for wake-ups and due times only, `response_timeout(Duration::MAX)` waits for
+/// an answer as long as the connection lasts, and `lease_duration(Duration::MAX)` makes a
+/// lease that never expires (a worker that dies holding it keeps the item until an operator
+/// removes it). Only a [`renew_every`](Self::renew_every) as long as the lease (or longer)
+/// is refused, since the lease would expire between renewals.
 #[must_use]
 pub struct Builder<T> {
     name: String,
@@ -50,7 +65,7 @@ pub struct Builder<T> {
     max_hold: Duration,
     dead_letter_cap: usize,
     retry_deadline: Duration,
-    mutations: u32,
+    faults: Faults,
     /// A connection shared with an [`Admin`](crate::Admin): no connection of its own.
     shared: Option<Shared>,
     _item: PhantomData<fn() -> T>,
@@ -100,7 +115,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             max_hold: Duration::from_secs(3600),
             dead_letter_cap: 10_000,
             retry_deadline: Duration::from_secs(30),
-            mutations: 0,
+            faults: Faults::default(),
             shared: None,
             _item: PhantomData,
         }
@@ -147,7 +162,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         self
     }
 
-    /// How often a held lease is renewed. Default a third of the lease duration.
+    /// How often a held lease is renewed. Default a third of the lease duration. With
+    /// [`auto_renew`](Self::auto_renew) on (the default) it must be shorter than the lease
+    /// duration.
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.renew_every = Some(every);
         self
@@ -223,11 +240,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         self
     }
 
-    /// Switches on a deliberate bug (see [`Mutation`]); may be called more than once to
-    /// combine them. It exists only to prove that the fault tests can fail.
+    /// Switches on a deliberate bug (see [`Mutation`], feature `fault-injection`); may be
+    /// called more than once to combine them. It exists only to prove that the fault tests
+    /// can fail.
+    #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub fn mutation(mut self, mutation: Mutation) -> Self {
-        self.mutations |= mutation.bit();
+        self.faults.add(mutation);
         self
     }
 
@@ -252,7 +271,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
                     .build()
             };
             let client = builder(self.response_timeout)?;
-            let blocking = builder(self.poll + self.response_timeout)?;
+            let blocking = builder(self.poll.saturating_add(self.response_timeout))?;
             let con = client.get_async_connection().await?;
             let server = nodes.first().map(|url| host_of(url)).unwrap_or_default();
             return Ok((Conn::Cluster(con), Source::Cluster { blocking }, server));
@@ -274,15 +293,33 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     /// # Errors
     ///
     /// [`Error::Config`] for an empty name or prefix, or one with braces (the queue's hash
-    /// tag), white space or control characters, or a lease under 10 ms;
+    /// tag), white space or control characters, a lease under 10 ms, or a renewal interval
+    /// that is not shorter than the lease (with `auto_renew`);
     /// [`Error::UnsupportedServer`] for a server older than [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION);
     /// [`Error::Redis`] if the server cannot be reached.
     pub async fn build(mut self) -> Result<RedisQueue<T>, Error> {
         validate("queue name", &self.name)?;
         validate("key prefix", &self.prefix)?;
         if self.lease < Duration::from_millis(10) {
-            return Err(Error::Config("the lease must last at least 10 ms".into()));
+            return Err(Error::Config(
+                "lease_duration: the lease must last at least 10 ms".into(),
+            ));
         }
+        // Every duration from here on is at most NO_LIMIT: no arithmetic on it overflows.
+        self.lease = capped(self.lease);
+        self.max_hold = capped(self.max_hold);
+        self.retry_deadline = capped(self.retry_deadline);
+        self.poll = capped(self.poll);
+        self.response_timeout = capped(self.response_timeout);
+        let renew_every = capped(self.renew_every.unwrap_or(self.lease / 3));
+        if self.auto_renew && renew_every >= self.lease && self.lease < NO_LIMIT {
+            return Err(Error::Config(format!(
+                "renew_every ({renew_every:?}) must be shorter than lease_duration ({:?}): \
+                 the lease would expire between renewals",
+                self.lease
+            )));
+        }
+        let renew_every = renew_every.max(Duration::from_millis(1));
         let (con, source, persistence) = match self.shared.take() {
             Some(shared) => (shared.con, shared.source, shared.persistence),
             None => {
@@ -299,10 +336,6 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             }
         };
         let client_config = self.client_config();
-        let renew_every = self
-            .renew_every
-            .unwrap_or(self.lease / 3)
-            .max(Duration::from_millis(1));
         Ok(RedisQueue {
             inner: Arc::new(Inner {
                 keys: Keys::new(&self.prefix, &self.name),
@@ -320,7 +353,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
                 max_hold: self.max_hold,
                 dead_letter_cap: self.dead_letter_cap,
                 retry_deadline: self.retry_deadline,
-                mutations: self.mutations,
+                faults: self.faults,
                 persistence,
                 client_config,
                 shut: AtomicBool::new(false),
@@ -329,31 +362,5 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             }),
             _item: PhantomData,
         })
-    }
-}
-
-/// A deliberate bug, switched on by [`Builder::mutation`].
-///
-/// These exist only to prove that the crate's fault tests can fail: a test turns one on and
-/// checks that its history checker reports the loss or overlap the bug causes. Never use them
-/// in a deployment.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mutation {
-    /// `done`, renewals and releases accept a holder whatever its fencing token: a stale
-    /// holder's `done` is accepted as if it were the current holder's.
-    NoFencing,
-    /// A `done` of an item that was re-added while it was processed does not queue it again:
-    /// the re-add is lost.
-    NoDirtyRequeue,
-}
-
-impl Mutation {
-    /// The flag the scripts test (`NO_FENCING`, `NO_DIRTY_REQUEUE` in `common.lua`).
-    pub(crate) fn bit(self) -> u32 {
-        match self {
-            Mutation::NoFencing => 1,
-            Mutation::NoDirtyRequeue => 2,
-        }
     }
 }

@@ -10,12 +10,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use workqueue::TryGet;
 
-use crate::error::Error;
+use crate::error::{Error, Transient};
 use crate::inner::Inner;
 use crate::lease::Lease;
-use crate::queue::{RedisQueue, micros};
+use crate::queue::RedisQueue;
 use crate::reply::{self, DoneReply, GetReply};
 use crate::scripts::SCRIPTS;
+use crate::time::{from_now, micros};
 use crate::wait::{Owed, Waiting};
 
 /// What [`RedisQueue::done_and_get`] did: the `done` of the lease it was given, and the next
@@ -24,8 +25,8 @@ use crate::wait::{Owed, Waiting};
 #[non_exhaustive]
 pub struct DoneAndGet<T> {
     /// The `done`'s outcome, as [`Lease::done`] reports it: `Err(`[`Error::LeaseLost`]`)` if
-    /// the lease was lost (the server changed nothing; the item was reclaimed). On a handle
-    /// that is shut down the `done` is sent alone, with [`Lease::done`]'s retries and errors.
+    /// the lease was lost (the server changed nothing; the item was reclaimed),
+    /// `Err(`[`Error::OutcomeUnknown`]`)` if a retry after a lost answer found the lease gone.
     pub done: Result<(), Error>,
     /// The next lease, or `None` if nothing was ready (call [`get`](RedisQueue::get) to
     /// wait), or the queue (or this handle) is shut down.
@@ -102,7 +103,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let mut owed = Owed::new(&self.inner);
         loop {
             rx.borrow_and_update();
-            let deadline = Instant::now() + self.inner.retry_deadline;
+            let deadline = from_now(self.inner.retry_deadline);
             let attempt = self.attempt(deadline).await;
             owed.set(false);
             match attempt? {
@@ -130,7 +131,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// A failure to talk to the server, after the [retry deadline](crate::Builder::retry_deadline).
     pub async fn try_get(&self) -> Result<TryGet<Lease<T>>, Error> {
-        let deadline = Instant::now() + self.inner.retry_deadline;
+        let deadline = from_now(self.inner.retry_deadline);
         Ok(match self.attempt(deadline).await? {
             Attempt::Leased(lease) => TryGet::Leased(lease),
             Attempt::ShutDown => TryGet::ShutDown,
@@ -146,8 +147,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// # Errors
     ///
-    /// A failure to talk to the server (then whether the `done` applied is unknown, and a lease
-    /// the `get` may have taken is reclaimed when it expires).
+    /// As for [`done_and_get_many`](Self::done_and_get_many).
     pub async fn done_and_get(&self, lease: Lease<T>) -> Result<DoneAndGet<T>, Error> {
         let DoneAndGetMany { mut done, next } = self.done_and_get_many(vec![lease], 1).await?;
         Ok(DoneAndGet {
@@ -167,10 +167,22 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// leases in hand-out order, fewer than `max` (or none) when fewer were ready or the queue
     /// (or this handle) is shut down.
     ///
+    /// Transient server states (`BUSY`, `LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`, a
+    /// dropped connection, a restart) are waited out as [`Lease::done`] waits them out: while
+    /// the leases may still be valid, and at least the [retry
+    /// deadline](crate::Builder::retry_deadline). The leases are renewed until their dones are
+    /// through. A call is one script run, applied whole or not at all; when the connection
+    /// failed, the attempt may have run without its answer reaching us: the retries then take
+    /// no more items (those the lost attempt took are leased to nobody, and handed out again
+    /// when those leases expire), and a `done` they find gone is reported as
+    /// [`Error::OutcomeUnknown`], never applied twice.
+    ///
     /// # Errors
     ///
-    /// A failure to talk to the server (then whether the `done`s applied is unknown, and leases
-    /// the call may have taken are reclaimed when they expire).
+    /// A failure that outlasted the retries, or one that is not transient: then whether the
+    /// `done`s applied is unknown, the leases are no longer renewed (an item whose `done` did
+    /// not apply is handed out again once its lease expires), and leases the call may have
+    /// taken are reclaimed when they expire.
     pub async fn done_and_get_many(
         &self,
         leases: Vec<Lease<T>>,
@@ -182,7 +194,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 
     /// [`done_and_get_many`](Self::done_and_get_many), forgetting the failures of each item
     /// whose flag in `forget` (one per lease) is set first (client-go's `Forget` after a
-    /// success).
+    /// success). The forgets ride in the step's one script run, each only where its `done`
+    /// is accepted.
+    ///
+    /// Retries as `done_and_get_many` says: an attempt the server refused (a `BUSY`, say)
+    /// did not run and is simply made again; after a connection failure the next attempts
+    /// ask for no items (`max` 0), and a `done` they find gone was applied by the lost
+    /// attempt, or its lease expired: [`Error::OutcomeUnknown`].
     pub(crate) async fn done_and_get_with(
         &self,
         leases: Vec<Lease<T>>,
@@ -190,43 +208,70 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         forget: Vec<bool>,
     ) -> Result<DoneAndGetMany<T>, Error> {
         debug_assert_eq!(forget.len(), leases.len());
+        let inner = &self.inner;
         // Counts as out until the dones are through, for a drain.
-        self.inner.lease_started();
-        let _out = LeaseOut(&self.inner);
-        let finished: Vec<(String, u64)> = leases.into_iter().map(Lease::finish).collect();
-        if self.is_closed() {
-            let mut done = Vec::with_capacity(finished.len());
-            for ((raw, token), &forget) in finished.iter().zip(&forget) {
-                // Forgotten only once the done is accepted: a stale holder changes nothing.
-                let outcome = match self.inner.finish(raw, *token, false).await {
-                    Ok(()) if forget => self.forget_raw(raw).await,
-                    other => other,
-                };
-                done.push(outcome);
+        inner.lease_started();
+        let _out = LeaseOut(inner);
+        let mut tokens = Vec::with_capacity(leases.len());
+        for lease in &leases {
+            let token = inner
+                .faults
+                .token_for(inner, lease.raw(), lease.token())
+                .await;
+            inner.faults.before_done(inner, lease.raw(), token).await;
+            tokens.push(token);
+        }
+        // A handle that is shut down takes nothing more.
+        let mut max = if self.is_closed() { 0 } else { max };
+        let give_up = if leases.is_empty() {
+            from_now(inner.retry_deadline)
+        } else {
+            inner.settle_deadline()
+        };
+        // Whether an attempt may have been applied without our seeing the answer.
+        let mut unsure = false;
+        let mut backoff = Duration::from_millis(20);
+        let (started, reply) = loop {
+            let started = Instant::now();
+            let mut args = Vec::with_capacity(5 + 2 * leases.len());
+            args.extend([
+                micros(inner.lease).to_string(),
+                inner.max_stalls.to_string(),
+                inner.dead_letter_cap.to_string(),
+                max.to_string(),
+                forget_mask(&forget),
+            ]);
+            for (lease, token) in leases.iter().zip(&tokens) {
+                args.extend([lease.raw().to_owned(), token.to_string()]);
             }
-            return Ok(DoneAndGetMany {
-                done,
-                next: Vec::new(),
-            });
-        }
-        let started = Instant::now();
-        let mut args = Vec::with_capacity(6 + 2 * finished.len());
-        args.extend([
-            self.inner.mutations.to_string(),
-            micros(self.inner.lease).to_string(),
-            self.inner.max_stalls.to_string(),
-            self.inner.dead_letter_cap.to_string(),
-            max.to_string(),
-            forget_mask(&forget),
-        ]);
-        for (raw, token) in finished {
-            args.extend([raw, token.to_string()]);
-        }
-        let reply = self
-            .inner
-            .pipeline(&[(&SCRIPTS.done_get, args)])
-            .await?
-            .pop();
+            let error = match inner.pipeline(&[(&SCRIPTS.done_get, args)]).await {
+                Ok(mut replies) => break (started, replies.pop()),
+                Err(error) => error,
+            };
+            let transient = Transient::of(&error);
+            if transient.is_none() || from_now(backoff) >= give_up {
+                // Not renewed any more: where the dones did not apply, the items are handed
+                // out again once the leases expire, as after a failed `done`.
+                let some = !leases.is_empty();
+                for lease in leases {
+                    lease.settled();
+                }
+                return Err(if unsure && some {
+                    Error::OutcomeUnknown
+                } else {
+                    error
+                });
+            }
+            if transient == Some(Transient::Connection) {
+                unsure = true;
+                max = 0;
+            }
+            if transient == Some(Transient::ReadOnly) {
+                inner.reconnect().await;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        };
         let protocol = |what: &dyn fmt::Debug| {
             Error::Protocol(format!(
                 "done_get: expected two lists of replies, got {what:?}"
@@ -239,13 +284,23 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             },
             other => return Err(protocol(&other)),
         };
+        if done.len() != leases.len() {
+            return Err(protocol(&done));
+        }
         let done = done
             .into_iter()
             .map(|reply| {
                 let done = reply::parse::<DoneReply>("done", reply)?.0;
-                Ok(if done { Ok(()) } else { Err(Error::LeaseLost) })
+                Ok(match done {
+                    true => Ok(()),
+                    false if unsure => Err(Error::OutcomeUnknown),
+                    false => Err(Error::LeaseLost),
+                })
             })
             .collect::<Result<Vec<_>, Error>>()?;
+        for lease in leases {
+            lease.settled();
+        }
         let mut next = Vec::with_capacity(taken.len());
         for reply in taken {
             if let Some(Attempt::Leased(lease)) = self.interpret(reply, started).await? {

@@ -11,10 +11,11 @@ use redis::{Script, ScriptInvocation, Value};
 
 use crate::connection::{Conn, Source};
 use crate::error::{Error, Transient};
+use crate::faults::Faults;
 use crate::persistence::Persistence;
-use crate::queue::micros;
 use crate::rate_limit::RateLimit;
 use crate::scripts::{Keys, SCRIPTS};
+use crate::time::{deadline, from_now, micros};
 use crate::wait::Wakeups;
 
 /// What every handle and lease of one queue share.
@@ -38,9 +39,8 @@ pub(crate) struct Inner {
     pub(crate) max_hold: Duration,
     pub(crate) dead_letter_cap: usize,
     pub(crate) retry_deadline: Duration,
-    /// [`Mutation`](crate::builder::Mutation) bits, passed to the fenced scripts; 0 outside
-    /// the fault tests.
-    pub(crate) mutations: u32,
+    /// The fault tests' deliberate bugs (none without the feature `fault-injection`).
+    pub(crate) faults: Faults,
     pub(crate) persistence: Option<Persistence>,
     /// This handle (and its clones) is shut down: no more gets or adds here.
     pub(crate) shut: AtomicBool,
@@ -57,7 +57,7 @@ impl Inner {
 
     /// Replaces the command connection (after `READONLY`: the server became a replica, and a
     /// new connection may reach the new primary).
-    async fn reconnect(&self) {
+    pub(crate) async fn reconnect(&self) {
         #[allow(
             irrefutable_let_patterns,
             reason = "refutable with the cluster feature"
@@ -113,7 +113,7 @@ impl Inner {
                 self.reconnect().await;
             }
             // The last attempt is made at the deadline.
-            tokio::time::sleep(backoff.min(deadline - now)).await;
+            tokio::time::sleep(backoff.min(deadline.saturating_duration_since(now))).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
@@ -124,7 +124,7 @@ impl Inner {
         F: FnMut(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<R>>,
     {
-        self.call_until(what, Instant::now() + self.retry_deadline, op)
+        self.call_until(what, from_now(self.retry_deadline), op)
             .await
     }
 
@@ -190,13 +190,13 @@ impl Inner {
         token: u64,
         deadline: Instant,
     ) -> Result<bool, Error> {
+        let token = self.faults.token_for(self, raw, token).await;
         let renewed: i64 = self
             .call_until("renew", deadline, |mut con| async move {
                 self.invocation(&SCRIPTS.renew)
                     .arg(raw)
                     .arg(token)
                     .arg(micros(self.lease))
-                    .arg(self.mutations)
                     .invoke_async(&mut con)
                     .await
             })
@@ -207,12 +207,16 @@ impl Inner {
     /// `done` (or `release`), retried through transient states while the lease could still
     /// be ours.
     pub(crate) async fn finish(&self, raw: &str, token: u64, release: bool) -> Result<(), Error> {
-        let give_up = Instant::now() + self.lease.max(self.retry_deadline) + self.response_timeout;
+        let give_up = self.settle_deadline();
         let script = if release {
             &SCRIPTS.release
         } else {
             &SCRIPTS.done
         };
+        let token = self.faults.token_for(self, raw, token).await;
+        if !release {
+            self.faults.before_done(self, raw, token).await;
+        }
         // Whether an attempt may have been applied without our seeing the answer.
         let mut unsure = false;
         let mut backoff = Duration::from_millis(20);
@@ -221,7 +225,6 @@ impl Inner {
                 .invocation(script)
                 .arg(raw)
                 .arg(token)
-                .arg(self.mutations)
                 .invoke_async(&mut self.con())
                 .await;
             match outcome {
@@ -231,7 +234,7 @@ impl Inner {
                 Err(e) => {
                     let e = Error::from(e);
                     let transient = Transient::of(&e);
-                    if transient.is_none() || Instant::now() + backoff >= give_up {
+                    if transient.is_none() || from_now(backoff) >= give_up {
                         return Err(if unsure { Error::OutcomeUnknown } else { e });
                     }
                     if transient == Some(Transient::Connection) {
@@ -245,6 +248,18 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Until when a call that ends a lease (a `done`, a release, a step's dones, a retry)
+    /// keeps retrying through transient states: while the lease may still be valid, and at
+    /// least the retry deadline.
+    pub(crate) fn settle_deadline(&self) -> Instant {
+        deadline(
+            Instant::now(),
+            self.lease
+                .max(self.retry_deadline)
+                .saturating_add(self.response_timeout),
+        )
     }
 
     /// A lease of this handle was handed out.

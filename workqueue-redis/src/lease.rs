@@ -118,7 +118,7 @@ impl<T> Lease<T> {
     /// [`Error::LeaseLost`] if the lease is no longer this holder's; a connection error.
     pub async fn renew(&self) -> Result<(), Error> {
         let queue = self.held.backend();
-        let deadline = Instant::now() + queue.lease;
+        let deadline = crate::time::from_now(queue.lease);
         renew_once(
             queue,
             self.held.raw(),
@@ -137,11 +137,13 @@ impl<T> Lease<T> {
     /// [`Error::LeaseLost`] if the lease was lost: the server changed nothing (the item was
     /// reclaimed and is, or will be, processed again). [`Error::OutcomeUnknown`] if the
     /// connection failed and a retry found the lease gone. Transient errors are retried while
-    /// the lease may still be valid.
-    pub async fn done(mut self) -> Result<(), Error> {
-        self.held.finish();
+    /// the lease may still be valid (and at least the retry deadline); the lease is renewed
+    /// until the `done` is through.
+    pub async fn done(self) -> Result<(), Error> {
         let held = &self.held;
-        held.backend().finish(held.raw(), held.token(), false).await
+        let outcome = held.backend().finish(held.raw(), held.token(), false).await;
+        self.settled();
+        outcome
     }
 
     /// Lets go of the item without marking it done, and waits for the server to take it back:
@@ -157,10 +159,10 @@ impl<T> Lease<T> {
         held.backend().finish(held.raw(), held.token(), true).await
     }
 
-    /// Stops renewing and takes the item's key and token, for a `done` sent elsewhere.
-    pub(crate) fn finish(mut self) -> (String, u64) {
-        let token = self.held.token();
-        (self.held.take_raw(), token)
+    /// Stops renewing: the lease was ended by a call sent elsewhere (a step's `done`, a
+    /// retry), or found lost. Dropped, it sends nothing.
+    pub(crate) fn settled(mut self) {
+        self.held.finish();
     }
 
     /// Lets go of the item without marking it done, as a crashed worker would: it is handed

@@ -36,7 +36,16 @@
 //!
 //! Each operation is one Lua script run on the server (`EVALSHA`), so each is atomic; every
 //! key of a queue carries the queue's hash tag (`wq:{name}:...`), so a queue lives in one
-//! Redis Cluster slot.
+//! Redis Cluster slot. No script has a switch that turns a rule off (fencing, the re-queue of
+//! an item re-added while processing): the fault tests' deliberate bugs live in this crate's
+//! client only, behind the feature `fault-injection`, which a deployment never enables.
+//!
+//! The failure path of [`workqueue::Workers`] is fenced like its `done`: a retry
+//! ([`Queue::retry_and_done`](workqueue::Queue::retry_and_done): the re-add, rate limited or
+//! after a delay, and the `done`) is one script run that changes nothing if the lease was
+//! lost. A batched step of the pool (many workers' dones and their next items in one script
+//! run) waits out transient server states as a single `done` does, its leases renewed until
+//! the dones are through.
 //!
 //! # Crashes
 //!
@@ -99,6 +108,7 @@ mod connection;
 mod counters;
 mod dead_letter;
 mod error;
+mod faults;
 mod get;
 mod inner;
 mod inspect;
@@ -108,18 +118,23 @@ mod persistence;
 mod queue;
 mod rate_limit;
 mod reply;
+mod retry;
 mod scripts;
 mod shutdown;
 mod stats;
+mod time;
 mod wait;
 
 pub use add::{AddKind, Added};
 pub use admin::{Admin, Summary};
-pub use builder::{Builder, Mutation};
+pub use builder::Builder;
 pub use connection::MIN_REDIS_VERSION;
 pub use counters::Counters;
 pub use dead_letter::DeadLetter;
 pub use error::Error;
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub use faults::Mutation;
 pub use get::{DoneAndGet, DoneAndGetMany};
 pub use inspect::{End, ItemInfo, ItemState, Page, PageEntry, Removed, Retried, SEARCH_BUDGET};
 pub use lease::Lease;

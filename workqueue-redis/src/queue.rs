@@ -9,7 +9,6 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -81,13 +80,6 @@ impl<T> fmt::Debug for RedisQueue<T> {
             .field("lease", &self.inner.lease)
             .finish_non_exhaustive()
     }
-}
-
-/// A duration in whole microseconds, saturating.
-pub(crate) fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros())
-        .unwrap_or(u64::MAX / 2)
-        .min(u64::MAX / 2)
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {

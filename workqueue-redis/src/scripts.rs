@@ -19,6 +19,15 @@ const SUFFIXES: [&str; 17] = [
     "seq", "shut", "dead", "meta", "lanes", "prio", "lprio",
 ];
 
+/// Index of the dirty set in [`Keys::all`].
+#[cfg(feature = "fault-injection")]
+const DIRTY: usize = 1;
+/// Index of the lease hash in [`Keys::all`].
+#[cfg(feature = "fault-injection")]
+const LEASE: usize = 3;
+/// Index of the priority hash in [`Keys::all`].
+#[cfg(feature = "fault-injection")]
+const PRIO: usize = 15;
 /// Index of the marker key in [`Keys::all`].
 const MARKER: usize = 9;
 /// Index of the failure hash in [`Keys::all`].
@@ -58,6 +67,24 @@ impl Keys {
     pub(crate) fn shut(&self) -> &str {
         &self.all[SHUT]
     }
+
+    /// The items that need processing (queued, or re-added while processing).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn dirty(&self) -> &str {
+        &self.all[DIRTY]
+    }
+
+    /// The tokens of the items' current leases.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn lease(&self) -> &str {
+        &self.all[LEASE]
+    }
+
+    /// The priorities re-adds gave.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn prio(&self) -> &str {
+        &self.all[PRIO]
+    }
 }
 
 /// Whether a script may run while the server is out of memory (`maxmemory` reached under
@@ -95,8 +122,10 @@ pub(crate) fn script_source(parts: &[&str], oom: Oom) -> String {
 const COMMON: &str = include_str!("lua/common.lua");
 /// `take()`: the hand-out of `get` and `done_get`.
 const TAKE: &str = include_str!("lua/take.lua");
-/// `finish()`: the done of `done` and `done_get`.
+/// `finish()`: the done of `done`, `done_get` and `retry_done`.
 const FINISH: &str = include_str!("lua/finish.lua");
+/// `rate_limited_delay()`: the rate limiter of `add_rate_limited` and `retry_done`.
+const LIMIT: &str = include_str!("lua/limit.lua");
 
 /// Every operation's script. `EVALSHA` runs them; after a server restart or failover that lost
 /// the script cache, the client loads them again on `NOSCRIPT`.
@@ -108,6 +137,7 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     pub(crate) done: Script,
     pub(crate) done_get: Script,
+    pub(crate) retry_done: Script,
     pub(crate) release: Script,
     pub(crate) dead_letter: Script,
     pub(crate) dead_requeue: Script,
@@ -123,12 +153,22 @@ pub(crate) struct Scripts {
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     add_after: script(&[include_str!("lua/add_after.lua")], Oom::Refuse),
     add_many: script(&[include_str!("lua/add_many.lua")], Oom::Refuse),
-    add_rate_limited: script(&[include_str!("lua/add_rate_limited.lua")], Oom::Refuse),
+    add_rate_limited: script(
+        &[LIMIT, include_str!("lua/add_rate_limited.lua")],
+        Oom::Refuse,
+    ),
     get: script(&[TAKE, include_str!("lua/get.lua")], Oom::Allow),
     renew: script(&[include_str!("lua/renew.lua")], Oom::Allow),
     done: script(&[FINISH, include_str!("lua/done.lua")], Oom::Allow),
     done_get: script(
         &[FINISH, TAKE, include_str!("lua/done_get.lua")],
+        Oom::Allow,
+    ),
+    // Not refused by a full server: like a release it moves an item from in flight back to
+    // waiting (queued again at done, or delayed), taking about the memory the done frees;
+    // refused, the failing item would wait for its lease to expire, and count a stall.
+    retry_done: script(
+        &[LIMIT, FINISH, include_str!("lua/retry_done.lua")],
         Oom::Allow,
     ),
     release: script(&[include_str!("lua/release.lua")], Oom::Allow),
@@ -141,3 +181,33 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     stats: script(&[include_str!("lua/stats.lua")], Oom::Allow),
     delete: script(&[include_str!("lua/delete.lua")], Oom::Allow),
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scripts every deployment runs have no switch that turns a rule off: the fault
+    /// tests' mutations (feature `fault-injection`) live in the client only.
+    #[test]
+    fn no_script_can_turn_a_rule_off() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lua");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let source = std::fs::read_to_string(&path).unwrap();
+            for switch in ["NO_FENCING", "NO_DIRTY_REQUEUE", "mutat", "flags"] {
+                assert!(
+                    !source.contains(switch),
+                    "{} mentions {switch}",
+                    path.display()
+                );
+            }
+            seen += 1;
+        }
+        assert!(seen > 20, "{seen} scripts");
+        // The fencing check compares the tokens, and nothing else.
+        assert!(
+            COMMON.contains("local function holds(holder, token)\n  return holder == token\nend")
+        );
+    }
+}

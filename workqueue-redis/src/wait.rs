@@ -118,7 +118,7 @@ impl Inner {
             Source::Single(client) => {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.response_timeout))
-                    .set_response_timeout(Some(self.poll + self.response_timeout));
+                    .set_response_timeout(Some(self.poll.saturating_add(self.response_timeout)));
                 Ok(Conn::Multiplexed(
                     client
                         .get_multiplexed_async_connection_with_config(&config)

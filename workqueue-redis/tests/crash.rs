@@ -5,8 +5,11 @@
 //! record a history, and applies timed faults: `kill -9` of workers mid-item, a graceful stop
 //! that aborts a worker's handler mid-item, `SIGSTOP` of a worker or of the server past the
 //! lease, `kill -9` of the server and a restart from its AOF (also while a large AOF loads), a
-//! restart from a snapshot older than the tokens handed out since, and a full server
-//! (`maxmemory`, `noeviction`). A checker then proves, from the histories:
+//! restart from a snapshot older than the tokens handed out since, a full server
+//! (`maxmemory`, `noeviction`), and a busy script (`BUSY`). Each worker process is either one
+//! get-work-done loop or a pool of `Workers`, which end their items in batched steps
+//! (`done_and_next_many`, as they do on Redis by default); the `workers_` scenarios run the
+//! faults on pools. A checker then proves, from the histories:
 //!
 //! - **nothing acknowledged lost**: every acknowledged add of an item (with its sequence number
 //!   `s`, taken on the server from the counter behind lease tokens) is followed by a
@@ -24,7 +27,9 @@
 //!
 //! Control runs must make the checker fail: persistence off (losses), fencing switched off
 //! (a stale holder's `done` accepted during an overlap) and no re-queue of an item re-added
-//! while processing (losses), the last two through the library's test-only `Mutation`s.
+//! while processing (losses), the last two through the library's test-only `Mutation`s
+//! (feature `fault-injection`), with loops and with pools. The busy-script run also requires
+//! every `done` to be settled (accepted or refused, none left unsure): a `BUSY` is waited out.
 //!
 //! This is a test binary without the standard harness (it runs child processes); it prints
 //! one line per scenario and a `test result:` line. Filters on the command line select
@@ -43,6 +48,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use server::{Durability, RedisServer};
+use workqueue::{AddOptions, DoneMany, Outcome, Queue, QueueLease, Workers};
 use workqueue_redis::{AddKind, Error, Mutation, RateLimit, RedisQueue};
 
 /// Microseconds since the Unix epoch: one clock for every process on this host.
@@ -79,6 +85,7 @@ impl Rng {
 /// the history file before or after it happens (see the checker for which). With
 /// `WQ_GRACEFUL=1` the worker stops gracefully when its standard input closes: it aborts the
 /// handler it is running (the lease is dropped, so released), shuts its handle down and exits.
+/// With `WQ_POOL=n` the process runs a pool of `n` `Workers` instead ([`pool_main`]).
 fn worker_main() -> ExitCode {
     let env = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"));
     let url = env("WQ_URL");
@@ -109,16 +116,11 @@ fn worker_main() -> ExitCode {
             let _ = stop_tx.send(true);
         });
     }
+    let pool: usize = std::env::var("WQ_POOL")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     runtime.block_on(async move {
-        let mut history = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("open the history");
-        let mut record = |line: String| {
-            // One write per line: a kill can cut off at most the line being written.
-            history.write_all(line.as_bytes()).unwrap();
-        };
         let queue: RedisQueue<String> = loop {
             let mut builder = RedisQueue::builder(name.as_str())
                 .url(url.as_str())
@@ -136,6 +138,19 @@ fn worker_main() -> ExitCode {
             }
         };
         let mut rng = Rng::new(u64::from(std::process::id()) ^ now_us());
+        if pool > 0 {
+            pool_main(queue, &log, pool, rng, work).await;
+            return;
+        }
+        let mut history = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("open the history");
+        let mut record = |line: String| {
+            // One write per line: a kill can cut off at most the line being written.
+            history.write_all(line.as_bytes()).unwrap();
+        };
         let stopped = |stop: &tokio::sync::watch::Receiver<bool>| *stop.borrow();
         loop {
             if stopped(&stop) {
@@ -194,6 +209,254 @@ fn worker_main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+// ===== the worker process, as a pool of `Workers` (batched steps) =====
+
+/// A process's history file, shared by its tasks: one write per line.
+#[derive(Clone)]
+struct History(Arc<Mutex<File>>);
+
+impl History {
+    fn open(log: &std::path::Path) -> Self {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("open the history");
+        History(Arc::new(Mutex::new(file)))
+    }
+
+    /// One write per line: a kill can cut off at most the line being written.
+    fn record(&self, line: String) {
+        self.0.lock().unwrap().write_all(line.as_bytes()).unwrap();
+    }
+
+    /// A `done`'s outcome, as the checker reads it.
+    fn done(&self, (item, token): &(String, u64), outcome: Result<(), &Error>) {
+        let outcome = match outcome {
+            Ok(()) => "ok",
+            Err(Error::LeaseLost) => "stale",
+            Err(_) => "unknown",
+        };
+        self.record(format!("D {item} {token} {outcome}\n"));
+    }
+}
+
+/// The queue a pool of `Workers` runs on in a worker process: the process's `RedisQueue`
+/// unchanged (its batch limit and steps in flight included, so the pool batches its steps
+/// as it does on Redis), with each lease's token carried in its item, so that the handler
+/// can record which lease it works under, and each `done` the pool settles recorded with
+/// its outcome. A step is recorded too (`B dones asked handed-out`), for the run's figures.
+#[derive(Clone)]
+struct Recorded {
+    queue: RedisQueue<String>,
+    history: History,
+}
+
+/// A lease of [`Recorded`]: its item is the item and the lease's token.
+#[derive(Debug)]
+struct RecordedLease {
+    lease: workqueue_redis::Lease<String>,
+    item: (String, u64),
+    history: History,
+}
+
+impl std::fmt::Debug for History {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("History")
+    }
+}
+
+impl Recorded {
+    fn wrap(&self, lease: workqueue_redis::Lease<String>) -> RecordedLease {
+        RecordedLease {
+            item: (lease.item().clone(), lease.token()),
+            lease,
+            history: self.history.clone(),
+        }
+    }
+}
+
+impl QueueLease for RecordedLease {
+    type Item = (String, u64);
+    type Error = Error;
+
+    fn item(&self) -> &(String, u64) {
+        &self.item
+    }
+
+    fn priority(&self) -> i32 {
+        self.lease.priority()
+    }
+
+    async fn done(self) -> Result<(), Error> {
+        let outcome = self.lease.done().await;
+        self.history.done(&self.item, outcome.as_ref().map(|_| ()));
+        outcome
+    }
+
+    async fn release(self) -> Result<bool, Error> {
+        let (item, token) = &self.item;
+        self.history
+            .record(format!("A {item} {token} {}\n", now_us()));
+        QueueLease::release(self.lease).await
+    }
+}
+
+impl Queue for Recorded {
+    type Item = (String, u64);
+    type Lease = RecordedLease;
+    type Error = Error;
+
+    fn is_lease_lost(error: &Error) -> bool {
+        error.is_lease_lost()
+    }
+
+    fn name(&self) -> Option<&str> {
+        Queue::name(&self.queue)
+    }
+
+    async fn add_with(&self, item: (String, u64), options: AddOptions) -> Result<bool, Error> {
+        Queue::add_with(&self.queue, item.0, options).await
+    }
+
+    async fn forget(&self, item: &(String, u64)) -> Result<(), Error> {
+        self.queue.forget(&item.0).await
+    }
+
+    async fn num_requeues(&self, item: &(String, u64)) -> Result<usize, Error> {
+        self.queue.num_requeues(&item.0).await
+    }
+
+    async fn len(&self) -> Result<usize, Error> {
+        self.queue.len().await
+    }
+
+    async fn get(&self) -> Result<Option<RecordedLease>, Error> {
+        Ok(Queue::get(&self.queue).await?.map(|lease| self.wrap(lease)))
+    }
+
+    async fn done_and_next(
+        &self,
+        lease: RecordedLease,
+        forget: bool,
+    ) -> Result<Option<RecordedLease>, Error> {
+        let outcome = Queue::done_and_next(&self.queue, lease.lease, forget).await;
+        self.history.done(&lease.item, outcome.as_ref().map(|_| ()));
+        Ok(outcome?.map(|lease| self.wrap(lease)))
+    }
+
+    async fn retry_and_done(
+        &self,
+        lease: RecordedLease,
+        options: AddOptions,
+        forget: bool,
+    ) -> Result<Option<RecordedLease>, Error> {
+        let item = lease.item.clone();
+        match Queue::retry_and_done(&self.queue, lease.lease, options, forget).await {
+            Ok(Some(back)) => Ok(Some(self.wrap(back))),
+            outcome => {
+                self.history.done(&item, outcome.as_ref().map(|_| ()));
+                outcome.map(|_| None)
+            }
+        }
+    }
+
+    async fn done_and_next_many(
+        &self,
+        leases: Vec<(RecordedLease, bool)>,
+        max: usize,
+    ) -> Result<DoneMany<RecordedLease, Error>, Error> {
+        let items: Vec<(String, u64)> = leases.iter().map(|(l, _)| l.item.clone()).collect();
+        let leases = leases.into_iter().map(|(l, f)| (l.lease, f)).collect();
+        match Queue::done_and_next_many(&self.queue, leases, max).await {
+            Ok(step) => {
+                for (item, outcome) in items.iter().zip(&step.done) {
+                    self.history.done(item, outcome.as_ref().map(|_| ()));
+                }
+                self.history
+                    .record(format!("B {} {max} {}\n", items.len(), step.next.len()));
+                Ok(DoneMany {
+                    done: step.done,
+                    next: step.next.into_iter().map(|l| self.wrap(l)).collect(),
+                })
+            }
+            Err(error) => {
+                self.history.record(format!(
+                    "X step {} {}\n",
+                    items.len(),
+                    error.to_string().replace(' ', "_")
+                ));
+                // Whether any of the dones applied is unknown.
+                for item in &items {
+                    self.history.done(item, Err(&error));
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn batch_limit(&self) -> usize {
+        Queue::batch_limit(&self.queue)
+    }
+
+    fn steps_in_flight(&self) -> usize {
+        Queue::steps_in_flight(&self.queue)
+    }
+
+    fn shut_down(&self) -> Vec<(String, u64)> {
+        Queue::shut_down(&self.queue);
+        Vec::new()
+    }
+
+    async fn shut_down_with_drain(&self) -> Result<(), Error> {
+        self.queue.shut_down_with_drain().await
+    }
+
+    async fn is_shutting_down(&self) -> Result<bool, Error> {
+        self.queue.is_shutting_down().await
+    }
+}
+
+/// Runs a pool of `count` `Workers` on `queue` (batched steps, as on Redis by default) until
+/// the queue is shut down for the fleet and empty. The handler records the start and the
+/// end of its work (`S`, `E`), the queue each `done` the pool's steps settle (`D`).
+async fn pool_main(
+    queue: RedisQueue<String>,
+    log: &std::path::Path,
+    count: usize,
+    rng: Rng,
+    work: Vec<u64>,
+) {
+    let history = History::open(log);
+    let recorded = Recorded {
+        queue: queue.clone(),
+        history: history.clone(),
+    };
+    let rng = Arc::new(Mutex::new(rng));
+    let (work_min, work_max, slow_pct, slow_ms) = (work[0], work[1], work[2], work[3]);
+    let workers = Workers::new(recorded)
+        .count(count)
+        .retry_forever()
+        .spawn_async(move |(item, token): (String, u64)| {
+            let history = history.clone();
+            let ms = {
+                let mut rng = rng.lock().unwrap();
+                if rng.below(100) < slow_pct {
+                    slow_ms
+                } else {
+                    work_min + rng.below(work_max - work_min + 1)
+                }
+            };
+            async move {
+                history.record(format!("S {item} {token} {}\n", now_us()));
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                history.record(format!("E {item} {token} {}\n", now_us()));
+                Outcome::Done
+            }
+        });
+    workers.wait().await;
+}
+
 // ===== the harness =====
 
 /// One fault, at a point of the run.
@@ -214,6 +477,9 @@ enum Fault {
     Snapshot,
     /// Step the server's clock forward by this many seconds (libfaketime's control file).
     StepClock(u64),
+    /// A script keeps the server busy for this long (it answers every other call `BUSY`),
+    /// then `SCRIPT KILL`.
+    BusyServer(Duration),
 }
 
 /// What a run must show.
@@ -232,7 +498,11 @@ enum Expect {
 struct Scenario {
     name: &'static str,
     durability: Durability,
+    /// Worker processes.
     workers: usize,
+    /// 0: each process is one get-work-done loop; n: each runs a pool of n `Workers`, which
+    /// end their items in batched steps.
+    pool: usize,
     lease_ms: u64,
     /// Work per item: min, max, percentage of slow items, slow duration (ms).
     work: [u64; 4],
@@ -270,6 +540,9 @@ struct Scenario {
     min_refused_adds: usize,
     /// The run must show no `get` that returned an error to a worker.
     no_get_errors: bool,
+    /// The run must leave no `done` unsure: every one accepted or refused (a fault that
+    /// refuses calls without running them, like `BUSY`, is waited out).
+    no_unknown_dones: bool,
 }
 
 struct Worker {
@@ -304,6 +577,8 @@ struct Harness {
     longest_restart: Duration,
     /// libfaketime's control file, when the server runs under it.
     clock_file: Option<PathBuf>,
+    /// Busy scripts run.
+    busy: usize,
 }
 
 impl Harness {
@@ -321,6 +596,7 @@ impl Harness {
             .env("WQ_LEASE_MS", s.lease_ms.to_string())
             .env("WQ_WORK_MS", s.work.map(|w| w.to_string()).join(","))
             .env("WQ_GRACEFUL", if s.graceful { "1" } else { "0" })
+            .env("WQ_POOL", s.pool.to_string())
             .stdin(if s.graceful {
                 Stdio::piped()
             } else {
@@ -428,6 +704,33 @@ impl Harness {
                 let _: () = redis::cmd("SAVE").query_async(&mut con).await.unwrap();
                 self.snapshot_at = Some(at);
             }
+            Fault::BusyServer(busy) => {
+                let url = self.server.url();
+                let script = tokio::spawn(async move {
+                    let mut con = redis::Client::open(url)
+                        .unwrap()
+                        .get_multiplexed_async_connection()
+                        .await
+                        .unwrap();
+                    let _: redis::RedisResult<()> = redis::cmd("EVAL")
+                        .arg("while true do end")
+                        .arg(0)
+                        .query_async(&mut con)
+                        .await;
+                });
+                tokio::time::sleep(busy).await;
+                let mut con = redis::Client::open(self.server.url())
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap();
+                let killed: redis::RedisResult<()> =
+                    redis::cmd("SCRIPT").arg("KILL").query_async(&mut con).await;
+                let _ = script.await;
+                if killed.is_ok() {
+                    self.busy += 1;
+                }
+            }
             Fault::StepClock(secs) => {
                 let at = now_us();
                 if let Some(file) = &self.clock_file {
@@ -481,6 +784,10 @@ struct Report {
     early: Vec<String>,
     tokens_backwards: Vec<String>,
     get_errors: usize,
+    /// Batched steps of the pools (`B` lines), the dones they carried, the largest.
+    steps: usize,
+    step_dones: usize,
+    largest_step: usize,
 }
 
 /// One processing of an item under one lease.
@@ -522,6 +829,13 @@ fn read_histories(
             }
             if parts[0] == "X" {
                 report.get_errors += 1;
+                continue;
+            }
+            if parts[0] == "B" {
+                let dones: usize = parts[1].parse().unwrap_or(0);
+                report.steps += 1;
+                report.step_dones += dones;
+                report.largest_step = report.largest_step.max(dones);
                 continue;
             }
             let (item, Ok(token)) = (parts[1].to_string(), parts[2].parse::<u64>()) else {
@@ -871,6 +1185,13 @@ async fn run(s: Scenario) -> Result<String, String> {
     if s.filler_keys > 0 {
         extra.extend(["--enable-debug-command", "yes"]);
     }
+    if s.faults
+        .iter()
+        .any(|(_, f)| matches!(f, Fault::BusyServer(_)))
+    {
+        // BUSY answers once a script has run 50 ms, and SCRIPT KILL is taken.
+        extra.extend(["--busy-reply-threshold", "50"]);
+    }
     let mut clock_file = None;
     let server = if s.skew {
         let file = std::env::temp_dir().join(format!(
@@ -909,6 +1230,7 @@ async fn run(s: Scenario) -> Result<String, String> {
         snapshot_at: None,
         longest_restart: Duration::ZERO,
         clock_file,
+        busy: 0,
     };
     let producer_queue: RedisQueue<String> = RedisQueue::builder(h.queue_name.as_str())
         .url(h.server.url())
@@ -980,6 +1302,14 @@ async fn run(s: Scenario) -> Result<String, String> {
         .collect();
     let produced = std::mem::take(&mut *produced.lock().unwrap());
     let r = check(&produced.adds, &logs, &h);
+    let pools = if s.pool > 0 {
+        format!(
+            "; pools of {} Workers: {} batched steps, {} dones in them, the largest {}",
+            s.pool, r.steps, r.step_dones, r.largest_step
+        )
+    } else {
+        String::new()
+    };
     let summary = format!(
         "{} workers ({} processes), {} faults, {:.1} s: {} acknowledged adds ({} checked, {} add \
          errors, {} given up), {} processings ({} done accepted, {} refused as stale, {} \
@@ -987,7 +1317,7 @@ async fn run(s: Scenario) -> Result<String, String> {
          {} in a fault window, {} outside, {} with the older done accepted, {} with both \
          accepted; {} early, {} token regressions, {} get errors, {} dead letters, longest \
          restart {} ms",
-        s.workers,
+        s.workers * s.pool.max(1),
         h.spawned,
         s.faults.len(),
         started.elapsed().as_secs_f64(),
@@ -1013,15 +1343,26 @@ async fn run(s: Scenario) -> Result<String, String> {
         r.get_errors,
         dead,
         h.longest_restart.as_millis(),
-    ) + &stuck
+    ) + &pools
+        + &stuck
         + &if limit > 0 {
             format!(", maxmemory {limit} bytes")
         } else {
             String::new()
         };
     let matrix = format!(
-        "MATRIX | {} | {} | {} | {} | {} |",
-        s.name, r.checked_adds, r.lost_adds, r.raw_overlaps, r.excused_overlaps
+        "MATRIX | {} | {} | {} | {} | {} | {} | {} |",
+        s.name,
+        if s.pool > 0 {
+            format!("{} x {} Workers", s.workers, s.pool)
+        } else {
+            format!("{} loops", s.workers)
+        },
+        r.checked_adds,
+        r.lost_adds,
+        r.raw_overlaps,
+        r.excused_overlaps,
+        r.unexcused_overlaps.len()
     );
     let fail = |why: String| {
         Err(format!(
@@ -1101,6 +1442,26 @@ async fn run(s: Scenario) -> Result<String, String> {
     }
     if produced.errors < s.min_refused_adds {
         return fail("the server never refused an add: it did not fill up".into());
+    }
+    if s.pool > 0 && r.step_dones == 0 {
+        return fail("the pools ended no item in a batched step".into());
+    }
+    let busy_faults = s
+        .faults
+        .iter()
+        .filter(|(_, f)| matches!(f, Fault::BusyServer(_)))
+        .count();
+    if h.busy < busy_faults {
+        return fail(format!(
+            "only {} of {busy_faults} busy scripts were running when killed",
+            h.busy
+        ));
+    }
+    if s.no_unknown_dones && r.unknown > 0 {
+        return fail(format!(
+            "{} dones were left unsure instead of waiting the fault out",
+            r.unknown
+        ));
     }
     if s.no_get_errors && r.get_errors > 0 {
         return fail(format!(
@@ -1215,6 +1576,7 @@ fn scenarios() -> Vec<Scenario> {
         name: "",
         durability: Durability::Always,
         workers: 6,
+        pool: 0,
         lease_ms: 1000,
         work: [2, 20, 2, 1500],
         distinct: 300,
@@ -1236,6 +1598,7 @@ fn scenarios() -> Vec<Scenario> {
         min_released: 0,
         min_refused_adds: 0,
         no_get_errors: false,
+        no_unknown_dones: false,
     };
     vec![
         Scenario {
@@ -1421,6 +1784,142 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "delayed_and_rate_limited_adds_kill_workers_and_redis",
             workers: 4,
+            lease_ms: 3000,
+            work: [5, 30, 0, 0],
+            distinct: 200,
+            adds: 500,
+            add_every: ms(5),
+            delayed_pct: 30,
+            rate_limited_pct: 20,
+            faults: vec![
+                (400, Fault::KillWorker),
+                (900, Fault::KillServer(ms(200))),
+                (1400, Fault::KillWorker),
+                (1900, Fault::KillServer(ms(200))),
+                (2300, Fault::KillWorker),
+            ],
+            ..base.clone()
+        },
+        // The same faults on pools of `Workers`, which end their items in batched steps
+        // (`done_and_next_many`: one script run for the dones of several workers and their
+        // next items). Each process runs a pool; the histories come from the handlers (start,
+        // end) and from the steps (each done's outcome).
+        Scenario {
+            name: "workers_kill_mid_item",
+            workers: 3,
+            pool: 4,
+            faults: every(300, 300, 10, Fault::KillWorker),
+            ..base.clone()
+        },
+        Scenario {
+            name: "workers_kill_redis_and_restart_from_aof",
+            workers: 2,
+            pool: 4,
+            lease_ms: 3000,
+            faults: vec![
+                (1200, Fault::KillServer(ms(300))),
+                (2800, Fault::KillServer(ms(300))),
+            ],
+            ..base.clone()
+        },
+        Scenario {
+            name: "workers_busy_server_mid_step",
+            // A busy script of 300 ms, well inside the lease: every step, get and renewal
+            // meets BUSY and waits it out; no lease may expire, so no overlap is excused.
+            // Handlers run longer than the 50 ms after which the server answers BUSY, so
+            // many end while it does and their steps meet it.
+            workers: 2,
+            pool: 4,
+            lease_ms: 1500,
+            work: [60, 250, 0, 0],
+            distinct: 200,
+            adds: 300,
+            add_every: ms(10),
+            faults: every(600, 900, 3, Fault::BusyServer(ms(300))),
+            no_unknown_dones: true,
+            ..base.clone()
+        },
+        Scenario {
+            name: "workers_sigstop_worker_past_its_lease",
+            workers: 2,
+            pool: 3,
+            lease_ms: 300,
+            work: [350, 600, 0, 0],
+            distinct: 30,
+            adds: 60,
+            add_every: ms(20),
+            faults: every(200, 900, 4, Fault::PauseWorker(ms(500))),
+            min_stale: 1,
+            ..base.clone()
+        },
+        Scenario {
+            name: "control_workers_sigstop_without_fencing_is_caught",
+            workers: 2,
+            pool: 3,
+            lease_ms: 300,
+            work: [350, 600, 0, 0],
+            distinct: 30,
+            adds: 60,
+            add_every: ms(20),
+            faults: every(200, 900, 4, Fault::PauseWorker(ms(500))),
+            mutation: Some("no-fencing"),
+            expect: Expect::FencingViolation,
+            ..base.clone()
+        },
+        Scenario {
+            name: "workers_sigstop_redis_past_the_lease",
+            workers: 2,
+            pool: 3,
+            lease_ms: 500,
+            work: [20, 60, 15, 1500],
+            distinct: 60,
+            adds: 120,
+            add_every: ms(6),
+            faults: vec![(800, Fault::PauseServer(ms(1200)))],
+            ..base.clone()
+        },
+        Scenario {
+            name: "workers_readd_while_processing_under_kill",
+            workers: 2,
+            pool: 3,
+            work: [60, 120, 0, 0],
+            distinct: 80,
+            adds: 240,
+            readd_recent: 4,
+            add_every: ms(15),
+            faults: every(500, 700, 4, Fault::KillWorker),
+            ..base.clone()
+        },
+        Scenario {
+            name: "control_workers_readd_without_dirty_requeue_is_caught",
+            workers: 2,
+            pool: 3,
+            work: [60, 120, 0, 0],
+            distinct: 80,
+            adds: 240,
+            readd_recent: 4,
+            add_every: ms(15),
+            mutation: Some("no-dirty-requeue"),
+            expect: Expect::Losses,
+            ..base.clone()
+        },
+        Scenario {
+            name: "workers_thirty_two_on_hot_keys_kill",
+            workers: 4,
+            pool: 8,
+            lease_ms: 2000,
+            work: [1, 5, 0, 0],
+            distinct: 200,
+            adds: 2000,
+            hot_keys: 8,
+            add_every: Duration::from_micros(500),
+            faults: every(500, 500, 4, Fault::KillWorker),
+            ..base.clone()
+        },
+        Scenario {
+            name: "workers_delayed_and_rate_limited_adds_kill_workers_and_redis",
+            workers: 2,
+            pool: 4,
             lease_ms: 3000,
             work: [5, 30, 0, 0],
             distinct: 200,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use support::server::{Durability, RedisServer, require, require_with};
-use workqueue::TryGet;
+use workqueue::{AddOptions, Queue, TryGet};
 use workqueue_redis::{AddKind, Error, RedisQueue};
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
@@ -245,7 +245,20 @@ async fn oom_a_full_server_keeps_renew_done_and_release_working() {
         .expect("get works on a full server");
     assert_eq!(b.item(), "b");
     b.done().await.unwrap();
+    // A failed item's retry moves it from in flight back to waiting, as a release does.
     let c = q.try_get().await.unwrap().into_lease().unwrap();
+    let retried = Queue::retry_and_done(&q, c, AddOptions::default().rate_limited(), false)
+        .await
+        .expect("a retry works on a full server");
+    assert!(retried.is_none());
+    assert_eq!(q.num_requeues("c".to_string()).await.unwrap(), 1);
+    let c = loop {
+        if let Some(c) = q.try_get().await.unwrap().into_lease() {
+            break c;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(c.item(), "c");
     drop(c);
     eventually("the dropped lease is released", || async {
         q.len().await.unwrap() == 1

@@ -76,22 +76,11 @@ local function wake()
   redis.call('ZADD', K_MARKER, 0, 'm')
 end
 
--- Mutations: deliberate bugs, switched on only by tests that must prove their
--- checker notices them (Builder::mutation). 0 in every real deployment.
-local NO_FENCING, NO_DIRTY_REQUEUE = 1, 2
-
-local function mutated(flags, bit)
-  local f = tonumber(flags) or 0
-  return math.floor(f / bit) % 2 == 1
-end
-
 -- Whether `holder` (the item's current token, or false) is the caller's
--- `token`: the fencing check of done, renew and release.
-local function holds(holder, token, flags)
-  if holder == token then
-    return true
-  end
-  return holder ~= false and mutated(flags, NO_FENCING)
+-- `token`: the fencing check of done, renew, release and retry_done. No argument
+-- of any script turns it off.
+local function holds(holder, token)
+  return holder == token
 end
 
 local function is_processing(x)

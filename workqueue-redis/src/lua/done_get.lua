@@ -1,24 +1,23 @@
--- done_get(flags, lease, max_stalls, cap, max, forget, item, token, ...):
+-- done_get(lease, max_stalls, cap, max, forget, item, token, ...):
 -- `done` of each holder's item (and client-go's Forget of it where `forget` says so and the
 -- done was accepted: the worker succeeded), then `get` up to `max` times, in one call: a
 -- worker's loop, or several workers' loops at once, finish their items and take the next
--- ones in one round trip and one script run. `flags` as for done; `lease`, `max_stalls` and
--- `cap` as for get. `forget` is '1' (forget every item), '0' (none), or one '1' or '0' per
--- item. The dones and the hand-outs are batched over the items (finish_many, take_many),
--- with the replies one done and one get per item would give; the hand-outs stop at the
--- first that finds nothing. Only a holder's accepted done forgets: a stale holder changes
--- nothing, not even the failure count the item's new holder may be counting on.
+-- ones in one round trip and one script run. `lease`, `max_stalls` and `cap` as for get.
+-- `forget` is '1' (forget every item), '0' (none), or one '1' or '0' per item. The dones and
+-- the hand-outs are batched over the items (finish_many, take_many), with the replies one
+-- done and one get per item would give; the hand-outs stop at the first that finds nothing.
+-- Only a holder's accepted done forgets: a stale holder changes nothing, not even the
+-- failure count the item's new holder may be counting on.
 -- Returns {{done's reply, ...}, {get's reply for each item handed out, ...}}.
-local flags = ARGV[1]
-local lease, max_stalls = tonumber(ARGV[2]), tonumber(ARGV[3])
-local cap, max = tonumber(ARGV[4]) or 0, tonumber(ARGV[5])
-local forget = ARGV[6]
+local lease, max_stalls = tonumber(ARGV[1]), tonumber(ARGV[2])
+local cap, max = tonumber(ARGV[3]) or 0, tonumber(ARGV[4])
+local forget = ARGV[5]
 local xs, tokens = {}, {}
-for i = 7, #ARGV - 1, 2 do
+for i = 6, #ARGV - 1, 2 do
   xs[#xs + 1] = ARGV[i]
   tokens[#tokens + 1] = ARGV[i + 1]
 end
-local finished = finish_many(xs, tokens, flags)
+local finished = finish_many(xs, tokens)
 if #xs > 0 and forget ~= '0' then
   local per_item = #forget == #xs and #xs > 1
   local forgotten = {}

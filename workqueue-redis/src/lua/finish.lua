@@ -1,11 +1,11 @@
--- finish(item, token, flags): client-go's Done, fenced by the lease's token
--- (`flags`: test mutations, see mutated()). Shared by `done` and `done_get`.
+-- finish(item, token): client-go's Done, fenced by the lease's token. Shared
+-- by `done`, `done_get` and `retry_done`.
 -- Returns 1 when done, 2 when done and queued again (it was re-added while
 -- processing), 0 when another holder has the item now, -1 when nobody does.
 -- A stale holder changes nothing.
-local function finish(x, token, flags)
+local function finish(x, token)
   local holder = redis.call('HGET', K_LEASE, x)
-  if not holds(holder, token, flags) then
+  if not holds(holder, token) then
     if holder then
       return 0
     end
@@ -19,12 +19,6 @@ local function finish(x, token, flags)
   -- Processed to the end: whatever stalled it before is not fatal.
   redis.call('HDEL', K_STALLS, x)
   if redis.call('SISMEMBER', K_DIRTY, x) == 1 then
-    if mutated(flags, NO_DIRTY_REQUEUE) then
-      -- Test mutation only: the re-add while processing is lost.
-      redis.call('SREM', K_DIRTY, x)
-      redis.call('HDEL', K_PRIO, x)
-      return 1
-    end
     -- At the tail of the highest priority its re-adds gave (0 if none did),
     -- behind the delayed items that came due before.
     promote_due(now_us())
@@ -35,12 +29,12 @@ local function finish(x, token, flags)
   return 1
 end
 
--- finish_many(xs, tokens, flags): finish() of each (xs[i], tokens[i]) in turn, with the
+-- finish_many(xs, tokens): finish() of each (xs[i], tokens[i]) in turn, with the
 -- calls batched over the items: one HMGET of their holders, then one call per structure
 -- for all the items held, then the re-queues of those re-added while processing, in order.
 -- Returns what finish() would have returned for each. An item named twice goes the slow
 -- way, one finish() at a time, so that the second sees what the first did.
-local function finish_many(xs, tokens, flags)
+local function finish_many(xs, tokens)
   local n = #xs
   local out = {}
   if n == 0 then
@@ -50,7 +44,7 @@ local function finish_many(xs, tokens, flags)
   for i = 1, n do
     if seen[xs[i]] then
       for j = 1, n do
-        out[j] = finish(xs[j], tokens[j], flags)
+        out[j] = finish(xs[j], tokens[j])
       end
       return out
     end
@@ -60,7 +54,7 @@ local function finish_many(xs, tokens, flags)
   local held, at = {}, {}
   for i = 1, n do
     local holder = holders[i]
-    if holds(holder, tokens[i], flags) then
+    if holds(holder, tokens[i]) then
       held[#held + 1] = xs[i]
       at[#at + 1] = i
       out[i] = 1
@@ -87,15 +81,9 @@ local function finish_many(xs, tokens, flags)
   local dirty = redis.call('SMISMEMBER', K_DIRTY, unpack(held))
   for j = 1, #held do
     if dirty[j] == 1 then
-      local x = held[j]
-      if mutated(flags, NO_DIRTY_REQUEUE) then
-        redis.call('SREM', K_DIRTY, x)
-        redis.call('HDEL', K_PRIO, x)
-      else
-        enqueue(x, false)
-        wake()
-        out[at[j]] = 2
-      end
+      enqueue(held[j], false)
+      wake()
+      out[at[j]] = 2
     end
   end
   return out

@@ -2,10 +2,10 @@
 -- (its lease was dropped). The item is queued again at the head of its
 -- priority at once, as a reclaim would do it but without counting a stall; a
 -- re-add while processing folds into this one hand-out (and may raise it).
--- ARGV[1] = item, ARGV[2] = token, ARGV[3] = test mutations (see mutated()).
+-- ARGV[1] = item, ARGV[2] = token.
 -- Returns 1 when released, 0 when the lease is not this holder's.
 local x = ARGV[1]
-if not holds(redis.call('HGET', K_LEASE, x), ARGV[2], ARGV[3]) then
+if not holds(redis.call('HGET', K_LEASE, x), ARGV[2]) then
   return 0
 end
 redis.call('ZREM', K_PROC, x)

@@ -1,9 +1,8 @@
 -- renew(item, token, lease): extends the holder's lease from now.
--- ARGV[1] = item, ARGV[2] = token, ARGV[3] = lease duration in microseconds,
--- ARGV[4] = test mutations (see mutated()).
+-- ARGV[1] = item, ARGV[2] = token, ARGV[3] = lease duration in microseconds.
 -- Returns 1 if renewed, 0 if the lease is no longer this holder's.
 local x = ARGV[1]
-if not holds(redis.call('HGET', K_LEASE, x), ARGV[2], ARGV[4]) then
+if not holds(redis.call('HGET', K_LEASE, x), ARGV[2]) then
   return 0
 end
 -- GT: a late renewal never shortens a lease.
