@@ -358,6 +358,46 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
         self.inner.forget(item)
     }
 
+    /// The workers' failure path: the queue's own step (fenced on a shared backend: a stale
+    /// holder's retry changes nothing and comes back as a lost lease), noted by the gate; a
+    /// cancelled attempt's lease is released instead (the item is handed out again,
+    /// unprocessed, and no failure is counted).
+    async fn retry_and_done(
+        &self,
+        mut lease: ControllerLease<Q>,
+        options: AddOptions,
+        forget: bool,
+    ) -> Result<Option<ControllerLease<Q>>, Q::Error> {
+        let inner = lease.lease.take().expect("a lease is ended once");
+        let item = inner.item().clone();
+        if self.gate.cancelled(&item) {
+            let released = inner.release().await;
+            lease.end(&item).await;
+            return released.map(|_| None);
+        }
+        match self.inner.retry_and_done(inner, options, forget).await {
+            Ok(None) => {
+                self.gate.retry_added(&item);
+                lease.end(&item).await;
+                Ok(None)
+            }
+            // Refused (this handle is shut down): nothing changed, and the lease is the
+            // caller's again, still under the controller's watch.
+            Ok(Some(inner)) => {
+                lease.lease = Some(inner);
+                Ok(Some(lease))
+            }
+            Err(error) => {
+                lease.end(&item).await;
+                Err(error)
+            }
+        }
+    }
+
+    fn is_lease_lost(error: &Q::Error) -> bool {
+        Q::is_lease_lost(error)
+    }
+
     fn num_requeues(&self, item: &Q::Item) -> impl Future<Output = Result<usize, Q::Error>> + Send {
         self.inner.num_requeues(item)
     }
@@ -660,6 +700,168 @@ mod tests {
         assert_eq!(handed.last(), Some(&"b"));
         handed.sort_unstable();
         assert_eq!(handed, ["a", "b", "c"]);
+    }
+
+    /// The in-memory queue as a shared backend whose leases can be lost: a lease on an item
+    /// in `lost` was taken back (it expired and the item is another holder's), and the
+    /// queue's steps refuse it whole, as Redis and PostgreSQL fence a stale holder.
+    #[derive(Clone)]
+    struct Fenced {
+        queue: WorkQueue<&'static str>,
+        lost: Arc<Mutex<Vec<&'static str>>>,
+    }
+
+    /// A fenced step's refusal.
+    #[derive(Debug)]
+    struct LeaseLost;
+
+    impl fmt::Display for LeaseLost {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("the lease was lost")
+        }
+    }
+
+    impl std::error::Error for LeaseLost {}
+
+    #[derive(Debug)]
+    struct FencedLease(workqueue::Lease<&'static str>);
+
+    impl QueueLease for FencedLease {
+        type Item = &'static str;
+        type Error = LeaseLost;
+
+        fn item(&self) -> &&'static str {
+            self.0.item()
+        }
+
+        fn priority(&self) -> i32 {
+            self.0.priority()
+        }
+
+        async fn done(self) -> Result<(), LeaseLost> {
+            self.0.done();
+            Ok(())
+        }
+
+        async fn release(self) -> Result<bool, LeaseLost> {
+            Ok(QueueLease::release(self.0)
+                .await
+                .unwrap_or_else(|never| match never {}))
+        }
+    }
+
+    impl Fenced {
+        fn is_lost(&self, item: &&'static str) -> bool {
+            self.lost.lock().contains(item)
+        }
+    }
+
+    impl Queue for Fenced {
+        type Item = &'static str;
+        type Lease = FencedLease;
+        type Error = LeaseLost;
+
+        fn name(&self) -> Option<&str> {
+            None
+        }
+
+        async fn add_with(
+            &self,
+            item: &'static str,
+            options: AddOptions,
+        ) -> Result<bool, LeaseLost> {
+            Ok(Queue::add_with(&self.queue, item, options)
+                .await
+                .unwrap_or_else(|never| match never {}))
+        }
+
+        async fn forget(&self, item: &&'static str) -> Result<(), LeaseLost> {
+            self.queue.forget(item);
+            Ok(())
+        }
+
+        async fn num_requeues(&self, item: &&'static str) -> Result<usize, LeaseLost> {
+            Ok(self.queue.num_requeues(item))
+        }
+
+        async fn len(&self) -> Result<usize, LeaseLost> {
+            Ok(self.queue.len())
+        }
+
+        async fn get(&self) -> Result<Option<FencedLease>, LeaseLost> {
+            Ok(self.queue.get().await.map(FencedLease))
+        }
+
+        /// Fenced: a lost lease changes nothing.
+        async fn retry_and_done(
+            &self,
+            lease: FencedLease,
+            options: AddOptions,
+            forget: bool,
+        ) -> Result<Option<FencedLease>, LeaseLost> {
+            if self.is_lost(lease.item()) {
+                // The holder's claim is gone; the test stands in for the new holder.
+                std::mem::forget(lease);
+                return Err(LeaseLost);
+            }
+            let back = Queue::retry_and_done(&self.queue, lease.0, options, forget)
+                .await
+                .unwrap_or_else(|never| match never {});
+            Ok(back.map(FencedLease))
+        }
+
+        fn is_lease_lost(_: &LeaseLost) -> bool {
+            true
+        }
+
+        fn shut_down(&self) -> Vec<&'static str> {
+            Queue::shut_down(&self.queue)
+        }
+
+        async fn shut_down_with_drain(&self) -> Result<(), LeaseLost> {
+            self.queue.shut_down_with_drain().await;
+            Ok(())
+        }
+
+        async fn is_shutting_down(&self) -> Result<bool, LeaseLost> {
+            Ok(self.queue.is_shutting_down())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stale_holders_retry_goes_to_the_fenced_step_and_changes_nothing() {
+        let inner = Fenced {
+            queue: WorkQueue::new(),
+            lost: Arc::default(),
+        };
+        let queue = ControllerQueue::new(inner.clone(), Arc::new(gate()));
+        inner.queue.add("web");
+        let stale = Queue::get(&queue).await.unwrap().unwrap();
+        queue.gate.finished(&"web", Attempt::FailedBackoff);
+        // Its lease expired meanwhile: the item is another holder's.
+        inner.lost.lock().push("web");
+        let error =
+            Queue::retry_and_done(&queue, stale, AddOptions::default().rate_limited(), false)
+                .await
+                .expect_err("the fenced step refuses a lost lease");
+        assert!(<ControllerQueue<Fenced> as Queue>::is_lease_lost(&error));
+        // No failure counted, nothing queued, and the controller does not take the key for
+        // one backing off here.
+        assert_eq!(inner.queue.num_requeues(&"web"), 0);
+        assert_eq!(inner.queue.len() + inner.queue.delayed_len(), 0);
+        assert_eq!(queue.gate.backing_off(), 0);
+        assert_eq!(queue.gate.admit(&"web", Cause::Related, 0), Admit::Add);
+
+        // The holder's own retry goes through the same step, and is noted as backing off.
+        inner.queue.add("db");
+        let held = Queue::get(&queue).await.unwrap().unwrap();
+        queue.gate.finished(&"db", Attempt::FailedBackoff);
+        let back = Queue::retry_and_done(&queue, held, AddOptions::default().rate_limited(), false)
+            .await
+            .unwrap();
+        assert!(back.is_none());
+        assert_eq!(inner.queue.num_requeues(&"db"), 1);
+        assert_eq!(queue.gate.backing_off(), 1);
     }
 
     const SPEC: Spec = Spec {

@@ -287,3 +287,69 @@ async fn a_redis_restart_under_the_controller_is_survived() {
         .expect("a Redis restart is not fatal");
     assert!(summary.is_drained());
 }
+
+/// A replica that stalled past its lease and then fails: the controller's failure path goes
+/// to the queue's fenced step (`Queue::retry_and_done`), whose refusal the workers see as a
+/// lost lease (`Queue::is_lease_lost`), not as a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_replicas_failed_reconcile_changes_nothing_on_redis() {
+    if !server::require_binary() {
+        return;
+    }
+    let redis = server::RedisServer::start().expect("redis-server starts");
+    let api = FakeApiServer::start().await;
+    api.apply(&configmap("web-0", "v1"));
+    // Leases that expire 300 ms after the hand-out: the replica stalls past it.
+    let build = || {
+        RedisQueue::<String>::builder("stale")
+            .url(redis.url())
+            .lease_duration(Duration::from_millis(300))
+            .auto_renew(false)
+            .build()
+    };
+    let queue = build().await.unwrap();
+    let (fail, failing) = watch::channel(false);
+    let started = Arc::new(Mutex::new(0_usize));
+    let controller = Controller::with_queue(
+        queue,
+        Api::<ConfigMap>::namespaced(api.client(), "default"),
+        watcher::Config::default(),
+    )
+    .run(
+        move |_: Arc<ConfigMap>, started: Arc<Mutex<usize>>| {
+            let mut failing = failing.clone();
+            async move {
+                *started.lock().unwrap() += 1;
+                let _ = failing.wait_for(|fail| *fail).await;
+                Err::<Outcome, _>(std::io::Error::other("the stale replica fails"))
+            }
+        },
+        started.clone(),
+    );
+    eventually("the replica holds the key", || {
+        *started.lock().unwrap() == 1
+    })
+    .await;
+    // The lease expires; another process takes the key.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let other = build().await.unwrap();
+    let current = tokio::time::timeout(Duration::from_secs(5), Queue::get(&other))
+        .await
+        .expect("the expired lease is reclaimed")
+        .unwrap()
+        .expect("not shut down");
+    assert_eq!(current.item(), "default/web-0");
+
+    // The stale replica's reconcile fails: its retry is refused whole, and seen as a lost
+    // lease, not as a retry.
+    fail.send_replace(true);
+    eventually("the stale attempt ended", || {
+        controller.stats().processed == 1
+    })
+    .await;
+    let stats = controller.stats();
+    assert_eq!(stats.lease_lost, 1, "{stats:?}");
+    assert_eq!(stats.retried, 0, "{stats:?}");
+    workqueue::QueueLease::done(current).await.unwrap();
+    controller.shut_down().await.unwrap();
+}
