@@ -13,6 +13,8 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use workqueue::{AddOptions, DoneMany, Queue, QueueLease};
 
+use crate::instruments::Instruments;
+
 /// What the controller knows of an object's spec from one of its versions: enough to tell
 /// a change of the spec (which may fix a failure) from a write of the status or metadata
 /// (which the reconcile itself may have made).
@@ -121,13 +123,36 @@ pub(crate) struct Gate<T> {
     keys: Mutex<HashMap<T, KeyState>>,
     /// Turns `true` once the main store has completed its first list.
     ready: watch::Receiver<bool>,
+    /// The controller's reconcile series (a give-up after `max_retries` is seen here).
+    pub(crate) instruments: Instruments,
 }
 
 impl<T: Eq + Hash + Clone> Gate<T> {
-    pub(crate) fn new(ready: watch::Receiver<bool>) -> Self {
+    pub(crate) fn new(ready: watch::Receiver<bool>, instruments: Instruments) -> Self {
         Self {
             keys: Mutex::new(HashMap::new()),
             ready,
+            instruments,
+        }
+    }
+
+    /// Whether the attempt on `key` failed with a retry to come: if its lease ends with a
+    /// `done` instead, the workers gave it up (their `max_retries`).
+    fn failed(&self, key: &T) -> bool {
+        matches!(
+            self.keys.lock().get(key),
+            Some(KeyState::Running {
+                attempt: Attempt::FailedBackoff,
+                ..
+            })
+        )
+    }
+
+    /// Counts a give-up of the workers as a terminal error, unless its `done` was refused
+    /// for a lost lease (`lost`): then the item is another worker's, and nothing was given up.
+    fn count_give_up(&self, gave_up: bool, lost: bool) {
+        if gave_up && !lost {
+            self.instruments.terminal_error();
         }
     }
 
@@ -424,7 +449,11 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
         let step = if self.gate.cancelled(&item) {
             inner.release().await.map(|_| None)
         } else {
-            self.inner.done_and_next(inner, forget).await
+            let gave_up = self.gate.failed(&item);
+            let step = self.inner.done_and_next(inner, forget).await;
+            let lost = step.as_ref().err().is_some_and(Q::is_lease_lost);
+            self.gate.count_give_up(gave_up, lost);
+            step
         };
         lease.end(&item).await;
         Ok(step?.map(|next| self.wrap(next)))
@@ -442,12 +471,16 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
         let mut batch = Vec::with_capacity(leases.len());
         // Per lease: the outcome of its release, or `None` if it goes in the step.
         let mut released = Vec::with_capacity(leases.len());
+        // Per lease: whether it ends a failed attempt the workers gave up.
+        let mut gave_up = Vec::with_capacity(leases.len());
         for (mut lease, forget) in leases {
             let inner = lease.lease.take().expect("a lease is ended once");
             let item = inner.item().clone();
             if self.gate.cancelled(&item) {
                 released.push(Some(inner.release().await.map(drop)));
+                gave_up.push(false);
             } else {
+                gave_up.push(self.gate.failed(&item));
                 batch.push((inner, forget));
                 released.push(None);
             }
@@ -460,9 +493,13 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
         let DoneMany { done, next } = step?;
         let mut stepped = done.into_iter();
         let mut done = Vec::with_capacity(released.len());
-        for outcome in released {
+        for (outcome, gave_up) in released.into_iter().zip(gave_up) {
             match outcome.or_else(|| stepped.next()) {
-                Some(outcome) => done.push(outcome),
+                Some(outcome) => {
+                    let lost = outcome.as_ref().err().is_some_and(Q::is_lease_lost);
+                    self.gate.count_give_up(gave_up, lost);
+                    done.push(outcome);
+                }
                 // The backend gave fewer outcomes than leases: the workers report the rest.
                 None => break,
             }
@@ -551,7 +588,11 @@ impl<Q: Queue> QueueLease for ControllerLease<Q> {
         let result = if self.gate.cancelled(&item) {
             inner.release().await.map(|_| ())
         } else {
-            inner.done().await
+            let gave_up = self.gate.failed(&item);
+            let result = inner.done().await;
+            let lost = result.as_ref().err().is_some_and(Q::is_lease_lost);
+            self.gate.count_give_up(gave_up, lost);
+            result
         };
         self.end(&item).await;
         result
@@ -587,7 +628,7 @@ mod tests {
     use super::*;
 
     fn gate() -> Gate<&'static str> {
-        Gate::new(watch::channel(true).1)
+        Gate::new(watch::channel(true).1, Instruments::new("gate-tests"))
     }
 
     /// The in-memory queue as a backend whose steps `Workers` batch (as on a server), with

@@ -113,7 +113,11 @@
 //!   kind (lowercase, as controller-runtime names it), unless you [name](Controller::name)
 //!   the controller, and reports Kubernetes' workqueue series (`workqueue_depth`,
 //!   `workqueue_adds_total`, `workqueue_retries_total`, ...) to the process-wide registry of
-//!   [`metrics`]: serve [`metrics::encode`] and they are there.
+//!   [`metrics`]: serve [`metrics::encode`] and they are there. Every controller, on any
+//!   queue, also reports controller-runtime's reconcile series
+//!   (`controller_runtime_reconcile_total{controller,result}`, errors, terminal errors,
+//!   panics, timeouts, `controller_runtime_reconcile_time_seconds`, active workers, max
+//!   concurrent reconciles), so kubebuilder's dashboards and alerts read them unchanged.
 //!
 //! # Queues and keys
 //!
@@ -178,7 +182,7 @@
 //! | `run(reconcile, error_policy, ctx)`, a stream of results | [`Controller::run`]`(reconcile, ctx)`, a [`Running`] handle: [`stats`](Running::stats), [`feed_stats`](Running::feed_stats), and [`wait`](Running::wait) gives a [`Summary`](workqueue::Summary) or an [`Error`] | different shape: per-reconcile results go to `tracing` and the summary, not a stream |
 //! | `error_policy(obj, &err, ctx) -> Action` | [`Controller::error_policy`]`(\|obj, &err, failures\| ...)` returning [`ErrorAction`] or kube's `Action`; by default a per-object exponential backoff, reset on success | better: the per-object failure count kube lacks (kube-rs#1916, #297), and a default that never drops an object |
 //! | `Action::requeue(d)`, `Action::await_change()` | the same, read by the runner ([`action_outcome`]); or [`Outcome`](workqueue::Outcome) | same |
-//! | (no metrics) | Kubernetes' workqueue series per controller, watch failures | better (kube-rs#1917) |
+//! | (no metrics) | Kubernetes' workqueue series per controller, controller-runtime's reconcile series, watch failures | better (kube-rs#1917) |
 //! | `applier(...)` ("hard mode") | missing: [`Workers`](workqueue::Workers) over any [`Queue`](workqueue::Queue) is this crate's lower level |  |
 //!
 //! # Features
@@ -196,6 +200,7 @@ mod controller;
 mod error;
 mod feed;
 mod gate;
+mod instruments;
 mod key;
 #[cfg(feature = "prometheus")]
 pub mod metrics;

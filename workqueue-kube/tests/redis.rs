@@ -86,7 +86,7 @@ async fn replicas_sharing_a_redis_queue_reconcile_each_object_one_at_a_time() {
     let mut replicas = Vec::new();
     for id in 0..2 {
         // Each replica has its own client, watcher and store, as separate processes would.
-        let queue: RedisQueue<String> = RedisQueue::connect(&redis.url(), "configmaps")
+        let queue: RedisQueue<String> = RedisQueue::connect(&redis.url(), "replicas")
             .await
             .expect("connect to the test's redis-server");
         let replica = Arc::new(Replica {
@@ -127,6 +127,24 @@ async fn replicas_sharing_a_redis_queue_reconcile_each_object_one_at_a_time() {
         !*shared.overlapped.lock().unwrap(),
         "two replicas held one object at once"
     );
+    // controller-runtime's reconcile series on a shared queue too: both replicas (one
+    // process here) under the queue's name, which no other test of this binary uses.
+    let mut text = String::new();
+    workqueue_kube::metrics::encode(&mut text).unwrap();
+    let reconciles = shared.calls.lock().unwrap().len();
+    for line in [
+        format!(
+            r#"controller_runtime_reconcile_total{{controller="replicas",result="success"}} {reconciles}"#
+        ),
+        r#"controller_runtime_reconcile_errors_total{controller="replicas"} 0"#.to_owned(),
+        r#"controller_runtime_max_concurrent_reconciles{controller="replicas"} 3"#.to_owned(),
+        r#"controller_runtime_active_workers{controller="replicas"} 0"#.to_owned(),
+        format!(
+            r#"controller_runtime_reconcile_time_seconds_count{{controller="replicas"}} {reconciles}"#
+        ),
+    ] {
+        assert!(text.contains(&line), "{line} missing from:\n{text}");
+    }
 }
 
 /// Waits until `done` holds, checking every 10 ms; fails after 30 s.
