@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use workqueue::{AddOptions, DoneMany, Queue, QueueLease};
 
 use crate::instruments::Instruments;
+use crate::leader::Fence;
 
 /// What the controller knows of an object's spec from one of its versions: enough to tell
 /// a change of the spec (which may fix a failure) from a write of the status or metadata
@@ -125,15 +126,29 @@ pub(crate) struct Gate<T> {
     ready: watch::Receiver<bool>,
     /// The controller's reconcile series (a give-up after `max_retries` is seen here).
     pub(crate) instruments: Instruments,
+    /// The leader election, if the controller runs only on the leader.
+    pub(crate) fence: Option<Fence>,
 }
 
 impl<T: Eq + Hash + Clone> Gate<T> {
-    pub(crate) fn new(ready: watch::Receiver<bool>, instruments: Instruments) -> Self {
+    pub(crate) fn new(
+        ready: watch::Receiver<bool>,
+        instruments: Instruments,
+        fence: Option<Fence>,
+    ) -> Self {
         Self {
             keys: Mutex::new(HashMap::new()),
             ready,
             instruments,
+            fence,
         }
+    }
+
+    /// Whether this replica may hand out work now: it leads, or there is no election.
+    pub(crate) fn leading(&self) -> bool {
+        self.fence
+            .as_ref()
+            .is_none_or(|fence| fence.current().is_some())
     }
 
     /// Whether the attempt on `key` failed with a retry to come: if its lease ends with a
@@ -299,6 +314,9 @@ fn cuts_short(cause: Cause, seen: Option<Spec>) -> bool {
 /// The queue a controller's workers run on: the queue you gave the controller (or its
 /// default), seen through the controller's rules.
 ///
+/// - With a leader election, no key is handed out while this replica does not lead (a key
+///   taken as the leadership ends is handed back), and a step's next key only while it
+///   leads.
 /// - No key is handed out before the main store has completed its first list, so no
 ///   reconcile and no "gone" verdict comes before the store knows every object.
 /// - A key's lease ending tells the controller how the attempt went: after a success, events
@@ -326,6 +344,17 @@ impl<Q: Queue> ControllerQueue<Q> {
     /// The queue itself.
     pub fn inner(&self) -> &Q {
         &self.inner
+    }
+
+    /// A lease a step handed out, unless this replica no longer leads: then it goes back.
+    async fn next_if_leading(&self, next: Option<Q::Lease>) -> Option<ControllerLease<Q>> {
+        let next = next?;
+        if self.gate.leading() {
+            Some(self.wrap(next))
+        } else {
+            hand_back(next).await;
+            None
+        }
     }
 
     /// Wraps a lease the queue handed out, noting the key as running.
@@ -431,10 +460,28 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
         self.inner.len()
     }
 
-    /// Waits for the main store's first list, then for the queue's next item.
+    /// Waits for the main store's first list, then (with a leader election) until this
+    /// replica leads, then for the queue's next item. An item that comes out as the
+    /// leadership ends is handed back to the queue.
     async fn get(&self) -> Result<Option<ControllerLease<Q>>, Q::Error> {
         self.gate.wait_ready().await;
-        Ok(self.inner.get().await?.map(|lease| self.wrap(lease)))
+        let Some(fence) = &self.gate.fence else {
+            return Ok(self.inner.get().await?.map(|lease| self.wrap(lease)));
+        };
+        loop {
+            let term = fence.leading().await;
+            // `get` is cancel safe: dropped when the leadership ends, it loses nothing.
+            let got = tokio::select! {
+                biased;
+                () = fence.lost(term) => continue,
+                got = self.inner.get() => got?,
+            };
+            match got {
+                None => return Ok(None),
+                Some(lease) if fence.holds(term) => return Ok(Some(self.wrap(lease))),
+                Some(lease) => hand_back(lease).await,
+            }
+        }
     }
 
     /// The queue's own step (one round trip on a shared backend); a cancelled attempt's
@@ -456,7 +503,7 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
             step
         };
         lease.end(&item).await;
-        Ok(step?.map(|next| self.wrap(next)))
+        Ok(self.next_if_leading(step?).await)
     }
 
     /// The queue's batched step (one round trip for many leases on a shared backend), as
@@ -504,8 +551,11 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
                 None => break,
             }
         }
-        let next = next.into_iter().map(|lease| self.wrap(lease)).collect();
-        Ok(DoneMany { done, next })
+        let mut handed = Vec::with_capacity(next.len());
+        for lease in next {
+            handed.extend(self.next_if_leading(Some(lease)).await);
+        }
+        Ok(DoneMany { done, next: handed })
     }
 
     /// The queue's: the controller's workers batch their steps as the queue's own would.
@@ -528,6 +578,13 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
 
     fn is_shutting_down(&self) -> impl Future<Output = Result<bool, Q::Error>> + Send {
         self.inner.is_shutting_down()
+    }
+}
+
+/// Hands a lease taken as the leadership ended back to the queue, unprocessed.
+async fn hand_back<L: QueueLease>(lease: L) {
+    if let Err(error) = lease.release().await {
+        tracing::warn!(%error, "cannot hand back a key taken as the leadership ended; the queue takes it back when its lease expires");
     }
 }
 
@@ -628,7 +685,7 @@ mod tests {
     use super::*;
 
     fn gate() -> Gate<&'static str> {
-        Gate::new(watch::channel(true).1, Instruments::new("gate-tests"))
+        Gate::new(watch::channel(true).1, Instruments::new("gate-tests"), None)
     }
 
     /// The in-memory queue as a backend whose steps `Workers` batch (as on a server), with

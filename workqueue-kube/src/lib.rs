@@ -202,6 +202,7 @@ mod feed;
 mod gate;
 mod instruments;
 mod key;
+pub mod leader;
 #[cfg(feature = "prometheus")]
 pub mod metrics;
 mod outcome;
@@ -219,6 +220,7 @@ pub use error::{Error, ErrorKind};
 pub use feed::FeedStats;
 pub use gate::{ControllerLease, ControllerQueue};
 pub use key::ObjectKey;
+pub use leader::LeaderElection;
 pub use outcome::{ReconcileResult, action_outcome};
 pub use policy::ErrorAction;
 pub use running::Running;

@@ -23,6 +23,7 @@ use crate::error::{Error, ErrorKind};
 use crate::feed::{Counters, Feed, FeedStats};
 use crate::gate::{Attempt, ControllerQueue, Gate, Spec};
 use crate::instruments::{Instruments, ReconcileEnd};
+use crate::leader::{ElectionHandle, Elector, Fence};
 use crate::policy::{ErrorAction, Policy};
 use crate::sources::{Role, Source};
 use crate::{ObjectKey, ReconcileResult};
@@ -47,6 +48,7 @@ where
     pub(crate) sync_timeout: Duration,
     pub(crate) graceful: Vec<BoxFuture<'static, ()>>,
     pub(crate) on_signal: bool,
+    pub(crate) election: Option<Elector>,
     pub(crate) reconcile: R,
     pub(crate) context: Arc<Ctx>,
 }
@@ -68,7 +70,8 @@ where
 
     let (ready_tx, ready_rx) = watch::channel(false);
     let instruments = Instruments::new(&parts.controller);
-    let gate = Arc::new(Gate::new(ready_rx, instruments.clone()));
+    let fence = parts.election.as_ref().map(Elector::fence);
+    let gate = Arc::new(Gate::new(ready_rx, instruments.clone(), fence.clone()));
     let (forced_tx, forced_rx) = watch::channel(false);
     let mut workers = Workers::new(ControllerQueue::new(parts.queue.clone(), gate.clone()))
         .retry_forever()
@@ -89,12 +92,14 @@ where
         forced: forced_rx,
         instruments,
         stopping: stopping.clone(),
+        fence,
         reconcile: Arc::new(parts.reconcile),
         context: parts.context,
     };
     let workers = workers.spawn_async(move |key| handler.call(key));
     let stop = workers.stop_token().clone();
     let _ = stopping.set(stop.clone());
+    let election = parts.election.map(|elector| elector.spawn(stop.clone()));
 
     let mut tasks = Vec::new();
     let ready = Arc::new(ready_tx);
@@ -135,6 +140,7 @@ where
     );
     Running {
         ready: ready.subscribe(),
+        election,
         workers,
         queue: parts.queue,
         feed,
@@ -194,6 +200,8 @@ where
     /// The workers' stop token, once they run: a reconcile dropped unfinished before the
     /// stop was cut off by the workers' timeout.
     stopping: Arc<OnceLock<StopToken>>,
+    /// The leader election, if any: a reconcile runs only while this replica leads.
+    fence: Option<Fence>,
     reconcile: Arc<R>,
     context: Arc<Ctx>,
 }
@@ -329,6 +337,9 @@ where
         let (reconcile, context) = (self.reconcile.clone(), self.context.clone());
         let mut forced = self.forced.clone();
         let mut turn = Turn::new(self.instruments.clone(), self.stopping.clone());
+        // The term this replica leads in as the key starts (`None`: it does not lead).
+        let fence = self.fence.clone();
+        let term = fence.as_ref().map(Fence::current);
         async move {
             let Some(object) = object else {
                 gone.fetch_add(1, Ordering::Relaxed);
@@ -342,6 +353,14 @@ where
                     future::pending::<()>().await;
                 }
             };
+            // Fenced: the leadership this key was handed out under ends.
+            let fenced = async {
+                match (&fence, term) {
+                    (Some(fence), Some(Some(term))) => fence.lost(term).await,
+                    (Some(_), _) => {}
+                    (None, _) => future::pending::<()>().await,
+                }
+            };
             turn.start();
             let result = tokio::select! {
                 biased;
@@ -349,6 +368,12 @@ where
                     turn.cancel();
                     guard.finish(Attempt::Cancelled);
                     return Reconciled(Err(HandlerError::new("cancelled by a forced stop")));
+                }
+                () = fenced => {
+                    turn.cancel();
+                    guard.finish(Attempt::Cancelled);
+                    tracing::debug!(key = ?key, "reconcile cancelled: this replica no longer leads; the key goes back to the queue");
+                    return Reconciled(Err(HandlerError::new("cancelled: this replica no longer leads")));
                 }
                 result = reconcile(object.clone(), context) => result.into_reconcile_outcome(),
             };
@@ -490,6 +515,8 @@ where
     forced: Arc<watch::Sender<bool>>,
     /// Turns `true` once the main store has completed its first list.
     ready: watch::Receiver<bool>,
+    /// The leader election, if the controller runs only on the leader.
+    election: Option<ElectionHandle>,
 }
 
 impl<K, Q> fmt::Debug for Running<K, Q>
@@ -535,6 +562,31 @@ where
     pub async fn wait_until_ready(&self) {
         let mut ready = self.ready.clone();
         let _ = ready.wait_for(|ready| *ready).await;
+    }
+
+    /// Whether this replica hands keys to its workers now: it leads its
+    /// [leader election](crate::Controller::leader_election) and its renew deadline has not
+    /// passed, or it has no leader election.
+    pub fn is_leader(&self) -> bool {
+        self.election
+            .as_ref()
+            .is_none_or(|election| election.fence().current().is_some())
+    }
+
+    /// With a leader election: the identity of the holder this replica last saw in the
+    /// Lease (its own while it leads), `None` before it saw one or once the Lease was
+    /// released. Without one: `None`.
+    pub fn leader(&self) -> Option<String> {
+        self.election
+            .as_ref()
+            .and_then(|election| election.fence().state().leader)
+    }
+
+    /// With a leader election: this replica's identity in the Lease.
+    pub fn identity(&self) -> Option<String> {
+        self.election
+            .as_ref()
+            .map(|election| election.fence().state().identity)
     }
 
     /// The token that stops the controller: the watchers end, the queue shuts down and the
@@ -583,6 +635,7 @@ where
             self.queue,
             self.feed,
             self.tasks,
+            self.election,
             &self.failure,
             &self.forced,
         )
@@ -622,6 +675,7 @@ where
             self.queue,
             self.feed,
             self.tasks,
+            self.election,
             &self.failure,
             &self.forced,
         )
@@ -629,12 +683,14 @@ where
     }
 
     /// After the workers: ends the feed and the other tasks, lets the queue take back the
-    /// leases still out, and says whether the controller stopped on its own.
+    /// leases still out, steps down from the leader election (releasing the lease), and
+    /// says whether the controller stopped on its own.
     async fn end(
         summary: Summary<Q::Item>,
         queue: Q,
         feed: JoinHandle<()>,
         tasks: Vec<JoinHandle<()>>,
+        election: Option<ElectionHandle>,
         failure: &Mutex<Option<ErrorKind>>,
         forced: &watch::Sender<bool>,
     ) -> Result<Summary<Q::Item>, Error<Q::Item>> {
@@ -656,6 +712,10 @@ where
                 timeout = ?LEASE_RETURN_TIMEOUT,
                 "leases still out after the stop; the queue takes them back when they expire"
             ),
+        }
+        // Last: no reconcile of this replica runs any more.
+        if let Some(election) = election {
+            election.stop().await;
         }
         let failure = failure.lock().take();
         match failure.or_else(|| (*forced.borrow()).then_some(ErrorKind::Forced)) {

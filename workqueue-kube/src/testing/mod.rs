@@ -27,6 +27,13 @@
 //! It is written here because no crate serves the Kubernetes API in process; kube's own
 //! tests mock the client's HTTP service instead of running a server.
 //!
+//! It serves any kind, `coordination.k8s.io/v1` Leases included (create, get, replace with a
+//! `409 Conflict` on a stale `resourceVersion`, watch): what leader election needs.
+//!
+//! Clients can be told apart ([`FakeApiServer::client_named`]), so that a test can cut one
+//! off from the server as a network partition does ([`FakeApiServer::partition`]): its
+//! requests are refused and its watches end, while the other clients go on.
+//!
 //! What it does not do: pagination (a list returns every object at once), `generateName`,
 //! admission, defaulting and validation, authentication (but [`FakeApiServer::forbid`]
 //! refuses a kind, as a missing RBAC rule does).
@@ -73,7 +80,12 @@ pub struct Requests {
     pub deletes: u64,
     /// Requests refused with an error status (not found, conflict, forbidden, ...).
     pub refused: u64,
+    /// Requests of a partitioned client, refused without being looked at.
+    pub partitioned: u64,
 }
+
+/// The header that names a client ([`FakeApiServer::client_named`]).
+const CLIENT_HEADER: &str = "x-fake-api-client";
 
 /// An in-process API server speaking the Kubernetes API over HTTP on `127.0.0.1`.
 ///
@@ -155,6 +167,8 @@ struct ApiState {
     kinds: HashMap<String, (String, String)>,
     /// Resources refused with `403 Forbidden`.
     forbidden: HashSet<String>,
+    /// Clients cut off from the server ([`FakeApiServer::partition`]).
+    partitioned: HashSet<String>,
     /// Every object.
     objects: BTreeMap<Key, Value>,
     /// Every change and bookmark in order; resource versions never decrease along it.
@@ -320,6 +334,37 @@ impl FakeApiServer {
     pub fn client(&self) -> kube::Client {
         let config = kube::Config::new(self.url.parse().expect("the server's URL is a URI"));
         kube::Client::try_from(config).expect("a client over plain HTTP")
+    }
+
+    /// A kube client for this server that names itself `name` on every request, so that
+    /// [`partition`](Self::partition) can cut it off; otherwise as [`client`](Self::client).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, or if `name` is not a valid HTTP header value.
+    pub fn client_named(&self, name: &str) -> kube::Client {
+        let mut config = kube::Config::new(self.url.parse().expect("the server's URL is a URI"));
+        config.headers.push((
+            axum::http::HeaderName::from_static(CLIENT_HEADER),
+            name.parse().expect("a client name is a valid header value"),
+        ));
+        kube::Client::try_from(config).expect("a client over plain HTTP")
+    }
+
+    /// Cuts the client named `name` ([`client_named`](Self::client_named)) off from the
+    /// server, as a network partition does: from now on its requests are refused with
+    /// `503 Service Unavailable` before the server looks at them (nothing it sends is
+    /// applied), and its open watches end. The other clients go on.
+    /// [`heal`](Self::heal) ends the partition.
+    pub fn partition(&self, name: &str) {
+        let mut state = self.shared.lock();
+        state.partitioned.insert(name.to_owned());
+        self.shared.notify(state);
+    }
+
+    /// Ends the partition of the client named `name`.
+    pub fn heal(&self, name: &str) {
+        self.shared.lock().partitioned.remove(name);
     }
 
     /// Creates or replaces `object` (kind, namespace and name from it, status included) and
