@@ -453,6 +453,7 @@ async fn the_scrape_is_kept_for_promtool() {
     let server = server_with(&["web"]).await;
     let controller = Controller::new(configmaps(&server), watcher::Config::default())
         .name("scraped")
+        .leader_elected("scraped")
         .run(
             |_: Arc<ConfigMap>, _: Arc<()>| async { Outcome::Done },
             Arc::new(()),
@@ -472,7 +473,82 @@ async fn the_scrape_is_kept_for_promtool() {
     std::fs::create_dir_all(&target).unwrap();
     std::fs::write(target.join("kube-metrics.txt"), &text).unwrap();
     assert!(text.contains("# TYPE controller_runtime_reconcile_total counter"));
+    assert!(text.contains(r#"leader_election_master_status{name="scraped"} 0"#));
     assert!(text.contains(
         r#"controller_runtime_reconcile_total{controller="scraped",result="success"} 1"#
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_master_status_is_one_while_leading() {
+    use workqueue_kube::LeaderElection;
+    let server = server_with(&["web"]).await;
+    let status = || {
+        let text = metrics();
+        sample(&text, "leader_election_master_status", r#"name="gauged""#)
+            .unwrap_or_else(|| panic!("no leader_election_master_status in:\n{text}"))
+    };
+    let controller = Controller::new(configmaps(&server), watcher::Config::default())
+        .name("gauged")
+        .leader_election(
+            LeaderElection::new("gauged")
+                .lease_duration(Duration::from_secs(2))
+                .renew_deadline(Duration::from_secs(1))
+                .retry_period(Duration::from_millis(100)),
+        )
+        .run(
+            |_: Arc<ConfigMap>, _: Arc<()>| async { Outcome::Done },
+            Arc::new(()),
+        );
+    eventually("leading", || controller.is_leader()).await;
+    assert_eq!(status(), 1.0);
+    // Renewals go through the fast path: no slow path while nobody else writes the Lease.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let text = metrics();
+    assert_eq!(
+        sample(&text, "leader_election_slowpath_total", r#"name="gauged""#).unwrap_or(0.0),
+        0.0
+    );
+    controller.shut_down().await.unwrap();
+    assert_eq!(status(), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_slowpath_counts_renewals_that_read_the_lease_again() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Patch, PatchParams};
+    use workqueue_kube::LeaderElection;
+    let server = server_with(&["web"]).await;
+    let controller = Controller::new(configmaps(&server), watcher::Config::default())
+        .name("slowpath")
+        .leader_election(
+            LeaderElection::new("slowpath")
+                .lease_duration(Duration::from_secs(2))
+                .renew_deadline(Duration::from_secs(1))
+                .retry_period(Duration::from_millis(100)),
+        )
+        .run(
+            |_: Arc<ConfigMap>, _: Arc<()>| async { Outcome::Done },
+            Arc::new(()),
+        );
+    eventually("leading", || controller.is_leader()).await;
+    // Someone else writes the Lease (a label): the leader's optimistic renewal conflicts,
+    // it reads the Lease again and renews from there, still the leader.
+    let leases: Api<Lease> = Api::namespaced(server.client(), "default");
+    let label = serde_json::json!({ "metadata": { "labels": { "touched": "yes" } } });
+    leases
+        .patch("slowpath", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+    eventually("a slow-path renewal", || {
+        sample(
+            &metrics(),
+            "leader_election_slowpath_total",
+            r#"name="slowpath""#,
+        )
+        .is_some_and(|count| count >= 1.0)
+    })
+    .await;
+    assert!(controller.is_leader());
+    controller.shut_down().await.unwrap();
 }

@@ -337,7 +337,9 @@ impl FakeApiServer {
     }
 
     /// A kube client for this server that names itself `name` on every request, so that
-    /// [`partition`](Self::partition) can cut it off; otherwise as [`client`](Self::client).
+    /// [`partition`](Self::partition) can cut it off; otherwise as [`client`](Self::client),
+    /// except that it does not retry `503` answers: a partition's refusals reach the caller
+    /// at once, as a connection error would.
     ///
     /// # Panics
     ///
@@ -348,6 +350,7 @@ impl FakeApiServer {
             axum::http::HeaderName::from_static(CLIENT_HEADER),
             name.parse().expect("a client name is a valid header value"),
         ));
+        config.default_retry = false;
         kube::Client::try_from(config).expect("a client over plain HTTP")
     }
 
