@@ -566,3 +566,96 @@ async fn a_standby_times_the_lease_by_its_own_clock_whatever_the_timestamps_say(
     assert_eq!(spec.holder_identity.as_deref(), Some("replica-a"));
     assert_eq!(spec.lease_transitions, Some(4));
 }
+
+/// Takeover times, graceful and crash, over `runs` pairs of replicas with `timings`
+/// (lease duration, renew deadline, retry period).
+async fn measure(timings: (Duration, Duration, Duration), runs: usize) {
+    let (lease, renew, retry) = timings;
+    let with = |name: &str| {
+        LeaderElection::new(LEASE)
+            .identity(name)
+            .lease_duration(lease)
+            .renew_deadline(renew)
+            .retry_period(retry)
+    };
+    let mut graceful = Vec::new();
+    let mut crash = Vec::new();
+    for run in 0..runs {
+        for kill in [false, true] {
+            let server = server(5).await;
+            let record = Arc::new(Record::default());
+            let mut a = Replica::start_with(&server, "replica-a", &record, with("replica-a"), None);
+            eventually("replica-a leads", || a.leading()).await;
+            let b = Replica::start_with(&server, "replica-b", &record, with("replica-b"), None);
+            eventually("replica-b sees replica-a", || {
+                b.status().leader.as_deref() == Some("replica-a")
+            })
+            .await;
+            // A random phase against the leader's renewals.
+            tokio::time::sleep(retry.mul_f64(1.0 + rand_fraction(run))).await;
+            let at = if kill { a.kill() } else { a.shut_down() };
+            let mut took = None;
+            for _ in 0..6000 {
+                if let Some(start) = record.first_start("replica-b", at) {
+                    took = Some(start - at);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let took = took.expect("replica-b took over within 30 s");
+            record.assert_one_leader_at_a_time();
+            if kill { &mut crash } else { &mut graceful }.push(took);
+        }
+    }
+    let report = |what: &str, times: &mut Vec<Duration>| {
+        times.sort();
+        println!(
+            "{what}: min {:?}, median {:?}, max {:?} over {} runs",
+            times[0],
+            times[times.len() / 2],
+            times[times.len() - 1],
+            times.len()
+        );
+    };
+    println!("lease {lease:?}, renew deadline {renew:?}, retry period {retry:?}:");
+    report(
+        "graceful takeover (release to first reconcile)",
+        &mut graceful,
+    );
+    report("crash takeover (kill to first reconcile)", &mut crash);
+}
+
+/// A fraction in [0, 1) that differs between runs.
+fn rand_fraction(run: usize) -> f64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    f64::from((nanos ^ (run as u32).wrapping_mul(2_654_435_761)) % 1000) / 1000.0
+}
+
+/// A measurement, not a test: `cargo test -p workqueue-kube --all-features --test leader
+/// -- --ignored --nocapture measure_`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement (about 15 s)"]
+async fn measure_takeovers_with_the_test_timings() {
+    measure((LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD), 10).await;
+}
+
+/// A measurement with client-go's defaults (about two minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement (about two minutes)"]
+async fn measure_takeovers_with_client_go_defaults() {
+    use workqueue_kube::leader::{
+        DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
+    };
+    measure(
+        (
+            DEFAULT_LEASE_DURATION,
+            DEFAULT_RENEW_DEADLINE,
+            DEFAULT_RETRY_PERIOD,
+        ),
+        4,
+    )
+    .await;
+}
