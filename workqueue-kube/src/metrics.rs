@@ -35,6 +35,27 @@
 //! A queue you build yourself reports where you say: give it this registry's
 //! [`provider`] to join the others, or a provider of its own.
 //!
+//! # The `priority` label of `workqueue_depth`
+//!
+//! controller-runtime's priority queue reports `workqueue_depth{name, controller,
+//! priority}`: one series per priority a queue's items wait at (`"-100"` for a list's keys,
+//! `"0"` for live changes), `priority=""` for a queue without priorities
+//! (`pkg/internal/metrics/workqueue.go`, `pkg/controller/priorityqueue/metrics.go`). This
+//! registry reports client-go's `workqueue_depth{name}` by default: one series per queue.
+//! The two cannot be one family without breaking one side: with the label, a queue's depth
+//! is several series, so client-go-style panels and alerts that read
+//! `workqueue_depth{name="..."}` as one value (`> 100`, a single stat) see a part of it, and
+//! series recorded so far end; both shapes at once would count every item twice in a
+//! `sum`. kubebuilder's dashboards read `workqueue_depth` per series or summed by `name`,
+//! which works with either shape.
+//!
+//! So the label is a switch, off by default: [`set_depth_by_priority`]`(true)` gives every
+//! in-memory queue of this registry controller-runtime's shape (each priority seen so far,
+//! 0 once its items are gone; beyond 25 distinct priorities per queue, the whole depth under
+//! `priority="exceeded_cardinality_limit"`, controller-runtime's cap), read from the queue at
+//! each scrape. The `controller` label controller-runtime adds to its workqueue series is
+//! not added: here the queue's `name` is the controller's name.
+//!
 //! # Examples
 //!
 //! ```
@@ -213,6 +234,13 @@ fn global() -> &'static Global {
 /// `WorkQueue::builder().name("widgets").metrics(workqueue_kube::metrics::provider())`.
 pub fn provider() -> PrometheusMetrics {
     global().workqueue.clone()
+}
+
+/// Gives `workqueue_depth` controller-runtime's `priority` label, for every queue reporting
+/// to the process-wide registry (see the [module documentation](self#the-priority-label-of-workqueue_depth)).
+/// Off by default; takes effect at the next scrape.
+pub fn set_depth_by_priority(on: bool) {
+    global().workqueue.set_depth_by_priority(on);
 }
 
 /// Calls `register` with the process-wide registry, to register metrics of your own.
