@@ -607,6 +607,16 @@ impl Elector {
         })
     }
 
+    /// Whether the record last seen names another holder, unexpired at `now`.
+    fn held_by_another(&self, now: Instant) -> bool {
+        self.lease_valid(now)
+            && self.observed.as_ref().is_some_and(|(spec, _)| {
+                spec.holder_identity
+                    .as_deref()
+                    .is_some_and(|holder| !holder.is_empty() && holder != self.identity)
+            })
+    }
+
     /// Notes a record this replica wrote (as the server stored it).
     fn wrote(&mut self, written: Lease) {
         let spec = written.spec.clone().unwrap_or_default();
@@ -655,6 +665,13 @@ impl Elector {
         let current = match self.api.get(&self.name).await {
             Ok(lease) => lease,
             Err(kube::Error::Api(status)) if status.code == 404 => {
+                // Deleted (by hand) under a holder whose lease this replica saw unexpired:
+                // that holder may still be working, so the Lease is taken as held until the
+                // lease would have expired. (client-go creates it at once.)
+                if !self.is_leader() && self.held_by_another(now) {
+                    tracing::warn!(lease = %self.describe(), "the Lease was deleted under an unexpired holder; waiting for its lease to expire");
+                    return false;
+                }
                 let lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(self.name.clone()),
@@ -686,11 +703,7 @@ impl Elector {
             self.observed = Some((spec.clone(), now));
         }
         self.lease = Some(current.clone());
-        let held = spec
-            .holder_identity
-            .as_deref()
-            .is_some_and(|holder| !holder.is_empty());
-        if held && self.lease_valid(now) && !self.is_leader() {
+        if self.held_by_another(now) {
             tracing::trace!(lease = %self.describe(), holder = ?spec.holder_identity, "the lease is held and unexpired");
             return false;
         }

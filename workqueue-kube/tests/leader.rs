@@ -659,3 +659,90 @@ async fn measure_takeovers_with_client_go_defaults() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_outage_ends_with_one_leader_again() {
+    let server = server(5).await;
+    let record = Arc::new(Record::default());
+    let replicas = ["replica-a", "replica-b"].map(|name| Replica::start(&server, name, &record));
+    let all: Vec<&Replica> = replicas.iter().collect();
+    let leader = wait_for_leader(&all).await;
+    eventually("the leader reconciles", || {
+        record.count(&replicas[leader].name) >= 10
+    })
+    .await;
+
+    // Nobody can renew or acquire while the server is down: the leader steps down at its
+    // renew deadline, and nobody leads.
+    server.stop_serving();
+    let down = Instant::now();
+    eventually("no leader", || leaders(&all).is_empty()).await;
+    println!(
+        "outage: no leader {:?} after the server went down",
+        down.elapsed()
+    );
+    tokio::time::sleep(LEASE_DURATION).await;
+    assert!(leaders(&all).is_empty());
+
+    server.serve_again().await;
+    let up = Instant::now();
+    eventually("one leader again", || leaders(&all).len() == 1).await;
+    let leader = wait_for_leader(&all).await;
+    eventually("it reconciles", || {
+        record.first_start(&replicas[leader].name, up).is_some()
+    })
+    .await;
+    println!(
+        "outage: {} leads {:?} after the server came back",
+        replicas[leader].name,
+        up.elapsed()
+    );
+    let settled = Instant::now();
+    while settled.elapsed() < 3 * RETRY_PERIOD {
+        assert_eq!(leaders(&all).len(), 1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    record.assert_one_leader_at_a_time();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_deleted_under_its_holder_is_not_taken_before_it_would_have_expired() {
+    let server = server(5).await;
+    let record = Arc::new(Record::default());
+    let replicas = ["replica-a", "replica-b"].map(|name| Replica::start(&server, name, &record));
+    let all: Vec<&Replica> = replicas.iter().collect();
+    let leader = wait_for_leader(&all).await;
+    let (name, standby) = (
+        replicas[leader].name.clone(),
+        replicas[1 - leader].name.clone(),
+    );
+    eventually("the standby sees the leader", || {
+        replicas[1 - leader].status().leader.as_deref() == Some(name.as_str())
+    })
+    .await;
+    eventually("the leader reconciles", || record.count(&name) >= 10).await;
+    // Someone deletes the Lease by hand while the leader cannot write it again (cut off):
+    // the leader goes on until its renew deadline, so the standby must not create the Lease
+    // as its own before the lease it last saw would have expired.
+    server.partition(&name);
+    let deleted = Instant::now();
+    assert!(server.delete::<Lease>(Some("default"), LEASE));
+    eventually("the standby takes over", || {
+        record.first_start(&standby, deleted).is_some()
+    })
+    .await;
+    let took = record.first_start(&standby, deleted).unwrap() - deleted;
+    println!("a deleted Lease: the standby took over {took:?} after the deletion");
+    // The standby last saw the record change at most a retry period (and a round trip)
+    // before the deletion; it waits a lease duration from then.
+    assert!(
+        took >= LEASE_DURATION - RETRY_PERIOD - ROUND_TRIPS,
+        "{took:?}"
+    );
+    assert_eq!(
+        lease_spec(&server).holder_identity.as_deref(),
+        Some(standby.as_str())
+    );
+    record.assert_one_leader_at_a_time();
+    server.heal(&name);
+}

@@ -128,7 +128,7 @@ pub struct FakeApiServer {
     /// `http://127.0.0.1:PORT`.
     url: String,
     /// The accept loop, while the server serves.
-    server: Option<JoinHandle<()>>,
+    server: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl fmt::Debug for FakeApiServer {
@@ -282,7 +282,7 @@ impl FakeApiServer {
             state: Mutex::new(ApiState::default()),
             changed: watch::channel(0).0,
         });
-        let server = Some(serve(listener, shared.clone()));
+        let server = std::sync::Mutex::new(Some(serve(listener, shared.clone())));
         Self {
             shared,
             url,
@@ -294,8 +294,8 @@ impl FakeApiServer {
     /// are refused, and requests on connections still open get `503 Service Unavailable`.
     /// The objects stay (etcd keeps them), and tests may still change them;
     /// [`serve_again`](Self::serve_again) brings the server back on the same address.
-    pub fn stop_serving(&mut self) {
-        if let Some(server) = self.server.take() {
+    pub fn stop_serving(&self) {
+        if let Some(server) = self.accept_loop().take() {
             server.abort();
         }
         let mut state = self.shared.lock();
@@ -309,8 +309,8 @@ impl FakeApiServer {
     /// # Panics
     ///
     /// If the address cannot be bound again.
-    pub async fn serve_again(&mut self) {
-        if self.server.is_some() {
+    pub async fn serve_again(&self) {
+        if self.accept_loop().is_some() {
             return;
         }
         let address = self.url.trim_start_matches("http://").to_owned();
@@ -318,7 +318,14 @@ impl FakeApiServer {
             .await
             .expect("bind the fake API server's address again");
         self.shared.lock().down = false;
-        self.server = Some(serve(listener, self.shared.clone()));
+        *self.accept_loop() = Some(serve(listener, self.shared.clone()));
+    }
+
+    /// The accept loop's handle.
+    fn accept_loop(&self) -> MutexGuard<'_, Option<JoinHandle<()>>> {
+        self.server
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The server's address, `http://127.0.0.1:PORT`.
@@ -529,7 +536,7 @@ impl Drop for FakeApiServer {
         let mut state = self.shared.lock();
         state.closed = true;
         self.shared.notify(state);
-        if let Some(server) = self.server.take() {
+        if let Some(server) = self.accept_loop().take() {
             server.abort();
         }
     }
