@@ -371,3 +371,82 @@ async fn a_stale_replicas_failed_reconcile_changes_nothing_on_redis() {
     workqueue::QueueLease::done(current).await.unwrap();
     controller.shut_down().await.unwrap();
 }
+
+/// Two leader-elected replicas on one Redis queue: both feed it (warm standby), only the
+/// leader's workers take keys; after the leader's graceful stop the other one does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_elected_replicas_on_a_redis_queue_reconcile_on_the_leader_only() {
+    use workqueue_kube::LeaderElection;
+    if !server::require_binary() {
+        return;
+    }
+    let redis = server::RedisServer::start().expect("redis-server starts");
+    let api = FakeApiServer::start().await;
+    for index in 0..5 {
+        api.apply(&configmap(&format!("web-{index}"), "v1"));
+    }
+    let shared = Arc::new(Shared::default());
+    let start = |id: usize| {
+        let (url, api_client, shared) = (
+            redis.url(),
+            api.client_named(&format!("replica-{id}")),
+            shared.clone(),
+        );
+        async move {
+            let queue: RedisQueue<String> = RedisQueue::connect(&url, "elected").await.unwrap();
+            Controller::with_queue(
+                queue,
+                Api::<ConfigMap>::namespaced(api_client, "default"),
+                watcher::Config::default(),
+            )
+            .leader_election(
+                LeaderElection::new("elected")
+                    .identity(format!("replica-{id}"))
+                    .lease_duration(Duration::from_secs(2))
+                    .renew_deadline(Duration::from_secs(1))
+                    .retry_period(Duration::from_millis(200)),
+            )
+            .run(reconcile, Arc::new(Replica { id, shared }))
+        }
+    };
+    let first = start(0).await;
+    eventually("replica-0 leads", || first.is_leader()).await;
+    let second = start(1).await;
+    eventually("every object reconciled", || {
+        shared.calls.lock().unwrap().len() >= 5
+    })
+    .await;
+    second.wait_until_ready().await;
+    // The standby's feed adds its events to the shared queue too; a change is reconciled,
+    // by the leader.
+    api.apply(&configmap("web-0", "v2"));
+    eventually("the change reconciled", || {
+        shared
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(name, value, _)| name == "web-0" && value == "v2")
+    })
+    .await;
+    assert!(!second.is_leader());
+    assert!(
+        shared.calls.lock().unwrap().iter().all(|(.., id)| *id == 0),
+        "only the leader reconciles"
+    );
+
+    first.shut_down().await.unwrap();
+    eventually("replica-1 leads", || second.is_leader()).await;
+    api.apply(&configmap("web-1", "v2"));
+    eventually("the next change reconciled by replica-1", || {
+        shared
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(name, value, id)| name == "web-1" && value == "v2" && *id == 1)
+    })
+    .await;
+    second.shut_down().await.unwrap();
+    assert!(!*shared.overlapped.lock().unwrap());
+}
