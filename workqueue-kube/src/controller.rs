@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use workqueue::{Queue, WorkQueue, Workers};
 
 use crate::gate::ControllerQueue;
+use crate::leader::LeaderElection;
 use crate::policy::{self, ErrorAction, Policy};
 use crate::sources::{
     self, BackoffFactory, Role, Source, SourceBuilder, object_items, watcher_items,
@@ -114,6 +115,10 @@ where
     graceful: Vec<BoxFuture<'static, ()>>,
     /// Whether SIGTERM and Ctrl-C stop the controller (a second one by force).
     on_signal: bool,
+    /// The main watcher's client and namespace, for a leader election's Lease.
+    main_api: Option<(kube::Client, String)>,
+    /// The leader election, if the controller runs only on the leader.
+    election: Option<LeaderElection>,
 }
 
 impl<K, Q> fmt::Debug for Controller<K, Q>
@@ -129,6 +134,7 @@ where
             .field("sources", &self.sources.len())
             .field("sync_timeout", &self.sync_timeout)
             .field("on_signal", &self.on_signal)
+            .field("election", &self.election)
             .finish_non_exhaustive()
     }
 }
@@ -166,8 +172,11 @@ where
     /// [`new`](Self::new) for a kind known only at run time (`DynamicObject`). This is
     /// kube's `Controller::new_with`.
     pub fn new_with(api: Api<K>, config: watcher::Config, dyntype: K::DynamicType) -> Self {
+        let main_api = main_api(&api);
         let (store, main) = watch_main(api, config, dyntype.clone());
-        Self::from_parts(None, Some(default_queue::<K>), dyntype, store, main)
+        let mut this = Self::from_parts(None, Some(default_queue::<K>), dyntype, store, main);
+        this.main_api = Some(main_api);
+        this
     }
 
     /// A controller whose main objects come from `trigger`, a stream you build from kube's
@@ -269,6 +278,19 @@ where
     }
 }
 
+/// The client and namespace of the main kind's `Api` (its client's default namespace for an
+/// `Api::all`): where a leader election's Lease lives by default.
+fn main_api<K>(api: &Api<K>) -> (kube::Client, String)
+where
+    K: Resource + Clone + 'static,
+{
+    let client = api.clone().into_client();
+    let namespace = api
+        .namespace()
+        .map_or_else(|| client.default_namespace().to_owned(), str::to_owned);
+    (client, namespace)
+}
+
 /// The main kind's store and watcher.
 fn watch_main<K>(
     api: Api<K>,
@@ -319,6 +341,8 @@ where
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             graceful: Vec::new(),
             on_signal: false,
+            main_api: None,
+            election: None,
         }
     }
 
@@ -340,8 +364,11 @@ where
         config: watcher::Config,
         dyntype: K::DynamicType,
     ) -> Self {
+        let main_api = main_api(&api);
         let (store, main) = watch_main(api, config, dyntype.clone());
-        Self::from_parts(Some(queue), None, dyntype, store, main)
+        let mut this = Self::from_parts(Some(queue), None, dyntype, store, main);
+        this.main_api = Some(main_api);
+        this
     }
 
     /// Runs the controller on `queue` instead (see [`with_queue`](Self::with_queue)): for
@@ -373,6 +400,8 @@ where
             sync_timeout: self.sync_timeout,
             graceful: self.graceful,
             on_signal: self.on_signal,
+            main_api: self.main_api,
+            election: self.election,
         }
     }
 
@@ -509,6 +538,61 @@ where
         self
     }
 
+    /// Runs the controller only on the replica that holds the `coordination.k8s.io/v1` Lease
+    /// named `lease_name` (in the main `Api`'s namespace), with client-go's timings: see
+    /// [`leader_election`](Self::leader_election).
+    ///
+    /// # Panics
+    ///
+    /// On a controller built from a stream (no `Api` to take the client from): use
+    /// [`leader_election`](Self::leader_election) with a [`LeaderElection::client`] there.
+    pub fn leader_elected(self, lease_name: impl Into<String>) -> Self {
+        assert!(
+            self.main_api.is_some(),
+            "Controller::leader_elected needs the main Api's client: on a controller built from a stream, use Controller::leader_election(LeaderElection::new(name).client(client))"
+        );
+        self.leader_election(LeaderElection::new(lease_name))
+    }
+
+    /// Runs the controller only on the leader of `election`, with **warm standby**: every
+    /// replica watches, keeps its stores synced and its queue filled, but only the leader
+    /// hands keys to its workers. A replica that takes over starts reconciling from its
+    /// own warm store and queue, without a relist.
+    ///
+    /// - The leader election follows client-go's rules and timings (see [`LeaderElection`]
+    ///   and the [`leader`](crate::leader) module): a crashed leader's lease is taken over
+    ///   once it has gone unrenewed for the lease duration (15 s by default), plus up to
+    ///   about two retry periods for the standbys to see it; a graceful stop releases it,
+    ///   and a standby takes over at its next try (about one retry period, 2 s).
+    /// - **Fencing.** A leader that cannot renew within the renew deadline (10 s by default,
+    ///   counted from its last successful renewal) steps down before any other replica can
+    ///   acquire: no key is handed out from that instant on, and the reconciles in flight are
+    ///   cancelled, their futures dropped at their next `.await` and their keys handed back
+    ///   to the queue unprocessed (not counted as failures). Keep reconciles async (a
+    ///   reconcile that blocks its thread cannot be cancelled), and keep the workers'
+    ///   `timeout` in mind: the margin is the lease duration minus the renew deadline.
+    /// - It then goes back to standby and tries to acquire again.
+    /// - On a graceful stop, the reconciles in flight finish first, then the lease is
+    ///   released ([`LeaderElection::release_on_stop`]).
+    /// - `leader_election_master_status{name="<lease>"}` is 1 while this replica leads
+    ///   ([`metrics`](crate::metrics)); transitions are logged (`became the leader`,
+    ///   `stopped leading`, `new leader observed`); [`Running::is_leader`] and
+    ///   [`Running::leader`] tell them too.
+    ///
+    /// # Panics
+    ///
+    /// If the timings break client-go's rules (the lease duration above the renew deadline,
+    /// the renew deadline above 1.2 retry periods, all above zero) or a name is empty.
+    /// [`run`](Self::run) panics if the election has no client: a controller built from a
+    /// stream needs [`LeaderElection::client`].
+    pub fn leader_election(mut self, election: LeaderElection) -> Self {
+        if let Err(error) = election.validate() {
+            panic!("invalid leader election: {error}");
+        }
+        self.election = Some(election);
+        self
+    }
+
     /// The store the main watcher fills, the one the reconcile reads. This is kube's
     /// `Controller::store`.
     pub fn store(&self) -> Store<K> {
@@ -540,6 +624,11 @@ where
             (None, None) => unreachable!("a controller has a queue or makes its default one"),
         };
         let controller: Arc<str> = queue.name().unwrap_or(&name).into();
+        let election = self.election.map(|election| {
+            election
+                .resolve(self.main_api)
+                .unwrap_or_else(|error| panic!("invalid leader election: {error}"))
+        });
         let sources = self
             .sources
             .into_iter()
@@ -556,6 +645,7 @@ where
             sync_timeout: self.sync_timeout,
             graceful: self.graceful,
             on_signal: self.on_signal,
+            election,
             reconcile,
             context,
         })

@@ -13,6 +13,9 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use workqueue::{AddOptions, DoneMany, Queue, QueueLease};
 
+use crate::instruments::Instruments;
+use crate::leader::Fence;
+
 /// What the controller knows of an object's spec from one of its versions: enough to tell
 /// a change of the spec (which may fix a failure) from a write of the status or metadata
 /// (which the reconcile itself may have made).
@@ -121,13 +124,50 @@ pub(crate) struct Gate<T> {
     keys: Mutex<HashMap<T, KeyState>>,
     /// Turns `true` once the main store has completed its first list.
     ready: watch::Receiver<bool>,
+    /// The controller's reconcile series (a give-up after `max_retries` is seen here).
+    pub(crate) instruments: Instruments,
+    /// The leader election, if the controller runs only on the leader.
+    pub(crate) fence: Option<Fence>,
 }
 
 impl<T: Eq + Hash + Clone> Gate<T> {
-    pub(crate) fn new(ready: watch::Receiver<bool>) -> Self {
+    pub(crate) fn new(
+        ready: watch::Receiver<bool>,
+        instruments: Instruments,
+        fence: Option<Fence>,
+    ) -> Self {
         Self {
             keys: Mutex::new(HashMap::new()),
             ready,
+            instruments,
+            fence,
+        }
+    }
+
+    /// Whether this replica may hand out work now: it leads, or there is no election.
+    pub(crate) fn leading(&self) -> bool {
+        self.fence
+            .as_ref()
+            .is_none_or(|fence| fence.current().is_some())
+    }
+
+    /// Whether the attempt on `key` failed with a retry to come: if its lease ends with a
+    /// `done` instead, the workers gave it up (their `max_retries`).
+    fn failed(&self, key: &T) -> bool {
+        matches!(
+            self.keys.lock().get(key),
+            Some(KeyState::Running {
+                attempt: Attempt::FailedBackoff,
+                ..
+            })
+        )
+    }
+
+    /// Counts a give-up of the workers as a terminal error, unless its `done` was refused
+    /// for a lost lease (`lost`): then the item is another worker's, and nothing was given up.
+    fn count_give_up(&self, gave_up: bool, lost: bool) {
+        if gave_up && !lost {
+            self.instruments.terminal_error();
         }
     }
 
@@ -274,6 +314,9 @@ fn cuts_short(cause: Cause, seen: Option<Spec>) -> bool {
 /// The queue a controller's workers run on: the queue you gave the controller (or its
 /// default), seen through the controller's rules.
 ///
+/// - With a leader election, no key is handed out while this replica does not lead (a key
+///   taken as the leadership ends is handed back), and a step's next key only while it
+///   leads.
 /// - No key is handed out before the main store has completed its first list, so no
 ///   reconcile and no "gone" verdict comes before the store knows every object.
 /// - A key's lease ending tells the controller how the attempt went: after a success, events
@@ -301,6 +344,17 @@ impl<Q: Queue> ControllerQueue<Q> {
     /// The queue itself.
     pub fn inner(&self) -> &Q {
         &self.inner
+    }
+
+    /// A lease a step handed out, unless this replica no longer leads: then it goes back.
+    async fn next_if_leading(&self, next: Option<Q::Lease>) -> Option<ControllerLease<Q>> {
+        let next = next?;
+        if self.gate.leading() {
+            Some(self.wrap(next))
+        } else {
+            hand_back(next).await;
+            None
+        }
     }
 
     /// Wraps a lease the queue handed out, noting the key as running.
@@ -358,6 +412,46 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
         self.inner.forget(item)
     }
 
+    /// The workers' failure path: the queue's own step (fenced on a shared backend: a stale
+    /// holder's retry changes nothing and comes back as a lost lease), noted by the gate; a
+    /// cancelled attempt's lease is released instead (the item is handed out again,
+    /// unprocessed, and no failure is counted).
+    async fn retry_and_done(
+        &self,
+        mut lease: ControllerLease<Q>,
+        options: AddOptions,
+        forget: bool,
+    ) -> Result<Option<ControllerLease<Q>>, Q::Error> {
+        let inner = lease.lease.take().expect("a lease is ended once");
+        let item = inner.item().clone();
+        if self.gate.cancelled(&item) {
+            let released = inner.release().await;
+            lease.end(&item).await;
+            return released.map(|_| None);
+        }
+        match self.inner.retry_and_done(inner, options, forget).await {
+            Ok(None) => {
+                self.gate.retry_added(&item);
+                lease.end(&item).await;
+                Ok(None)
+            }
+            // Refused (this handle is shut down): nothing changed, and the lease is the
+            // caller's again, still under the controller's watch.
+            Ok(Some(inner)) => {
+                lease.lease = Some(inner);
+                Ok(Some(lease))
+            }
+            Err(error) => {
+                lease.end(&item).await;
+                Err(error)
+            }
+        }
+    }
+
+    fn is_lease_lost(error: &Q::Error) -> bool {
+        Q::is_lease_lost(error)
+    }
+
     fn num_requeues(&self, item: &Q::Item) -> impl Future<Output = Result<usize, Q::Error>> + Send {
         self.inner.num_requeues(item)
     }
@@ -366,10 +460,28 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
         self.inner.len()
     }
 
-    /// Waits for the main store's first list, then for the queue's next item.
+    /// Waits for the main store's first list, then (with a leader election) until this
+    /// replica leads, then for the queue's next item. An item that comes out as the
+    /// leadership ends is handed back to the queue.
     async fn get(&self) -> Result<Option<ControllerLease<Q>>, Q::Error> {
         self.gate.wait_ready().await;
-        Ok(self.inner.get().await?.map(|lease| self.wrap(lease)))
+        let Some(fence) = &self.gate.fence else {
+            return Ok(self.inner.get().await?.map(|lease| self.wrap(lease)));
+        };
+        loop {
+            let term = fence.leading().await;
+            // `get` is cancel safe: dropped when the leadership ends, it loses nothing.
+            let got = tokio::select! {
+                biased;
+                () = fence.lost(term) => continue,
+                got = self.inner.get() => got?,
+            };
+            match got {
+                None => return Ok(None),
+                Some(lease) if fence.holds(term) => return Ok(Some(self.wrap(lease))),
+                Some(lease) => hand_back(lease).await,
+            }
+        }
     }
 
     /// The queue's own step (one round trip on a shared backend); a cancelled attempt's
@@ -384,10 +496,14 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
         let step = if self.gate.cancelled(&item) {
             inner.release().await.map(|_| None)
         } else {
-            self.inner.done_and_next(inner, forget).await
+            let gave_up = self.gate.failed(&item);
+            let step = self.inner.done_and_next(inner, forget).await;
+            let lost = step.as_ref().err().is_some_and(Q::is_lease_lost);
+            self.gate.count_give_up(gave_up, lost);
+            step
         };
         lease.end(&item).await;
-        Ok(step?.map(|next| self.wrap(next)))
+        Ok(self.next_if_leading(step?).await)
     }
 
     /// The queue's batched step (one round trip for many leases on a shared backend), as
@@ -402,12 +518,16 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
         let mut batch = Vec::with_capacity(leases.len());
         // Per lease: the outcome of its release, or `None` if it goes in the step.
         let mut released = Vec::with_capacity(leases.len());
+        // Per lease: whether it ends a failed attempt the workers gave up.
+        let mut gave_up = Vec::with_capacity(leases.len());
         for (mut lease, forget) in leases {
             let inner = lease.lease.take().expect("a lease is ended once");
             let item = inner.item().clone();
             if self.gate.cancelled(&item) {
                 released.push(Some(inner.release().await.map(drop)));
+                gave_up.push(false);
             } else {
+                gave_up.push(self.gate.failed(&item));
                 batch.push((inner, forget));
                 released.push(None);
             }
@@ -420,15 +540,22 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
         let DoneMany { done, next } = step?;
         let mut stepped = done.into_iter();
         let mut done = Vec::with_capacity(released.len());
-        for outcome in released {
+        for (outcome, gave_up) in released.into_iter().zip(gave_up) {
             match outcome.or_else(|| stepped.next()) {
-                Some(outcome) => done.push(outcome),
+                Some(outcome) => {
+                    let lost = outcome.as_ref().err().is_some_and(Q::is_lease_lost);
+                    self.gate.count_give_up(gave_up, lost);
+                    done.push(outcome);
+                }
                 // The backend gave fewer outcomes than leases: the workers report the rest.
                 None => break,
             }
         }
-        let next = next.into_iter().map(|lease| self.wrap(lease)).collect();
-        Ok(DoneMany { done, next })
+        let mut handed = Vec::with_capacity(next.len());
+        for lease in next {
+            handed.extend(self.next_if_leading(Some(lease)).await);
+        }
+        Ok(DoneMany { done, next: handed })
     }
 
     /// The queue's: the controller's workers batch their steps as the queue's own would.
@@ -451,6 +578,13 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
 
     fn is_shutting_down(&self) -> impl Future<Output = Result<bool, Q::Error>> + Send {
         self.inner.is_shutting_down()
+    }
+}
+
+/// Hands a lease taken as the leadership ended back to the queue, unprocessed.
+async fn hand_back<L: QueueLease>(lease: L) {
+    if let Err(error) = lease.release().await {
+        tracing::warn!(%error, "cannot hand back a key taken as the leadership ended; the queue takes it back when its lease expires");
     }
 }
 
@@ -511,7 +645,11 @@ impl<Q: Queue> QueueLease for ControllerLease<Q> {
         let result = if self.gate.cancelled(&item) {
             inner.release().await.map(|_| ())
         } else {
-            inner.done().await
+            let gave_up = self.gate.failed(&item);
+            let result = inner.done().await;
+            let lost = result.as_ref().err().is_some_and(Q::is_lease_lost);
+            self.gate.count_give_up(gave_up, lost);
+            result
         };
         self.end(&item).await;
         result
@@ -547,7 +685,7 @@ mod tests {
     use super::*;
 
     fn gate() -> Gate<&'static str> {
-        Gate::new(watch::channel(true).1)
+        Gate::new(watch::channel(true).1, Instruments::new("gate-tests"), None)
     }
 
     /// The in-memory queue as a backend whose steps `Workers` batch (as on a server), with
@@ -660,6 +798,168 @@ mod tests {
         assert_eq!(handed.last(), Some(&"b"));
         handed.sort_unstable();
         assert_eq!(handed, ["a", "b", "c"]);
+    }
+
+    /// The in-memory queue as a shared backend whose leases can be lost: a lease on an item
+    /// in `lost` was taken back (it expired and the item is another holder's), and the
+    /// queue's steps refuse it whole, as Redis and PostgreSQL fence a stale holder.
+    #[derive(Clone)]
+    struct Fenced {
+        queue: WorkQueue<&'static str>,
+        lost: Arc<Mutex<Vec<&'static str>>>,
+    }
+
+    /// A fenced step's refusal.
+    #[derive(Debug)]
+    struct LeaseLost;
+
+    impl fmt::Display for LeaseLost {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("the lease was lost")
+        }
+    }
+
+    impl std::error::Error for LeaseLost {}
+
+    #[derive(Debug)]
+    struct FencedLease(workqueue::Lease<&'static str>);
+
+    impl QueueLease for FencedLease {
+        type Item = &'static str;
+        type Error = LeaseLost;
+
+        fn item(&self) -> &&'static str {
+            self.0.item()
+        }
+
+        fn priority(&self) -> i32 {
+            self.0.priority()
+        }
+
+        async fn done(self) -> Result<(), LeaseLost> {
+            self.0.done();
+            Ok(())
+        }
+
+        async fn release(self) -> Result<bool, LeaseLost> {
+            Ok(QueueLease::release(self.0)
+                .await
+                .unwrap_or_else(|never| match never {}))
+        }
+    }
+
+    impl Fenced {
+        fn is_lost(&self, item: &&'static str) -> bool {
+            self.lost.lock().contains(item)
+        }
+    }
+
+    impl Queue for Fenced {
+        type Item = &'static str;
+        type Lease = FencedLease;
+        type Error = LeaseLost;
+
+        fn name(&self) -> Option<&str> {
+            None
+        }
+
+        async fn add_with(
+            &self,
+            item: &'static str,
+            options: AddOptions,
+        ) -> Result<bool, LeaseLost> {
+            Ok(Queue::add_with(&self.queue, item, options)
+                .await
+                .unwrap_or_else(|never| match never {}))
+        }
+
+        async fn forget(&self, item: &&'static str) -> Result<(), LeaseLost> {
+            self.queue.forget(item);
+            Ok(())
+        }
+
+        async fn num_requeues(&self, item: &&'static str) -> Result<usize, LeaseLost> {
+            Ok(self.queue.num_requeues(item))
+        }
+
+        async fn len(&self) -> Result<usize, LeaseLost> {
+            Ok(self.queue.len())
+        }
+
+        async fn get(&self) -> Result<Option<FencedLease>, LeaseLost> {
+            Ok(self.queue.get().await.map(FencedLease))
+        }
+
+        /// Fenced: a lost lease changes nothing.
+        async fn retry_and_done(
+            &self,
+            lease: FencedLease,
+            options: AddOptions,
+            forget: bool,
+        ) -> Result<Option<FencedLease>, LeaseLost> {
+            if self.is_lost(lease.item()) {
+                // The holder's claim is gone; the test stands in for the new holder.
+                std::mem::forget(lease);
+                return Err(LeaseLost);
+            }
+            let back = Queue::retry_and_done(&self.queue, lease.0, options, forget)
+                .await
+                .unwrap_or_else(|never| match never {});
+            Ok(back.map(FencedLease))
+        }
+
+        fn is_lease_lost(_: &LeaseLost) -> bool {
+            true
+        }
+
+        fn shut_down(&self) -> Vec<&'static str> {
+            Queue::shut_down(&self.queue)
+        }
+
+        async fn shut_down_with_drain(&self) -> Result<(), LeaseLost> {
+            self.queue.shut_down_with_drain().await;
+            Ok(())
+        }
+
+        async fn is_shutting_down(&self) -> Result<bool, LeaseLost> {
+            Ok(self.queue.is_shutting_down())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stale_holders_retry_goes_to_the_fenced_step_and_changes_nothing() {
+        let inner = Fenced {
+            queue: WorkQueue::new(),
+            lost: Arc::default(),
+        };
+        let queue = ControllerQueue::new(inner.clone(), Arc::new(gate()));
+        inner.queue.add("web");
+        let stale = Queue::get(&queue).await.unwrap().unwrap();
+        queue.gate.finished(&"web", Attempt::FailedBackoff);
+        // Its lease expired meanwhile: the item is another holder's.
+        inner.lost.lock().push("web");
+        let error =
+            Queue::retry_and_done(&queue, stale, AddOptions::default().rate_limited(), false)
+                .await
+                .expect_err("the fenced step refuses a lost lease");
+        assert!(<ControllerQueue<Fenced> as Queue>::is_lease_lost(&error));
+        // No failure counted, nothing queued, and the controller does not take the key for
+        // one backing off here.
+        assert_eq!(inner.queue.num_requeues(&"web"), 0);
+        assert_eq!(inner.queue.len() + inner.queue.delayed_len(), 0);
+        assert_eq!(queue.gate.backing_off(), 0);
+        assert_eq!(queue.gate.admit(&"web", Cause::Related, 0), Admit::Add);
+
+        // The holder's own retry goes through the same step, and is noted as backing off.
+        inner.queue.add("db");
+        let held = Queue::get(&queue).await.unwrap().unwrap();
+        queue.gate.finished(&"db", Attempt::FailedBackoff);
+        let back = Queue::retry_and_done(&queue, held, AddOptions::default().rate_limited(), false)
+            .await
+            .unwrap();
+        assert!(back.is_none());
+        assert_eq!(inner.queue.num_requeues(&"db"), 1);
+        assert_eq!(queue.gate.backing_off(), 1);
     }
 
     const SPEC: Spec = Spec {

@@ -113,7 +113,11 @@
 //!   kind (lowercase, as controller-runtime names it), unless you [name](Controller::name)
 //!   the controller, and reports Kubernetes' workqueue series (`workqueue_depth`,
 //!   `workqueue_adds_total`, `workqueue_retries_total`, ...) to the process-wide registry of
-//!   [`metrics`]: serve [`metrics::encode`] and they are there.
+//!   [`metrics`]: serve [`metrics::encode`] and they are there. Every controller, on any
+//!   queue, also reports controller-runtime's reconcile series
+//!   (`controller_runtime_reconcile_total{controller,result}`, errors, terminal errors,
+//!   panics, timeouts, `controller_runtime_reconcile_time_seconds`, active workers, max
+//!   concurrent reconciles), so kubebuilder's dashboards and alerts read them unchanged.
 //!
 //! # Queues and keys
 //!
@@ -133,7 +137,7 @@
 //! - a replica that stops gracefully hands its leases back at once; one that dies leaves its
 //!   keys to the others once its leases expire.
 //!
-//! What it does not replace, leader election included:
+//! What it does not replace (leader election is [`Controller::leader_elected`]):
 //!
 //! - every replica still lists and watches the API server and keeps a full store (N times the
 //!   watch load and the memory of one controller);
@@ -150,7 +154,40 @@
 //! - a Redis outage is waited out (adds and hand-outs retry), but a reconcile whose `done`
 //!   the outage cut off keeps its key until the lease expires (30 s by default);
 //! - work that is not per object (a periodic sweep, a singleton side effect) still needs one
-//!   leader: use a `coordination.k8s.io` Lease for that.
+//!   leader: [`Controller::leader_elected`] (below).
+//!
+//! # Leader election, with warm standby
+//!
+//! [`Controller::leader_elected`]`("my-operator")` runs the controller only on the replica
+//! that holds the `coordination.k8s.io/v1` Lease `my-operator` ([`leader`]: client-go's
+//! rules and timings, a 15 s lease, a 10 s renew deadline, a 2 s retry period). The other
+//! replicas stand by warm: they watch, keep their stores synced and their queues filled,
+//! and hand nothing to their workers, so the one that takes over reconciles at once from
+//! what it holds, without a relist.
+//!
+//! - A leader that cannot renew within its renew deadline steps down before any other
+//!   replica can take the lease: no key is handed out from then on, and the reconciles in
+//!   flight are cancelled, their keys handed back to the queue. Then it stands by again.
+//! - A graceful stop lets the reconciles in flight finish, then releases the Lease: a
+//!   standby takes over at its next try (about one retry period). A crashed leader's lease
+//!   is taken over once it expires (the lease duration, plus up to about two retry periods).
+//! - `leader_election_master_status{name}` (client-go's gauge) says who leads; transitions
+//!   are logged; [`Running::is_leader`] and [`Running::leader`] tell too.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use k8s_openapi::api::core::v1::ConfigMap;
+//! # use kube::{Api, runtime::watcher};
+//! # use workqueue_kube::Controller;
+//! # async fn doc(api: Api<ConfigMap>) {
+//! let summary = Controller::new(api, watcher::Config::default())
+//!     .leader_elected("configmap-controller") // a Lease in the Api's namespace
+//!     .shutdown_on_signal() // SIGTERM: finish what runs, release the Lease, return
+//!     .run(|_: Arc<ConfigMap>, _: Arc<()>| async {}, Arc::new(()))
+//!     .wait()
+//!     .await;
+//! # }
+//! ```
 //!
 //! # Coming from kube-runtime
 //!
@@ -178,7 +215,8 @@
 //! | `run(reconcile, error_policy, ctx)`, a stream of results | [`Controller::run`]`(reconcile, ctx)`, a [`Running`] handle: [`stats`](Running::stats), [`feed_stats`](Running::feed_stats), and [`wait`](Running::wait) gives a [`Summary`](workqueue::Summary) or an [`Error`] | different shape: per-reconcile results go to `tracing` and the summary, not a stream |
 //! | `error_policy(obj, &err, ctx) -> Action` | [`Controller::error_policy`]`(\|obj, &err, failures\| ...)` returning [`ErrorAction`] or kube's `Action`; by default a per-object exponential backoff, reset on success | better: the per-object failure count kube lacks (kube-rs#1916, #297), and a default that never drops an object |
 //! | `Action::requeue(d)`, `Action::await_change()` | the same, read by the runner ([`action_outcome`]); or [`Outcome`](workqueue::Outcome) | same |
-//! | (no metrics) | Kubernetes' workqueue series per controller, watch failures | better (kube-rs#1917) |
+//! | (no metrics) | Kubernetes' workqueue series per controller, controller-runtime's reconcile series, watch failures | better (kube-rs#1917) |
+//! | (no leader election: kube-rs#485) | [`Controller::leader_elected`]`(lease)`, [`Controller::leader_election`]`(`[`LeaderElection`]`)`: client-go's rules on a Lease, fencing at the renew deadline, warm standby, release on a graceful stop | better |
 //! | `applier(...)` ("hard mode") | missing: [`Workers`](workqueue::Workers) over any [`Queue`](workqueue::Queue) is this crate's lower level |  |
 //!
 //! # Features
@@ -196,7 +234,9 @@ mod controller;
 mod error;
 mod feed;
 mod gate;
+mod instruments;
 mod key;
+pub mod leader;
 #[cfg(feature = "prometheus")]
 pub mod metrics;
 mod outcome;
@@ -214,6 +254,7 @@ pub use error::{Error, ErrorKind};
 pub use feed::FeedStats;
 pub use gate::{ControllerLease, ControllerQueue};
 pub use key::ObjectKey;
+pub use leader::LeaderElection;
 pub use outcome::{ReconcileResult, action_outcome};
 pub use policy::ErrorAction;
 pub use running::Running;

@@ -4,9 +4,9 @@
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use futures::future::{self, BoxFuture};
 use kube::Resource;
@@ -22,6 +22,8 @@ use crate::controller::{Configure, DEFAULT_SHUTDOWN_TIMEOUT};
 use crate::error::{Error, ErrorKind};
 use crate::feed::{Counters, Feed, FeedStats};
 use crate::gate::{Attempt, ControllerQueue, Gate, Spec};
+use crate::instruments::{Instruments, ReconcileEnd};
+use crate::leader::{ElectionHandle, Elector, Fence};
 use crate::policy::{ErrorAction, Policy};
 use crate::sources::{Role, Source};
 use crate::{ObjectKey, ReconcileResult};
@@ -46,6 +48,7 @@ where
     pub(crate) sync_timeout: Duration,
     pub(crate) graceful: Vec<BoxFuture<'static, ()>>,
     pub(crate) on_signal: bool,
+    pub(crate) election: Option<Elector>,
     pub(crate) reconcile: R,
     pub(crate) context: Arc<Ctx>,
 }
@@ -66,7 +69,9 @@ where
     let signals = parts.on_signal.then(Signals::install);
 
     let (ready_tx, ready_rx) = watch::channel(false);
-    let gate = Arc::new(Gate::new(ready_rx));
+    let instruments = Instruments::new(&parts.controller);
+    let fence = parts.election.as_ref().map(Elector::fence);
+    let gate = Arc::new(Gate::new(ready_rx, instruments.clone(), fence.clone()));
     let (forced_tx, forced_rx) = watch::channel(false);
     let mut workers = Workers::new(ControllerQueue::new(parts.queue.clone(), gate.clone()))
         .retry_forever()
@@ -74,7 +79,9 @@ where
     if let Some(configure) = parts.configure {
         workers = configure(workers);
     }
+    instruments.workers(workers.worker_count());
     let gone = Arc::new(AtomicU64::new(0));
+    let stopping = Arc::new(OnceLock::new());
     let handler = Handler {
         store: parts.store.clone(),
         dyntype: parts.dyntype,
@@ -83,11 +90,16 @@ where
         policy: parts.error_policy,
         gone: gone.clone(),
         forced: forced_rx,
+        instruments,
+        stopping: stopping.clone(),
+        fence,
         reconcile: Arc::new(parts.reconcile),
         context: parts.context,
     };
     let workers = workers.spawn_async(move |key| handler.call(key));
     let stop = workers.stop_token().clone();
+    let _ = stopping.set(stop.clone());
+    let election = parts.election.map(|elector| elector.spawn(stop.clone()));
 
     let mut tasks = Vec::new();
     let ready = Arc::new(ready_tx);
@@ -128,6 +140,7 @@ where
     );
     Running {
         ready: ready.subscribe(),
+        election,
         workers,
         queue: parts.queue,
         feed,
@@ -182,8 +195,89 @@ where
     gone: Arc<AtomicU64>,
     /// Turns `true` on a forced stop.
     forced: watch::Receiver<bool>,
+    /// The reconcile series.
+    instruments: Instruments,
+    /// The workers' stop token, once they run: a reconcile dropped unfinished before the
+    /// stop was cut off by the workers' timeout.
+    stopping: Arc<OnceLock<StopToken>>,
+    /// The leader election, if any: a reconcile runs only while this replica leads.
+    fence: Option<Fence>,
     reconcile: Arc<R>,
     context: Arc<Ctx>,
+}
+
+/// One key's turn in a worker, for the reconcile series: the worker is busy from its start
+/// to its drop, and a reconcile that started and is dropped without saying how it ended
+/// panicked (the drop runs while unwinding) or was cut off by the workers' timeout (dropped
+/// before any stop; after a stop, the shutdown timeout aborted it, which is not counted).
+struct Turn {
+    instruments: Instruments,
+    stopping: Arc<OnceLock<StopToken>>,
+    /// When the reconcile started, until its end is recorded.
+    reconciling: Option<Instant>,
+}
+
+impl Turn {
+    fn new(instruments: Instruments, stopping: Arc<OnceLock<StopToken>>) -> Self {
+        instruments.worker_busy();
+        Self {
+            instruments,
+            stopping,
+            reconciling: None,
+        }
+    }
+
+    /// The reconcile starts now.
+    fn start(&mut self) {
+        self.reconciling = Some(Instant::now());
+    }
+
+    /// The reconcile ended as `end` (with `terminal` if it is not retried).
+    fn end(&mut self, end: ReconcileEnd, terminal: bool) {
+        let took = self
+            .reconciling
+            .take()
+            .map_or(Duration::ZERO, |at| at.elapsed());
+        self.instruments.reconciled(end, took);
+        if terminal {
+            self.instruments.terminal_error();
+        }
+    }
+
+    /// The reconcile was cancelled (a forced stop): not a reconcile that ended.
+    fn cancel(&mut self) {
+        self.reconciling = None;
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if let Some(started) = self.reconciling.take() {
+            if std::thread::panicking() {
+                self.instruments.panicked();
+                self.instruments
+                    .reconciled(ReconcileEnd::Error, started.elapsed());
+            } else if self.stopping.get().is_none_or(|stop| !stop.is_stopped()) {
+                self.instruments.timed_out();
+                self.instruments
+                    .reconciled(ReconcileEnd::Error, started.elapsed());
+            }
+        }
+        self.instruments.worker_idle();
+    }
+}
+
+/// How a reconcile's outcome counts in the series: its `result` and whether it is terminal
+/// (a give-up the reconcile asked for).
+fn outcome_end(outcome: &Outcome) -> (ReconcileEnd, bool) {
+    match outcome {
+        Outcome::Done => (ReconcileEnd::Success, false),
+        Outcome::RetryAfter(delay) if !delay.is_zero() => (ReconcileEnd::RequeueAfter, false),
+        Outcome::RetryAfter(_) | Outcome::Retry => (ReconcileEnd::Requeue, false),
+        Outcome::GiveUp => (ReconcileEnd::Error, true),
+        // An outcome added to the workers later: not a failure this crate knows of.
+        _ => (ReconcileEnd::Success, false),
+    }
 }
 
 /// The handler's answer: the reconcile's outcome or failure, passed to the workers as is (so
@@ -242,10 +336,15 @@ where
         let (queue, policy, gone) = (self.queue.clone(), self.policy.clone(), self.gone.clone());
         let (reconcile, context) = (self.reconcile.clone(), self.context.clone());
         let mut forced = self.forced.clone();
+        let mut turn = Turn::new(self.instruments.clone(), self.stopping.clone());
+        // The term this replica leads in as the key starts (`None`: it does not lead).
+        let fence = self.fence.clone();
+        let term = fence.as_ref().map(Fence::current);
         async move {
             let Some(object) = object else {
                 gone.fetch_add(1, Ordering::Relaxed);
                 guard.finish(Attempt::Succeeded);
+                turn.end(ReconcileEnd::Success, false);
                 return Reconciled(Ok(Outcome::Done));
             };
             guard.gate.saw(&key, Spec::of(&*object));
@@ -254,36 +353,61 @@ where
                     future::pending::<()>().await;
                 }
             };
+            // Fenced: the leadership this key was handed out under ends.
+            let fenced = async {
+                match (&fence, term) {
+                    (Some(fence), Some(Some(term))) => fence.lost(term).await,
+                    (Some(_), _) => {}
+                    (None, _) => future::pending::<()>().await,
+                }
+            };
+            turn.start();
             let result = tokio::select! {
                 biased;
                 () = cancelled => {
+                    turn.cancel();
                     guard.finish(Attempt::Cancelled);
                     return Reconciled(Err(HandlerError::new("cancelled by a forced stop")));
                 }
+                () = fenced => {
+                    turn.cancel();
+                    guard.finish(Attempt::Cancelled);
+                    tracing::debug!(key = ?key, "reconcile cancelled: this replica no longer leads; the key goes back to the queue");
+                    return Reconciled(Err(HandlerError::new("cancelled: this replica no longer leads")));
+                }
                 result = reconcile(object.clone(), context) => result.into_reconcile_outcome(),
             };
-            let (attempt, result) = match result {
-                Ok(Outcome::Retry) => (Attempt::FailedBackoff, Ok(Outcome::Retry)),
-                Ok(Outcome::GiveUp) => (Attempt::GaveUp, Ok(Outcome::GiveUp)),
-                Ok(outcome) => (Attempt::Succeeded, Ok(outcome)),
+            let (end, terminal) = match &result {
+                Ok(outcome) => outcome_end(outcome),
+                Err(_) => (ReconcileEnd::Error, false),
+            };
+            let (attempt, result, terminal) = match result {
+                Ok(Outcome::Retry) => (Attempt::FailedBackoff, Ok(Outcome::Retry), terminal),
+                Ok(Outcome::GiveUp) => (Attempt::GaveUp, Ok(Outcome::GiveUp), terminal),
+                Ok(outcome) => (Attempt::Succeeded, Ok(outcome), terminal),
                 Err(error) => match policy {
-                    None => (Attempt::FailedBackoff, Err(error)),
+                    None => (Attempt::FailedBackoff, Err(error), false),
                     Some(policy) => {
                         let failures = queue.num_requeues(&key).await.unwrap_or(0) + 1;
                         match policy(object, &error, failures) {
                             ErrorAction::RetryAfter(delay) => {
                                 tracing::warn!(key = ?key, %error, ?delay, failures, "reconcile failed; retrying after the policy's delay");
-                                (Attempt::FailedAfter(delay), Ok(Outcome::RetryAfter(delay)))
+                                (
+                                    Attempt::FailedAfter(delay),
+                                    Ok(Outcome::RetryAfter(delay)),
+                                    false,
+                                )
                             }
                             ErrorAction::GiveUp => {
                                 tracing::warn!(key = ?key, %error, failures, "reconcile failed; the error policy gives up");
-                                (Attempt::GaveUp, Ok(Outcome::GiveUp))
+                                (Attempt::GaveUp, Ok(Outcome::GiveUp), true)
                             }
-                            ErrorAction::Backoff => (Attempt::FailedBackoff, Err(error)),
+                            ErrorAction::Backoff => (Attempt::FailedBackoff, Err(error), false),
                         }
                     }
                 },
             };
+            turn.end(end, terminal);
             guard.finish(attempt);
             Reconciled(result)
         }
@@ -391,6 +515,8 @@ where
     forced: Arc<watch::Sender<bool>>,
     /// Turns `true` once the main store has completed its first list.
     ready: watch::Receiver<bool>,
+    /// The leader election, if the controller runs only on the leader.
+    election: Option<ElectionHandle>,
 }
 
 impl<K, Q> fmt::Debug for Running<K, Q>
@@ -436,6 +562,31 @@ where
     pub async fn wait_until_ready(&self) {
         let mut ready = self.ready.clone();
         let _ = ready.wait_for(|ready| *ready).await;
+    }
+
+    /// Whether this replica hands keys to its workers now: it leads its
+    /// [leader election](crate::Controller::leader_election) and its renew deadline has not
+    /// passed, or it has no leader election.
+    pub fn is_leader(&self) -> bool {
+        self.election
+            .as_ref()
+            .is_none_or(|election| election.fence().current().is_some())
+    }
+
+    /// With a leader election: the identity of the holder this replica last saw in the
+    /// Lease (its own while it leads), `None` before it saw one or once the Lease was
+    /// released. Without one: `None`.
+    pub fn leader(&self) -> Option<String> {
+        self.election
+            .as_ref()
+            .and_then(|election| election.fence().state().leader)
+    }
+
+    /// With a leader election: this replica's identity in the Lease.
+    pub fn identity(&self) -> Option<String> {
+        self.election
+            .as_ref()
+            .map(|election| election.fence().state().identity)
     }
 
     /// The token that stops the controller: the watchers end, the queue shuts down and the
@@ -484,6 +635,7 @@ where
             self.queue,
             self.feed,
             self.tasks,
+            self.election,
             &self.failure,
             &self.forced,
         )
@@ -523,6 +675,7 @@ where
             self.queue,
             self.feed,
             self.tasks,
+            self.election,
             &self.failure,
             &self.forced,
         )
@@ -530,12 +683,14 @@ where
     }
 
     /// After the workers: ends the feed and the other tasks, lets the queue take back the
-    /// leases still out, and says whether the controller stopped on its own.
+    /// leases still out, steps down from the leader election (releasing the lease), and
+    /// says whether the controller stopped on its own.
     async fn end(
         summary: Summary<Q::Item>,
         queue: Q,
         feed: JoinHandle<()>,
         tasks: Vec<JoinHandle<()>>,
+        election: Option<ElectionHandle>,
         failure: &Mutex<Option<ErrorKind>>,
         forced: &watch::Sender<bool>,
     ) -> Result<Summary<Q::Item>, Error<Q::Item>> {
@@ -557,6 +712,10 @@ where
                 timeout = ?LEASE_RETURN_TIMEOUT,
                 "leases still out after the stop; the queue takes them back when they expire"
             ),
+        }
+        // Last: no reconcile of this replica runs any more.
+        if let Some(election) = election {
+            election.stop().await;
         }
         let failure = failure.lock().take();
         match failure.or_else(|| (*forced.borrow()).then_some(ErrorKind::Forced)) {

@@ -528,3 +528,106 @@ async fn hostile_requests_are_refused_and_change_nothing() {
     assert_eq!(web.resource_version().as_deref(), Some("1"));
     assert_eq!(server.resource_version(), 1);
 }
+
+#[tokio::test]
+async fn leases_are_created_read_replaced_with_conflicts_and_watched() {
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use kube::api::ObjectMeta;
+
+    let server = FakeApiServer::start().await;
+    let leases = Api::<Lease>::namespaced(server.client(), "default");
+    let lease = |holder: &str| Lease {
+        metadata: ObjectMeta {
+            name: Some("leader".into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(15),
+            ..LeaseSpec::default()
+        }),
+    };
+    let created = leases
+        .create(&PostParams::default(), &lease("a"))
+        .await
+        .unwrap();
+    // Two replicas creating it at once: one gets AlreadyExists.
+    assert_eq!(
+        code(leases.create(&PostParams::default(), &lease("b")).await),
+        409
+    );
+    let mut changes = watcher(leases.clone(), watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    let first = changes.next().await.unwrap().unwrap();
+    assert_eq!(first.spec.unwrap().holder_identity.as_deref(), Some("a"));
+
+    // A replace naming the current resource version goes through; one naming an old one
+    // (a replica that lost the race) gets 409 and changes nothing.
+    let mut renewed = leases.get("leader").await.unwrap();
+    renewed.spec.as_mut().unwrap().holder_identity = Some("b".into());
+    let renewed = leases
+        .replace("leader", &PostParams::default(), &renewed)
+        .await
+        .unwrap();
+    let mut stale = created.clone();
+    stale.spec.as_mut().unwrap().holder_identity = Some("c".into());
+    assert_eq!(
+        code(
+            leases
+                .replace("leader", &PostParams::default(), &stale)
+                .await
+        ),
+        409
+    );
+    let now = leases.get("leader").await.unwrap();
+    assert_eq!(now.resource_version(), renewed.resource_version());
+    assert_eq!(
+        now.spec.unwrap().holder_identity.as_deref(),
+        Some("b"),
+        "the stale write changed nothing"
+    );
+    let seen = changes.next().await.unwrap().unwrap();
+    assert_eq!(seen.spec.unwrap().holder_identity.as_deref(), Some("b"));
+}
+
+#[tokio::test]
+async fn a_partitioned_client_is_refused_and_its_watches_end_while_the_others_go_on() {
+    let server = FakeApiServer::start().await;
+    server.apply(&configmap("web", "v1"));
+    let cut = Api::<ConfigMap>::namespaced(server.client_named("cut"), "default");
+    let other = Api::<ConfigMap>::namespaced(server.client_named("other"), "default");
+    let mut watch = cut
+        .watch(&kube::api::WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    // The synthetic ADDED of a watch from "0".
+    assert!(watch.next().await.unwrap().is_ok());
+
+    server.partition("cut");
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_secs(5), watch.next())
+            .await
+            .expect("the watch ends")
+            .is_none()
+    );
+    assert_eq!(code(cut.get("web").await), 503);
+    let mut changed = configmap("web", "v2");
+    changed.metadata.resource_version = None;
+    assert_eq!(
+        code(cut.replace("web", &PostParams::default(), &changed).await),
+        503
+    );
+    assert_eq!(server.requests().partitioned, 2);
+    // Nothing it sent was applied; the other client goes on.
+    let web = other.get("web").await.unwrap();
+    assert_eq!(support::value_of(&web), "v1");
+    other
+        .replace("web", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+
+    server.heal("cut");
+    assert_eq!(support::value_of(&cut.get("web").await.unwrap()), "v2");
+}

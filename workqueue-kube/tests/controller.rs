@@ -743,7 +743,7 @@ async fn a_trigger_before_the_first_list_waits_for_the_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_server_outage_is_survived_and_the_changes_meanwhile_reconciled() {
-    let mut server = FakeApiServer::start().await;
+    let server = FakeApiServer::start().await;
     for name in ["web-0", "web-1"] {
         server.apply(&configmap(name, "v1"));
     }

@@ -86,7 +86,7 @@ async fn replicas_sharing_a_redis_queue_reconcile_each_object_one_at_a_time() {
     let mut replicas = Vec::new();
     for id in 0..2 {
         // Each replica has its own client, watcher and store, as separate processes would.
-        let queue: RedisQueue<String> = RedisQueue::connect(&redis.url(), "configmaps")
+        let queue: RedisQueue<String> = RedisQueue::connect(&redis.url(), "replicas")
             .await
             .expect("connect to the test's redis-server");
         let replica = Arc::new(Replica {
@@ -127,6 +127,24 @@ async fn replicas_sharing_a_redis_queue_reconcile_each_object_one_at_a_time() {
         !*shared.overlapped.lock().unwrap(),
         "two replicas held one object at once"
     );
+    // controller-runtime's reconcile series on a shared queue too: both replicas (one
+    // process here) under the queue's name, which no other test of this binary uses.
+    let mut text = String::new();
+    workqueue_kube::metrics::encode(&mut text).unwrap();
+    let reconciles = shared.calls.lock().unwrap().len();
+    for line in [
+        format!(
+            r#"controller_runtime_reconcile_total{{controller="replicas",result="success"}} {reconciles}"#
+        ),
+        r#"controller_runtime_reconcile_errors_total{controller="replicas"} 0"#.to_owned(),
+        r#"controller_runtime_max_concurrent_reconciles{controller="replicas"} 3"#.to_owned(),
+        r#"controller_runtime_active_workers{controller="replicas"} 0"#.to_owned(),
+        format!(
+            r#"controller_runtime_reconcile_time_seconds_count{{controller="replicas"}} {reconciles}"#
+        ),
+    ] {
+        assert!(text.contains(&line), "{line} missing from:\n{text}");
+    }
 }
 
 /// Waits until `done` holds, checking every 10 ms; fails after 30 s.
@@ -286,4 +304,149 @@ async fn a_redis_restart_under_the_controller_is_survived() {
         .await
         .expect("a Redis restart is not fatal");
     assert!(summary.is_drained());
+}
+
+/// A replica that stalled past its lease and then fails: the controller's failure path goes
+/// to the queue's fenced step (`Queue::retry_and_done`), whose refusal the workers see as a
+/// lost lease (`Queue::is_lease_lost`), not as a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_replicas_failed_reconcile_changes_nothing_on_redis() {
+    if !server::require_binary() {
+        return;
+    }
+    let redis = server::RedisServer::start().expect("redis-server starts");
+    let api = FakeApiServer::start().await;
+    api.apply(&configmap("web-0", "v1"));
+    // Leases that expire 300 ms after the hand-out: the replica stalls past it.
+    let build = || {
+        RedisQueue::<String>::builder("stale")
+            .url(redis.url())
+            .lease_duration(Duration::from_millis(300))
+            .auto_renew(false)
+            .build()
+    };
+    let queue = build().await.unwrap();
+    let (fail, failing) = watch::channel(false);
+    let started = Arc::new(Mutex::new(0_usize));
+    let controller = Controller::with_queue(
+        queue,
+        Api::<ConfigMap>::namespaced(api.client(), "default"),
+        watcher::Config::default(),
+    )
+    .run(
+        move |_: Arc<ConfigMap>, started: Arc<Mutex<usize>>| {
+            let mut failing = failing.clone();
+            async move {
+                *started.lock().unwrap() += 1;
+                let _ = failing.wait_for(|fail| *fail).await;
+                Err::<Outcome, _>(std::io::Error::other("the stale replica fails"))
+            }
+        },
+        started.clone(),
+    );
+    eventually("the replica holds the key", || {
+        *started.lock().unwrap() == 1
+    })
+    .await;
+    // The lease expires; another process takes the key.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let other = build().await.unwrap();
+    let current = tokio::time::timeout(Duration::from_secs(5), Queue::get(&other))
+        .await
+        .expect("the expired lease is reclaimed")
+        .unwrap()
+        .expect("not shut down");
+    assert_eq!(current.item(), "default/web-0");
+
+    // The stale replica's reconcile fails: its retry is refused whole, and seen as a lost
+    // lease, not as a retry.
+    fail.send_replace(true);
+    eventually("the stale attempt ended", || {
+        controller.stats().processed == 1
+    })
+    .await;
+    let stats = controller.stats();
+    assert_eq!(stats.lease_lost, 1, "{stats:?}");
+    assert_eq!(stats.retried, 0, "{stats:?}");
+    workqueue::QueueLease::done(current).await.unwrap();
+    controller.shut_down().await.unwrap();
+}
+
+/// Two leader-elected replicas on one Redis queue: both feed it (warm standby), only the
+/// leader's workers take keys; after the leader's graceful stop the other one does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_elected_replicas_on_a_redis_queue_reconcile_on_the_leader_only() {
+    use workqueue_kube::LeaderElection;
+    if !server::require_binary() {
+        return;
+    }
+    let redis = server::RedisServer::start().expect("redis-server starts");
+    let api = FakeApiServer::start().await;
+    for index in 0..5 {
+        api.apply(&configmap(&format!("web-{index}"), "v1"));
+    }
+    let shared = Arc::new(Shared::default());
+    let start = |id: usize| {
+        let (url, api_client, shared) = (
+            redis.url(),
+            api.client_named(&format!("replica-{id}")),
+            shared.clone(),
+        );
+        async move {
+            let queue: RedisQueue<String> = RedisQueue::connect(&url, "elected").await.unwrap();
+            Controller::with_queue(
+                queue,
+                Api::<ConfigMap>::namespaced(api_client, "default"),
+                watcher::Config::default(),
+            )
+            .leader_election(
+                LeaderElection::new("elected")
+                    .identity(format!("replica-{id}"))
+                    .lease_duration(Duration::from_secs(2))
+                    .renew_deadline(Duration::from_secs(1))
+                    .retry_period(Duration::from_millis(200)),
+            )
+            .run(reconcile, Arc::new(Replica { id, shared }))
+        }
+    };
+    let first = start(0).await;
+    eventually("replica-0 leads", || first.is_leader()).await;
+    let second = start(1).await;
+    eventually("every object reconciled", || {
+        shared.calls.lock().unwrap().len() >= 5
+    })
+    .await;
+    second.wait_until_ready().await;
+    // The standby's feed adds its events to the shared queue too; a change is reconciled,
+    // by the leader.
+    api.apply(&configmap("web-0", "v2"));
+    eventually("the change reconciled", || {
+        shared
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(name, value, _)| name == "web-0" && value == "v2")
+    })
+    .await;
+    assert!(!second.is_leader());
+    assert!(
+        shared.calls.lock().unwrap().iter().all(|(.., id)| *id == 0),
+        "only the leader reconciles"
+    );
+
+    first.shut_down().await.unwrap();
+    eventually("replica-1 leads", || second.is_leader()).await;
+    api.apply(&configmap("web-1", "v2"));
+    eventually("the next change reconciled by replica-1", || {
+        shared
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(name, value, id)| name == "web-1" && value == "v2" && *id == 1)
+    })
+    .await;
+    second.shut_down().await.unwrap();
+    assert!(!*shared.overlapped.lock().unwrap());
 }

@@ -468,6 +468,107 @@ mod prometheus {
             .count();
         assert_eq!(depth_series, 2);
     }
+
+    #[test]
+    fn workqueue_depth_takes_controller_runtimes_priority_label_only_when_asked() {
+        use workqueue::AddOptions;
+        let mut registry = Registry::default();
+        let metrics = PrometheusMetrics::new(&mut registry);
+        let queue = WorkQueue::builder()
+            .name("prio")
+            .metrics(metrics.clone())
+            .build();
+        queue.add_with("listed", AddOptions::default().priority(-100));
+        queue.add("changed");
+        // Client-go's shape by default: one series per queue.
+        let samples = scrape(&registry);
+        assert_eq!(value(&samples, r#"workqueue_depth{name="prio"}"#), 2.0);
+
+        metrics.set_depth_by_priority(true);
+        let samples = scrape(&registry);
+        assert_eq!(
+            value(&samples, r#"workqueue_depth{name="prio",priority="0"}"#),
+            1.0
+        );
+        assert_eq!(
+            value(&samples, r#"workqueue_depth{name="prio",priority="-100"}"#),
+            1.0
+        );
+        assert!(
+            !samples
+                .iter()
+                .any(|(series, _)| series == r#"workqueue_depth{name="prio"}"#)
+        );
+        // A priority whose items are gone reads 0, as a gauge child does.
+        let lease = queue.try_get().unwrap();
+        assert_eq!(*lease, "changed");
+        let samples = scrape(&registry);
+        assert_eq!(
+            value(&samples, r#"workqueue_depth{name="prio",priority="0"}"#),
+            0.0
+        );
+        drop(lease);
+
+        // Beyond 25 distinct priorities, every depth is summed under one label.
+        for priority in 0..30 {
+            queue.add_with(
+                Box::leak(format!("p{priority}").into_boxed_str()),
+                AddOptions::default().priority(priority),
+            );
+        }
+        let samples = scrape(&registry);
+        let depth: Vec<&(String, f64)> = samples
+            .iter()
+            .filter(|(series, _)| series.starts_with(r#"workqueue_depth{name="prio""#))
+            .collect();
+        assert_eq!(depth.len(), 1, "{depth:?}");
+        assert_eq!(
+            value(
+                &samples,
+                r#"workqueue_depth{name="prio",priority="exceeded_cardinality_limit"}"#
+            ),
+            31.0
+        );
+
+        // A queue that cannot tell (gone here) reports its depth under "".
+        drop(queue);
+        let samples = scrape(&registry);
+        assert!(
+            samples
+                .iter()
+                .any(|(series, _)| series == r#"workqueue_depth{name="prio",priority=""}"#)
+        );
+    }
+}
+
+#[test]
+fn depth_by_priority_counts_queued_and_re_added_items_at_their_priority() {
+    use workqueue::AddOptions;
+    let queue = WorkQueue::new();
+    queue.add_with("listed", AddOptions::default().priority(-100));
+    queue.add("changed");
+    queue.add_with("urgent", AddOptions::default().priority(5));
+    // Delayed items are not in the depth until due.
+    queue.add_after("later", Duration::from_secs(3600));
+    assert_eq!(queue.depth_by_priority(), [(5, 1), (0, 1), (-100, 1)]);
+    // Handed out: out of the depth; re-added while processed: back in, at the re-add's
+    // priority (0 without one).
+    let lease = queue.try_get().unwrap();
+    assert_eq!(*lease, "urgent");
+    assert_eq!(queue.depth_by_priority(), [(0, 1), (-100, 1)]);
+    queue.add_with("urgent", AddOptions::default().priority(7));
+    assert_eq!(queue.depth_by_priority(), [(7, 1), (0, 1), (-100, 1)]);
+    // A raised priority moves the item.
+    queue.add_with("listed", AddOptions::default().priority(3));
+    assert_eq!(queue.depth_by_priority(), [(7, 1), (3, 1), (0, 1)]);
+    drop(lease);
+    assert_eq!(queue.depth_by_priority(), [(7, 1), (3, 1), (0, 1)]);
+    let lease = queue.try_get().unwrap();
+    assert_eq!(*lease, "urgent");
+    drop(lease);
+    let lease = queue.try_get().unwrap();
+    queue.add(*lease);
+    assert_eq!(queue.depth_by_priority(), [(0, 2)]);
 }
 
 /// A recorder that panics on every event.

@@ -132,7 +132,23 @@ pub(super) async fn handle(
         return (StatusCode::NOT_FOUND, "not served by the fake API server").into_response();
     };
     let watch = matches!(params.get("watch").map(String::as_str), Some("true" | "1"));
+    let client = headers
+        .get(super::CLIENT_HEADER)
+        .and_then(|name| name.to_str().ok())
+        .map(str::to_owned);
     let mut state = shared.lock();
+    if client
+        .as_ref()
+        .is_some_and(|client| state.partitioned.contains(client))
+    {
+        state.requests.partitioned += 1;
+        return ApiError {
+            code: StatusCode::SERVICE_UNAVAILABLE,
+            reason: "ServiceUnavailable",
+            message: "the fake API server is partitioned from this client".to_owned(),
+        }
+        .into_response();
+    }
     if state.down {
         return ApiError {
             code: StatusCode::SERVICE_UNAVAILABLE,
@@ -153,7 +169,7 @@ pub(super) async fn handle(
     let answer = match (&method, &target.name) {
         (&Method::GET, None) if watch => {
             drop(state);
-            return watch_response(shared, target, &params, metadata_only(&headers));
+            return watch_response(shared, target, &params, metadata_only(&headers), client);
         }
         (&Method::GET, None) => list(&mut state, &target, &params, metadata_only(&headers)),
         (&Method::GET, Some(name)) => get(&mut state, &target, name),
@@ -445,6 +461,7 @@ fn watch_response(
     target: Target,
     params: &HashMap<String, String>,
     metadata_only: bool,
+    client: Option<String>,
 ) -> Response {
     let selection = match Selection::parse(params) {
         Ok(selection) => selection,
@@ -516,6 +533,7 @@ fn watch_response(
         metadata_only,
         bookmarks,
         kind,
+        client,
     };
     drop(state);
     ndjson(Body::from_stream(futures::stream::unfold(
@@ -556,6 +574,8 @@ struct Watch {
     bookmarks: bool,
     /// The watched kind's (apiVersion, kind), once known, for bookmarks.
     kind: Option<(String, String)>,
+    /// The client's name, if it gave one: the watch ends when it is partitioned.
+    client: Option<String>,
 }
 
 impl Watch {
@@ -617,6 +637,10 @@ impl Watch {
         if state.closed
             || state.watch_generation != self.generation
             || state.forbidden.contains(&self.target.resource)
+            || self
+                .client
+                .as_ref()
+                .is_some_and(|client| state.partitioned.contains(client))
         {
             return None;
         }

@@ -27,6 +27,13 @@
 //! It is written here because no crate serves the Kubernetes API in process; kube's own
 //! tests mock the client's HTTP service instead of running a server.
 //!
+//! It serves any kind, `coordination.k8s.io/v1` Leases included (create, get, replace with a
+//! `409 Conflict` on a stale `resourceVersion`, watch): what leader election needs.
+//!
+//! Clients can be told apart ([`FakeApiServer::client_named`]), so that a test can cut one
+//! off from the server as a network partition does ([`FakeApiServer::partition`]): its
+//! requests are refused and its watches end, while the other clients go on.
+//!
 //! What it does not do: pagination (a list returns every object at once), `generateName`,
 //! admission, defaulting and validation, authentication (but [`FakeApiServer::forbid`]
 //! refuses a kind, as a missing RBAC rule does).
@@ -73,7 +80,12 @@ pub struct Requests {
     pub deletes: u64,
     /// Requests refused with an error status (not found, conflict, forbidden, ...).
     pub refused: u64,
+    /// Requests of a partitioned client, refused without being looked at.
+    pub partitioned: u64,
 }
+
+/// The header that names a client ([`FakeApiServer::client_named`]).
+const CLIENT_HEADER: &str = "x-fake-api-client";
 
 /// An in-process API server speaking the Kubernetes API over HTTP on `127.0.0.1`.
 ///
@@ -116,7 +128,7 @@ pub struct FakeApiServer {
     /// `http://127.0.0.1:PORT`.
     url: String,
     /// The accept loop, while the server serves.
-    server: Option<JoinHandle<()>>,
+    server: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl fmt::Debug for FakeApiServer {
@@ -155,6 +167,8 @@ struct ApiState {
     kinds: HashMap<String, (String, String)>,
     /// Resources refused with `403 Forbidden`.
     forbidden: HashSet<String>,
+    /// Clients cut off from the server ([`FakeApiServer::partition`]).
+    partitioned: HashSet<String>,
     /// Every object.
     objects: BTreeMap<Key, Value>,
     /// Every change and bookmark in order; resource versions never decrease along it.
@@ -268,7 +282,7 @@ impl FakeApiServer {
             state: Mutex::new(ApiState::default()),
             changed: watch::channel(0).0,
         });
-        let server = Some(serve(listener, shared.clone()));
+        let server = std::sync::Mutex::new(Some(serve(listener, shared.clone())));
         Self {
             shared,
             url,
@@ -280,8 +294,8 @@ impl FakeApiServer {
     /// are refused, and requests on connections still open get `503 Service Unavailable`.
     /// The objects stay (etcd keeps them), and tests may still change them;
     /// [`serve_again`](Self::serve_again) brings the server back on the same address.
-    pub fn stop_serving(&mut self) {
-        if let Some(server) = self.server.take() {
+    pub fn stop_serving(&self) {
+        if let Some(server) = self.accept_loop().take() {
             server.abort();
         }
         let mut state = self.shared.lock();
@@ -295,8 +309,8 @@ impl FakeApiServer {
     /// # Panics
     ///
     /// If the address cannot be bound again.
-    pub async fn serve_again(&mut self) {
-        if self.server.is_some() {
+    pub async fn serve_again(&self) {
+        if self.accept_loop().is_some() {
             return;
         }
         let address = self.url.trim_start_matches("http://").to_owned();
@@ -304,7 +318,14 @@ impl FakeApiServer {
             .await
             .expect("bind the fake API server's address again");
         self.shared.lock().down = false;
-        self.server = Some(serve(listener, self.shared.clone()));
+        *self.accept_loop() = Some(serve(listener, self.shared.clone()));
+    }
+
+    /// The accept loop's handle.
+    fn accept_loop(&self) -> MutexGuard<'_, Option<JoinHandle<()>>> {
+        self.server
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The server's address, `http://127.0.0.1:PORT`.
@@ -320,6 +341,40 @@ impl FakeApiServer {
     pub fn client(&self) -> kube::Client {
         let config = kube::Config::new(self.url.parse().expect("the server's URL is a URI"));
         kube::Client::try_from(config).expect("a client over plain HTTP")
+    }
+
+    /// A kube client for this server that names itself `name` on every request, so that
+    /// [`partition`](Self::partition) can cut it off; otherwise as [`client`](Self::client),
+    /// except that it does not retry `503` answers: a partition's refusals reach the caller
+    /// at once, as a connection error would.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, or if `name` is not a valid HTTP header value.
+    pub fn client_named(&self, name: &str) -> kube::Client {
+        let mut config = kube::Config::new(self.url.parse().expect("the server's URL is a URI"));
+        config.headers.push((
+            axum::http::HeaderName::from_static(CLIENT_HEADER),
+            name.parse().expect("a client name is a valid header value"),
+        ));
+        config.default_retry = false;
+        kube::Client::try_from(config).expect("a client over plain HTTP")
+    }
+
+    /// Cuts the client named `name` ([`client_named`](Self::client_named)) off from the
+    /// server, as a network partition does: from now on its requests are refused with
+    /// `503 Service Unavailable` before the server looks at them (nothing it sends is
+    /// applied), and its open watches end. The other clients go on.
+    /// [`heal`](Self::heal) ends the partition.
+    pub fn partition(&self, name: &str) {
+        let mut state = self.shared.lock();
+        state.partitioned.insert(name.to_owned());
+        self.shared.notify(state);
+    }
+
+    /// Ends the partition of the client named `name`.
+    pub fn heal(&self, name: &str) {
+        self.shared.lock().partitioned.remove(name);
     }
 
     /// Creates or replaces `object` (kind, namespace and name from it, status included) and
@@ -481,7 +536,7 @@ impl Drop for FakeApiServer {
         let mut state = self.shared.lock();
         state.closed = true;
         self.shared.notify(state);
-        if let Some(server) = self.server.take() {
+        if let Some(server) = self.accept_loop().take() {
             server.abort();
         }
     }

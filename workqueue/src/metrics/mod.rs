@@ -109,11 +109,16 @@ pub trait QueueMetrics: Send + Sync + 'static {
     }
 }
 
+/// Reads a queue's depth by priority: `None` once the queue is gone.
+type ReadDepths = Arc<dyn Fn() -> Option<Vec<(i32, usize)>> + Send + Sync>;
+
 /// Reads a queue's [`QueueStats`] on demand, without keeping the queue alive.
 #[derive(Clone)]
 pub struct QueueProbe {
     /// Returns the stats, or `None` once the queue is gone.
     read: Arc<dyn Fn() -> Option<QueueStats> + Send + Sync>,
+    /// Returns the depth by priority, if the queue can tell.
+    depths: Option<ReadDepths>,
 }
 
 impl QueueProbe {
@@ -122,7 +127,27 @@ impl QueueProbe {
     pub fn new(read: impl Fn() -> Option<QueueStats> + Send + Sync + 'static) -> Self {
         Self {
             read: Arc::new(read),
+            depths: None,
         }
+    }
+
+    /// Adds a function that reads the queue's depth by priority
+    /// ([`WorkQueue::depth_by_priority`](crate::WorkQueue::depth_by_priority)), for
+    /// providers that report it.
+    #[must_use]
+    pub fn with_depth_by_priority(
+        mut self,
+        read: impl Fn() -> Option<Vec<(i32, usize)>> + Send + Sync + 'static,
+    ) -> Self {
+        self.depths = Some(Arc::new(read));
+        self
+    }
+
+    /// The queue's depth by priority now, highest first; `None` if the queue has been
+    /// dropped or cannot tell. It walks the queue's items under its lock: call it at scrape
+    /// time only.
+    pub fn depth_by_priority(&self) -> Option<Vec<(i32, usize)>> {
+        self.depths.as_ref().and_then(|read| read())
     }
 
     /// The queue's stats now, or `None` if the queue has been dropped.

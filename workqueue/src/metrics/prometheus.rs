@@ -89,9 +89,27 @@ fn delay_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.001, 4.0, 11)
 }
 
+/// How many distinct priorities a queue's `workqueue_depth` reports by priority before every
+/// later one is reported as [`EXCEEDED_CARDINALITY`]: controller-runtime's
+/// `maxRecommendedUniquePriorities` (`pkg/internal/metrics/workqueue.go`).
+const MAX_PRIORITIES: usize = 25;
+
+/// The `priority` label of depths beyond [`MAX_PRIORITIES`] (controller-runtime's).
+const EXCEEDED_CARDINALITY: &str = "exceeded_cardinality_limit";
+
+/// The priorities a queue's depth was reported at, kept so that a priority whose items are
+/// gone reads 0 (as a gauge child does), and capped at [`MAX_PRIORITIES`].
+#[derive(Default)]
+struct Priorities {
+    seen: std::collections::BTreeSet<i32>,
+    exceeded: bool,
+}
+
 /// The series of one queue name.
 struct Series {
     name: String,
+    /// The priorities its depth was reported at (with the depth by priority on).
+    priorities: Mutex<Priorities>,
     depth: AtomicI64,
     adds: AtomicU64,
     retries: AtomicU64,
@@ -106,6 +124,7 @@ impl Series {
     fn new(name: &str) -> Self {
         Self {
             name: name.to_owned(),
+            priorities: Mutex::new(Priorities::default()),
             depth: AtomicI64::new(0),
             adds: AtomicU64::new(0),
             retries: AtomicU64::new(0),
@@ -122,6 +141,47 @@ impl Series {
             .as_ref()
             .and_then(QueueProbe::stats)
             .unwrap_or_default()
+    }
+
+    /// The `workqueue_depth` samples by `priority` label: every priority seen so far (0 when
+    /// its items are gone); once more than [`MAX_PRIORITIES`] were seen, the whole depth
+    /// under [`EXCEEDED_CARDINALITY`] from then on;
+    /// a queue that cannot tell (gone, or another backend's) reports its depth under `""`,
+    /// as controller-runtime does for a queue without priorities.
+    fn depth_by_priority(&self) -> Vec<(String, i64)> {
+        let probe = self.probe.lock().clone();
+        let Some(depths) = probe.as_ref().and_then(QueueProbe::depth_by_priority) else {
+            return vec![(String::new(), self.depth.load(Ordering::Relaxed))];
+        };
+        let mut priorities = self.priorities.lock();
+        let mut samples: std::collections::BTreeMap<i32, i64> = std::collections::BTreeMap::new();
+        let mut total = 0_i64;
+        for (priority, count) in depths {
+            let count = i64::try_from(count).unwrap_or(i64::MAX);
+            total = total.saturating_add(count);
+            samples.insert(priority, count);
+            if !priorities.exceeded {
+                priorities.seen.insert(priority);
+                if priorities.seen.len() > MAX_PRIORITIES {
+                    priorities.exceeded = true;
+                    priorities.seen.clear();
+                }
+            }
+        }
+        if priorities.exceeded {
+            return vec![(EXCEEDED_CARDINALITY.to_owned(), total)];
+        }
+        priorities
+            .seen
+            .iter()
+            .rev()
+            .map(|priority| {
+                (
+                    priority.to_string(),
+                    samples.get(priority).copied().unwrap_or(0),
+                )
+            })
+            .collect()
     }
 }
 
@@ -156,6 +216,8 @@ impl QueueMetrics for Recorder {
 #[derive(Default)]
 struct Queues {
     series: Mutex<Vec<Arc<Series>>>,
+    /// Whether `workqueue_depth` carries controller-runtime's `priority` label.
+    depth_by_priority: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Queues {
@@ -181,6 +243,42 @@ impl PrometheusMetrics {
         let queues = Arc::new(Queues::default());
         registry.register_collector(Box::new(WorkqueueCollector(queues.clone())));
         Self { queues }
+    }
+}
+
+impl PrometheusMetrics {
+    /// Gives `workqueue_depth` controller-runtime's `priority` label (its priority queue's
+    /// shape, `pkg/controller/priorityqueue/metrics.go` and `pkg/internal/metrics/workqueue.go`):
+    /// each queue's depth by the priority its items wait at, every priority seen so far
+    /// reported (0 once its items are gone), at most 25 distinct priorities per queue
+    /// (beyond, `priority="exceeded_cardinality_limit"`), and `priority=""` for a queue
+    /// that cannot tell. Read at each scrape (a walk over the queue's items under its lock).
+    ///
+    /// Off by default: with it, one queue's depth is several series, so a query or alert on
+    /// `workqueue_depth{name="..."}` as one series (client-go's shape, what Kubernetes'
+    /// dashboards and alerts use) sees a part of it; `sum by (name)` sees all of it. Turn it
+    /// on where controller-runtime's dashboards are used. Takes effect at the next scrape.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use prometheus_client::{encoding::text::encode, registry::Registry};
+    /// use workqueue::{AddOptions, WorkQueue, metrics::prometheus::PrometheusMetrics};
+    ///
+    /// let mut registry = Registry::default();
+    /// let metrics = PrometheusMetrics::new(&mut registry);
+    /// metrics.set_depth_by_priority(true);
+    /// let queue = WorkQueue::builder().name("pods").metrics(metrics).build();
+    /// queue.add_with("default/listed", AddOptions::default().priority(-100));
+    /// queue.add("default/changed");
+    ///
+    /// let mut text = String::new();
+    /// encode(&mut text, &registry).unwrap();
+    /// assert!(text.contains(r#"workqueue_depth{name="pods",priority="0"} 1"#));
+    /// assert!(text.contains(r#"workqueue_depth{name="pods",priority="-100"} 1"#));
+    /// ```
+    pub fn set_depth_by_priority(&self, on: bool) {
+        self.queues.depth_by_priority.store(on, Ordering::Relaxed);
     }
 }
 
@@ -217,9 +315,17 @@ impl Collector for WorkqueueCollector {
 
         let mut family =
             encoder.encode_descriptor("workqueue_depth", DEPTH_HELP, None, MetricType::Gauge)?;
+        let by_priority = self.0.depth_by_priority.load(Ordering::Relaxed);
         for s in &series {
-            let gauge = ConstGauge::new(s.depth.load(Ordering::Relaxed));
-            gauge.encode(family.encode_family(&label(s))?)?;
+            if by_priority {
+                for (priority, depth) in s.depth_by_priority() {
+                    let labels = [("name", s.name.clone()), ("priority", priority)];
+                    ConstGauge::new(depth).encode(family.encode_family(&labels)?)?;
+                }
+            } else {
+                let gauge = ConstGauge::new(s.depth.load(Ordering::Relaxed));
+                gauge.encode(family.encode_family(&label(s))?)?;
+            }
         }
 
         let mut family =

@@ -191,8 +191,14 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
                 (Some(name), Some(provider)) => {
                     state.enable_times();
                     let weak = weak.clone();
+                    let by_priority = weak.clone();
                     let probe =
-                        QueueProbe::new(move || weak.upgrade().map(|shared| shared.probe_stats()));
+                        QueueProbe::new(move || weak.upgrade().map(|shared| shared.probe_stats()))
+                            .with_depth_by_priority(move || {
+                                by_priority
+                                    .upgrade()
+                                    .map(|shared| shared.depth_by_priority())
+                            });
                     Some(provider.new_queue(name, probe))
                 }
                 _ => None,

@@ -353,6 +353,15 @@ impl<T> Shared<T> {
     pub(super) fn peek<R>(&self, read: impl FnOnce(&Inner<T>) -> R) -> R {
         read(&self.inner.lock())
     }
+
+    /// The depth by priority, highest first (what
+    /// [`WorkQueue::depth_by_priority`](super::WorkQueue::depth_by_priority) returns).
+    pub(crate) fn depth_by_priority(&self) -> Vec<(i32, usize)> {
+        self.peek(|inner| inner.state.depth_by_priority())
+            .into_iter()
+            .rev()
+            .collect()
+    }
 }
 
 /// What a call decided under the lock and does once it is released: wake waiters, report

@@ -338,6 +338,27 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         self.shared.stats()
     }
 
+    /// Client-go's depth (the `workqueue_depth` gauge: items queued, and items re-added
+    /// while processed) by priority, highest first: each item at the priority it is queued
+    /// at, or will be queued at when its lease drops. Due delayed items are counted once
+    /// promoted (by any call). It walks every item the queue tracks, under its lock: for a
+    /// scrape, not for a hot path.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workqueue::{AddOptions, WorkQueue};
+    ///
+    /// let queue = WorkQueue::new();
+    /// queue.add_with("listed-0", AddOptions::default().priority(-100));
+    /// queue.add_with("listed-1", AddOptions::default().priority(-100));
+    /// queue.add("changed");
+    /// assert_eq!(queue.depth_by_priority(), [(0, 1), (-100, 2)]);
+    /// ```
+    pub fn depth_by_priority(&self) -> Vec<(i32, usize)> {
+        self.shared.depth_by_priority()
+    }
+
     /// The number of items being processed (leases not yet dropped).
     pub fn processing_len(&self) -> usize {
         self.shared.peek(|inner| inner.state.processing())

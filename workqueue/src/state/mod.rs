@@ -236,6 +236,28 @@ impl<T, S> State<T, S> {
         self.shutting_down
     }
 
+    /// Client-go's depth (items queued, and items re-added while processed) by the priority
+    /// each is queued at, or will be queued at when its lease drops (the highest a re-add
+    /// gave, 0 if none gave one). A walk over every entry: for scrapes, not for hot paths.
+    pub(crate) fn depth_by_priority(&self) -> std::collections::BTreeMap<i32, usize> {
+        let mut depth = std::collections::BTreeMap::new();
+        for (_, entry) in &self.entries {
+            let priority = if entry.flags & QUEUED != 0 {
+                entry.priority
+            } else if entry.flags & (PROCESSING | DIRTY) == PROCESSING | DIRTY {
+                if entry.flags & PRIORITY_GIVEN != 0 {
+                    entry.priority
+                } else {
+                    0
+                }
+            } else {
+                continue;
+            };
+            *depth.entry(priority).or_insert(0) += 1;
+        }
+        depth
+    }
+
     /// The time the earliest delayed item becomes ready.
     #[inline]
     pub(crate) fn next_deadline(&self) -> Option<u64> {

@@ -520,6 +520,13 @@ where
         self
     }
 
+    /// How many workers the pool will run ([`count`](Self::count); 1 by default): what a
+    /// wrapper that reports the pool's size (a controller's
+    /// `controller_runtime_max_concurrent_reconciles`) reads after the caller's settings.
+    pub fn worker_count(&self) -> usize {
+        self.count
+    }
+
     /// Gives an item up when it fails after `max_retries` retries (default
     /// [`DEFAULT_MAX_RETRIES`]), so it is processed at most `max_retries + 1` times in a row
     /// without success. 0 gives up at the first failure.
