@@ -173,15 +173,27 @@ impl Peer for ApalisRedis {
     }
 
     async fn delete(&self) -> Result<()> {
+        // Every key of the queue is `NAME:...`; SCAN, not KEYS, so that a shared server is not
+        // blocked while a large keyspace is walked.
         let mut conn = self.conn.clone();
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}:*", self.name))
-            .query_async(&mut conn)
-            .await?;
-        for chunk in keys.chunks(500) {
-            let _: () = redis::cmd("DEL").arg(chunk).query_async(&mut conn).await?;
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{}:*", self.name))
+                .arg("COUNT")
+                .arg(1_000)
+                .query_async(&mut conn)
+                .await?;
+            if !keys.is_empty() {
+                let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await?;
+            }
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
         }
-        Ok(())
     }
 
     fn settings() -> String {
@@ -268,10 +280,15 @@ impl Peer for ApalisPostgres {
     }
 
     async fn delete(&self) -> Result<()> {
-        sqlx::query("DELETE FROM apalis.jobs WHERE job_type = $1")
-            .bind(&self.name)
-            .execute(&self.pool)
-            .await?;
+        for table in [
+            "DELETE FROM apalis.jobs WHERE job_type = $1",
+            "DELETE FROM apalis.workers WHERE worker_type = $1",
+        ] {
+            sqlx::query(table)
+                .bind(&self.name)
+                .execute(&self.pool)
+                .await?;
+        }
         Ok(())
     }
 

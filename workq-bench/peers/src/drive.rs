@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -27,15 +27,46 @@ const TICK: Duration = Duration::from_millis(2);
 /// The figures of one run: (metric, value).
 pub(crate) type Figures = Vec<(&'static str, f64)>;
 
-/// A queue name no other run uses.
+/// Set when the run is abandoned: the producers add nothing more.
+static STOPPED: AtomicBool = AtomicBool::new(false);
+
+/// Stops the producers of this process (before its queue is deleted).
+pub(crate) fn stop_adding() {
+    STOPPED.store(true, Ordering::SeqCst);
+}
+
+/// Whether the run was abandoned (its clean-up is under way on another thread).
+pub(crate) fn abandoned() -> bool {
+    STOPPED.load(Ordering::SeqCst)
+}
+
+/// Adds `jobs` to `queue`, unless the run was abandoned.
+async fn add<P: Peer>(queue: &P, jobs: &[Job]) -> Result<()> {
+    if abandoned() {
+        return Err("the run was abandoned".into());
+    }
+    queue.add(jobs).await
+}
+
+/// The queue this process made, for the clean-up of an interrupted run.
+static LIVE: Mutex<Option<String>> = Mutex::new(None);
+
+/// A queue name no other run uses, noted as this process's queue.
 fn queue_name(workload: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    format!(
+    let name = format!(
         "wq-bench-{}-{}-{}",
         workload.to_ascii_lowercase(),
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    );
+    *LIVE.lock().unwrap_or_else(|e| e.into_inner()) = Some(name.clone());
+    name
+}
+
+/// The queue this process made, if any.
+pub(crate) fn live_queue() -> Option<String> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// A handler that counts the jobs it sees in `seen`.
@@ -71,7 +102,7 @@ pub(crate) async fn w1<P: Peer>(url: &str, n: usize) -> Result<Figures> {
     let started = Instant::now();
     let jobs: Vec<Job> = (0..n as u64).map(Job::now).collect();
     for chunk in jobs.chunks(ADD_BATCH) {
-        queue.add(chunk).await?;
+        add(&queue, chunk).await?;
     }
     wait_until("W1's drain", Duration::from_millis(1), async || {
         Ok(seen.load(Ordering::Relaxed) >= n)
@@ -115,7 +146,7 @@ pub(crate) async fn w3<P: Peer>(url: &str, adds: usize, unique: bool) -> Result<
                     })
                     .collect();
                 for chunk in jobs.chunks(ADD_BATCH) {
-                    queue.add(chunk).await?;
+                    add(&queue, chunk).await?;
                 }
                 Ok::<_, Error>(())
             })
@@ -196,7 +227,7 @@ pub(crate) async fn w4<P: Peer>(url: &str, n: usize, concurrency: usize) -> Resu
                 })
                 .collect()
         };
-        queue.add(&batch).await?;
+        add(&queue, &batch).await?;
     }
     let adds_per_s = n as f64 / started.elapsed().as_secs_f64();
     wait_until("W4's drain", Duration::from_millis(5), async || {
@@ -302,7 +333,7 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
         Load::Flood => {
             for (n, chunk) in ids.chunks(ADD_BATCH).enumerate() {
                 let jobs: Vec<Job> = chunk.iter().copied().map(Job::now).collect();
-                queue.add(&jobs).await?;
+                add(&queue, &jobs).await?;
                 acks[n * ADD_BATCH..n * ADD_BATCH + chunk.len()].fill(now_ns());
             }
         }
@@ -313,7 +344,7 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
                 let due = ((started.elapsed().as_secs_f64() * rate) as usize + 1).min(fleet.items);
                 if due > added {
                     let jobs: Vec<Job> = ids[added..due].iter().copied().map(Job::now).collect();
-                    queue.add(&jobs).await?;
+                    add(&queue, &jobs).await?;
                     acks[added..due].fill(now_ns());
                     added = due;
                 }

@@ -81,6 +81,7 @@ fn describe() {
 /// Runs `args` (the workload and its parameters) with peer `P`.
 async fn run<P: Peer>(peer: &str, args: &[String]) -> Result<()> {
     let url = std::env::var(P::URL_VAR).map_err(|_| format!("${} is not set", P::URL_VAR))?;
+    exit_with_parent::<P>(url.clone());
     let workload = args.first().ok_or("no workload")?.as_str();
     let number = |i: usize| -> Result<usize> {
         let text = args.get(i).ok_or("too few arguments")?;
@@ -138,6 +139,43 @@ async fn run<P: Peer>(peer: &str, args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Ends this process when the one that started it is gone (`wq-bench` interrupted, or the
+/// producer of a W7 phase), deleting the queue it made (at most 5 s): a run whose figures
+/// nobody will read should neither go on loading the server nor leave its jobs there. Polls
+/// the parent's id, which the kernel changes to a reaper's when the parent dies.
+fn exit_with_parent<P: Peer>(url: String) {
+    #[cfg(unix)]
+    {
+        let parent = std::os::unix::process::parent_id();
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                if std::os::unix::process::parent_id() == parent {
+                    continue;
+                }
+                eprintln!("wq-bench-peers: the process that started this one is gone");
+                // No more adds; the one under way has a moment to land before the delete.
+                drive::stop_adding();
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                if let (Some(name), Ok(runtime)) = (
+                    drive::live_queue(),
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build(),
+                ) {
+                    let delete = async {
+                        P::open(&url, &name).await?.delete().await?;
+                        Ok::<_, peer::Error>(())
+                    };
+                    let limit = std::time::Duration::from_secs(5);
+                    let _ = runtime.block_on(async { tokio::time::timeout(limit, delete).await });
+                }
+                std::process::exit(130);
+            }
+        });
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(peer) = args.first() else {
@@ -168,6 +206,12 @@ fn main() -> ExitCode {
             other => Err(format!("unknown peer {other:?}").into()),
         }
     });
+    if drive::abandoned() {
+        // The clean-up thread deletes the queue and ends the process.
+        loop {
+            std::thread::park();
+        }
+    }
     // Worker tasks of the peers may still be parked on their connections: do not wait.
     runtime.shutdown_background();
     match result {

@@ -157,10 +157,16 @@ impl Peer for River {
     }
 
     async fn delete(&self) -> Result<()> {
-        riverqueue::sqlx::query("DELETE FROM river_job WHERE queue = $1")
-            .bind(&self.name)
-            .execute(&self.pool)
-            .await?;
+        // Its jobs, and the queue's record, which every client that works it keeps.
+        for statement in [
+            "DELETE FROM river_job WHERE queue = $1",
+            "DELETE FROM river_queue WHERE name = $1",
+        ] {
+            riverqueue::sqlx::query(statement)
+                .bind(&self.name)
+                .execute(&self.pool)
+                .await?;
+        }
         Ok(())
     }
 
