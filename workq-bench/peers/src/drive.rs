@@ -481,3 +481,52 @@ pub(crate) async fn w7_worker<P: Peer>(
     out.flush()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_phase_counts_every_item_once_and_measures_from_the_acknowledgement() {
+        let acks = [100, 100, 300];
+        let records = [(0, 150, 160), (1, 90, 95), (2, 400, 1_000_000_100)];
+        let (items_per_s, pickups) = summarize(3, 0, &acks, &records).unwrap();
+        assert!((items_per_s - 3.0 / 1.0000001).abs() < 1e-3);
+        assert_eq!(pickups, vec![0, 50, 100]);
+        assert!(summarize(3, 0, &acks, &records[..2]).is_err());
+        assert!(summarize(3, 0, &acks, &[(7, 1, 2)]).is_err());
+        assert_eq!(parse_record("7 10 20\n"), Some((7, 10, 20)));
+        assert_eq!(parse_record("ready"), None);
+    }
+
+    #[test]
+    fn an_abandoned_run_adds_nothing_more() {
+        #[derive(Clone)]
+        struct Never;
+        impl Peer for Never {
+            const NAME: &'static str = "never";
+            const URL_VAR: &'static str = "NONE";
+            async fn open(_: &str, _: &str) -> Result<Self> {
+                Ok(Never)
+            }
+            async fn add(&self, _: &[Job]) -> Result<()> {
+                panic!("an add after the run was abandoned")
+            }
+            async fn work(&self, _: usize, _: Handler) -> Result<crate::peer::Running> {
+                unreachable!()
+            }
+            async fn pending(&self) -> Result<u64> {
+                Ok(0)
+            }
+            async fn delete(&self) -> Result<()> {
+                Ok(())
+            }
+            fn settings() -> String {
+                String::new()
+            }
+        }
+        stop_adding();
+        let refused = futures::executor::block_on(add(&Never, &[Job::now(1)]));
+        assert!(refused.is_err() && abandoned());
+    }
+}
