@@ -447,14 +447,9 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// Connects to the server at `url`, with `peers` to measure beside ours and `notes` on
-    /// those that could not be made ready.
-    pub(crate) fn connect(
-        backend: Backend,
-        url: String,
-        peers: Vec<Peer>,
-        notes: Vec<String>,
-    ) -> Result<Self, String> {
+    /// Connects to the server at `url`; the references beside ours are added to `peers`
+    /// after.
+    pub(crate) fn connect(backend: Backend, url: String) -> Result<Self, String> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -489,9 +484,9 @@ impl Server {
             backend,
             url,
             runtime,
-            peers,
+            peers: Vec::new(),
             description,
-            notes: Mutex::new(notes),
+            notes: Mutex::default(),
         })
     }
 

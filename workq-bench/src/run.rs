@@ -177,40 +177,40 @@ fn wanted(args: &Args, name: &str) -> bool {
     args.peers.is_empty() || args.peers.iter().any(|p| p.trim() == name)
 }
 
-/// Connects to every server of the plan with the references that run beside ours on it: the
-/// node one (unless skipped), and with `--compare` the Rust ones (built once for all).
+/// Connects to every server of the plan, then readies the references that run beside ours on
+/// it: the node one (unless skipped), and with `--compare` the Rust ones (built once for all).
+/// A server that cannot be reached is an error before anything is installed or built.
 fn connect(args: &Args, plan: &Plan) -> Result<Vec<Server>, String> {
-    let rust = (args.compare && !plan.backends.is_empty()).then(RustPeers::ready);
     let mut servers = Vec::new();
     for (backend, url) in &plan.backends {
-        let mut peers = Vec::new();
-        let mut notes = Vec::new();
-        let (node, skipped) = match backend {
+        servers.push(Server::connect(*backend, url.clone())?);
+    }
+    let rust = (args.compare && !servers.is_empty()).then(RustPeers::ready);
+    for server in &mut servers {
+        let (node, skipped) = match server.backend {
             Backend::Redis => (&BULLMQ_PEER, args.no_bullmq),
             Backend::Postgres => (&PGBOSS_PEER, args.no_pgboss),
         };
         if skipped {
-            notes.push(format!(
+            server.note(format!(
                 "{} not measured: skipped (--no-{})",
                 node.name(),
                 node.name().replace('-', "")
             ));
         } else if wanted(args, node.name()) {
             match node.peer() {
-                Ok(peer) => peers.push(peer),
-                Err(e) => notes.push(format!("{} not measured: {e}", node.name())),
+                Ok(peer) => server.peers.push(peer),
+                Err(e) => server.note(format!("{} not measured: {e}", node.name())),
             }
         }
         match &rust {
-            Some(Ok(rust)) => peers.extend(
-                rust.on(*backend)
-                    .into_iter()
-                    .filter(|p| wanted(args, p.name)),
-            ),
-            Some(Err(e)) => notes.push(format!("the Rust peers not measured: {e}")),
+            Some(Ok(rust)) => {
+                let peers = rust.on(server.backend).into_iter();
+                server.peers.extend(peers.filter(|p| wanted(args, p.name)));
+            }
+            Some(Err(e)) => server.note(format!("the Rust peers not measured: {e}")),
             None => {}
         }
-        servers.push(Server::connect(*backend, url.clone(), peers, notes)?);
     }
     Ok(servers)
 }
