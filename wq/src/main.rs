@@ -2,9 +2,6 @@
 //!
 //! - `wq demo`: a simulated controller on the in-memory queue, or with `--redis URL` or
 //!   `--postgres URL` on a queue on Redis or PostgreSQL shared by processes (`demo/`).
-//! - `wq bench`: the standard workloads of BENCH.md beside their references; with
-//!   `--redis URL` W1, W3, W4 and W7 (the fleet) on Redis beside BullMQ, with `--postgres URL`
-//!   on PostgreSQL beside pg-boss, in the same report (`bench/`).
 //! - `wq redis stats|shutdown|pause|resume|dead-letters`: a queue on Redis, for operators
 //!   (`ops.rs`); `wq postgres queues|stats|shutdown|pause|resume|dead-letters` the same on
 //!   PostgreSQL (`pg_ops.rs`).
@@ -15,7 +12,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod bench;
 mod dashboard;
 mod demo;
 mod metrics_server;
@@ -24,7 +20,13 @@ mod pg_ops;
 
 /// The workqueue command line.
 #[derive(Debug, Parser)]
-#[command(name = "wq", version, about)]
+#[command(
+    name = "wq",
+    version,
+    about,
+    after_help = "The benchmarks are a program of their own, wq-bench (package workq-bench): \
+                  cargo run --release -p workq-bench -- --help"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,8 +36,6 @@ struct Cli {
 enum Command {
     /// Simulates a controller: producers emit change events, workers reconcile them.
     Demo(demo::DemoArgs),
-    /// Runs the standard workloads beside their references and prints one table.
-    Bench(bench::BenchArgs),
     /// Operates a queue on Redis: stats, fleet shutdown, pause and resume, dead letters.
     Redis(ops::RedisArgs),
     /// Operates a queue on PostgreSQL: queues, stats, fleet shutdown, pause and resume, dead
@@ -50,7 +50,6 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => demo::run(args),
-        Command::Bench(args) => bench::run(args),
         Command::Redis(args) => ops::run(args),
         Command::Postgres(args) => pg_ops::run(args),
         Command::Dashboard(args) => dashboard::run(args),

@@ -10,9 +10,9 @@
 //!   the queue down or pauses it for every process, and back.
 //! - `wq redis dead-letters {list,requeue,requeue-all,purge} QUEUE`: the dead letters.
 //!
-//! The demo and the bench on Redis are options of their commands (`wq demo --redis URL`,
-//! `wq bench --redis URL`); `wq redis demo` and `wq redis bench` remain as deprecated, hidden
-//! aliases of them that say so on stderr.
+//! The demo on Redis is an option of its command (`wq demo --redis URL`); `wq redis demo`
+//! remains as a deprecated, hidden alias of it that says so on stderr. The benchmarks are a
+//! program of their own (`wq-bench --redis URL`, package `workq-bench`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -42,32 +42,9 @@ enum RedisCommand {
     /// Lists, requeues or purges the queue's dead letters.
     #[command(subcommand)]
     DeadLetters(DeadLettersCommand),
-    /// Deprecated: `wq bench --redis URL`.
-    #[command(hide = true)]
-    Bench(BenchAliasArgs),
     /// Deprecated: `wq demo --redis URL`.
     #[command(hide = true)]
     Demo(crate::demo::distributed::DemoArgs),
-}
-
-/// Options of the deprecated `wq redis bench`, which runs `wq bench --redis URL`.
-#[derive(Debug, clap::Args)]
-struct BenchAliasArgs {
-    /// The server. Default $WQ_REDIS_URL.
-    #[arg(long, env = "WQ_REDIS_URL", hide_env_values = true)]
-    url: String,
-    /// Smaller workloads.
-    #[arg(long)]
-    quick: bool,
-    /// Workloads to run, comma separated (W1, W3, W4); all by default.
-    #[arg(short = 'w', long = "workloads", value_delimiter = ',')]
-    workloads: Vec<String>,
-    /// Skips BullMQ.
-    #[arg(long)]
-    no_bullmq: bool,
-    /// Prints one JSON object per line and figure instead of the table.
-    #[arg(long)]
-    json: bool,
 }
 
 /// The queue an operator command works on.
@@ -190,16 +167,6 @@ pub(crate) fn run(args: RedisArgs) -> ExitCode {
         RedisCommand::Demo(args) => {
             eprintln!("wq redis demo is deprecated: use wq demo --redis URL");
             crate::demo::run_distributed(args)
-        }
-        RedisCommand::Bench(args) => {
-            eprintln!("wq redis bench is deprecated: use wq bench --redis URL");
-            crate::bench::run_distributed(
-                args.url,
-                args.quick,
-                args.workloads,
-                args.no_bullmq,
-                args.json,
-            )
         }
     }
 }

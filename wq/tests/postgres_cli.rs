@@ -1,7 +1,6 @@
-//! `wq bench --postgres` and `wq demo --postgres` on a PostgreSQL server that this test starts
-//! on a free loopback port (workqueue-postgres's test support): the URL comes from
-//! `WQ_POSTGRES_URL`, the bench's figures come in `wq bench`'s `--json` schema, and the demo's
-//! checks hold across processes.
+//! `wq postgres ...` and `wq demo --postgres` on a PostgreSQL server that this test starts on a
+//! free loopback port (workqueue-postgres's test support): the URL comes from
+//! `WQ_POSTGRES_URL`, and the demo's checks hold across processes.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
@@ -17,89 +16,6 @@ fn wq(url: &str, args: &[&str]) -> Output {
         .env("WQ_POSTGRES_URL", url)
         .output()
         .expect("run wq")
-}
-
-/// `wq bench --postgres` reports in `wq bench`'s `--json` schema (one object per line and
-/// figure, `impl` `workqueue-postgres`), refuses workloads it has no PostgreSQL version of,
-/// and refuses `--redis` beside `--postgres`.
-#[test]
-fn the_bench_on_postgres_speaks_the_bench_json_schema() {
-    // A missing PostgreSQL fails the test naming the package, unless WQ_SKIP_PG_TESTS=1
-    // outside CI (then `None`).
-    let Some(server) = server::PgServer::start() else {
-        return;
-    };
-    let url = server.url();
-    let out = wq(
-        &url,
-        &[
-            "bench",
-            "--postgres",
-            "--quick",
-            "--no-pgboss",
-            "-w",
-            "W1",
-            "--json",
-        ],
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<serde_json::Value> = text
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("a JSON line"))
-        .collect();
-    let w1 = lines
-        .iter()
-        .find(|v| v["workload"] == "W1" && v["metric"] == "items_per_s")
-        .unwrap_or_else(|| panic!("no W1 items_per_s in {text}"));
-    assert_eq!(w1["impl"], "workqueue-postgres", "{text}");
-    assert!(w1["value"].as_f64().is_some_and(|v| v > 0.0), "{text}");
-    for key in ["min", "max"] {
-        assert!(w1[key].as_f64().is_some_and(|v| v > 0.0), "{text}");
-    }
-    assert_eq!(w1["runs"], 1, "{text}");
-    assert!(
-        lines.iter().all(|v| v["impl"]
-            .as_str()
-            .is_some_and(|i| i.starts_with("workqueue-postgres"))),
-        "--no-pgboss measures no pg-boss: {text}"
-    );
-    assert!(stderr.contains("pg-boss not measured"), "{stderr}");
-
-    // A workload that has no PostgreSQL version is refused, naming the option.
-    let out = wq(
-        &url,
-        &["bench", "--postgres", "--quick", "--no-pgboss", "-w", "W2"],
-    );
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("with --postgres"), "{stderr}");
-
-    // One server at a time.
-    let out = wq(
-        &url,
-        &["bench", "--postgres", "--redis", "redis://127.0.0.1:1/"],
-    );
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-
-    // `--postgres` alone without WQ_POSTGRES_URL says what it needs.
-    let out = Command::new(env!("CARGO_BIN_EXE_wq"))
-        .args(["bench", "--postgres", "--quick", "-w", "W1"])
-        .env_remove("WQ_POSTGRES_URL")
-        .output()
-        .expect("run wq");
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("WQ_POSTGRES_URL"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// A password in the URL (the test server trusts loopback, so it is not checked): it must

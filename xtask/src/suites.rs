@@ -36,6 +36,8 @@ const SERVER_BINARIES: &[(&str, Option<&str>, &str)] = &[
     ("workqueue-kube", Some("signal"), "redis-server"),
     ("wq", Some("redis_cli"), "redis-server"),
     ("wq", Some("postgres_cli"), "PostgreSQL"),
+    ("workq-bench", Some("redis"), "redis-server"),
+    ("workq-bench", Some("postgres"), "PostgreSQL"),
     (
         "wq",
         Some("dashboard"),

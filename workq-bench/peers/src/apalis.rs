@@ -1,0 +1,305 @@
+//! `apalis` 1.0 with its Redis storage (`apalis-redis`) and its PostgreSQL storage
+//! (`apalis-postgres`).
+//!
+//! Used as their documentation shows it for throughput: tasks pushed through the storage's
+//! sink with `push_all` (its batch insert: the sink buffers the tasks and writes them in one
+//! Lua script on Redis, one `INSERT ... SELECT unnest(...)` statement on PostgreSQL), a worker
+//! per consumer with the `concurrency` layer set to the workload's workers and the storage's
+//! fetch `batch_size` at its default, 10 (see [`BATCH_SIZE`]), acknowledgements batched by
+//! apalis's persistence layer (built in: results gathered while the worker runs are written
+//! together), on PostgreSQL the storage's `with_pubsub` (`LISTEN`/`NOTIFY`) so that a worker
+//! wakes on new tasks, and on both a polling interval of 20 ms (`poll_with_interval`, River's
+//! bench command's figure): without it a worker that found its queue empty waits for its
+//! next heartbeat (30 s) on Redis, and delayed tasks are promoted only when a worker polls.
+//!
+//! Delays (`run_after`) are kept in whole seconds by both storages (the run time is a Unix
+//! timestamp in seconds), so a delayed task runs up to a second late. The dedup workload uses
+//! idempotency keys: on Redis a key, once taken, stays taken for its TTL and is not released
+//! when the task completes, so a key is delivered once per TTL whatever happens later. The TTL
+//! is set (an hour): with none, apalis-redis 1.0.0 passes a TTL of 0 to its script, whose
+//! `EXPIRE key 0` deletes the key at once, so nothing is deduplicated. On PostgreSQL the key
+//! is a unique index with no `ON CONFLICT`, so a batch holding a key already present fails as
+//! a whole: n/a.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use apalis::prelude::{
+    BackendExt, BoxDynError, Data, TaskBuilder, TaskSink, WorkerBuilder, WorkerBuilderExt,
+};
+use apalis_postgres::{PgPool, PostgresStorage};
+use apalis_redis::{ConnectionManager, RedisStorage};
+use futures::stream;
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use crate::peer::{Handler, Job, Peer, Result, Running};
+
+/// The task of every workload: its id.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+struct Item {
+    k: u64,
+}
+
+/// How long an idempotency key of apalis-redis is kept.
+const IDEMPOTENCY_TTL: Duration = Duration::from_secs(3600);
+
+/// The polling interval of a worker, beside the storage's own wake-ups.
+const POLL: Duration = Duration::from_millis(20);
+
+/// The storage's fetch batch: its default. A larger one (as many as the workers run at a
+/// time, 100 in W4 on PostgreSQL) stalled a worker until its next heartbeat, 30 s, in about
+/// half the runs of W4 on apalis-postgres 1.0.0.
+const BATCH_SIZE: usize = 10;
+
+/// The driver's handler, as the data of a worker (a named type: apalis's handler traits are
+/// not general enough over a bare trait object's elided lifetimes).
+#[derive(Clone)]
+struct Call(Handler);
+
+/// The task function of every worker: passes the id to the driver's handler.
+async fn run(item: Item, call: Data<Call>) -> std::result::Result<(), BoxDynError> {
+    let Call(handler) = &*call;
+    handler(item.k).await;
+    Ok(())
+}
+
+/// A worker name no other worker of this process uses (apalis registers each by name).
+fn worker_name(queue: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{queue}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Stops a worker started with `run_until` by resolving its signal, then waits for it.
+fn running(stop: oneshot::Sender<()>, task: tokio::task::JoinHandle<Result<()>>) -> Running {
+    Running::new(move || {
+        Box::pin(async move {
+            let _ = stop.send(());
+            task.await??;
+            Ok(())
+        })
+    })
+}
+
+/// The signal `run_until` waits for.
+async fn signal(stop: oneshot::Receiver<()>) -> std::result::Result<(), std::io::Error> {
+    let _ = stop.await;
+    Ok(())
+}
+
+/// A handle on one apalis queue on Redis.
+#[derive(Clone)]
+pub(crate) struct ApalisRedis {
+    name: String,
+    conn: ConnectionManager,
+}
+
+impl ApalisRedis {
+    fn storage(&self) -> RedisStorage<Item> {
+        RedisStorage::new(self.conn.clone()).with_config(
+            apalis_redis::Config::default()
+                .queue(&self.name)
+                .batch_size(BATCH_SIZE)
+                .idempotency_ttl(Some(IDEMPOTENCY_TTL)),
+        )
+    }
+}
+
+impl Peer for ApalisRedis {
+    const NAME: &'static str = "apalis-redis";
+    const URL_VAR: &'static str = "WQ_REDIS_URL";
+
+    async fn open(url: &str, name: &str) -> Result<Self> {
+        Ok(Self {
+            name: name.to_owned(),
+            conn: apalis_redis::connect(url).await?,
+        })
+    }
+
+    async fn add(&self, jobs: &[Job]) -> Result<()> {
+        let tasks: Vec<_> = jobs
+            .iter()
+            .map(|job| {
+                let mut task = TaskBuilder::new(Item { k: job.id });
+                if !job.delay.is_zero() {
+                    task = task.run_after(job.delay);
+                }
+                if job.unique {
+                    task = task.idempotency_key(format!("key-{}", job.id));
+                }
+                task.build()
+            })
+            .collect();
+        self.storage().push_all(stream::iter(tasks)).await?;
+        Ok(())
+    }
+
+    async fn work(&self, concurrency: usize, handler: Handler) -> Result<Running> {
+        let (stop, stopped) = oneshot::channel();
+        let worker = WorkerBuilder::new(worker_name(&self.name))
+            .backend(self.storage().poll_with_interval(POLL))
+            .data(Call(handler))
+            .concurrency(concurrency)
+            .build(run);
+        let task = tokio::spawn(async move {
+            worker.run_until(signal(stopped)).await?;
+            Ok(())
+        });
+        Ok(running(stop, task))
+    }
+
+    async fn pending(&self) -> Result<u64> {
+        let config = self.storage().get_config().clone();
+        let mut conn = self.conn.clone();
+        // What apalis's own statistics script counts as pending and running, plus the
+        // scheduled (delayed) tasks.
+        let script = redis::Script::new(
+            "local n = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) \
+             for _, set in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do \
+               n = n + redis.call('SCARD', set) end \
+             return n",
+        );
+        let n: u64 = script
+            .key(config.active_jobs_list())
+            .key(config.scheduled_jobs_set())
+            .key(config.workers_set())
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(n)
+    }
+
+    async fn delete(&self) -> Result<()> {
+        // Every key of the queue is `NAME:...`; SCAN, not KEYS, so that a shared server is not
+        // blocked while a large keyspace is walked.
+        let mut conn = self.conn.clone();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{}:*", self.name))
+                .arg("COUNT")
+                .arg(1_000)
+                .query_async(&mut conn)
+                .await?;
+            if !keys.is_empty() {
+                let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await?;
+            }
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    fn settings() -> String {
+        "push_all of each batch (one script); a worker per consumer with .concurrency(the \
+         workload's workers), Config::batch_size 10 (its default) and poll_with_interval(20 \
+         ms); acknowledgements batched by the persistence layer (built in); idempotency keys \
+         with a TTL of an hour for the dedup workload (a key is delivered once per TTL)"
+            .to_owned()
+    }
+}
+
+/// A handle on one apalis queue on PostgreSQL.
+#[derive(Clone)]
+pub(crate) struct ApalisPostgres {
+    name: String,
+    pool: PgPool,
+}
+
+impl ApalisPostgres {
+    fn storage(&self) -> PostgresStorage<Item> {
+        PostgresStorage::new(&self.pool).with_config(
+            apalis_postgres::Config::default()
+                .queue(&self.name)
+                .batch_size(BATCH_SIZE),
+        )
+    }
+}
+
+impl Peer for ApalisPostgres {
+    const NAME: &'static str = "apalis-postgres";
+    const URL_VAR: &'static str = "WQ_POSTGRES_URL";
+
+    async fn open(url: &str, name: &str) -> Result<Self> {
+        let pool = PgPool::connect(url).await?;
+        PostgresStorage::setup(&pool).await?;
+        Ok(Self {
+            name: name.to_owned(),
+            pool,
+        })
+    }
+
+    async fn add(&self, jobs: &[Job]) -> Result<()> {
+        let tasks: Vec<_> = jobs
+            .iter()
+            .map(|job| {
+                let mut task = TaskBuilder::new(Item { k: job.id });
+                if !job.delay.is_zero() {
+                    task = task.run_after(job.delay);
+                }
+                task.build()
+            })
+            .collect();
+        self.storage().push_all(stream::iter(tasks)).await?;
+        Ok(())
+    }
+
+    async fn work(&self, concurrency: usize, handler: Handler) -> Result<Running> {
+        let (stop, stopped) = oneshot::channel();
+        let worker = WorkerBuilder::new(worker_name(&self.name))
+            .backend(self.storage().with_pubsub().poll_with_interval(POLL))
+            .data(Call(handler))
+            .concurrency(concurrency)
+            .build(run);
+        let task = tokio::spawn(async move {
+            worker.run_until(signal(stopped)).await?;
+            Ok(())
+        });
+        Ok(running(stop, task))
+    }
+
+    async fn pending(&self) -> Result<u64> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM apalis.jobs WHERE job_type = $1 \
+             AND status IN ('Pending', 'Queued', 'Running')",
+        )
+        .bind(&self.name)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(count as u64)
+    }
+
+    async fn delete(&self) -> Result<()> {
+        for table in [
+            "DELETE FROM apalis.jobs WHERE job_type = $1",
+            "DELETE FROM apalis.workers WHERE worker_type = $1",
+        ] {
+            sqlx::query(table)
+                .bind(&self.name)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn not_applicable(workload: &str) -> Option<&'static str> {
+        (workload == "W3").then_some(
+            "its dedup (idempotency keys) is a unique index without ON CONFLICT: a batch \
+             holding a key already queued fails as a whole",
+        )
+    }
+
+    fn settings() -> String {
+        "push_all of each batch (one INSERT ... unnest); a worker per consumer on \
+         with_pubsub() (LISTEN/NOTIFY) and poll_with_interval(20 ms), with .concurrency(the \
+         workload's workers) and Config::batch_size 10 (its default; larger stalled a worker for \
+         its 30 s heartbeat); acknowledgements batched by the persistence layer (built in)"
+            .to_owned()
+    }
+}

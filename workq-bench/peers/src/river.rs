@@ -1,0 +1,183 @@
+//! `riverqueue`: River's official Rust client, on PostgreSQL.
+//!
+//! Used with the settings of its own benchmark command (`riverqueue bench`, crate
+//! `riverqueue-cli` 0.5.0, `benchmark_client`): the queue's `max_workers` set to the
+//! workload's workers, a fetch cooldown of 2 ms and a fetch poll interval of 20 ms (River's
+//! defaults are 100 ms and 1 s), jobs added with `insert_many` (its batch insert: one
+//! statement per batch), completions written by its batch completer (built in: results
+//! coalesce for up to 10 ms and are written in one statement). The pool holds 10 connections
+//! per process, sqlx's default (the bench command's 50 is sized for its 2,000 workers; four
+//! worker processes and a producer of 50 each would pass PostgreSQL's default
+//! `max_connections` of 100). Delayed jobs use `scheduled_at`: such a job waits for a pass
+//! of the leader's scheduler (every 5 s, River's default, kept here), which makes the jobs
+//! due within one interval available, and a fetch takes them when due; the workers start
+//! once a leader is elected, as in a service that has been running. The dedup workload uses unique jobs
+//! by arguments and queue, unique in the states River requires (available, pending, running,
+//! scheduled), so that a key is free again once its job completes, as on our side; an add
+//! while the job runs is dropped.
+//!
+//! River keeps one job table for all queues (`river_job`, created by its migrations in the
+//! database's current schema); each run uses a queue of its own and deletes its rows.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use riverqueue::jiff::{SignedDuration, Timestamp};
+use riverqueue::migrate::PostgresMigrator;
+use riverqueue::sqlx::PgPool;
+use riverqueue::sqlx::postgres::PgPoolOptions;
+use riverqueue::{
+    BoxError, Client, InsertOpts, JobArgs, JobState, QueueConfig, UniqueOpts, WorkContext,
+    WorkOutcome, Workers,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+
+use crate::peer::{Handler, Job, Peer, Result, Running};
+
+/// The job of every workload: its id.
+#[derive(Clone, Debug, Deserialize, JobArgs, Serialize)]
+#[river(kind = "wq_bench_item")]
+struct Item {
+    k: u64,
+}
+
+/// Connections per process.
+const POOL: u32 = 10;
+
+/// A handle on one River queue: an insert-only client and its pool.
+#[derive(Clone)]
+pub(crate) struct River {
+    name: String,
+    pool: PgPool,
+    client: Client,
+}
+
+impl River {
+    /// Whether a client holds River's leadership (which runs its scheduler).
+    async fn has_leader(&self) -> Result<bool> {
+        let leaders: i64 = riverqueue::sqlx::query_scalar(
+            "SELECT count(*) FROM river_leader WHERE expires_at > now()",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(leaders > 0)
+    }
+}
+
+impl Peer for River {
+    const NAME: &'static str = "riverqueue";
+    const URL_VAR: &'static str = "WQ_POSTGRES_URL";
+
+    async fn open(url: &str, name: &str) -> Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL)
+            .connect(url)
+            .await?;
+        PostgresMigrator::new(pool.clone()).migrate_up().await?;
+        // An insert-only client: no workers, no queues, never the leader.
+        let client = Client::builder(pool.clone()).build()?;
+        Ok(Self {
+            name: name.to_owned(),
+            pool,
+            client,
+        })
+    }
+
+    async fn add(&self, jobs: &[Job]) -> Result<()> {
+        let now = Timestamp::now();
+        let mut batch = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let mut opts = InsertOpts::default().with_queue(self.name.clone());
+            if !job.delay.is_zero() {
+                opts =
+                    opts.with_scheduled_at(now.checked_add(SignedDuration::try_from(job.delay)?)?);
+            }
+            if job.unique {
+                opts = opts.with_unique(
+                    UniqueOpts::new()
+                        .with_by_args(true)
+                        .with_by_queue(true)
+                        .with_by_state(JobState::UNIQUE_REQUIRED.iter().copied()),
+                );
+            }
+            batch.push((Item { k: job.id }, opts));
+        }
+        self.client.insert_many(batch).await?;
+        Ok(())
+    }
+
+    async fn work(&self, concurrency: usize, handler: Handler) -> Result<Running> {
+        let mut workers = Workers::new();
+        workers.add_fn(move |_context: WorkContext, job: riverqueue::Job<Item>| {
+            let handler = handler.clone();
+            async move {
+                handler(job.args.k).await;
+                Ok::<_, BoxError>(WorkOutcome::Complete)
+            }
+        })?;
+        let client = Client::builder(self.pool.clone())
+            .workers(workers)
+            .queue(
+                self.name.clone(),
+                QueueConfig::new(concurrency)
+                    .with_fetch_cooldown(Duration::from_millis(2))
+                    .with_fetch_poll_interval(Duration::from_millis(20)),
+            )
+            .build()?;
+        let mut run = client.start()?;
+        run.wait_ready().await?;
+        // Scheduled jobs are made available by the leader alone: measure a client that runs
+        // as a long-running service's would, with a leader elected.
+        let elected = Instant::now();
+        while !self.has_leader().await? {
+            if elected.elapsed() > Duration::from_secs(60) {
+                return Err("no River leader was elected in 60 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let run = Arc::new(Mutex::new(run));
+        Ok(Running::new(move || {
+            Box::pin(async move {
+                run.lock().await.stop().await?;
+                Ok(())
+            })
+        }))
+    }
+
+    async fn pending(&self) -> Result<u64> {
+        let count: i64 = riverqueue::sqlx::query_scalar(
+            "SELECT count(*) FROM river_job WHERE queue = $1 \
+             AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')",
+        )
+        .bind(&self.name)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(count as u64)
+    }
+
+    async fn delete(&self) -> Result<()> {
+        // Its jobs, and the queue's record, which every client that works it keeps.
+        for statement in [
+            "DELETE FROM river_job WHERE queue = $1",
+            "DELETE FROM river_queue WHERE name = $1",
+        ] {
+            riverqueue::sqlx::query(statement)
+                .bind(&self.name)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn settings() -> String {
+        format!(
+            "insert_many of each batch; QueueConfig max_workers = the workload's workers, fetch \
+             cooldown 2 ms, fetch poll interval 20 ms (its bench command's); batch completer \
+             (built in); pool of {POOL} connections per process; scheduler interval 5 s (its \
+             default), workers started once a leader is elected; unique jobs by args and queue \
+             in the required states (available, pending, running, scheduled) for the dedup \
+             workload"
+        )
+    }
+}

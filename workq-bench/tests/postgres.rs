@@ -1,0 +1,79 @@
+//! `wq-bench --postgres` on a PostgreSQL server that this test starts on a free loopback port
+//! (workqueue-postgres's test support): the URL comes from `WQ_POSTGRES_URL` and the figures
+//! come in the `--json` schema.
+
+use std::process::{Command, Output};
+
+#[path = "../../workqueue-postgres/tests/support/server.rs"]
+mod server;
+
+fn bench(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wq-bench"))
+        .args(args)
+        .env("WQ_POSTGRES_URL", url)
+        .output()
+        .expect("run wq-bench")
+}
+
+/// `wq-bench --postgres` reports in the `--json` schema (one object per line and
+/// figure, `impl` `workqueue-postgres`), and refuses a workload it has no server version of
+/// and `--postgres` without a URL.
+#[test]
+fn the_bench_on_postgres_speaks_the_bench_json_schema() {
+    // A missing PostgreSQL fails the test naming the package, unless WQ_SKIP_PG_TESTS=1
+    // outside CI (then `None`).
+    let Some(server) = server::PgServer::start() else {
+        return;
+    };
+    let url = server.url();
+    let out = bench(
+        &url,
+        &["--postgres", "--quick", "--no-pgboss", "-w", "W1", "--json"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    let w1 = lines
+        .iter()
+        .find(|v| v["workload"] == "W1" && v["metric"] == "items_per_s")
+        .unwrap_or_else(|| panic!("no W1 items_per_s in {text}"));
+    assert_eq!(w1["impl"], "workqueue-postgres", "{text}");
+    assert!(w1["value"].as_f64().is_some_and(|v| v > 0.0), "{text}");
+    for key in ["min", "max"] {
+        assert!(w1[key].as_f64().is_some_and(|v| v > 0.0), "{text}");
+    }
+    assert_eq!(w1["runs"], 1, "{text}");
+    assert!(
+        lines.iter().all(|v| v["impl"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("workqueue-postgres"))),
+        "--no-pgboss measures no pg-boss: {text}"
+    );
+    assert!(stderr.contains("pg-boss not measured"), "{stderr}");
+
+    // A workload that has no version on a server is refused, saying which ones have.
+    let out = bench(&url, &["--postgres", "--quick", "--no-pgboss", "-w", "W2"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("with a server: W1, W3, W3P, W4, W7"),
+        "{stderr}"
+    );
+
+    // `--postgres` alone without WQ_POSTGRES_URL says what it needs.
+    let out = Command::new(env!("CARGO_BIN_EXE_wq-bench"))
+        .args(["--postgres", "--quick", "-w", "W1"])
+        .env_remove("WQ_POSTGRES_URL")
+        .output()
+        .expect("run wq-bench");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("WQ_POSTGRES_URL"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
