@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output};
 
-#[path = "../../workqueue-postgres/tests/support/server.rs"]
+#[path = "../../workq-postgres/tests/support/server.rs"]
 mod server;
 
 fn bench(url: &str, args: &[&str]) -> Output {

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 const PASSWORD: &str = "B3nch-Secret";
 
-#[path = "../../workqueue-redis/tests/support/server.rs"]
+#[path = "../../workq-redis/tests/support/server.rs"]
 mod server;
 
 /// A `redis-server` with a password and an AOF, from workqueue-redis's test support: a

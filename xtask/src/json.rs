@@ -265,7 +265,7 @@ mod tests {
     #[test]
     fn reads_a_cargo_artifact_message() {
         let text = r#"{"reason":"compiler-artifact","package_id":"path+file:///src/wq#0.1.0",
-            "target":{"kind":["test"],"name":"demo","src_path":"/src/wq/tests/demo.rs","doctest":false},
+            "target":{"kind":["test"],"name":"demo","src_path":"/src/workq-cli/tests/demo.rs","doctest":false},
             "profile":{"opt_level":"0","test":true},"features":[],"executable":"/t/demo-1a2b",
             "fresh":false,"filenames":["/t/demo-1a2b"],"n":-1.5e3,"none":null}"#;
         let value = parse(text).unwrap();

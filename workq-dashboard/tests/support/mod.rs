@@ -1,0 +1,122 @@
+//! Test support: a `redis-server` of the test's own (workqueue-redis's: a free loopback port, a
+//! fresh data directory, stopped by PID when dropped), a PostgreSQL server of the test's own
+//! (workqueue-postgres's, likewise), and requests to the dashboard's router.
+
+#![allow(dead_code, unreachable_pub)]
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+#[path = "../../../workq-redis/tests/support/server.rs"]
+mod server;
+
+pub(crate) use server::RedisServer;
+
+#[cfg(feature = "postgres")]
+#[path = "../../../workq-postgres/tests/support/server.rs"]
+mod pg_server;
+
+/// A PostgreSQL server from workqueue-postgres's test support. A missing PostgreSQL fails the
+/// test, naming the Debian package, unless `WQ_SKIP_PG_TESTS=1` outside CI (then `None`).
+#[cfg(feature = "postgres")]
+#[allow(unused_imports, reason = "not every test binary starts a PostgreSQL")]
+pub(crate) use pg_server::PgServer;
+
+/// A `redis-server` without persistence and with `extra` arguments, from workqueue-redis's test
+/// support. A missing binary fails the test, naming the Debian package, unless
+/// `WQ_SKIP_REDIS_TESTS=1` outside CI (then `None`).
+pub(crate) fn redis_server(extra: &[&str]) -> Option<RedisServer> {
+    server::require_with(server::Durability::None, extra)
+}
+
+/// A token strong enough for the dashboard (tests only: it is in the source).
+pub const TOKEN: &str = "Zq3Xv9KpL2mN8rT4wY6bC1dF5gH7jQ0sUe";
+
+/// A response: status, body text and the `Set-Cookie` header if any.
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: String,
+    pub cookie: Option<String>,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+/// Sends `request` to `app` as a server that records peers does: from 127.0.0.1 unless the
+/// request names its peer (`ConnectInfo`).
+pub async fn send(app: &Router, mut request: Request<Body>) -> Reply {
+    if request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .is_none()
+    {
+        request.extensions_mut().insert(axum::extract::ConnectInfo(
+            "127.0.0.1:40000".parse::<std::net::SocketAddr>().unwrap(),
+        ));
+    }
+    send_without_peer(app, request).await
+}
+
+/// Sends `request` to `app` as `axum::serve(listener, app)` does: with no peer address.
+pub async fn send_without_peer(app: &Router, request: Request<Body>) -> Reply {
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let cookie = response
+        .headers()
+        .get("set-cookie")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+        cookie,
+    }
+}
+
+/// A GET with a loopback `Host`.
+pub async fn get(app: &Router, path: &str) -> Reply {
+    send(
+        app,
+        Request::get(path)
+            .header("host", "127.0.0.1:8080")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+}
+
+/// A POST as the page sends it (loopback `Host`, the CSRF header, same origin).
+pub async fn post(app: &Router, path: &str, body: serde_json::Value) -> Reply {
+    send(
+        app,
+        Request::post(path)
+            .header("host", "127.0.0.1:8080")
+            .header("origin", "http://127.0.0.1:8080")
+            .header("sec-fetch-site", "same-origin")
+            .header("x-wq-csrf", "1")
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap(),
+    )
+    .await
+}
+
+/// A `redis-server` that keeps its data in an append-only file, so a restart keeps the
+/// queues.
+pub(crate) fn durable_redis_server() -> Option<RedisServer> {
+    server::require_with(server::Durability::Always, &[])
+}
+
+/// A three-primary Redis Cluster of the test's own (workqueue-redis's test support).
+pub(crate) fn redis_cluster() -> Option<server::RedisCluster> {
+    if !server::require_binary() {
+        return None;
+    }
+    server::RedisCluster::start()
+}

@@ -1,0 +1,113 @@
+//! Test support: a PostgreSQL server of the test's own, and the shared behaviour suite's view
+//! of a queue (`workq/tests/conformance`) implemented for the PostgreSQL queue.
+
+#![allow(dead_code)]
+
+#[macro_use]
+#[path = "../../../workq/tests/conformance/mod.rs"]
+pub(crate) mod conformance;
+pub(crate) mod server;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+#[allow(unused_imports, reason = "not every test binary runs the suite")]
+pub(crate) use conformance::{Backend, Factory, MemoryFactory, Opts};
+pub(crate) use server::PgServer;
+use workqueue::{AddOptions, TryGetError};
+use workqueue_postgres::PgQueue;
+
+/// A fresh queue name for this test process.
+pub(crate) fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+#[derive(Clone)]
+pub(crate) struct Pg(pub(crate) PgQueue<String>);
+
+/// Queues on a server of this test's own.
+pub(crate) struct PgFactory {
+    pub(crate) server: Arc<PgServer>,
+}
+
+impl PgFactory {
+    /// Starts a server. A missing PostgreSQL fails the test (naming the package), unless
+    /// `WQ_SKIP_PG_TESTS=1` outside CI: then `None`.
+    pub(crate) fn start() -> Option<Self> {
+        Some(PgFactory {
+            server: Arc::new(PgServer::start()?),
+        })
+    }
+}
+
+impl Factory for PgFactory {
+    type Queue = Pg;
+
+    async fn queue(&self, opts: Opts) -> Pg {
+        let queue = PgQueue::builder(unique("suite"))
+            .url(self.server.url())
+            .backoff(opts.base, opts.max)
+            .token_bucket(opts.bucket)
+            .lease_duration(Duration::from_secs(10))
+            // Far above the wake-up bounds the rules assert: a wake-up is never a poll.
+            .poll_interval(Duration::from_secs(10))
+            .build()
+            .await
+            .expect("connect to the test server");
+        Pg(queue)
+    }
+}
+
+impl Backend for Pg {
+    type Lease = workqueue_postgres::Lease<String>;
+
+    async fn add(&self, item: &str) {
+        self.0.add(item.to_owned()).await.unwrap();
+    }
+    async fn add_after(&self, item: &str, delay: Duration) {
+        self.0.add_after(item.to_owned(), delay).await.unwrap();
+    }
+    async fn add_rate_limited(&self, item: &str) {
+        self.0.add_rate_limited(item.to_owned()).await.unwrap();
+    }
+    async fn add_with(&self, item: &str, options: AddOptions) {
+        self.0.add_with(item.to_owned(), options).await.unwrap();
+    }
+    async fn forget(&self, item: &str) {
+        self.0.forget(item.to_owned()).await.unwrap();
+    }
+    async fn num_requeues(&self, item: &str) -> usize {
+        self.0.num_requeues(item.to_owned()).await.unwrap()
+    }
+    async fn len(&self) -> usize {
+        self.0.len().await.unwrap()
+    }
+    async fn get(&self) -> Option<Self::Lease> {
+        self.0.get().await.unwrap()
+    }
+    async fn try_get(&self) -> Result<Self::Lease, TryGetError> {
+        self.0.try_get().await.unwrap().into_result()
+    }
+    /// client-go's `ShutDown` of the shared queue: the fleet-wide one (a handle's own
+    /// `shut_down` stops only that handle, and has tests of its own).
+    async fn shut_down(&self) {
+        self.0.shut_down_fleet().await.unwrap();
+    }
+    async fn shut_down_with_drain(&self) {
+        self.0.shut_down_with_drain().await.unwrap();
+    }
+    async fn is_shutting_down(&self) -> bool {
+        self.0.is_shutting_down().await.unwrap()
+    }
+    fn item(lease: &Self::Lease) -> String {
+        lease.item().clone()
+    }
+    fn priority(lease: &Self::Lease) -> i32 {
+        lease.priority()
+    }
+    async fn done(lease: Self::Lease) {
+        lease.done().await.unwrap();
+    }
+}

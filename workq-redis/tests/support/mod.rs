@@ -1,0 +1,140 @@
+//! Test support: a `redis-server` of the test's own, and the behaviour suite's view of a
+//! queue (the shared suite's trait, `workq/tests/conformance`, implemented here for the
+//! Redis queue).
+
+#![allow(dead_code)]
+
+#[macro_use]
+#[path = "../../../workq/tests/conformance/mod.rs"]
+pub(crate) mod conformance;
+pub(crate) mod server;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+#[allow(unused_imports, reason = "not every test binary runs the suite")]
+pub(crate) use conformance::{Backend, Factory, MemoryFactory, Opts};
+use workqueue::{AddOptions, TryGetError};
+use workqueue_redis::{RateLimit, RedisQueue};
+
+pub(crate) use server::RedisServer;
+
+// ===== on Redis =====
+
+#[derive(Clone)]
+pub(crate) struct Redis(RedisQueue<String>);
+
+/// Queues on a server (or cluster) of this test's own.
+pub(crate) struct RedisFactory {
+    pub(crate) server: Arc<RedisServer>,
+    /// Set for a cluster: the queues connect to its nodes.
+    cluster: Option<server::RedisCluster>,
+    next: AtomicU64,
+}
+
+impl RedisFactory {
+    /// Starts a server. A missing `redis-server` fails the test (naming the package), unless
+    /// `WQ_SKIP_REDIS_TESTS=1` outside CI: then `None`.
+    pub(crate) fn start() -> Option<Self> {
+        Some(RedisFactory {
+            server: Arc::new(server::require()?),
+            cluster: None,
+            next: AtomicU64::new(0),
+        })
+    }
+
+    /// Starts a three-node cluster (see [`server::RedisCluster`]).
+    pub(crate) fn start_cluster() -> Option<Self> {
+        if !server::require_binary() {
+            return None;
+        }
+        let cluster = server::RedisCluster::start()?;
+        Some(RedisFactory {
+            // Unused for queues; kept so the type stays one.
+            server: Arc::new(server::require()?),
+            cluster: Some(cluster),
+            next: AtomicU64::new(0),
+        })
+    }
+}
+
+impl Factory for RedisFactory {
+    type Queue = Redis;
+
+    async fn queue(&self, opts: Opts) -> Redis {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut limit = RateLimit::exponential(opts.base, opts.max);
+        if let Some((qps, burst)) = opts.bucket {
+            limit = limit.with_bucket(qps, burst);
+        }
+        let builder = RedisQueue::builder(format!("suite-{n}")).url(self.server.url());
+        #[cfg(feature = "cluster")]
+        let builder = match &self.cluster {
+            Some(cluster) => builder.cluster(cluster.urls()),
+            None => builder,
+        };
+        let queue = builder
+            .rate_limit(limit)
+            .lease_duration(Duration::from_secs(10))
+            // Far above the wake-up bounds the rules assert: a wake-up is never a poll.
+            .poll_interval(Duration::from_secs(10))
+            .build()
+            .await
+            .expect("connect to the test server");
+        Redis(queue)
+    }
+}
+
+impl Backend for Redis {
+    type Lease = workqueue_redis::Lease<String>;
+
+    async fn add(&self, item: &str) {
+        self.0.add(item.to_owned()).await.unwrap();
+    }
+    async fn add_after(&self, item: &str, delay: Duration) {
+        self.0.add_after(item.to_owned(), delay).await.unwrap();
+    }
+    async fn add_rate_limited(&self, item: &str) {
+        self.0.add_rate_limited(item.to_owned()).await.unwrap();
+    }
+    async fn add_with(&self, item: &str, options: AddOptions) {
+        self.0.add_with(item.to_owned(), options).await.unwrap();
+    }
+    async fn forget(&self, item: &str) {
+        self.0.forget(item.to_owned()).await.unwrap();
+    }
+    async fn num_requeues(&self, item: &str) -> usize {
+        self.0.num_requeues(item.to_owned()).await.unwrap()
+    }
+    async fn len(&self) -> usize {
+        self.0.len().await.unwrap()
+    }
+    async fn get(&self) -> Option<Self::Lease> {
+        self.0.get().await.unwrap()
+    }
+    async fn try_get(&self) -> Result<Self::Lease, TryGetError> {
+        self.0.try_get().await.unwrap().into_result()
+    }
+    /// client-go's `ShutDown` of the shared queue: the fleet-wide one (a handle's own
+    /// `shut_down` stops only that handle, and has tests of its own).
+    async fn shut_down(&self) {
+        self.0.shut_down_fleet().await.unwrap();
+    }
+    /// This handle's drain: it waits for the leases this handle handed out.
+    async fn shut_down_with_drain(&self) {
+        self.0.shut_down_with_drain().await.unwrap();
+    }
+    async fn is_shutting_down(&self) -> bool {
+        self.0.is_shutting_down().await.unwrap()
+    }
+    fn item(lease: &Self::Lease) -> String {
+        lease.item().clone()
+    }
+    fn priority(lease: &Self::Lease) -> i32 {
+        lease.priority()
+    }
+    async fn done(lease: Self::Lease) {
+        lease.done().await.unwrap();
+    }
+}
