@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use workqueue::{AddOptions, Lease, WorkQueue};
+use workq::{AddOptions, Lease, WorkQueue};
 
 type Key = Arc<str>;
 

@@ -1,6 +1,6 @@
 //! `wq-bench --redis URL` and `wq-bench --postgres URL`: BENCH.md's W1, W3 and W4, and W3P
-//! (W3 with distinct keys), on our queue on a server (`impl` `workqueue-redis` or
-//! `workqueue-postgres`), beside the references that live on the same kind of server
+//! (W3 with distinct keys), on our queue on a server (`impl` `workq-redis` or
+//! `workq-postgres`), beside the references that live on the same kind of server
 //! (`crate::peers`: BullMQ and pg-boss in node; with `--compare` the Rust crates), doing the
 //! same adds and completions on the same server in the same run.
 //!
@@ -8,17 +8,17 @@
 //! does per batch of adds and how its consumer takes and completes items.
 //!
 //! **Redis.** Both sides batch adds by 100 (`add_all` / `addBulk`, one round trip per batch)
-//! and complete items one at a time; workqueue-redis completes and takes the next item in one
+//! and complete items one at a time; workq-redis completes and takes the next item in one
 //! round trip (`done_and_get`), as a BullMQ worker does (`moveToFinished` fetches the next
 //! job). W1 runs a second time with the consumer completing and taking 32 items per round trip
-//! (`done_and_get_many`, `impl` `workqueue-redis-batch`), which BullMQ's open-source worker
+//! (`done_and_get_many`, `impl` `workq-redis-batch`), which BullMQ's open-source worker
 //! has no counterpart for.
 //!
-//! **PostgreSQL.** workqueue-postgres adds batches of 100 in one statement and one commit
+//! **PostgreSQL.** workq-postgres adds batches of 100 in one statement and one commit
 //! (`add_all`) and completes items one at a time, completing one and taking the next in one
 //! statement and one commit (`done_and_get`, as `Workers` do through `Queue::done_and_next`);
 //! getters wake on `LISTEN`/`NOTIFY`. W1 runs a second time with the consumer completing and
-//! taking 32 items per statement (`done_and_get_many`, `impl` `workqueue-postgres-batch`). In
+//! taking 32 items per statement (`done_and_get_many`, `impl` `workq-postgres-batch`). In
 //! W4 each of the two consumers completes and takes up to 100 items per statement: one
 //! commit per item (a WAL flush each, with default settings) cannot keep up with items
 //! coming due at W4's rate.
@@ -43,8 +43,8 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use workqueue_postgres::PgQueue;
-use workqueue_redis::{DoneAndGetMany, Lease, RedisQueue};
+use workq_postgres::PgQueue;
+use workq_redis::{DoneAndGetMany, Lease, RedisQueue};
 
 use crate::Ctx;
 use crate::peers::{Outcome, Peer};
@@ -185,7 +185,7 @@ impl Shared for PgQueue<u64> {
         mut seen: impl FnMut(&u64) + Send + 'static,
     ) -> Result<usize, Error> {
         let mut count = 0;
-        let mut current: Vec<workqueue_postgres::Lease<u64>> =
+        let mut current: Vec<workq_postgres::Lease<u64>> =
             self.get().await.map_err(text)?.into_iter().collect();
         while !current.is_empty() {
             for lease in &current {
@@ -580,7 +580,7 @@ fn measure(
 }
 
 /// W1 on the server, beside the references; then with our consumer taking items in batches
-/// ([`BATCH`] per round trip, `impl` `workqueue-redis-batch` or `workqueue-postgres-batch`).
+/// ([`BATCH`] per round trip, `impl` `workq-redis-batch` or `workq-postgres-batch`).
 pub(crate) fn run_w1(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {
     let size = sizes(ctx.quick).0;
     let mut samples = measure(ctx, "W1", size, &[], |s| {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Barrier};
 use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
-use workqueue::WorkQueue;
+use workq::WorkQueue;
 
 /// The item type of every workload.
 pub(crate) type Key = Arc<str>;

@@ -1,5 +1,5 @@
 //! `wq-bench --postgres` on a PostgreSQL server that this test starts on a free loopback port
-//! (workqueue-postgres's test support): the URL comes from `WQ_POSTGRES_URL` and the figures
+//! (workq-postgres's test support): the URL comes from `WQ_POSTGRES_URL` and the figures
 //! come in the `--json` schema.
 
 use std::process::{Command, Output};
@@ -16,7 +16,7 @@ fn bench(url: &str, args: &[&str]) -> Output {
 }
 
 /// `wq-bench --postgres` reports in the `--json` schema (one object per line and
-/// figure, `impl` `workqueue-postgres`), and refuses a workload it has no server version of
+/// figure, `impl` `workq-postgres`), and refuses a workload it has no server version of
 /// and `--postgres` without a URL.
 #[test]
 fn the_bench_on_postgres_speaks_the_bench_json_schema() {
@@ -41,7 +41,7 @@ fn the_bench_on_postgres_speaks_the_bench_json_schema() {
         .iter()
         .find(|v| v["workload"] == "W1" && v["metric"] == "items_per_s")
         .unwrap_or_else(|| panic!("no W1 items_per_s in {text}"));
-    assert_eq!(w1["impl"], "workqueue-postgres", "{text}");
+    assert_eq!(w1["impl"], "workq-postgres", "{text}");
     assert!(w1["value"].as_f64().is_some_and(|v| v > 0.0), "{text}");
     for key in ["min", "max"] {
         assert!(w1[key].as_f64().is_some_and(|v| v > 0.0), "{text}");
@@ -50,7 +50,7 @@ fn the_bench_on_postgres_speaks_the_bench_json_schema() {
     assert!(
         lines.iter().all(|v| v["impl"]
             .as_str()
-            .is_some_and(|i| i.starts_with("workqueue-postgres"))),
+            .is_some_and(|i| i.starts_with("workq-postgres"))),
         "--no-pgboss measures no pg-boss: {text}"
     );
     assert!(stderr.contains("pg-boss not measured"), "{stderr}");

@@ -9,7 +9,7 @@ const PASSWORD: &str = "B3nch-Secret";
 #[path = "../../workq-redis/tests/support/server.rs"]
 mod server;
 
-/// A `redis-server` with a password and an AOF, from workqueue-redis's test support: a
+/// A `redis-server` with a password and an AOF, from workq-redis's test support: a
 /// missing binary fails the test naming the Debian package, unless `WQ_SKIP_REDIS_TESTS=1`
 /// outside CI (then `None`).
 fn server() -> Option<server::RedisServer> {
@@ -41,7 +41,7 @@ fn stdout(out: &Output) -> String {
 }
 
 /// `wq-bench --redis` reports in the `--json` schema (one object per line and figure, `impl`
-/// `workqueue-redis`, and `workqueue-redis-batch` for W1's batched consumer).
+/// `workq-redis`, and `workq-redis-batch` for W1's batched consumer).
 #[test]
 fn the_bench_on_redis_speaks_the_bench_json_schema() {
     let Some(server) = server() else { return };
@@ -55,19 +55,19 @@ fn the_bench_on_redis_speaks_the_bench_json_schema() {
             .iter()
             .find(|v| v["workload"] == "W1" && v["metric"] == "items_per_s")
             .unwrap_or_else(|| panic!("no W1 items_per_s in {text}"));
-        assert_eq!(w1["impl"], "workqueue-redis", "{text}");
+        assert_eq!(w1["impl"], "workq-redis", "{text}");
         assert!(w1["value"].as_f64().is_some_and(|v| v > 0.0), "{text}");
         assert_eq!(w1["runs"], 1, "{text}");
         assert!(
             lines
                 .iter()
-                .all(|v| v["impl"] == "workqueue-redis" || v["impl"] == "workqueue-redis-batch"),
+                .all(|v| v["impl"] == "workq-redis" || v["impl"] == "workq-redis-batch"),
             "--no-bullmq measures no BullMQ: {text}"
         );
         assert!(
             lines
                 .iter()
-                .any(|v| v["impl"] == "workqueue-redis-batch" && v["workload"] == "W1"),
+                .any(|v| v["impl"] == "workq-redis-batch" && v["workload"] == "W1"),
             "W1 with a batched consumer: {text}"
         );
     };
@@ -126,7 +126,7 @@ fn the_fleet_bench_on_redis_reports_each_shape_and_plots_the_sweep() {
             .find(|v| v["metric"] == metric)
             .unwrap_or_else(|| panic!("no {metric} in {w7:?}"));
         assert_eq!(line["workload"], "W7");
-        assert_eq!(line["impl"], "workqueue-redis");
+        assert_eq!(line["impl"], "workq-redis");
         let shape = ["processes", "workers", "handler_ms"].map(|key| line[key].as_u64());
         assert_eq!(shape, [Some(2), Some(4), Some(0)], "{line}");
         assert!(line["value"].as_f64().is_some_and(|v| v >= 0.0), "{line}");

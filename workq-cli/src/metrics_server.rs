@@ -12,7 +12,7 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use workqueue_dashboard::exposition::encode_for_accept;
+use workq_dashboard::exposition::encode_for_accept;
 
 /// The most a request's head may take.
 const MAX_REQUEST: usize = 16 * 1024;
@@ -97,8 +97,8 @@ async fn respond(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use workqueue::WorkQueue;
-    use workqueue::metrics::prometheus::PrometheusMetrics;
+    use workq::WorkQueue;
+    use workq::metrics::prometheus::PrometheusMetrics;
 
     async fn get(addr: SocketAddr, path: &str, accept: Option<&str>) -> String {
         let mut stream = TcpStream::connect(addr).await.unwrap();

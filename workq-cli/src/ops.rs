@@ -1,4 +1,4 @@
-//! `wq redis ...`: the operator's commands for a queue on Redis (crate `workqueue-redis`).
+//! `wq redis ...`: the operator's commands for a queue on Redis (crate `workq-redis`).
 //!
 //! Every subcommand takes the server from `--url` or, better for a URL with a password (a
 //! command line is visible to every user of the machine), from `$WQ_REDIS_URL`.
@@ -17,7 +17,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use workqueue_redis::RedisQueue;
+use workq_redis::RedisQueue;
 
 /// Options of `wq redis`.
 #[derive(Debug, clap::Args)]
@@ -125,7 +125,7 @@ pub(crate) fn url_from(given: String, flag: &str, var: &str) -> Option<String> {
 }
 
 /// Opens the queue of an operator command (payloads of any shape: they show as stored).
-async fn open(args: &QueueArgs) -> Result<RedisQueue<serde_json::Value>, workqueue_redis::Error> {
+async fn open(args: &QueueArgs) -> Result<RedisQueue<serde_json::Value>, workq_redis::Error> {
     RedisQueue::builder(args.queue.as_str())
         .url(args.url.as_str())
         .prefix(args.prefix.as_str())
@@ -193,7 +193,7 @@ pub(crate) fn paused(was_running: bool, tool: &str) -> String {
 /// Runs `work` on a two-thread runtime; reports its error as `wq redis WHAT: ...`.
 pub(crate) fn block_on(
     what: &str,
-    work: impl std::future::Future<Output = Result<ExitCode, workqueue_redis::Error>>,
+    work: impl std::future::Future<Output = Result<ExitCode, workq_redis::Error>>,
 ) -> ExitCode {
     block_on_as(&format!("wq redis {what}"), work)
 }
@@ -223,7 +223,7 @@ pub(crate) fn block_on_as<E: std::fmt::Display>(
     }
 }
 
-async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workqueue_redis::Error> {
+async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workq_redis::Error> {
     match command {
         DeadLettersCommand::List { queue, limit } => {
             let letters = open(&queue).await?.dead_letters(limit).await?;
@@ -257,7 +257,7 @@ async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workqueue
     Ok(ExitCode::SUCCESS)
 }
 
-async fn stats(args: &StatsArgs) -> Result<String, workqueue_redis::Error> {
+async fn stats(args: &StatsArgs) -> Result<String, workq_redis::Error> {
     let queue = open(&args.queue).await?;
     let stats = queue.stats(args.limit).await?;
     let paused = queue.is_paused().await?;

@@ -1,5 +1,5 @@
 //! `wq postgres ...`: the operator's commands for a queue on PostgreSQL (crate
-//! `workqueue-postgres`), the same as `wq redis ...`.
+//! `workq-postgres`), the same as `wq redis ...`.
 //!
 //! Every subcommand takes the database from `--url` or, better for a URL with a password (a
 //! command line is visible to every user of the machine), from `$WQ_POSTGRES_URL`. None of
@@ -15,7 +15,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use workqueue_postgres::PgQueue;
+use workq_postgres::PgQueue;
 
 use crate::ops::{View, block_on_as, paused, resumed};
 
@@ -106,7 +106,7 @@ enum DeadLettersCommand {
 
 /// Opens the queue of an operator command: items of any shape (they show as stored), no
 /// schema installed, no queue created, no `LISTEN` connection.
-async fn open(args: &QueueArgs) -> Result<PgQueue<serde_json::Value>, workqueue_postgres::Error> {
+async fn open(args: &QueueArgs) -> Result<PgQueue<serde_json::Value>, workq_postgres::Error> {
     PgQueue::builder(args.queue.as_str())
         .url(args.url.url.as_str())
         .max_connections(2)
@@ -121,7 +121,7 @@ async fn open(args: &QueueArgs) -> Result<PgQueue<serde_json::Value>, workqueue_
 /// Runs `work`; reports its error as `wq postgres WHAT: ...`.
 fn block_on(
     what: &str,
-    work: impl std::future::Future<Output = Result<ExitCode, workqueue_postgres::Error>>,
+    work: impl std::future::Future<Output = Result<ExitCode, workq_postgres::Error>>,
 ) -> ExitCode {
     block_on_as(&format!("wq postgres {what}"), work)
 }
@@ -134,8 +134,8 @@ pub(crate) fn run(args: PostgresArgs) -> ExitCode {
                 .max_connections(1)
                 .connect(&args.url)
                 .await
-                .map_err(workqueue_postgres::Error::from)?;
-            let queues = workqueue_postgres::queues(&pool).await?;
+                .map_err(workq_postgres::Error::from)?;
+            let queues = workq_postgres::queues(&pool).await?;
             println!(
                 "{:<40} {:>10} {:>10} {:>10} {:>10}",
                 "queue", "depth", "delayed", "in flight", "dead"
@@ -190,7 +190,7 @@ pub(crate) fn run(args: PostgresArgs) -> ExitCode {
     }
 }
 
-async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workqueue_postgres::Error> {
+async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workq_postgres::Error> {
     match command {
         DeadLettersCommand::List { queue, limit } => {
             let letters = open(&queue).await?.dead_letters(limit).await?;
@@ -225,7 +225,7 @@ async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workqueue
     Ok(ExitCode::SUCCESS)
 }
 
-async fn stats(args: &StatsArgs) -> Result<String, workqueue_postgres::Error> {
+async fn stats(args: &StatsArgs) -> Result<String, workq_postgres::Error> {
     let queue = open(&args.queue).await?;
     let stats = queue.stats(args.limit).await?;
     let dead = queue.dead_letters(args.limit).await?;

@@ -31,7 +31,7 @@ mod pg_server;
 #[path = "../../workq-dashboard/tests/support/nginx.rs"]
 mod nginx;
 
-/// A password-protected `redis-server` from workqueue-redis's test support, or `None` when it
+/// A password-protected `redis-server` from workq-redis's test support, or `None` when it
 /// is missing and `WQ_SKIP_REDIS_TESTS=1` outside CI; a missing server fails the test
 /// otherwise.
 fn redis(password: &str) -> Option<server::RedisServer> {
@@ -201,7 +201,7 @@ fn a_token_is_made_printed_once_and_wanted_from_everyone() {
     let url = format!("redis://:pw-s3cret@127.0.0.1:{port}/");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let q: workqueue_redis::RedisQueue<u32> = workqueue_redis::RedisQueue::builder("mail")
+        let q: workq_redis::RedisQueue<u32> = workq_redis::RedisQueue::builder("mail")
             .url(url.clone())
             .check_persistence(false)
             .build()
@@ -219,7 +219,7 @@ fn a_token_is_made_printed_once_and_wanted_from_everyone() {
         .clone()
         .expect("the address carries the token");
     assert!(token.len() >= 22, "{token}");
-    workqueue_dashboard::check_token(&token).unwrap();
+    workq_dashboard::check_token(&token).unwrap();
     let addr = dashboard.addr.clone();
 
     // Without the token, nothing; with it, the queues.
@@ -416,26 +416,24 @@ fn behind_a_proxy_on_this_machine_the_token_is_still_wanted() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dead = |runtime: &tokio::runtime::Runtime| {
         runtime.block_on(async {
-            let q: workqueue_redis::RedisQueue<u32> =
-                workqueue_redis::RedisQueue::builder("orders")
-                    .url(url.clone())
-                    .check_persistence(false)
-                    .build()
-                    .await
-                    .unwrap();
-            q.stats(10).await.unwrap().dead
-        })
-    };
-    runtime.block_on(async {
-        let text: workqueue_redis::RedisQueue<String> =
-            workqueue_redis::RedisQueue::builder("orders")
+            let q: workq_redis::RedisQueue<u32> = workq_redis::RedisQueue::builder("orders")
                 .url(url.clone())
                 .check_persistence(false)
                 .build()
                 .await
                 .unwrap();
+            q.stats(10).await.unwrap().dead
+        })
+    };
+    runtime.block_on(async {
+        let text: workq_redis::RedisQueue<String> = workq_redis::RedisQueue::builder("orders")
+            .url(url.clone())
+            .check_persistence(false)
+            .build()
+            .await
+            .unwrap();
         text.add("bad".to_owned()).await.unwrap();
-        let q: workqueue_redis::RedisQueue<u32> = workqueue_redis::RedisQueue::builder("orders")
+        let q: workq_redis::RedisQueue<u32> = workq_redis::RedisQueue::builder("orders")
             .url(url.clone())
             .check_persistence(false)
             .build()
@@ -658,14 +656,14 @@ fn serves_redis_and_postgres_queues_side_by_side() {
     );
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let r: workqueue_redis::RedisQueue<u32> = workqueue_redis::RedisQueue::builder("mail")
+        let r: workq_redis::RedisQueue<u32> = workq_redis::RedisQueue::builder("mail")
             .url(redis_url.clone())
             .check_persistence(false)
             .build()
             .await
             .unwrap();
         r.add(1).await.unwrap();
-        let p: workqueue_postgres::PgQueue<u32> = workqueue_postgres::PgQueue::builder("billing")
+        let p: workq_postgres::PgQueue<u32> = workq_postgres::PgQueue::builder("billing")
             .url(pg_url.clone())
             .listen(false)
             .build()

@@ -1,5 +1,5 @@
 //! `wq postgres ...` and `wq demo --postgres` on a PostgreSQL server that this test starts on a
-//! free loopback port (workqueue-postgres's test support): the URL comes from
+//! free loopback port (workq-postgres's test support): the URL comes from
 //! `WQ_POSTGRES_URL`, and the demo's checks hold across processes.
 
 use std::io::{BufRead, BufReader};
@@ -191,16 +191,14 @@ fn the_operator_commands_run_on_postgres() {
     let url = server.url();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let jobs: workqueue_postgres::PgQueue<String> =
-            workqueue_postgres::PgQueue::connect(&url, "jobs")
-                .await
-                .unwrap();
+        let jobs: workq_postgres::PgQueue<String> = workq_postgres::PgQueue::connect(&url, "jobs")
+            .await
+            .unwrap();
         jobs.add_all(["a", "b"].map(String::from)).await.unwrap();
         // A number the string queue cannot read: a dead letter at the first get.
-        let numbers: workqueue_postgres::PgQueue<u32> =
-            workqueue_postgres::PgQueue::connect(&url, "jobs")
-                .await
-                .unwrap();
+        let numbers: workq_postgres::PgQueue<u32> = workq_postgres::PgQueue::connect(&url, "jobs")
+            .await
+            .unwrap();
         numbers.add(7).await.unwrap();
         // a and b are handed out and given back; 7 moves to the dead letters.
         let held = jobs.try_get_many(3).await.unwrap();

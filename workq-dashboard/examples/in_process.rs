@@ -1,19 +1,19 @@
 //! A service that mounts the dashboard of its in-process queues next to its own routes:
-//! `cargo run -p workqueue-dashboard --example in_process`, then open the address it prints
+//! `cargo run -p workq-dashboard --example in_process`, then open the address it prints
 //! (`http://127.0.0.1:8081/dashboard/?token=...`).
 //!
 //! The safe way to serve it: a token (a random one, printed once), and
-//! [`workqueue_dashboard::Server`], which bounds connections and slow clients and records
+//! [`workq_dashboard::Server`], which bounds connections and slow clients and records
 //! the client's address for the audit log.
 
 use std::time::Duration;
 
-use workqueue_dashboard::{Config, MemorySource, Server, generate_token};
+use workq_dashboard::{Config, MemorySource, Server, generate_token};
 
 #[tokio::main]
 async fn main() {
     let source = MemorySource::new();
-    let queue: workqueue::WorkQueue<u64> = workqueue::WorkQueue::builder()
+    let queue: workq::WorkQueue<u64> = workq::WorkQueue::builder()
         .name("reconcile")
         .metrics(source.clone())
         .build();
@@ -39,7 +39,7 @@ async fn main() {
     };
     let app = axum::Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
-        .nest_service("/dashboard", workqueue_dashboard::router(source, config));
+        .nest_service("/dashboard", workq_dashboard::router(source, config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8081")
         .await
         .expect("listen on 127.0.0.1:8081");

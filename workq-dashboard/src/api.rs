@@ -504,7 +504,7 @@ pub(crate) async fn audit(
     let queue = queue_of_path(&path).unwrap_or_default();
     let item = refusal.item.as_deref().unwrap_or("");
     tracing::warn!(
-        target: "workqueue_dashboard::audit",
+        target: "workq_dashboard::audit",
         client = ?client,
         method = %method,
         path = ?path,
@@ -554,7 +554,7 @@ async fn run_action(
         Ok(r) => r,
         Err(response) => {
             tracing::warn!(
-                target: "workqueue_dashboard::audit",
+                target: "workq_dashboard::audit",
                 client = ?client, action = action.name(), queue = name, result = "not_found",
                 "dashboard action"
             );
@@ -576,7 +576,7 @@ async fn run_action(
     match result {
         Ok(outcome) => {
             tracing::info!(
-                target: "workqueue_dashboard::audit",
+                target: "workq_dashboard::audit",
                 client = ?client,
                 source = %r.label,
                 queue = name,
@@ -599,7 +599,7 @@ async fn run_action(
         }
         Err(e) => {
             tracing::warn!(
-                target: "workqueue_dashboard::audit",
+                target: "workq_dashboard::audit",
                 client = ?client,
                 source = %r.label,
                 queue = name,

@@ -161,7 +161,7 @@ pub(crate) fn action_of_path(path: &str) -> &'static str {
 /// Why a request without a token is refused when the server does not record peers.
 pub(crate) const NO_PEER: &str = "the dashboard has no token and cannot see the client's \
      address, so it cannot tell this machine from the network: set Config::token (see \
-     workqueue_dashboard::generate_token), or serve it with workqueue_dashboard::Server or \
+     workq_dashboard::generate_token), or serve it with workq_dashboard::Server or \
      into_make_service_with_connect_info::<SocketAddr>()";
 
 /// The tokens a request carries: `Authorization: Bearer T`, and the cookie.
@@ -203,7 +203,7 @@ pub(crate) async fn guard(
                     .no_peer_told
                     .swap(true, std::sync::atomic::Ordering::Relaxed)
                 {
-                    tracing::error!(target: "workqueue_dashboard::audit", "{NO_PEER}");
+                    tracing::error!(target: "workq_dashboard::audit", "{NO_PEER}");
                 }
                 return refuse_as(StatusCode::FORBIDDEN, "no_peer", NO_PEER);
             };

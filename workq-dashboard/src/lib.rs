@@ -5,24 +5,24 @@
 //! [`RedisSource`] (feature `redis`, on by default) lists every queue under a key prefix over
 //! one reconnecting connection, pages through their items and acts on them (pause and
 //! resume, requeue, delete or purge dead letters, retry or remove one item, forget an item's
-//! failures); [`MemorySource`] shows in-process [`workqueue::WorkQueue`]s through their
+//! failures); [`MemorySource`] shows in-process [`workq::WorkQueue`]s through their
 //! [`QueueProbe`]s, read-only. [`Dashboard`] serves several sources on one page (Redis and
 //! PostgreSQL queues side by side); [`router`] serves one.
 //!
 //! ```no_run
-//! use workqueue_dashboard::{Config, MemorySource, Server, generate_token};
+//! use workq_dashboard::{Config, MemorySource, Server, generate_token};
 //!
 //! # async fn run() -> std::io::Result<()> {
 //! let source = MemorySource::new();
 //! // Queues built with the source as their metrics provider show up on the page.
-//! let queue: workqueue::WorkQueue<String> =
-//!     workqueue::WorkQueue::builder().name("pods").metrics(source.clone()).build();
+//! let queue: workq::WorkQueue<String> =
+//!     workq::WorkQueue::builder().name("pods").metrics(source.clone()).build();
 //! // A random token, printed once: the page wants it, whoever asks.
 //! let token = generate_token();
 //! let config = Config { token: Some(token.clone()), ..Config::default() };
 //! let app = axum::Router::new()
 //!     .route("/healthz", axum::routing::get(|| async { "ok" }))
-//!     .nest_service("/dashboard", workqueue_dashboard::router(source, config));
+//!     .nest_service("/dashboard", workq_dashboard::router(source, config));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! println!("http://127.0.0.1:8080/dashboard/?token={token}");
 //! // Bounded connections, a header timeout, and the client's address for the audit log.
@@ -66,7 +66,7 @@
 //! - [`Config::read_only`] turns every action off. Every action and every refusal (a
 //!   missing or wrong token, a client off this machine, the CSRF and origin checks, the
 //!   read-only switch, a body over the limit or unreadable, a request over the time limit)
-//!   is logged through `tracing` (target `workqueue_dashboard::audit`: client address,
+//!   is logged through `tracing` (target `workq_dashboard::audit`: client address,
 //!   action, queue, item, result, reason) and counted in `/metrics`
 //!   (`workqueue_dashboard_actions_total{action,result}`,
 //!   `workqueue_dashboard_refusals_total{reason}`).
@@ -113,7 +113,7 @@ pub use source::{
     PageRequest, QueueView, Source, SourceError, SourceStatus,
 };
 pub use token::{MIN_TOKEN_BITS, check_token, generate_token};
-pub use workqueue::metrics::QueueProbe;
+pub use workq::metrics::QueueProbe;
 
 /// How the dashboard behaves.
 #[derive(Clone)]
@@ -215,7 +215,7 @@ pub(crate) fn answer_error(status: StatusCode, why: &str) -> Response {
 /// source of one kind is `kind-2`).
 ///
 /// ```no_run
-/// use workqueue_dashboard::{Config, Dashboard, MemorySource};
+/// use workq_dashboard::{Config, Dashboard, MemorySource};
 ///
 /// # async fn run() {
 /// let app = Dashboard::new(Config::default())
@@ -366,7 +366,7 @@ pub fn router<S: Source>(source: S, config: Config) -> Router {
     Dashboard::new(config)
         .source(source)
         .router()
-        .unwrap_or_else(|e| panic!("workqueue-dashboard: {e}"))
+        .unwrap_or_else(|e| panic!("workq-dashboard: {e}"))
 }
 
 /// The page. Its links are relative, so that it works wherever the router is mounted: mounted

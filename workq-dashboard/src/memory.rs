@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use workqueue::metrics::QueueProbe;
-use workqueue::metrics::{MetricsProvider, QueueMetrics};
+use workq::metrics::QueueProbe;
+use workq::metrics::{MetricsProvider, QueueMetrics};
 
 use crate::{
     Action, ItemDetail, ItemPage, Outcome, PageRequest, QueueView, Source, SourceError,
@@ -27,16 +27,16 @@ struct Entry {
     counters: Option<Arc<Counters>>,
 }
 
-/// In-process [`workqueue::WorkQueue`]s, read-only: their sizes come from their
+/// In-process [`workq::WorkQueue`]s, read-only: their sizes come from their
 /// [`QueueProbe`]s, and adds, completions and retries are counted when the source is the
-/// queue's [metrics provider](workqueue::Builder::metrics).
+/// queue's [metrics provider](workq::Builder::metrics).
 ///
 /// ```
-/// use workqueue_dashboard::MemorySource;
+/// use workq_dashboard::MemorySource;
 ///
 /// let source = MemorySource::new();
-/// let queue: workqueue::WorkQueue<u32> =
-///     workqueue::WorkQueue::builder().name("pods").metrics(source.clone()).build();
+/// let queue: workq::WorkQueue<u32> =
+///     workq::WorkQueue::builder().name("pods").metrics(source.clone()).build();
 /// queue.add(1);
 /// ```
 #[derive(Clone, Default)]

@@ -1,7 +1,7 @@
 //! Queues on PostgreSQL: [`PgSource`].
 //!
-//! Every queue of the database is one row of `workqueue_queues` (crate `workqueue-postgres`),
-//! so one statement lists them all with their figures ([`workqueue_postgres::queues`]),
+//! Every queue of the database is one row of `workqueue_queues` (crate `workq-postgres`),
+//! so one statement lists them all with their figures ([`workq_postgres::queues`]),
 //! whatever their number. Everything goes through one small pool of the source's own (at
 //! most [`PgSource::MAX_CONNECTIONS`]), which drops a connection the server closed and opens another
 //! on the next call, so the source answers again by itself after a restart. The queues'
@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::value::RawValue;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use workqueue_postgres::{AddKind, DeadLetter, PageQuery, PgQueue, QueueSummary, Removed};
+use workq_postgres::{AddKind, DeadLetter, PageQuery, PgQueue, QueueSummary, Removed};
 
 use crate::redact;
 use crate::source::{
@@ -44,13 +44,13 @@ const MAX_HANDLES: usize = 256;
 /// How the source's connections are named in `pg_stat_activity`.
 const APPLICATION_NAME: &str = "wq-dashboard";
 
-/// Every queue in one PostgreSQL database (the tables of `workqueue-postgres`, schema version
-/// [`workqueue_postgres::SCHEMA_VERSION`]), with actions.
+/// Every queue in one PostgreSQL database (the tables of `workq-postgres`, schema version
+/// [`workq_postgres::SCHEMA_VERSION`]), with actions.
 ///
 /// ```no_run
-/// use workqueue_dashboard::{Config, Dashboard, PgSource, RedisSource};
+/// use workq_dashboard::{Config, Dashboard, PgSource, RedisSource};
 ///
-/// # async fn run() -> Result<(), workqueue_dashboard::SourceError> {
+/// # async fn run() -> Result<(), workq_dashboard::SourceError> {
 /// let app = Dashboard::new(Config::default())
 ///     .source(RedisSource::new("redis://127.0.0.1/", "wq")?)
 ///     .source(PgSource::new("postgres://ops@127.0.0.1/app")?)
@@ -90,9 +90,9 @@ impl PgSource {
     pub const MAX_CONNECTIONS: u32 = 4;
 
     /// The queues in the database at `url` (`postgres://user:password@host:port/database`,
-    /// `?sslmode=require` for TLS when `workqueue-postgres` has its feature `tls`). Does not
+    /// `?sslmode=require` for TLS when `workq-postgres` has its feature `tls`). Does not
     /// connect yet: a server that is down shows as down on the page until it is up. The
-    /// source's role needs the privileges of a worker (see `workqueue-postgres`'s "Least
+    /// source's role needs the privileges of a worker (see `workq-postgres`'s "Least
     /// privileges"); it never changes the schema or creates a queue.
     ///
     /// # Errors
@@ -184,8 +184,8 @@ impl PgSource {
 
     /// A queue error as the page shows it: the server cannot be reached, the request was
     /// wrong, or something else went wrong.
-    fn error(&self, e: workqueue_postgres::Error) -> SourceError {
-        use workqueue_postgres::Error as E;
+    fn error(&self, e: workq_postgres::Error) -> SourceError {
+        use workq_postgres::Error as E;
         match &e {
             E::Database(sqlx::Error::PoolTimedOut) => self.down(format!(
                 "no connection to the server within {} s (it is down or unreachable, or the \
@@ -197,8 +197,8 @@ impl PgSource {
             E::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01") => {
                 SourceError::Backend(format!(
                     "the database has no workqueue tables on the search path (install the \
-                     schema of workqueue-postgres, version {}): {}",
-                    workqueue_postgres::SCHEMA_VERSION,
+                     schema of workq-postgres, version {}): {}",
+                    workq_postgres::SCHEMA_VERSION,
                     self.clean(db.to_string())
                 ))
             }
@@ -210,7 +210,7 @@ impl PgSource {
     /// `read`, failing as [`SourceError::Unavailable`] if it takes over [`READ_TIMEOUT`].
     async fn read<T>(
         &self,
-        read: impl Future<Output = Result<T, workqueue_postgres::Error>>,
+        read: impl Future<Output = Result<T, workq_postgres::Error>>,
     ) -> Result<T, SourceError> {
         match tokio::time::timeout(READ_TIMEOUT, read).await {
             Ok(Ok(answer)) => {
@@ -261,7 +261,7 @@ impl PgSource {
                     .bind(name)
                     .fetch_optional(self.pool())
                     .await
-                    .map_err(workqueue_postgres::Error::from)
+                    .map_err(workq_postgres::Error::from)
             })
             .await?;
         if found.is_none() {
@@ -279,7 +279,7 @@ impl PgSource {
             .await;
         let handle = match built {
             Ok(handle) => handle,
-            Err(workqueue_postgres::Error::Config(_)) => return Err(SourceError::NotFound),
+            Err(workq_postgres::Error::Config(_)) => return Err(SourceError::NotFound),
             Err(e) => return Err(self.error(e)),
         };
         let mut handles = self.handles.lock();
@@ -309,7 +309,7 @@ impl PgSource {
         let Some(d) = detail else {
             return Ok(Outcome::new(0, "not delayed or failing in this queue"));
         };
-        let ready = d.states.contains(&workqueue_postgres::ItemState::Ready);
+        let ready = d.states.contains(&workq_postgres::ItemState::Ready);
         if ready || d.readded {
             return Ok(Outcome::new(0, "already queued"));
         }
@@ -393,11 +393,11 @@ fn unopenable(name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("its name is empty".into());
     }
-    if name.len() > workqueue_postgres::MAX_NAME_BYTES {
+    if name.len() > workq_postgres::MAX_NAME_BYTES {
         return Some(format!(
             "its name is {} bytes long, over the {} a queue may have",
             name.len(),
-            workqueue_postgres::MAX_NAME_BYTES
+            workq_postgres::MAX_NAME_BYTES
         ));
     }
     name.chars()
@@ -485,7 +485,7 @@ fn letter(d: &DeadLetter) -> DeadLetterView {
     }
 }
 
-fn lease(l: &workqueue_postgres::LeaseInfo) -> LeaseView {
+fn lease(l: &workq_postgres::LeaseInfo) -> LeaseView {
     LeaseView {
         age_s: l.age.as_secs_f64(),
         expires_in_s: l.expires_in.as_secs_f64(),
@@ -494,23 +494,23 @@ fn lease(l: &workqueue_postgres::LeaseInfo) -> LeaseView {
     }
 }
 
-fn state_arg(state: ItemState) -> workqueue_postgres::ItemState {
+fn state_arg(state: ItemState) -> workq_postgres::ItemState {
     match state {
-        ItemState::Ready => workqueue_postgres::ItemState::Ready,
-        ItemState::Delayed => workqueue_postgres::ItemState::Delayed,
-        ItemState::InFlight => workqueue_postgres::ItemState::InFlight,
-        ItemState::Failing => workqueue_postgres::ItemState::Failing,
-        ItemState::Dead => workqueue_postgres::ItemState::Dead,
+        ItemState::Ready => workq_postgres::ItemState::Ready,
+        ItemState::Delayed => workq_postgres::ItemState::Delayed,
+        ItemState::InFlight => workq_postgres::ItemState::InFlight,
+        ItemState::Failing => workq_postgres::ItemState::Failing,
+        ItemState::Dead => workq_postgres::ItemState::Dead,
     }
 }
 
-fn state_of(state: workqueue_postgres::ItemState) -> Option<ItemState> {
+fn state_of(state: workq_postgres::ItemState) -> Option<ItemState> {
     match state {
-        workqueue_postgres::ItemState::Ready => Some(ItemState::Ready),
-        workqueue_postgres::ItemState::Delayed => Some(ItemState::Delayed),
-        workqueue_postgres::ItemState::InFlight => Some(ItemState::InFlight),
-        workqueue_postgres::ItemState::Failing => Some(ItemState::Failing),
-        workqueue_postgres::ItemState::Dead => Some(ItemState::Dead),
+        workq_postgres::ItemState::Ready => Some(ItemState::Ready),
+        workq_postgres::ItemState::Delayed => Some(ItemState::Delayed),
+        workq_postgres::ItemState::InFlight => Some(ItemState::InFlight),
+        workq_postgres::ItemState::Failing => Some(ItemState::Failing),
+        workq_postgres::ItemState::Dead => Some(ItemState::Dead),
         _ => None,
     }
 }
@@ -538,13 +538,13 @@ impl Source for PgSource {
     }
 
     async fn queues(&self) -> Result<Vec<QueueView>, SourceError> {
-        let all = self.read(workqueue_postgres::queues(self.pool())).await?;
+        let all = self.read(workq_postgres::queues(self.pool())).await?;
         self.read_settings().await;
         Ok(all.iter().map(view).collect())
     }
 
     async fn queue(&self, name: &str) -> Result<QueueView, SourceError> {
-        self.read(workqueue_postgres::queue_summary(self.pool(), name))
+        self.read(workq_postgres::queue_summary(self.pool(), name))
             .await?
             .map(|s| view(&s))
             .ok_or(SourceError::NotFound)
@@ -602,7 +602,7 @@ impl Source for PgSource {
     }
 
     async fn act(&self, name: &str, action: &Action) -> Result<Outcome, SourceError> {
-        use workqueue_postgres::Error as E;
+        use workq_postgres::Error as E;
         let queue = self.handle(name).await?;
         let e = |e| self.error(e);
         let id = |id: &str| {

@@ -29,7 +29,7 @@ const UNREADABLE: &str = "(a URL that does not parse, not shown)";
 /// string that does not parse as a URL is not shown at all.
 ///
 /// ```
-/// use workqueue_dashboard::redact;
+/// use workq_dashboard::redact;
 ///
 /// assert_eq!(redact("redis://:s3cret@cache:6379/0"), "redis://***@cache:6379/0");
 /// assert_eq!(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::value::RawValue;
 use tokio::sync::Mutex;
-use workqueue_redis::{Admin, DeadLetter, RedisQueue, Retried, Summary};
+use workq_redis::{Admin, DeadLetter, RedisQueue, Retried, Summary};
 
 use crate::redact;
 use crate::source::{
@@ -110,7 +110,7 @@ impl RedisSource {
 
     /// A Redis error as the page shows it: the server is down (the connection failed or
     /// timed out), or something else went wrong.
-    fn error(&self, e: &workqueue_redis::Error) -> SourceError {
+    fn error(&self, e: &workq_redis::Error) -> SourceError {
         let text = self.clean(e.to_string());
         if e.is_connection() {
             self.up.store(false, Ordering::Relaxed);
@@ -173,7 +173,7 @@ impl RedisSource {
                 Ok(s)
             }
             Ok(_) => Err(SourceError::NotFound),
-            Err(workqueue_redis::Error::Config(_)) => Err(SourceError::NotFound),
+            Err(workq_redis::Error::Config(_)) => Err(SourceError::NotFound),
             Err(e) => Err(self.error(&e)),
         }
     }
@@ -215,7 +215,7 @@ fn letter(d: &DeadLetter) -> DeadLetterView {
     }
 }
 
-fn lease(l: &workqueue_redis::InFlight) -> LeaseView {
+fn lease(l: &workq_redis::InFlight) -> LeaseView {
     LeaseView {
         age_s: l.age.as_secs_f64(),
         expires_in_s: l.expires_in.as_secs_f64(),
@@ -224,13 +224,13 @@ fn lease(l: &workqueue_redis::InFlight) -> LeaseView {
     }
 }
 
-fn state_arg(state: ItemState) -> workqueue_redis::ItemState {
+fn state_arg(state: ItemState) -> workq_redis::ItemState {
     match state {
-        ItemState::Ready => workqueue_redis::ItemState::Ready,
-        ItemState::Delayed => workqueue_redis::ItemState::Delayed,
-        ItemState::InFlight => workqueue_redis::ItemState::InFlight,
-        ItemState::Failing => workqueue_redis::ItemState::Failing,
-        ItemState::Dead => workqueue_redis::ItemState::Dead,
+        ItemState::Ready => workq_redis::ItemState::Ready,
+        ItemState::Delayed => workq_redis::ItemState::Delayed,
+        ItemState::InFlight => workq_redis::ItemState::InFlight,
+        ItemState::Failing => workq_redis::ItemState::Failing,
+        ItemState::Dead => workq_redis::ItemState::Dead,
     }
 }
 
@@ -287,8 +287,8 @@ impl Source for RedisSource {
         self.summary(name).await?;
         let queue = self.handle(name).await?;
         let from = match request.from {
-            End::First => workqueue_redis::End::First,
-            End::Last => workqueue_redis::End::Last,
+            End::First => workq_redis::End::First,
+            End::Last => workq_redis::End::Last,
         };
         let page = queue
             .page(
@@ -300,7 +300,7 @@ impl Source for RedisSource {
             )
             .await
             .map_err(|e| match e {
-                workqueue_redis::Error::Protocol(m) => SourceError::BadRequest(m),
+                workq_redis::Error::Protocol(m) => SourceError::BadRequest(m),
                 e => self.error(&e),
             })?;
         // Offsets go back by a page; a search or a hash scan cannot (the page keeps the
@@ -374,8 +374,8 @@ impl Source for RedisSource {
         // An action on a queue that does not exist would create keys: refuse it.
         self.summary(name).await?;
         let queue = self.handle(name).await?;
-        let e = |e: workqueue_redis::Error| match e {
-            workqueue_redis::Error::Protocol(m) => SourceError::BadRequest(m),
+        let e = |e: workq_redis::Error| match e {
+            workq_redis::Error::Protocol(m) => SourceError::BadRequest(m),
             e => self.error(&e),
         };
         Ok(match action {

@@ -42,11 +42,11 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// read.
 ///
 /// ```no_run
-/// use workqueue_dashboard::{Config, MemorySource, Server, generate_token};
+/// use workq_dashboard::{Config, MemorySource, Server, generate_token};
 ///
 /// # async fn run() -> std::io::Result<()> {
 /// let token = generate_token();
-/// let app = workqueue_dashboard::router(
+/// let app = workq_dashboard::router(
 ///     MemorySource::new(),
 ///     Config { token: Some(token.clone()), ..Config::default() },
 /// );
@@ -272,7 +272,7 @@ impl Server {
                         ) {
                             // Out of file descriptors, say: wait for some to close rather
                             // than spin.
-                            tracing::warn!("workqueue-dashboard: accept: {e}");
+                            tracing::warn!("workq-dashboard: accept: {e}");
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                         continue;
@@ -286,7 +286,7 @@ impl Server {
                 let n = open.refused.fetch_add(1, Ordering::Relaxed) + 1;
                 if n.is_power_of_two() {
                     tracing::warn!(
-                        target: "workqueue_dashboard::audit",
+                        target: "workq_dashboard::audit",
                         client = %peer,
                         refused = n,
                         "connections over the cap ({} in all, {} per client) are closed",
@@ -335,7 +335,7 @@ impl Server {
             .is_err()
         {
             tracing::warn!(
-                "workqueue-dashboard: requests still on their way after {} s are dropped",
+                "workq-dashboard: requests still on their way after {} s are dropped",
                 DRAIN.as_secs()
             );
         }

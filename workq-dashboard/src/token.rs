@@ -21,8 +21,8 @@ fn url_safe(c: char) -> bool {
 /// as [`Config::token`](crate::Config::token) wants.
 ///
 /// ```
-/// let token = workqueue_dashboard::generate_token();
-/// assert!(workqueue_dashboard::check_token(&token).is_ok());
+/// let token = workq_dashboard::generate_token();
+/// assert!(workq_dashboard::check_token(&token).is_ok());
 /// ```
 pub fn generate_token() -> String {
     use rand::RngExt;

@@ -9,8 +9,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::json;
 use support::{RedisServer, get, post, send};
-use workqueue_dashboard::{Config, MemorySource, RedisSource, router};
-use workqueue_redis::RedisQueue;
+use workq_dashboard::{Config, MemorySource, RedisSource, router};
+use workq_redis::RedisQueue;
 
 async fn queue<T>(server: &RedisServer, name: &str) -> RedisQueue<T>
 where
@@ -460,7 +460,7 @@ async fn the_redis_password_is_never_shown() {
     assert_eq!(reply.json()["sources"][0]["up"], false);
     assert!(!reply.body.contains("wrong-secret-pass"), "{}", reply.body);
     assert_eq!(
-        workqueue_dashboard::redact("redis://user:pw@host:1/0"),
+        workq_dashboard::redact("redis://user:pw@host:1/0"),
         "redis://***@host:1/0"
     );
 }
@@ -468,7 +468,7 @@ async fn the_redis_password_is_never_shown() {
 #[tokio::test]
 async fn in_process_queues_show_through_their_probes() {
     let source = MemorySource::new();
-    let queue: workqueue::WorkQueue<u32> = workqueue::WorkQueue::builder()
+    let queue: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(source.clone())
         .build();
@@ -537,7 +537,7 @@ async fn only_the_queues_under_the_prefix_are_listed() {
 #[tokio::test]
 async fn the_router_mounts_under_a_path_beside_other_routes() {
     let source = MemorySource::new();
-    let queue: workqueue::WorkQueue<u32> = workqueue::WorkQueue::builder()
+    let queue: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(source.clone())
         .build();

@@ -20,13 +20,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use workqueue::TryGet;
+use workq::TryGet;
 #[cfg(feature = "postgres")]
-use workqueue_dashboard::PgSource;
-use workqueue_dashboard::{Config, Dashboard, RedisSource};
+use workq_dashboard::PgSource;
+use workq_dashboard::{Config, Dashboard, RedisSource};
 #[cfg(feature = "postgres")]
-use workqueue_postgres::PgQueue;
-use workqueue_redis::RedisQueue;
+use workq_postgres::PgQueue;
+use workq_redis::RedisQueue;
 
 const SKIP_VAR: &str = "WQ_SKIP_BROWSER_TESTS";
 
@@ -129,7 +129,7 @@ async fn serve(dashboard: Dashboard) -> String {
         support::TOKEN
     );
     let app = dashboard.router().unwrap();
-    tokio::spawn(workqueue_dashboard::Server::new(listener).serve(app));
+    tokio::spawn(workq_dashboard::Server::new(listener).serve(app));
     base
 }
 
@@ -938,7 +938,7 @@ async fn a_postgres_queue_beside_a_redis_one_shows_its_figures_and_is_acted_on()
         q.item_detail("\"later\"")
             .await
             .unwrap()
-            .is_some_and(|d| d.states.contains(&workqueue_postgres::ItemState::Ready))
+            .is_some_and(|d| d.states.contains(&workq_postgres::ItemState::Ready))
     );
 
     // Pause and resume.

@@ -14,8 +14,8 @@ use axum::http::{Request, StatusCode};
 use redis::AsyncCommands;
 use serde_json::json;
 use support::{RedisServer, get, post, send};
-use workqueue_dashboard::{Config, Dashboard, MemorySource, RedisSource, router};
-use workqueue_redis::RedisQueue;
+use workq_dashboard::{Config, Dashboard, MemorySource, RedisSource, router};
+use workq_redis::RedisQueue;
 
 async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {
     RedisQueue::builder(name)
@@ -435,7 +435,7 @@ async fn without_a_token_only_this_machine_is_answered_whatever_the_host() {
 #[tokio::test]
 async fn behind_a_proxy_the_cookie_is_secure_and_scoped_to_the_public_path() {
     let source = MemorySource::new();
-    let _q: workqueue::WorkQueue<u32> = workqueue::WorkQueue::builder()
+    let _q: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(source.clone())
         .build();
@@ -533,7 +533,7 @@ async fn two_sources_are_listed_side_by_side() {
         .await
         .unwrap();
     let memory = MemorySource::new();
-    let local: workqueue::WorkQueue<u32> = workqueue::WorkQueue::builder()
+    let local: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(memory.clone())
         .build();

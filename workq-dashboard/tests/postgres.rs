@@ -16,8 +16,8 @@ use serde_json::json;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use support::{PgServer, get, post};
-use workqueue_dashboard::{Config, Dashboard, PgSource, RedisSource, router};
-use workqueue_postgres::PgQueue;
+use workq_dashboard::{Config, Dashboard, PgSource, RedisSource, router};
+use workq_postgres::PgQueue;
 
 /// A password the test server ignores (it trusts loopback clients): it must never show.
 const PASSWORD: &str = "pg-s3cret-pass";
@@ -711,7 +711,7 @@ async fn a_postgres_queue_beside_a_redis_one_has_the_same_series() {
     };
     let admin = admin(&server).await;
     let pg = queue(&admin, "orders").await;
-    let rq: workqueue_redis::RedisQueue<String> = workqueue_redis::RedisQueue::builder("orders")
+    let rq: workq_redis::RedisQueue<String> = workq_redis::RedisQueue::builder("orders")
         .url(redis.url())
         .check_persistence(false)
         .build()

@@ -15,8 +15,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use workqueue_dashboard::{Config, Dashboard, RedisSource, Server};
-use workqueue_redis::RedisQueue;
+use workq_dashboard::{Config, Dashboard, RedisSource, Server};
+use workq_redis::RedisQueue;
 
 #[path = "support/nginx.rs"]
 mod nginx_support;
@@ -176,7 +176,7 @@ async fn behind_nginx_without_the_token_nothing_is_read_or_done() {
         .unwrap();
     assert!(numbers.try_get().await.unwrap().is_empty());
     assert_eq!(numbers.stats(10).await.unwrap().dead, 1);
-    let token = workqueue_dashboard::generate_token();
+    let token = workq_dashboard::generate_token();
     let upstream = serve(
         Dashboard::new(Config {
             token: Some(token.clone()),

@@ -19,11 +19,11 @@ use axum::http::{Request, StatusCode};
 use serde_json::json;
 use support::{RedisServer, TOKEN, get, send, send_without_peer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use workqueue_dashboard::{
+use workq_dashboard::{
     Action, Config, Dashboard, ItemDetail, ItemPage, MemorySource, Outcome, PageRequest, QueueView,
     RedisSource, Server, Source, SourceError, SourceStatus, router,
 };
-use workqueue_redis::RedisQueue;
+use workq_redis::RedisQueue;
 
 async fn queue<T>(server: &RedisServer, name: &str) -> RedisQueue<T>
 where
@@ -138,7 +138,7 @@ async fn weak_tokens_and_a_public_url_without_one_are_refused_at_start() {
     let proxied = build(None, Some("https://ops.example.com/wq/")).unwrap_err();
     assert!(proxied.contains("needs a token"), "{proxied}");
     assert!(build(Some(TOKEN), Some("https://ops.example.com/wq/")).is_ok());
-    assert!(build(Some(&workqueue_dashboard::generate_token()), None).is_ok());
+    assert!(build(Some(&workq_dashboard::generate_token()), None).is_ok());
 }
 
 #[tokio::test]

@@ -18,8 +18,8 @@
 //! summary and the queue's metrics.
 //!
 //! ```sh
-//! cargo run -p workqueue-kube --example configmap_controller
-//! cargo run -p workqueue-kube --features rustls-tls --example configmap_controller  # a cluster
+//! cargo run -p workq-kube --example configmap_controller
+//! cargo run -p workq-kube --features rustls-tls --example configmap_controller  # a cluster
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
@@ -35,10 +35,10 @@ use kube::api::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
-use workqueue::{Queue, Summary};
-use workqueue_kube::testing::FakeApiServer;
-use workqueue_kube::{Controller, ErrorAction, ObjectKey};
-use workqueue_redis::RedisQueue;
+use workq::{Queue, Summary};
+use workq_kube::testing::FakeApiServer;
+use workq_kube::{Controller, ErrorAction, ObjectKey};
+use workq_redis::RedisQueue;
 
 /// Why a reconcile failed.
 #[derive(Debug)]
@@ -231,7 +231,7 @@ where
 /// Prints a controller's summary; an error for a controller that stopped on its own or by
 /// force.
 fn print_outcome<T>(
-    outcome: Result<Summary<T>, workqueue_kube::Error<T>>,
+    outcome: Result<Summary<T>, workq_kube::Error<T>>,
 ) -> Result<(), Box<dyn Error>> {
     match outcome {
         Ok(summary) => {
@@ -325,7 +325,7 @@ async fn in_process() {
     println!("{summary}");
     println!("API server: {:?}", server.requests());
     let mut metrics = String::new();
-    workqueue_kube::metrics::encode(&mut metrics).expect("encode the metrics");
+    workq_kube::metrics::encode(&mut metrics).expect("encode the metrics");
     for line in metrics.lines().filter(|line| {
         line.starts_with(r#"workqueue_adds_total{name="configmap"}"#)
             || line.starts_with(r#"workqueue_retries_total{name="configmap"}"#)

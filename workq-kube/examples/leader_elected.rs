@@ -19,8 +19,8 @@
 //! and the `leader_election_master_status` gauge, and ends by itself.
 //!
 //! ```sh
-//! cargo run -p workqueue-kube --example leader_elected
-//! cargo run -p workqueue-kube --features rustls-tls --example leader_elected  # a cluster
+//! cargo run -p workq-kube --example leader_elected
+//! cargo run -p workq-kube --features rustls-tls --example leader_elected  # a cluster
 //! ```
 
 use std::collections::BTreeMap;
@@ -36,9 +36,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
-use workqueue::WorkQueue;
-use workqueue_kube::testing::FakeApiServer;
-use workqueue_kube::{Controller, LeaderElection, Running};
+use workq::WorkQueue;
+use workq_kube::testing::FakeApiServer;
+use workq_kube::{Controller, LeaderElection, Running};
 
 /// The Lease the replicas elect their leader on.
 const LEASE: &str = "configmap-controller-leader";
@@ -225,7 +225,7 @@ async fn in_process() -> Result<(), Box<dyn Error>> {
     server.heal(&cut_name);
 
     let mut text = String::new();
-    workqueue_kube::metrics::encode(&mut text)?;
+    workq_kube::metrics::encode(&mut text)?;
     println!("\nmetrics (every replica of this process reports under the same lease name):");
     for line in text.lines().filter(|line| {
         line.starts_with("leader_election_")

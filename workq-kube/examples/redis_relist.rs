@@ -7,8 +7,8 @@
 //! nothing else. Each run uses a fresh queue name on the same server.
 //!
 //! ```sh
-//! cargo run --release -p workqueue-kube --example redis_relist                     # its own redis-server
-//! cargo run --release -p workqueue-kube --example redis_relist -- redis://127.0.0.1:6379/
+//! cargo run --release -p workq-kube --example redis_relist                     # its own redis-server
+//! cargo run --release -p workq-kube --example redis_relist -- redis://127.0.0.1:6379/
 //! ```
 //!
 //! Figures from a busy machine are indications, not benchmarks.
@@ -27,10 +27,10 @@ use kube::Api;
 use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 use tokio::sync::watch;
-use workqueue::{AddOptions, Outcome, Queue};
-use workqueue_kube::Controller;
-use workqueue_kube::testing::FakeApiServer;
-use workqueue_redis::RedisQueue;
+use workq::{AddOptions, Outcome, Queue};
+use workq_kube::Controller;
+use workq_kube::testing::FakeApiServer;
+use workq_redis::RedisQueue;
 
 /// Objects listed.
 const OBJECTS: usize = 10_000;
@@ -42,8 +42,8 @@ struct OneByOne(RedisQueue<String>);
 
 impl Queue for OneByOne {
     type Item = String;
-    type Lease = workqueue_redis::Lease<String>;
-    type Error = workqueue_redis::Error;
+    type Lease = workq_redis::Lease<String>;
+    type Error = workq_redis::Error;
 
     fn name(&self) -> Option<&str> {
         Some(self.0.name())

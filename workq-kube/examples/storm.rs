@@ -21,8 +21,8 @@
 //! a fixed 5 ms.
 //!
 //! ```sh
-//! cargo run --release -p workqueue-kube --example storm            # both, one process each
-//! cargo run --release -p workqueue-kube --example storm -- ours    # or kube
+//! cargo run --release -p workq-kube --example storm            # both, one process each
+//! cargo run --release -p workq-kube --example storm -- ours    # or kube
 //! ```
 //!
 //! Figures from a shared machine are indications, not benchmarks; run both on an idle one.
@@ -40,10 +40,10 @@ use kube::runtime::controller::{Action, Config as KubeConfig};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller as KubeController, watcher};
 use kube::{Api, ResourceExt};
-use workqueue::WorkQueue;
-use workqueue::rate_limiter::ExponentialFailure;
-use workqueue_kube::Controller;
-use workqueue_kube::testing::FakeApiServer;
+use workq::WorkQueue;
+use workq::rate_limiter::ExponentialFailure;
+use workq_kube::Controller;
+use workq_kube::testing::FakeApiServer;
 
 /// Objects in the storm.
 const OBJECTS: usize = 10_000;

@@ -15,7 +15,7 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
-use workqueue::{Queue, WorkQueue, Workers};
+use workq::{Queue, WorkQueue, Workers};
 
 use crate::gate::ControllerQueue;
 use crate::leader::LeaderElection;
@@ -50,7 +50,7 @@ pub(crate) type Configure<Q> = Box<
         + Send,
 >;
 
-/// A kube-rs controller on a [`workqueue`] queue: a reflector [`Store`] and watchers feed the
+/// A kube-rs controller on a [`workq`] queue: a reflector [`Store`] and watchers feed the
 /// queue with object keys, and [`Workers`] reconcile them.
 ///
 /// - The main kind's objects are keyed by their [`ObjectRef`] (as the queue's
@@ -197,7 +197,7 @@ where
     /// # use k8s_openapi::api::apps::v1::Deployment;
     /// # use kube::runtime::{predicates, reflector, watcher, WatchStreamExt};
     /// # use kube::Api;
-    /// # use workqueue_kube::Controller;
+    /// # use workq_kube::Controller;
     /// # async fn doc(api: Api<Deployment>) {
     /// let (reader, writer) = reflector::store();
     /// let deployments = watcher(api, watcher::Config::default())
@@ -347,7 +347,7 @@ where
     }
 
     /// A controller on `queue`: one with a rate limiter or clock of your choice, or another
-    /// backend such as `workqueue_redis::RedisQueue<String>`. Name it for the Kubernetes
+    /// backend such as `workq_redis::RedisQueue<String>`. Name it for the Kubernetes
     /// workqueue metrics series, and give it a metrics provider
     /// ([`metrics::provider`](crate::metrics::provider) for the process-wide registry).
     pub fn with_queue(queue: Q, api: Api<K>, config: watcher::Config) -> Self
@@ -434,7 +434,7 @@ where
     /// # use kube::Api;
     /// # use kube::runtime::watcher;
     /// use std::time::Duration;
-    /// use workqueue_kube::{Controller, ErrorAction};
+    /// use workq_kube::{Controller, ErrorAction};
     /// # fn doc(api: Api<ConfigMap>) {
     /// let controller = Controller::new(api, watcher::Config::default()).error_policy(
     ///     |_object, error: &kube::Error, failures| match error {
@@ -601,7 +601,7 @@ where
 
     /// Starts the watchers and the workers on the current tokio runtime; `reconcile` is
     /// called with each object to reconcile and `context`. Returns the running controller:
-    /// wait for it with [`Running::wait`], stop it with its [`StopToken`](workqueue::StopToken)
+    /// wait for it with [`Running::wait`], stop it with its [`StopToken`](workq::StopToken)
     /// or [`Running::run_until`].
     ///
     /// # Panics

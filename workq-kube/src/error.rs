@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use workqueue::Summary;
+use workq::Summary;
 
 /// Why a controller stopped without being asked to, or was stopped by force.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use futures::stream::{BoxStream, SelectAll};
 use kube::Resource;
 use parking_lot::Mutex;
 use tokio::sync::watch;
-use workqueue::{AddOptions, Queue, StopToken};
+use workq::{AddOptions, Queue, StopToken};
 
 use crate::ObjectKey;
 use crate::error::ErrorKind;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
-use workqueue::{AddOptions, DoneMany, Queue, QueueLease};
+use workq::{AddOptions, DoneMany, Queue, QueueLease};
 
 use crate::instruments::Instruments;
 use crate::leader::Fence;
@@ -328,7 +328,7 @@ fn cuts_short(cause: Cause, seen: Option<Spec>) -> bool {
 ///
 /// Every other call goes to the queue as is. You meet this type in
 /// [`Controller::workers`](crate::Controller::workers), whose settings apply to
-/// [`Workers`](workqueue::Workers) over it.
+/// [`Workers`](workq::Workers) over it.
 pub struct ControllerQueue<Q: Queue> {
     /// The queue itself.
     inner: Q,
@@ -680,7 +680,7 @@ impl<Q: Queue> Drop for ControllerLease<Q> {
 mod tests {
     use std::convert::Infallible;
 
-    use workqueue::WorkQueue;
+    use workq::WorkQueue;
 
     use super::*;
 
@@ -695,7 +695,7 @@ mod tests {
 
     impl Queue for Batched {
         type Item = &'static str;
-        type Lease = workqueue::Lease<&'static str>;
+        type Lease = workq::Lease<&'static str>;
         type Error = Infallible;
 
         fn name(&self) -> Option<&str> {
@@ -822,7 +822,7 @@ mod tests {
     impl std::error::Error for LeaseLost {}
 
     #[derive(Debug)]
-    struct FencedLease(workqueue::Lease<&'static str>);
+    struct FencedLease(workq::Lease<&'static str>);
 
     impl QueueLease for FencedLease {
         type Item = &'static str;

@@ -13,8 +13,8 @@ use kube::runtime::reflector::{ObjectRef, ObjectRefExtra};
 ///
 /// | item type | encoding | for |
 /// | --- | --- | --- |
-/// | [`ObjectRef<K>`] | the reference itself (its `resource_version` and `uid` dropped, so that one object is one key) | the in-memory [`WorkQueue`](workqueue::WorkQueue) |
-/// | [`String`] | `"namespace/name"`, or `"name"` for a cluster-scoped object: client-go's `MetaNamespaceKeyFunc` | queues that store text, such as `workqueue_redis::RedisQueue<String>` |
+/// | [`ObjectRef<K>`] | the reference itself (its `resource_version` and `uid` dropped, so that one object is one key) | the in-memory [`WorkQueue`](workq::WorkQueue) |
+/// | [`String`] | `"namespace/name"`, or `"name"` for a cluster-scoped object: client-go's `MetaNamespaceKeyFunc` | queues that store text, such as `workq_redis::RedisQueue<String>` |
 ///
 /// The kind is not part of the key: one controller's queue holds one kind, so two
 /// controllers sharing a backend use two queue names.
@@ -24,7 +24,7 @@ use kube::runtime::reflector::{ObjectRef, ObjectRefExtra};
 /// ```
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// use kube::runtime::reflector::ObjectRef;
-/// use workqueue_kube::ObjectKey;
+/// use workq_kube::ObjectKey;
 ///
 /// let object = ObjectRef::<ConfigMap>::new("web").within("default");
 /// let key = <String as ObjectKey<ConfigMap>>::from_object_ref(&object);

@@ -51,7 +51,7 @@ use kube::{Api, Client};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use workqueue::StopToken;
+use workq::StopToken;
 
 use crate::instruments;
 
@@ -82,7 +82,7 @@ const JITTER_FACTOR: f64 = 1.2;
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue_kube::LeaderElection;
+/// use workq_kube::LeaderElection;
 ///
 /// let election = LeaderElection::new("widget-operator")
 ///     .namespace("operators")

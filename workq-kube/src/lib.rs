@@ -3,8 +3,8 @@
 //! and a queue you can swap (in memory, or Redis shared by replicas).
 //!
 //! A [`Controller`] watches a kind with kube's watcher, keeps its objects in a reflector
-//! [`Store`](kube::runtime::reflector::Store), and feeds their keys to a [`workqueue`] queue;
-//! [`Workers`](workqueue::Workers) take the keys and call your reconcile with the object from
+//! [`Store`](kube::runtime::reflector::Store), and feeds their keys to a [`workq`] queue;
+//! [`Workers`](workq::Workers) take the keys and call your reconcile with the object from
 //! the store.
 //!
 //! ```
@@ -17,8 +17,8 @@
 //! use kube::api::ObjectMeta;
 //! use kube::runtime::{controller::Action, watcher};
 //! use kube::{Api, ResourceExt};
-//! use workqueue_kube::Controller;
-//! use workqueue_kube::testing::FakeApiServer;
+//! use workq_kube::Controller;
+//! use workq_kube::testing::FakeApiServer;
 //!
 //! #[derive(Default)]
 //! struct Context {
@@ -61,7 +61,7 @@
 //!
 //! // Its queue is named after the kind: the Kubernetes workqueue series are there.
 //! let mut metrics = String::new();
-//! workqueue_kube::metrics::encode(&mut metrics).unwrap();
+//! workq_kube::metrics::encode(&mut metrics).unwrap();
 //! assert!(metrics.contains(r#"workqueue_adds_total{name="configmap"}"#));
 //! # }
 //! ```
@@ -76,7 +76,7 @@
 //!   the list has not brought yet. Keys that come earlier wait in the queue.
 //! - **Priorities.** Keys from a list (the first one, and the relist after a watch expired
 //!   with `410 Gone`) enter at [`LIST_PRIORITY`] (-100), once the list is complete, in one
-//!   batched add ([`Queue::add_all_with`](workqueue::Queue::add_all_with): one round trip on
+//!   batched add ([`Queue::add_all_with`](workq::Queue::add_all_with): one round trip on
 //!   Redis); live watch events at [`WATCH_PRIORITY`] (0). A restart's relist of thousands of
 //!   objects does not hold back the change someone just made (controller-runtime's rule).
 //! - **Related kinds.** [`Controller::owns`] reconciles the owner of a changed child (owner
@@ -84,7 +84,7 @@
 //!   kind's objects to keys with your function; the `_stream` variants take streams you
 //!   build (`predicate_filter`, metadata-only watches, shared reflectors).
 //! - **Failures never drop an object.** The reconcile returns a [`ReconcileResult`]:
-//!   `Result<Action, E>` as with kube, or [`Outcome`](workqueue::Outcome). Success forgets
+//!   `Result<Action, E>` as with kube, or [`Outcome`](workq::Outcome). Success forgets
 //!   the object's failures; `Action::requeue(d)` adds it back after `d`; an error retries it
 //!   with the queue's per-object exponential backoff (client-go's default controller rate
 //!   limiter: 5 ms doubling to 1000 s) for as long as it fails. Giving up is a choice: an
@@ -99,7 +99,7 @@
 //!   on deletion belongs in finalizers (kube's `finalizer` function works as with kube).
 //! - **Workers.** Reconciles run as `count` tokio tasks, in parallel on a multi-threaded
 //!   runtime. Panics are caught and retried, a per-reconcile `timeout` cancels a stuck one:
-//!   [`Workers`](workqueue::Workers) settings, given with [`Controller::workers`].
+//!   [`Workers`](workq::Workers) settings, given with [`Controller::workers`].
 //! - **Stopping.** [`Controller::shutdown_on_signal`] stops on `SIGTERM` or Ctrl-C: no new
 //!   reconcile starts, the ones in flight finish (up to [`DEFAULT_SHUTDOWN_TIMEOUT`]), a
 //!   shared queue gets its leases back, and [`Running::wait`] returns the summary; a second
@@ -121,10 +121,10 @@
 //!
 //! # Queues and keys
 //!
-//! The runner is generic over [`workqueue::Queue`]. The queue's item is the key encoding
+//! The runner is generic over [`workq::Queue`]. The queue's item is the key encoding
 //! ([`ObjectKey`]): [`ObjectRef<K>`](kube::runtime::reflector::ObjectRef) in memory, or
 //! `String` (`"namespace/name"`, client-go's key format) for a queue that stores text, such
-//! as `workqueue_redis::RedisQueue<String>`, whose items are JSON.
+//! as `workq_redis::RedisQueue<String>`, whose items are JSON.
 //!
 //! ## Replicas sharing a Redis queue
 //!
@@ -178,7 +178,7 @@
 //! # use std::sync::Arc;
 //! # use k8s_openapi::api::core::v1::ConfigMap;
 //! # use kube::{Api, runtime::watcher};
-//! # use workqueue_kube::Controller;
+//! # use workq_kube::Controller;
 //! # async fn doc(api: Api<ConfigMap>) {
 //! let summary = Controller::new(api, watcher::Config::default())
 //!     .leader_elected("configmap-controller") // a Lease in the Api's namespace
@@ -197,7 +197,7 @@
 //! | kube-runtime's `Controller` | here | |
 //! | --- | --- | --- |
 //! | `Controller::new(api, wc)`, `new_with(api, wc, dyntype)` | [`Controller::new`], [`Controller::new_with`]: an in-memory queue named after the kind, with metrics | better: metrics by default (kube-rs#1917) |
-//! | (no queue choice) | [`Controller::with_queue`]`(queue, api, wc)`, [`Controller::on_queue`]`(queue)`: any [`workqueue::Queue`], Redis shared by replicas included | better (kube-rs#297's "pluggable queue") |
+//! | (no queue choice) | [`Controller::with_queue`]`(queue, api, wc)`, [`Controller::on_queue`]`(queue)`: any [`workq::Queue`], Redis shared by replicas included | better (kube-rs#297's "pluggable queue") |
 //! | `for_stream(stream, reader)`, `for_stream_with` | [`Controller::for_stream`], [`Controller::for_stream_with`] | same (keys at priority 0: a stream of objects does not say which were listed) |
 //! | `for_shared_stream(stream, reader)`, `for_shared_stream_with` | [`Controller::for_shared_stream`], [`Controller::for_shared_stream_with`] | same |
 //! | `owns(api, wc)`, `owns_with(api, dyntype, wc)` | [`Controller::owns`]`(api, wc)`, metadata only, any child type | same (no `_with`: the child's dynamic type is not needed) |
@@ -212,12 +212,12 @@
 //! | `store()` | [`Controller::store`], [`Running::store`] | same |
 //! | `graceful_shutdown_on(future)` | [`Controller::graceful_shutdown_on`]`(future)`, or [`Running::run_until`]`(future)` | same |
 //! | `shutdown_on_signal()` | [`Controller::shutdown_on_signal`]: `SIGTERM` or Ctrl-C, a second one forces | better: the forced stop hands unfinished objects back to the queue, and [`Running::wait`] returns a summary |
-//! | `run(reconcile, error_policy, ctx)`, a stream of results | [`Controller::run`]`(reconcile, ctx)`, a [`Running`] handle: [`stats`](Running::stats), [`feed_stats`](Running::feed_stats), and [`wait`](Running::wait) gives a [`Summary`](workqueue::Summary) or an [`Error`] | different shape: per-reconcile results go to `tracing` and the summary, not a stream |
+//! | `run(reconcile, error_policy, ctx)`, a stream of results | [`Controller::run`]`(reconcile, ctx)`, a [`Running`] handle: [`stats`](Running::stats), [`feed_stats`](Running::feed_stats), and [`wait`](Running::wait) gives a [`Summary`](workq::Summary) or an [`Error`] | different shape: per-reconcile results go to `tracing` and the summary, not a stream |
 //! | `error_policy(obj, &err, ctx) -> Action` | [`Controller::error_policy`]`(\|obj, &err, failures\| ...)` returning [`ErrorAction`] or kube's `Action`; by default a per-object exponential backoff, reset on success | better: the per-object failure count kube lacks (kube-rs#1916, #297), and a default that never drops an object |
-//! | `Action::requeue(d)`, `Action::await_change()` | the same, read by the runner ([`action_outcome`]); or [`Outcome`](workqueue::Outcome) | same |
+//! | `Action::requeue(d)`, `Action::await_change()` | the same, read by the runner ([`action_outcome`]); or [`Outcome`](workq::Outcome) | same |
 //! | (no metrics) | Kubernetes' workqueue series per controller, controller-runtime's reconcile series, watch failures | better (kube-rs#1917) |
 //! | (no leader election: kube-rs#485) | [`Controller::leader_elected`]`(lease)`, [`Controller::leader_election`]`(`[`LeaderElection`]`)`: client-go's rules on a Lease, fencing at the renew deadline, warm standby, release on a graceful stop | better |
-//! | `applier(...)` ("hard mode") | missing: [`Workers`](workqueue::Workers) over any [`Queue`](workqueue::Queue) is this crate's lower level |  |
+//! | `applier(...)` ("hard mode") | missing: [`Workers`](workq::Workers) over any [`Queue`](workq::Queue) is this crate's lower level |  |
 //!
 //! # Features
 //!

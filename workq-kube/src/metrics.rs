@@ -10,10 +10,10 @@
 //!
 //! | series | labels | what |
 //! | --- | --- | --- |
-//! | `workqueue_depth`, `workqueue_adds_total`, `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`, `workqueue_retries_total`, ... | `name` | client-go's workqueue series (see `workqueue::metrics::prometheus`) |
+//! | `workqueue_depth`, `workqueue_adds_total`, `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`, `workqueue_retries_total`, ... | `name` | client-go's workqueue series (see `workq::metrics::prometheus`) |
 //! | `workqueue_kube_watch_errors_total` | `controller`, `trigger` | watch failures, each retried after the watcher's backoff |
-//! | `controller_runtime_reconcile_total` | `controller`, `result` | reconciles by how they ended: `success`, `error`, `requeue` (a rate-limited requeue asked for without an error, [`Outcome::Retry`](workqueue::Outcome::Retry)), `requeue_after` (`Action::requeue(d)`) |
-//! | `controller_runtime_reconcile_errors_total` | `controller` | reconciles that failed: an error, a panic, a timeout, or [`Outcome::GiveUp`](workqueue::Outcome::GiveUp) |
+//! | `controller_runtime_reconcile_total` | `controller`, `result` | reconciles by how they ended: `success`, `error`, `requeue` (a rate-limited requeue asked for without an error, [`Outcome::Retry`](workq::Outcome::Retry)), `requeue_after` (`Action::requeue(d)`) |
+//! | `controller_runtime_reconcile_errors_total` | `controller` | reconciles that failed: an error, a panic, a timeout, or [`Outcome::GiveUp`](workq::Outcome::GiveUp) |
 //! | `controller_runtime_terminal_reconcile_errors_total` | `controller` | failures that are not retried: the error policy gave up, the reconcile returned `Outcome::GiveUp`, or the workers' `max_retries` was reached |
 //! | `controller_runtime_reconcile_panics_total` | `controller` | reconciles that panicked (each also an error) |
 //! | `controller_runtime_reconcile_timeouts_total` | `controller` | reconciles cancelled by the workers' `timeout` (each also an error) |
@@ -62,12 +62,12 @@
 //! use prometheus_client::metrics::counter::Counter;
 //!
 //! let reconciles: Counter = Counter::default();
-//! workqueue_kube::metrics::with_registry(|registry| {
+//! workq_kube::metrics::with_registry(|registry| {
 //!     registry.register("my_operator_reconciles", "Reconciles run", reconciles.clone());
 //! });
 //! reconciles.inc();
 //! let mut text = String::new();
-//! workqueue_kube::metrics::encode(&mut text).unwrap();
+//! workq_kube::metrics::encode(&mut text).unwrap();
 //! assert!(text.contains("my_operator_reconciles_total 1"));
 //! ```
 
@@ -80,7 +80,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use workqueue::metrics::prometheus::PrometheusMetrics;
+use workq::metrics::prometheus::PrometheusMetrics;
 
 use crate::instruments::ReconcileEnd;
 
@@ -231,7 +231,7 @@ fn global() -> &'static Global {
 }
 
 /// The workqueue metrics provider of the process-wide registry, for a queue you build:
-/// `WorkQueue::builder().name("widgets").metrics(workqueue_kube::metrics::provider())`.
+/// `WorkQueue::builder().name("widgets").metrics(workq_kube::metrics::provider())`.
 pub fn provider() -> PrometheusMetrics {
     global().workqueue.clone()
 }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use kube::runtime::controller::Action;
-use workqueue::{HandlerError, Outcome};
+use workq::{HandlerError, Outcome};
 
 /// What a reconcile function may return: an [`Outcome`], `()` (done), kube's [`Action`], or a
 /// `Result` of one of these whose `Err` is a failure to retry with the queue's per-object
@@ -69,8 +69,8 @@ where
 /// ```
 /// use std::time::Duration;
 /// use kube::runtime::controller::Action;
-/// use workqueue::Outcome;
-/// use workqueue_kube::action_outcome;
+/// use workq::Outcome;
+/// use workq_kube::action_outcome;
 ///
 /// assert_eq!(action_outcome(&Action::await_change()), Outcome::Done);
 /// assert_eq!(

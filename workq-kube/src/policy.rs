@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::runtime::controller::Action;
-use workqueue::HandlerError;
+use workq::HandlerError;
 
 /// What to do with an object whose reconcile returned an error: the answer of the policy
 /// given to [`Controller::error_policy`](crate::Controller::error_policy).
@@ -17,7 +17,7 @@ use workqueue::HandlerError;
 /// ```
 /// use std::time::Duration;
 /// use kube::runtime::controller::Action;
-/// use workqueue_kube::ErrorAction;
+/// use workq_kube::ErrorAction;
 ///
 /// // kube's error_policy answers convert: a requeue is a fixed delay, await_change a give-up.
 /// assert_eq!(ErrorAction::from(Action::requeue(Duration::from_secs(5))), ErrorAction::RetryAfter(Duration::from_secs(5)));
@@ -45,7 +45,7 @@ impl From<Action> for ErrorAction {
     /// `Action::await_change()` is [`ErrorAction::GiveUp`] (kube would not retry either).
     fn from(action: Action) -> Self {
         match crate::action_outcome(&action) {
-            workqueue::Outcome::RetryAfter(delay) => ErrorAction::RetryAfter(delay),
+            workq::Outcome::RetryAfter(delay) => ErrorAction::RetryAfter(delay),
             _ => ErrorAction::GiveUp,
         }
     }

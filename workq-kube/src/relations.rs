@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
-use workqueue::Queue;
+use workq::Queue;
 
 use crate::controller::{LIST_PRIORITY, WATCH_PRIORITY, kind_of, short_type_name};
 use crate::sources::{self, BackoffFactory, FeedItem, Role, Source, object_items, watcher_items};

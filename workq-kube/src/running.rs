@@ -14,9 +14,7 @@ use kube::runtime::reflector::Store;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use workqueue::{
-    AsyncWorkers, HandlerError, IntoOutcome, Outcome, Queue, StopToken, Summary, Workers,
-};
+use workq::{AsyncWorkers, HandlerError, IntoOutcome, Outcome, Queue, StopToken, Summary, Workers};
 
 use crate::controller::{Configure, DEFAULT_SHUTDOWN_TIMEOUT};
 use crate::error::{Error, ErrorKind};

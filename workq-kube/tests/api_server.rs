@@ -14,8 +14,8 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use workqueue_kube::Controller;
-use workqueue_kube::testing::FakeApiServer;
+use workq_kube::Controller;
+use workq_kube::testing::FakeApiServer;
 
 mod support;
 use support::{Widget, WidgetStatus, configmap, eventually, widget};

@@ -17,12 +17,12 @@ use kube::{Api, Resource, ResourceExt};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use workqueue::clock::FakeClock;
-use workqueue::metrics::prometheus::PrometheusMetrics;
-use workqueue::rate_limiter::ExponentialFailure;
-use workqueue::{Outcome, WorkQueue};
-use workqueue_kube::Controller;
-use workqueue_kube::testing::FakeApiServer;
+use workq::clock::FakeClock;
+use workq::metrics::prometheus::PrometheusMetrics;
+use workq::rate_limiter::ExponentialFailure;
+use workq::{Outcome, WorkQueue};
+use workq_kube::Controller;
+use workq_kube::testing::FakeApiServer;
 
 mod support;
 use support::{Widget, configmap, eventually, value_of, widget};

@@ -7,9 +7,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio::sync::watch;
-use workqueue::Outcome;
-use workqueue_kube::Controller;
-use workqueue_kube::testing::FakeApiServer;
+use workq::Outcome;
+use workq_kube::Controller;
+use workq_kube::testing::FakeApiServer;
 
 mod support;
 use support::{configmap, eventually};
@@ -17,7 +17,7 @@ use support::{configmap, eventually};
 /// The registry's text.
 fn metrics() -> String {
     let mut text = String::new();
-    workqueue_kube::metrics::encode(&mut text).unwrap();
+    workq_kube::metrics::encode(&mut text).unwrap();
     text
 }
 
@@ -49,7 +49,7 @@ async fn a_controllers_depth_is_reported_by_priority_when_asked() {
     eventually("the change queued", || controller.feed_stats().added == 6).await;
     assert!(metrics().contains(r#"workqueue_depth{name="prioritized"} "#));
 
-    workqueue_kube::metrics::set_depth_by_priority(true);
+    workq_kube::metrics::set_depth_by_priority(true);
     let text = metrics();
     // web-4 was raised from -100 to 0 by its change; one listed key is in flight.
     for line in [

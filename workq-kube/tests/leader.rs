@@ -22,8 +22,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio::sync::oneshot;
-use workqueue_kube::testing::FakeApiServer;
-use workqueue_kube::{Controller, LeaderElection};
+use workq_kube::testing::FakeApiServer;
+use workq_kube::{Controller, LeaderElection};
 
 use support::{configmap, eventually};
 
@@ -634,7 +634,7 @@ fn rand_fraction(run: usize) -> f64 {
     f64::from((nanos ^ (run as u32).wrapping_mul(2_654_435_761)) % 1000) / 1000.0
 }
 
-/// A measurement, not a test: `cargo test -p workqueue-kube --all-features --test leader
+/// A measurement, not a test: `cargo test -p workq-kube --all-features --test leader
 /// -- --ignored --nocapture measure_`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement (about 15 s)"]
@@ -646,7 +646,7 @@ async fn measure_takeovers_with_the_test_timings() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement (about two minutes)"]
 async fn measure_takeovers_with_client_go_defaults() {
-    use workqueue_kube::leader::{
+    use workq_kube::leader::{
         DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
     };
     measure(

@@ -9,9 +9,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::runtime::watcher;
-use workqueue::Outcome;
-use workqueue_kube::Controller;
-use workqueue_kube::testing::FakeApiServer;
+use workq::Outcome;
+use workq_kube::Controller;
+use workq_kube::testing::FakeApiServer;
 
 mod support;
 use support::{Widget, configmap, eventually, widget};
@@ -19,7 +19,7 @@ use support::{Widget, configmap, eventually, widget};
 /// The registry's text.
 fn metrics() -> String {
     let mut text = String::new();
-    workqueue_kube::metrics::encode(&mut text).unwrap();
+    workq_kube::metrics::encode(&mut text).unwrap();
     text
 }
 
@@ -239,7 +239,7 @@ async fn errors_total_counts_failed_reconciles() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminal_errors_count_the_give_ups_of_the_policy_the_reconcile_and_max_retries() {
-    use workqueue_kube::ErrorAction;
+    use workq_kube::ErrorAction;
     let server = server_with(&["doomed", "hopeless", "invalid", "flaky"]).await;
     let calls = Arc::new(Calls::default());
     let controller = Controller::new(configmaps(&server), watcher::Config::default())
@@ -462,8 +462,8 @@ async fn the_scrape_is_kept_for_promtool() {
     controller.shut_down().await.unwrap();
     // The classic text format Kubernetes components serve, kept for CI's `promtool check
     // metrics` (`.ci/run`).
-    let text = workqueue_kube::metrics::with_registry(|registry| {
-        workqueue_dashboard::exposition::encode_prometheus_text(registry)
+    let text = workq_kube::metrics::with_registry(|registry| {
+        workq_dashboard::exposition::encode_prometheus_text(registry)
     })
     .unwrap();
     let target = std::env::var("CARGO_TARGET_DIR").map_or_else(
@@ -481,7 +481,7 @@ async fn the_scrape_is_kept_for_promtool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_election_master_status_is_one_while_leading() {
-    use workqueue_kube::LeaderElection;
+    use workq_kube::LeaderElection;
     let server = server_with(&["web"]).await;
     let status = || {
         let text = metrics();
@@ -517,7 +517,7 @@ async fn leader_election_master_status_is_one_while_leading() {
 async fn leader_election_slowpath_counts_renewals_that_read_the_lease_again() {
     use k8s_openapi::api::coordination::v1::Lease;
     use kube::api::{Patch, PatchParams};
-    use workqueue_kube::LeaderElection;
+    use workq_kube::LeaderElection;
     let server = server_with(&["web"]).await;
     let controller = Controller::new(configmaps(&server), watcher::Config::default())
         .name("slowpath")

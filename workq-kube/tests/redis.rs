@@ -16,10 +16,10 @@ use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
-use workqueue::{Outcome, Queue};
-use workqueue_kube::Controller;
-use workqueue_kube::testing::FakeApiServer;
-use workqueue_redis::RedisQueue;
+use workq::{Outcome, Queue};
+use workq_kube::Controller;
+use workq_kube::testing::FakeApiServer;
+use workq_redis::RedisQueue;
 
 /// What both replicas' reconciles saw.
 #[derive(Default)]
@@ -130,7 +130,7 @@ async fn replicas_sharing_a_redis_queue_reconcile_each_object_one_at_a_time() {
     // controller-runtime's reconcile series on a shared queue too: both replicas (one
     // process here) under the queue's name, which no other test of this binary uses.
     let mut text = String::new();
-    workqueue_kube::metrics::encode(&mut text).unwrap();
+    workq_kube::metrics::encode(&mut text).unwrap();
     let reconciles = shared.calls.lock().unwrap().len();
     for line in [
         format!(
@@ -368,7 +368,7 @@ async fn a_stale_replicas_failed_reconcile_changes_nothing_on_redis() {
     let stats = controller.stats();
     assert_eq!(stats.lease_lost, 1, "{stats:?}");
     assert_eq!(stats.retried, 0, "{stats:?}");
-    workqueue::QueueLease::done(current).await.unwrap();
+    workq::QueueLease::done(current).await.unwrap();
     controller.shut_down().await.unwrap();
 }
 
@@ -376,7 +376,7 @@ async fn a_stale_replicas_failed_reconcile_changes_nothing_on_redis() {
 /// leader's workers take keys; after the leader's graceful stop the other one does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_elected_replicas_on_a_redis_queue_reconcile_on_the_leader_only() {
-    use workqueue_kube::LeaderElection;
+    use workq_kube::LeaderElection;
     if !server::require_binary() {
         return;
     }

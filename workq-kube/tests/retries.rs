@@ -17,11 +17,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use workqueue::WorkQueue;
-use workqueue::clock::FakeClock;
-use workqueue::rate_limiter::ExponentialFailure;
-use workqueue_kube::testing::FakeApiServer;
-use workqueue_kube::{Controller, ErrorAction};
+use workq::WorkQueue;
+use workq::clock::FakeClock;
+use workq::rate_limiter::ExponentialFailure;
+use workq_kube::testing::FakeApiServer;
+use workq_kube::{Controller, ErrorAction};
 
 mod support;
 use support::{Widget, WidgetStatus, configmap, eventually, value_of, widget};

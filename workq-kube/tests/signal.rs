@@ -29,8 +29,8 @@ use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use workqueue_kube::testing::FakeApiServer;
-use workqueue_redis::RedisQueue;
+use workq_kube::testing::FakeApiServer;
+use workq_redis::RedisQueue;
 
 /// Set in the child's environment: run the example instead of the tests.
 const CHILD: &str = "WQ_KUBE_EXAMPLE_CHILD";

@@ -15,9 +15,9 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use workqueue::Outcome;
-use workqueue_kube::testing::FakeApiServer;
-use workqueue_kube::{Controller, ErrorKind};
+use workq::Outcome;
+use workq_kube::testing::FakeApiServer;
+use workq_kube::{Controller, ErrorKind};
 
 mod support;
 use support::{Every, Widget, configmap, eventually, widget};
@@ -326,7 +326,7 @@ async fn watch_failures_after_the_first_list_are_retried_counted_and_survived() 
     })
     .await;
     let mut metrics = String::new();
-    workqueue_kube::metrics::encode(&mut metrics).unwrap();
+    workq_kube::metrics::encode(&mut metrics).unwrap();
     assert!(
         metrics.contains(
             r#"workqueue_kube_watch_errors_total{controller="flaky-widgets",trigger="Widget"}"#

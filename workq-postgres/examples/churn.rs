@@ -1,7 +1,7 @@
 //! Churn: items flowing through one queue for minutes, to watch what vacuum leaves behind.
 //!
 //! ```sh
-//! cargo run --release -p workqueue-postgres --example churn -- \
+//! cargo run --release -p workq-postgres --example churn -- \
 //!     --url postgres://postgres@127.0.0.1/postgres --minutes 10 --items 1000000
 //! ```
 //!
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
-use workqueue_postgres::PgQueue;
+use workq_postgres::PgQueue;
 
 /// The command line: `--url URL --minutes N --items N`.
 struct Args {
@@ -67,7 +67,7 @@ async fn report(pool: &PgPool, started: Instant, done: u64) {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), workqueue_postgres::Error> {
+async fn main() -> Result<(), workq_postgres::Error> {
     let args = args();
     let queue: PgQueue<u64> = PgQueue::builder("churn")
         .url(&args.url)
@@ -100,7 +100,7 @@ async fn main() -> Result<(), workqueue_postgres::Error> {
                 let keys: Vec<u64> = (b * BATCH..((b + 1) * BATCH).min(items)).collect();
                 queue.add_all(&keys).await?;
             }
-            Ok::<_, workqueue_postgres::Error>(())
+            Ok::<_, workq_postgres::Error>(())
         })
     };
     let workers: Vec<_> = (0..4)
@@ -114,7 +114,7 @@ async fn main() -> Result<(), workqueue_postgres::Error> {
                         current = queue.done_and_get_many(current, 50).await?.next;
                     }
                 }
-                Ok::<_, workqueue_postgres::Error>(())
+                Ok::<_, workq_postgres::Error>(())
             })
         })
         .collect();

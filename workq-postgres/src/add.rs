@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::{PgConnection, PgExecutor};
-use workqueue::AddOptions;
+use workq::AddOptions;
 
 use crate::error::Error;
 use crate::lease::Lease;

@@ -1,4 +1,4 @@
-//! [`PgQueue`] as a [`workqueue::Queue`]: the backend [`workqueue::Workers`] run on.
+//! [`PgQueue`] as a [`workq::Queue`]: the backend [`workq::Workers`] run on.
 //!
 //! Each trait method is the queue's own method of the same name, with what API.md says of
 //! backends beyond one process: a lease dropped without `done` is released; `shut_down`
@@ -9,7 +9,7 @@ use std::hash::Hash;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workqueue::{AddOptions, DoneMany, Queue, QueueLease};
+use workq::{AddOptions, DoneMany, Queue, QueueLease};
 
 use crate::error::Error;
 use crate::lease::Lease;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
-use workqueue::TryGet;
+use workq::TryGet;
 
 use crate::error::Error;
 use crate::lease::Lease;
@@ -238,7 +238,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         }
         for (raw, claim, reason) in buried {
             tracing::warn!(queue = %self.inner.name, item = %raw, %reason,
-                "workqueue-postgres: an item cannot be deserialized; moved to the dead letters");
+                "workq-postgres: an item cannot be deserialized; moved to the dead letters");
             self.bury(claim, &reason).await?;
         }
         Ok(leases)
@@ -400,7 +400,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 // Nothing was applied: the same step again, its leases renewed meanwhile.
                 if !warned {
                     tracing::warn!(queue = %self.inner.name, %error,
-                        "workqueue-postgres: a step was rolled back; sending it again");
+                        "workq-postgres: a step was rolled back; sending it again");
                     warned = true;
                 }
                 tokio::time::sleep(pause_after(&error, backoff)).await;
@@ -451,7 +451,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                             tokio::spawn(async move {
                                 if let Err(error) = queue.settle(lease, forget, false).await {
                                     tracing::warn!(queue = %queue.inner.name, %error,
-                                        "workqueue-postgres: a done that waited for its row failed; the item is handed out again once its lease expires");
+                                        "workq-postgres: a done that waited for its row failed; the item is handed out again once its lease expires");
                                 }
                             });
                         }
@@ -472,7 +472,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             Err(error) => {
                 // The dones are committed; the leases taken are released (dropped).
                 tracing::warn!(queue = %self.inner.name, %error,
-                    "workqueue-postgres: the items a step handed out could not be taken");
+                    "workq-postgres: the items a step handed out could not be taken");
                 Vec::new()
             }
         };

@@ -6,7 +6,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use workqueue::lease_clock::{Held, LeaseBackend, LeaseClock, Renewal};
+use workq::lease_clock::{Held, LeaseBackend, LeaseClock, Renewal};
 
 use crate::error::Error;
 use crate::queue::{Claim, Inner, deadline_after};
@@ -202,7 +202,7 @@ impl LeaseBackend for Inner {
             .await
             .map(|answer| answer.map(|answer| answer.clone()));
         let failed = |error: &dyn std::fmt::Display| {
-            tracing::warn!(queue = %self.name, item = %raw, %error, "workqueue-postgres: lease renewal failed");
+            tracing::warn!(queue = %self.name, item = %raw, %error, "workq-postgres: lease renewal failed");
             Renewal::Failed
         };
         match answer {
@@ -236,7 +236,7 @@ impl LeaseBackend for Inner {
 
     fn held_too_long(&self, raw: &str) {
         tracing::warn!(queue = %self.name, item = %raw, max_hold = ?self.max_hold,
-            "workqueue-postgres: a lease was held for the maximum hold time; renewal stops and it will expire");
+            "workq-postgres: a lease was held for the maximum hold time; renewal stops and it will expire");
     }
 
     async fn release_dropped(self: Arc<Self>, raw: String, claim: Claim) {
@@ -244,7 +244,7 @@ impl LeaseBackend for Inner {
             && !error.is_lease_lost()
         {
             tracing::warn!(queue = %self.name, item = %raw, %error,
-                "workqueue-postgres: releasing a dropped lease failed; it will expire");
+                "workq-postgres: releasing a dropped lease failed; it will expire");
         }
     }
 

@@ -3,9 +3,9 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use workqueue_postgres::PgQueue;
+//! use workq_postgres::PgQueue;
 //!
-//! # async fn run() -> Result<(), workqueue_postgres::Error> {
+//! # async fn run() -> Result<(), workq_postgres::Error> {
 //! let queue: PgQueue<String> = PgQueue::builder("pods")
 //!     .url("postgres://app@127.0.0.1/app")
 //!     .lease_duration(Duration::from_secs(30))
@@ -36,8 +36,8 @@
 //! # async fn reconcile(_: &str) -> Result<(), ()> { Ok(()) }
 //! ```
 //!
-//! [`PgQueue`] has the methods of [`workqueue::WorkQueue`] with the same names and meanings,
-//! made `async`, and implements [`workqueue::Queue`], so [`workqueue::Workers`] run on it
+//! [`PgQueue`] has the methods of [`workq::WorkQueue`] with the same names and meanings,
+//! made `async`, and implements [`workq::Queue`], so [`workq::Workers`] run on it
 //! unchanged. The rules hold across every process sharing the queue:
 //!
 //! - **Dedup**: an item added many times before it is handed out is processed once.
@@ -45,7 +45,7 @@
 //! - **Re-add while processing**: the item is handed out once more after its holder is done.
 //! - **Earliest-wins delays** and **rate-limited retries** (the failure counts and the token
 //!   bucket are rows, so every process sees the same ones).
-//! - **Priorities** through [`workqueue::AddOptions`]: higher first, FIFO within one, raised
+//! - **Priorities** through [`workq::AddOptions`]: higher first, FIFO within one, raised
 //!   and never lowered by a re-add, kept through delays.
 //! - **Shutdown**: [`shut_down`](PgQueue::shut_down) stops one handle,
 //!   [`shut_down_fleet`](PgQueue::shut_down_fleet) every process; [`pause`](PgQueue::pause)
@@ -109,8 +109,8 @@
 //! claimed with `FOR UPDATE SKIP LOCKED`, so getters never wait for each other. Every
 //! statement takes the time once, so each reads through index bounds: the cost of a get does
 //! not grow with a backlog of delayed items. A worker's step from one item to the next,
-//! [`PgQueue::done_and_get`] (what [`workqueue::Workers`] call, through
-//! [`workqueue::Queue::done_and_next`]), is one call of `workqueue_step`: the `done`, then
+//! [`PgQueue::done_and_get`] (what [`workq::Workers`] call, through
+//! [`workq::Queue::done_and_next`]), is one call of `workqueue_step`: the `done`, then
 //! the get, in one statement and one commit; [`PgQueue::done_and_get_many`] does it for a
 //! batch. A failed item's step, [`PgQueue::retry_and_done`] (what `Workers` call on a retry),
 //! is one call of `workqueue_retry_done`: the re-add and the `done`, fenced by the lease's

@@ -283,7 +283,7 @@ async fn run(
                     wake_everyone(&queues);
                 }
                 Err(error) => {
-                    tracing::debug!(%error, "workqueue-postgres: LISTEN connection failed; retrying");
+                    tracing::debug!(%error, "workq-postgres: LISTEN connection failed; retrying");
                     for ack in waiting.drain(..) {
                         let _ = ack.send(Err(error.to_string()));
                     }
@@ -321,7 +321,7 @@ async fn run(
                         }
                         Err(error) => {
                             // Listened on at the next connection, which answers then.
-                            tracing::debug!(%error, "workqueue-postgres: LISTEN failed");
+                            tracing::debug!(%error, "workq-postgres: LISTEN failed");
                             waiting.push(ack);
                             true
                         }
@@ -343,7 +343,7 @@ async fn run(
                 }
                 Ok(None) => true,
                 Err(error) => {
-                    tracing::debug!(%error, "workqueue-postgres: LISTEN connection failed");
+                    tracing::debug!(%error, "workq-postgres: LISTEN connection failed");
                     true
                 }
             },
@@ -354,7 +354,7 @@ async fn run(
             }
         };
         if lost {
-            tracing::debug!("workqueue-postgres: replacing the LISTEN connection");
+            tracing::debug!("workq-postgres: replacing the LISTEN connection");
             if let Some(l) = listener.take() {
                 drop(l);
             }

@@ -192,7 +192,7 @@ impl Inner {
                 return Err(error);
             }
             if !warned {
-                tracing::warn!(queue = %self.name, op = what, %error, "workqueue-postgres: retrying");
+                tracing::warn!(queue = %self.name, op = what, %error, "workq-postgres: retrying");
                 warned = true;
             }
             tokio::time::sleep(

@@ -11,8 +11,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use support::{PgServer, unique};
-use workqueue::AddOptions;
-use workqueue_postgres::{AddKind, Lease, PgQueue};
+use workq::AddOptions;
+use workq_postgres::{AddKind, Lease, PgQueue};
 
 async fn queue(server: &PgServer) -> PgQueue<String> {
     PgQueue::builder(unique("batch"))
@@ -97,7 +97,7 @@ async fn same_answers(server: &PgServer, ops: Vec<Op>) -> Result<(), TestCaseErr
                             .unwrap(),
                     );
                 }
-                let kinds = |v: &[workqueue_postgres::Added]| -> Vec<AddKind> {
+                let kinds = |v: &[workq_postgres::Added]| -> Vec<AddKind> {
                     v.iter().map(|a| a.kind).collect()
                 };
                 prop_assert_eq!(kinds(&got), kinds(&want), "kinds of {:?}", adds);
@@ -527,7 +527,7 @@ async fn the_queue_traits_batched_add_is_one_statement_per_thousand() {
         .await
         .unwrap();
     let listed: Vec<String> = (0..2500).map(|i| format!("listed-{i}")).collect();
-    let accepted = workqueue::Queue::add_all_with(&q, listed, AddOptions::default().priority(-100))
+    let accepted = workq::Queue::add_all_with(&q, listed, AddOptions::default().priority(-100))
         .await
         .unwrap();
     assert_eq!(accepted, 2500);
@@ -547,9 +547,8 @@ async fn the_queue_traits_batched_add_is_one_statement_per_thousand() {
         ("listed-0", -100)
     );
     q.shut_down();
-    let refused =
-        workqueue::Queue::add_all_with(&q, vec!["late".to_owned()], AddOptions::default())
-            .await
-            .unwrap();
+    let refused = workq::Queue::add_all_with(&q, vec!["late".to_owned()], AddOptions::default())
+        .await
+        .unwrap();
     assert_eq!(refused, 0);
 }

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use support::{PgServer, unique};
-use workqueue::AddOptions;
-use workqueue_postgres::{APPLICATION_NAME, PgQueue};
+use workq::AddOptions;
+use workq_postgres::{APPLICATION_NAME, PgQueue};
 
 async fn admin(server: &PgServer) -> PgPool {
     let pool = PgPoolOptions::new()

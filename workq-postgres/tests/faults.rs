@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgPool};
 use support::{PgServer, unique};
-use workqueue::{DoneMany, Outcome, Queue, Workers};
-use workqueue_postgres::{Error, Lease, PgQueue};
+use workq::{DoneMany, Outcome, Queue, Workers};
+use workq_postgres::{Error, Lease, PgQueue};
 
 const LEASE: Duration = Duration::from_secs(1);
 

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use support::{PgServer, unique};
-use workqueue::{AddOptions, Outcome, Queue, QueueLease, Workers};
-use workqueue_postgres::{Lease, PgQueue};
+use workq::{AddOptions, Outcome, Queue, QueueLease, Workers};
+use workq_postgres::{Lease, PgQueue};
 
 /// A queue whose leases last 300 ms and are not renewed, with a backoff of zero (a retry is
 /// ready at once) and no token bucket.

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use support::{PgServer, unique};
-use workqueue::{AddOptions, Outcome, Workers};
-use workqueue_postgres::PgQueue;
+use workq::{AddOptions, Outcome, Workers};
+use workq_postgres::PgQueue;
 
 /// Waits until `check` holds, for at most `limit`.
 async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
@@ -299,11 +299,7 @@ async fn a_locked_failure_row_holds_its_done_alone() {
         .unwrap();
     let step = tokio::time::timeout(
         Duration::from_secs(5),
-        workqueue::Queue::done_and_next_many(
-            &q,
-            leases.into_iter().map(|l| (l, true)).collect(),
-            0,
-        ),
+        workq::Queue::done_and_next_many(&q, leases.into_iter().map(|l| (l, true)).collect(), 0),
     )
     .await
     .expect("the step waits for nobody")

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use support::{PgServer, unique};
-use workqueue_postgres::{Error, PgQueue};
+use workq_postgres::{Error, PgQueue};
 
 async fn queue(server: &PgServer, name: &str) -> PgQueue<String> {
     PgQueue::builder(name)
@@ -237,8 +237,8 @@ async fn stats_show_every_part_and_delete_empties_the_queue() {
     assert_eq!(drain(&q).await, ["again"]);
 }
 
-use workqueue::AddOptions;
-use workqueue_postgres::{ItemState, PageQuery, Removed};
+use workq::AddOptions;
+use workq_postgres::{ItemState, PageQuery, Removed};
 
 /// Every page of `query` in turn.
 async fn all_pages(q: &PgQueue<String>, mut query: PageQuery) -> (Vec<String>, usize) {
@@ -469,7 +469,7 @@ async fn the_listing_counts_every_part_of_every_queue_and_one_queue_alone() {
     other.add("x".to_owned()).await.unwrap();
     q.pause().await.unwrap();
 
-    let all = workqueue_postgres::queues(&admin).await.unwrap();
+    let all = workq_postgres::queues(&admin).await.unwrap();
     let listed = all.iter().find(|s| s.name == q.name()).unwrap();
     assert_eq!(
         (
@@ -501,7 +501,7 @@ async fn the_listing_counts_every_part_of_every_queue_and_one_queue_alone() {
     );
 
     // One queue alone: the same figures (the lease ages grow by the time between the two).
-    let one = workqueue_postgres::queue_summary(&admin, q.name())
+    let one = workq_postgres::queue_summary(&admin, q.name())
         .await
         .unwrap()
         .unwrap();
@@ -519,7 +519,7 @@ async fn the_listing_counts_every_part_of_every_queue_and_one_queue_alone() {
     assert_eq!((one.dead, one.paused), (3, true));
     assert!(one.longest_lease >= listed.longest_lease);
     assert!(
-        workqueue_postgres::queue_summary(&admin, "no such queue")
+        workq_postgres::queue_summary(&admin, "no such queue")
             .await
             .unwrap()
             .is_none()

@@ -8,8 +8,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{PgServer, unique};
-use workqueue::{AddOptions, TryGetError};
-use workqueue_postgres::{AddKind, Error, Lease, PgQueue};
+use workq::{AddOptions, TryGetError};
+use workq_postgres::{AddKind, Error, Lease, PgQueue};
 
 async fn queue(server: &PgServer, lease: Duration) -> PgQueue<String> {
     PgQueue::builder(unique("pg"))
@@ -22,7 +22,7 @@ async fn queue(server: &PgServer, lease: Duration) -> PgQueue<String> {
 }
 
 /// The next item within 5 s.
-async fn next(queue: &PgQueue<String>) -> workqueue_postgres::Lease<String> {
+async fn next(queue: &PgQueue<String>) -> workq_postgres::Lease<String> {
     tokio::time::timeout(Duration::from_secs(5), queue.get())
         .await
         .expect("an item within 5 s")
@@ -174,7 +174,7 @@ async fn a_stale_holders_forget_changes_nothing() {
     let stale = fresh;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let current = next(&queue).await;
-    let out = workqueue::Queue::done_and_next(&queue, stale, true).await;
+    let out = workq::Queue::done_and_next(&queue, stale, true).await;
     assert!(matches!(out, Err(Error::LeaseLost)));
     assert_eq!(queue.num_requeues("key".to_owned()).await.unwrap(), 2);
     // The holder's own done with a forget is accepted and forgets.
@@ -452,7 +452,7 @@ async fn a_newer_schema_is_used_only_if_it_serves_this_version() {
     };
     build().await.unwrap();
     let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
-    let newer = workqueue_postgres::SCHEMA_VERSION + 1;
+    let newer = workq_postgres::SCHEMA_VERSION + 1;
     // What a newer crate with an additive migration would record.
     sqlx::query("INSERT INTO workqueue_migrations (version, serves_from) VALUES ($1, 1)")
         .bind(newer)
@@ -474,7 +474,7 @@ async fn a_newer_schema_is_used_only_if_it_serves_this_version() {
         .await
         .expect_err("a breaking newer schema is refused");
     assert!(
-        matches!(error, workqueue_postgres::Error::Migrate(_)),
+        matches!(error, workq_postgres::Error::Migrate(_)),
         "{error}"
     );
     assert!(
@@ -510,7 +510,7 @@ async fn many_processes_install_the_schema_once() {
     // Every migration, each once.
     assert_eq!(
         versions,
-        (1..=workqueue_postgres::SCHEMA_VERSION).collect::<Vec<_>>()
+        (1..=workq_postgres::SCHEMA_VERSION).collect::<Vec<_>>()
     );
     // Every name the schema made carries the prefix.
     let stray: Vec<String> = sqlx::query_scalar(
@@ -581,7 +581,7 @@ async fn an_upgrade_from_version_2_keeps_every_item() {
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(version, workqueue_postgres::SCHEMA_VERSION);
+    assert_eq!(version, workq_postgres::SCHEMA_VERSION);
     assert_eq!(q.num_requeues("third".to_owned()).await.unwrap(), 1);
     assert_eq!(q.delayed_len().await.unwrap(), 1);
     assert_eq!(q.processing_len().await.unwrap(), 1);
@@ -693,7 +693,7 @@ async fn an_upgrade_from_version_3_keeps_every_item() {
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(version, workqueue_postgres::SCHEMA_VERSION);
+    assert_eq!(version, workq_postgres::SCHEMA_VERSION);
     assert_eq!(q.num_requeues("third".to_owned()).await.unwrap(), 1);
     assert_eq!(q.delayed_len().await.unwrap(), 1);
     assert_eq!(q.processing_len().await.unwrap(), 2);
@@ -763,7 +763,7 @@ async fn an_upgrade_from_version_3_keeps_every_item() {
 /// beside a current one is refused alone, and the batch still hands out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn done_and_next_many_forgets_where_asked_and_fences_each_lease() {
-    use workqueue::{DoneMany, Queue};
+    use workq::{DoneMany, Queue};
     let Some(server) = PgServer::start() else {
         return;
     };

@@ -12,7 +12,7 @@ use serde_json::json;
 use sqlx::Executor;
 use sqlx::postgres::PgPoolOptions;
 use support::{PgServer, unique};
-use workqueue_postgres::{Error, MAX_NAME_BYTES, PgQueue};
+use workq_postgres::{Error, MAX_NAME_BYTES, PgQueue};
 
 /// The grants of the README's "Least privileges" list, for the role `worker`.
 const GRANTS: &str = "

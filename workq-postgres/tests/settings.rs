@@ -7,8 +7,8 @@ mod support;
 use std::time::Duration;
 
 use support::{PgServer, unique};
-use workqueue::{AddOptions, Outcome, Workers};
-use workqueue_postgres::{Builder, Error, PgQueue};
+use workq::{AddOptions, Outcome, Workers};
+use workq_postgres::{Builder, Error, PgQueue};
 
 fn builder(server: &PgServer) -> Builder<String> {
     PgQueue::builder(unique("settings")).url(server.url())

@@ -1,6 +1,6 @@
 //! `Workers` on PostgreSQL: every rule of the shared suite
 //! (`workq/tests/conformance/workers.rs`) runs over `PgQueue` on a server the test starts
-//! itself, through the `workqueue::Queue` trait, with the outcomes, retries and give-ups the
+//! itself, through the `workq::Queue` trait, with the outcomes, retries and give-ups the
 //! in-memory queue has (the Redis crate runs the same rules in memory).
 
 #[macro_use]
@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use support::conformance::workers::{Backend, eventually, rules};
 use support::{PgServer, unique};
-use workqueue::Workers;
-use workqueue_postgres::PgQueue;
+use workq::Workers;
+use workq_postgres::PgQueue;
 
 struct Postgres {
     server: PgServer,

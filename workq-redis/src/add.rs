@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::Value;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workqueue::AddOptions;
+use workq::AddOptions;
 
 use crate::error::{Error, Transient};
 use crate::queue::RedisQueue;
@@ -98,7 +98,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 
     /// Adds `item` as `options` ask: at once, after a delay, rate limited (with a delay too,
     /// the shorter one wins), and with a priority: the in-memory queue's
-    /// [`add_with`](workqueue::WorkQueue::add_with), with its rules across processes.
+    /// [`add_with`](workq::WorkQueue::add_with), with its rules across processes.
     ///
     /// Higher priorities are handed out first, in add order within a priority. A re-add can
     /// raise a queued or delayed item's priority (a raised item goes behind the items already

@@ -133,9 +133,9 @@ enum Node {
 /// over a thousand queues holds one connection, not a thousand.
 ///
 /// ```no_run
-/// use workqueue_redis::{Admin, RedisQueue};
+/// use workq_redis::{Admin, RedisQueue};
 ///
-/// # async fn run() -> Result<(), workqueue_redis::Error> {
+/// # async fn run() -> Result<(), workq_redis::Error> {
 /// let admin = Admin::connect(redis::Client::open("redis://127.0.0.1:6379")?, "wq").await?;
 /// for (name, summary) in admin.overview().await? {
 ///     match summary {

@@ -1,4 +1,4 @@
-//! [`RedisQueue`] as a [`workqueue::Queue`]: the backend [`workqueue::Workers`] run on.
+//! [`RedisQueue`] as a [`workq::Queue`]: the backend [`workq::Workers`] run on.
 //!
 //! Each trait method is the queue's own method of the same name; what differs from the
 //! in-memory queue is what API.md says of backends beyond one process:
@@ -15,14 +15,14 @@ use std::hash::Hash;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workqueue::{AddOptions, DoneMany, Queue, QueueLease};
+use workq::{AddOptions, DoneMany, Queue, QueueLease};
 
 use crate::add::AddKind;
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::queue::RedisQueue;
 
-/// The most leases one batched step of [`Workers`](workqueue::Workers) completes and takes
+/// The most leases one batched step of [`Workers`](workq::Workers) completes and takes
 /// (one script run; its cost per item falls with the batch, and the run blocks the server
 /// for about 10 us per item).
 const BATCH_LIMIT: usize = 64;

@@ -137,13 +137,13 @@ pub(crate) async fn check_version(con: &mut Conn) -> Result<(), Error> {
     versions(&info, &mut found);
     if found.is_empty() {
         return Err(Error::UnsupportedServer(format!(
-            "cannot read redis_version from INFO server; workqueue-redis needs Redis \
+            "cannot read redis_version from INFO server; workq-redis needs Redis \
              {MIN_REDIS_VERSION} or newer"
         )));
     }
     if let Some(old) = found.iter().find(|v| !supported(v)) {
         return Err(Error::UnsupportedServer(format!(
-            "Redis {old} is older than {MIN_REDIS_VERSION}, the oldest workqueue-redis runs on \
+            "Redis {old} is older than {MIN_REDIS_VERSION}, the oldest workq-redis runs on \
              (it needs script flags such as allow-oom)"
         )));
     }

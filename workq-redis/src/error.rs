@@ -21,7 +21,7 @@ pub enum Error {
     Config(String),
     /// The server answered something this crate does not understand.
     Protocol(String),
-    /// The queue cannot do what was asked. Every option of [`workqueue::AddOptions`] is
+    /// The queue cannot do what was asked. Every option of [`workq::AddOptions`] is
     /// supported today; the variant stays for capabilities a later version may lack.
     Unsupported(&'static str),
     /// The server is older than [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION), or its

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workqueue::TryGet;
+use workq::TryGet;
 
 use crate::error::{Error, Transient};
 use crate::inner::Inner;
@@ -367,7 +367,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                             queue = %self.inner.name,
                             item = %String::from_utf8_lossy(&raw),
                             %error,
-                            "workqueue-redis: an item cannot be deserialized; moved to the dead-letter list"
+                            "workq-redis: an item cannot be deserialized; moved to the dead-letter list"
                         );
                         self.inner.dead_letter(&raw, token, &error).await?;
                         Ok(None)

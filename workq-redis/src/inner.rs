@@ -74,7 +74,7 @@ impl Inner {
                 *self.con.write().unwrap_or_else(|e| e.into_inner()) = Conn::Manager(con);
             }
             Err(error) => {
-                tracing::warn!(queue = %self.name, %error, "workqueue-redis: reconnect failed");
+                tracing::warn!(queue = %self.name, %error, "workq-redis: reconnect failed");
             }
         }
     }
@@ -106,7 +106,7 @@ impl Inner {
                 return Err(error);
             }
             if !warned {
-                tracing::warn!(queue = %self.name, op = what, %error, "workqueue-redis: retrying");
+                tracing::warn!(queue = %self.name, op = what, %error, "workq-redis: retrying");
                 warned = true;
             }
             if transient == Transient::ReadOnly {

@@ -6,7 +6,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use workqueue::lease_clock::{Held, LeaseBackend, LeaseClock, Renewal};
+use workq::lease_clock::{Held, LeaseBackend, LeaseClock, Renewal};
 
 use crate::error::Error;
 use crate::inner::Inner;
@@ -213,7 +213,7 @@ impl LeaseBackend for Inner {
             Ok(()) => Renewal::Renewed,
             Err(Error::LeaseLost) => Renewal::Lost,
             Err(error) => {
-                tracing::warn!(queue = %self.name, item = %raw, %error, "workqueue-redis: lease renewal failed");
+                tracing::warn!(queue = %self.name, item = %raw, %error, "workq-redis: lease renewal failed");
                 Renewal::Failed
             }
         }
@@ -224,7 +224,7 @@ impl LeaseBackend for Inner {
             queue = %self.name,
             item = %raw,
             max_hold = ?self.max_hold,
-            "workqueue-redis: a lease was held for the maximum hold time; renewal stops and it will expire"
+            "workq-redis: a lease was held for the maximum hold time; renewal stops and it will expire"
         );
     }
 
@@ -233,7 +233,7 @@ impl LeaseBackend for Inner {
         if let Err(error) = self.finish(&raw, token, true).await
             && !error.is_lease_lost()
         {
-            tracing::warn!(queue = %self.name, item = %raw, %error, "workqueue-redis: releasing a dropped lease failed; it will expire");
+            tracing::warn!(queue = %self.name, item = %raw, %error, "workq-redis: releasing a dropped lease failed; it will expire");
         }
     }
 

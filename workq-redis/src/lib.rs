@@ -1,12 +1,12 @@
 //! client-go's workqueue rules across many processes and machines, on Redis.
 //!
-//! [`RedisQueue`] has the methods of [`workqueue::WorkQueue`] with the same names and
+//! [`RedisQueue`] has the methods of [`workq::WorkQueue`] with the same names and
 //! meanings, made `async` because they talk to a server: [`add`](RedisQueue::add),
 //! [`add_after`](RedisQueue::add_after), [`add_rate_limited`](RedisQueue::add_rate_limited),
 //! [`add_with`](RedisQueue::add_with) (with a priority),
 //! [`forget`](RedisQueue::forget), [`num_requeues`](RedisQueue::num_requeues),
 //! [`len`](RedisQueue::len), [`get`](RedisQueue::get) returning a [`Lease`],
-//! [`try_get`](RedisQueue::try_get) returning a [`TryGet`](workqueue::TryGet) (a lease, nothing ready, or shut
+//! [`try_get`](RedisQueue::try_get) returning a [`TryGet`](workq::TryGet) (a lease, nothing ready, or shut
 //! down), and [`shut_down`](RedisQueue::shut_down). Any number of worker processes on any
 //! number of machines share one queue, and the rules hold across all of them:
 //!
@@ -19,14 +19,14 @@
 //!   share), [`shut_down_fleet`](RedisQueue::shut_down_fleet) every process, until
 //!   [`resume_fleet`](RedisQueue::resume_fleet).
 //!
-//! [`RedisQueue`] implements [`workqueue::Queue`], so [`workqueue::Workers`] run on it as on
+//! [`RedisQueue`] implements [`workq::Queue`], so [`workq::Workers`] run on it as on
 //! the in-memory queue: `Workers::new(queue).count(8).max_retries(5).spawn_async(handler)`
 //! gives the same retries, give-ups, panic isolation, timeouts, stop and summary. The pool
 //! marks each lease done explicitly (a dropped lease is released here), adds a retry back
 //! before its `done`, and rides out a server outage (it logs, backs off and keeps trying; an
 //! item is never lost). Stopping the pool shuts down only this handle.
 //!
-//! **Priorities**: [`add_with`](RedisQueue::add_with) takes every [`workqueue::AddOptions`]
+//! **Priorities**: [`add_with`](RedisQueue::add_with) takes every [`workq::AddOptions`]
 //! (delay, rate limiting, priority) with the in-memory rules: higher priorities first, FIFO
 //! within a priority, a re-add raises a priority and never lowers it, a delayed item keeps its
 //! priority, and an item re-added while processing is queued at the highest priority its
@@ -40,8 +40,8 @@
 //! an item re-added while processing): the fault tests' deliberate bugs live in this crate's
 //! client only, behind the feature `fault-injection`, which a deployment never enables.
 //!
-//! The failure path of [`workqueue::Workers`] is fenced like its `done`: a retry
-//! ([`Queue::retry_and_done`](workqueue::Queue::retry_and_done): the re-add, rate limited or
+//! The failure path of [`workq::Workers`] is fenced like its `done`: a retry
+//! ([`Queue::retry_and_done`](workq::Queue::retry_and_done): the re-add, rate limited or
 //! after a delay, and the `done`) is one script run that changes nothing if the lease was
 //! lost. A batched step of the pool (many workers' dones and their next items in one script
 //! run) waits out transient server states as a single `done` does, its leases renewed until
@@ -77,9 +77,9 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use workqueue_redis::RedisQueue;
+//! use workq_redis::RedisQueue;
 //!
-//! # async fn run() -> Result<(), workqueue_redis::Error> {
+//! # async fn run() -> Result<(), workq_redis::Error> {
 //! let queue: RedisQueue<String> = RedisQueue::builder("pods")
 //!     .url("redis://127.0.0.1:6379")
 //!     .lease_duration(Duration::from_secs(30))

@@ -126,7 +126,7 @@ pub(crate) fn warn_once(server: &str, persistence: &Persistence) {
         tracing::warn!(
             server,
             problems = %problems.join("; "),
-            "workqueue-redis: the server's persistence settings cannot keep acknowledged work through a crash"
+            "workq-redis: the server's persistence settings cannot keep acknowledged work through a crash"
         );
     }
 }

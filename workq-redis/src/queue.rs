@@ -22,7 +22,7 @@ use crate::scripts::SCRIPTS;
 /// A work queue on Redis with client-go's rules, shared by every process that opens it.
 ///
 /// Every operation is one server-side script, so the rules hold across processes and
-/// machines exactly as they hold across threads for [`workqueue::WorkQueue`]:
+/// machines exactly as they hold across threads for [`workq::WorkQueue`]:
 ///
 /// - **Fair**: items come out in the order they were added.
 /// - **Stingy**: an item added many times before it is handed out is processed once, and never
@@ -47,9 +47,9 @@ use crate::scripts::SCRIPTS;
 /// # Examples
 ///
 /// ```no_run
-/// use workqueue_redis::RedisQueue;
+/// use workq_redis::RedisQueue;
 ///
-/// # async fn run() -> Result<(), workqueue_redis::Error> {
+/// # async fn run() -> Result<(), workq_redis::Error> {
 /// let queue: RedisQueue<String> = RedisQueue::connect("redis://127.0.0.1:6379", "pods").await?;
 /// queue.add("default/web-0".to_string()).await?;
 /// while let Some(lease) = queue.get().await? {

@@ -15,7 +15,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue_redis::RateLimit;
+/// use workq_redis::RateLimit;
 ///
 /// let limit = RateLimit::exponential(Duration::from_millis(5), Duration::from_secs(60))
 ///     .with_bucket(10.0, 100);

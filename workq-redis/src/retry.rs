@@ -1,4 +1,4 @@
-//! A failed item's step ([`Queue::retry_and_done`](workqueue::Queue::retry_and_done)): the
+//! A failed item's step ([`Queue::retry_and_done`](workq::Queue::retry_and_done)): the
 //! re-add and the `done` in one script run (`retry_done`), fenced by the lease's token.
 
 use std::time::Duration;
@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::Value;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workqueue::AddOptions;
+use workq::AddOptions;
 
 use crate::error::{Error, Transient};
 use crate::lease::Lease;

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use support::server::{Durability, RedisServer, require, require_with};
-use workqueue::AddOptions;
-use workqueue_redis::{Admin, End, ItemState, RedisQueue, Retried};
+use workq::AddOptions;
+use workq_redis::{Admin, End, ItemState, RedisQueue, Retried};
 
 async fn admin(server: &RedisServer) -> Admin {
     Admin::connect(redis::Client::open(server.url()).unwrap(), "wq")
@@ -327,7 +327,7 @@ async fn retry_now_and_remove_keep_the_queues_rules() {
     let q: RedisQueue<String> = RedisQueue::builder("ops")
         .url(server.url())
         .check_persistence(false)
-        .rate_limit(workqueue_redis::RateLimit::exponential(
+        .rate_limit(workq_redis::RateLimit::exponential(
             Duration::from_secs(300),
             Duration::from_secs(900),
         ))

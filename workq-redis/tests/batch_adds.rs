@@ -8,8 +8,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::server::{RedisServer, require};
-use workqueue::{AddOptions, Queue};
-use workqueue_redis::{End, ItemState, RateLimit, RedisQueue};
+use workq::{AddOptions, Queue};
+use workq_redis::{End, ItemState, RateLimit, RedisQueue};
 
 /// 1 s of backoff for a first failure; a bucket of 100 tokens refilled at one every 2 s.
 async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {

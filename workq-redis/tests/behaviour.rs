@@ -1,6 +1,6 @@
 //! One behaviour suite for both backends: every rule of the shared suite
 //! (`workq/tests/conformance`) runs, unchanged, against the
-//! in-memory `workqueue::WorkQueue` and against `RedisQueue` on a `redis-server` the test
+//! in-memory `workq::WorkQueue` and against `RedisQueue` on a `redis-server` the test
 //! starts itself (a missing binary fails the test; see TESTING.md for the opt-out).
 
 #[macro_use]

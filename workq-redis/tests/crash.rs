@@ -48,8 +48,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use server::{Durability, RedisServer};
-use workqueue::{AddOptions, DoneMany, Outcome, Queue, QueueLease, Workers};
-use workqueue_redis::{AddKind, Error, Mutation, RateLimit, RedisQueue};
+use workq::{AddOptions, DoneMany, Outcome, Queue, QueueLease, Workers};
+use workq_redis::{AddKind, Error, Mutation, RateLimit, RedisQueue};
 
 /// Microseconds since the Unix epoch: one clock for every process on this host.
 fn now_us() -> u64 {
@@ -255,7 +255,7 @@ struct Recorded {
 /// A lease of [`Recorded`]: its item is the item and the lease's token.
 #[derive(Debug)]
 struct RecordedLease {
-    lease: workqueue_redis::Lease<String>,
+    lease: workq_redis::Lease<String>,
     item: (String, u64),
     history: History,
 }
@@ -267,7 +267,7 @@ impl std::fmt::Debug for History {
 }
 
 impl Recorded {
-    fn wrap(&self, lease: workqueue_redis::Lease<String>) -> RecordedLease {
+    fn wrap(&self, lease: workq_redis::Lease<String>) -> RecordedLease {
         RecordedLease {
             item: (lease.item().clone(), lease.token()),
             lease,

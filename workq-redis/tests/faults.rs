@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use support::server::{Durability, RedisServer, require, require_with};
-use workqueue::{AddOptions, Queue, TryGet};
-use workqueue_redis::{AddKind, Error, RedisQueue};
+use workq::{AddOptions, Queue, TryGet};
+use workq_redis::{AddKind, Error, RedisQueue};
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(server.url())
@@ -19,7 +19,7 @@ async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-fn builder(server: &RedisServer, name: &str) -> workqueue_redis::Builder<String> {
+fn builder(server: &RedisServer, name: &str) -> workq_redis::Builder<String> {
     RedisQueue::<String>::builder(name).url(server.url())
 }
 

@@ -1,5 +1,5 @@
 //! A random-operation model test: [`RedisQueue`] held against the in-memory
-//! [`workqueue::WorkQueue`] step by step.
+//! [`workq::WorkQueue`] step by step.
 //!
 //! Each case is a random sequence of operations on a few items, applied to a fresh Redis
 //! queue (on one `redis-server` of the test's own) and to an in-memory queue, comparing every
@@ -20,10 +20,10 @@ use std::time::Duration;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use workqueue::clock::FakeClock;
-use workqueue::rate_limiter::ExponentialFailure;
-use workqueue::{TryGetError, WorkQueue};
-use workqueue_redis::{RateLimit, RedisQueue};
+use workq::clock::FakeClock;
+use workq::rate_limiter::ExponentialFailure;
+use workq::{TryGetError, WorkQueue};
+use workq_redis::{RateLimit, RedisQueue};
 
 /// Items: few, so that adds collide with queued and processing items.
 const ITEMS: [&str; 4] = ["a", "b", "c", "d"];
@@ -66,7 +66,7 @@ fn failed(e: impl std::fmt::Display) -> TestCaseError {
 /// Releases `item`'s memory lease in the model: done, then `item` first among the ready items
 /// (the ready ones are taken out and added back behind it; none of them is processing, so
 /// taking them out and finishing them changes nothing else).
-fn model_release(memory: &WorkQueue<String>, lease: workqueue::Lease<String>) {
+fn model_release(memory: &WorkQueue<String>, lease: workq::Lease<String>) {
     let item = lease.item().clone();
     lease.done();
     let mut ready = Vec::new();
@@ -97,7 +97,7 @@ async fn run_case(
         .rate_limiter(ExponentialFailure::new(FOREVER, FOREVER))
         .build();
     // Held leases, pairwise: the same item on both sides.
-    let mut held: Vec<(workqueue_redis::Lease<String>, workqueue::Lease<String>)> = Vec::new();
+    let mut held: Vec<(workq_redis::Lease<String>, workq::Lease<String>)> = Vec::new();
     for (step, op) in ops.iter().enumerate() {
         let at = format!("step {step} ({op:?}) of {ops:?}");
         match *op {

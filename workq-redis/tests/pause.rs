@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use support::server::{RedisServer, require};
-use workqueue_redis::RedisQueue;
+use workq_redis::RedisQueue;
 
 async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {
     RedisQueue::<String>::builder(name)

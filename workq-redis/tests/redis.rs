@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use support::server::{Durability, RedisServer};
-use workqueue::TryGet;
-use workqueue::{AddOptions, DoneMany, Queue};
-use workqueue_redis::{AddKind, DoneAndGet, DoneAndGetMany, Error, RateLimit, RedisQueue};
+use workq::TryGet;
+use workq::{AddOptions, DoneMany, Queue};
+use workq_redis::{AddKind, DoneAndGet, DoneAndGetMany, Error, RateLimit, RedisQueue};
 
 async fn queue(server: &RedisServer, name: &str, lease: Duration) -> RedisQueue<String> {
     RedisQueue::builder(name)
@@ -935,7 +935,7 @@ async fn mutations_break_the_rules_they_name() {
         .url(server.url())
         .lease_duration(Duration::from_millis(200))
         .auto_renew(false)
-        .mutation(workqueue_redis::Mutation::NoFencing)
+        .mutation(workq_redis::Mutation::NoFencing)
         .build()
         .await
         .unwrap();
@@ -958,8 +958,8 @@ async fn mutations_break_the_rules_they_name() {
     // NoDirtyRequeue: a re-add while processing is lost at done.
     let q = RedisQueue::<String>::builder("mut-dirty")
         .url(server.url())
-        .mutation(workqueue_redis::Mutation::NoDirtyRequeue)
-        .mutation(workqueue_redis::Mutation::NoFencing)
+        .mutation(workq_redis::Mutation::NoDirtyRequeue)
+        .mutation(workq_redis::Mutation::NoFencing)
         .build()
         .await
         .unwrap();

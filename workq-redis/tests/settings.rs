@@ -7,8 +7,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::server::{RedisServer, require};
-use workqueue::{Outcome, Workers};
-use workqueue_redis::{AddKind, Builder, Error, RateLimit, RedisQueue};
+use workq::{Outcome, Workers};
+use workq_redis::{AddKind, Builder, Error, RateLimit, RedisQueue};
 
 fn builder(server: &RedisServer, name: &str) -> Builder<String> {
     RedisQueue::builder(name)

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use support::server::RedisServer;
-use workqueue::{AddOptions, Outcome, Queue, TryGet, Workers};
-use workqueue_redis::{Error, RateLimit, RedisQueue};
+use workq::{AddOptions, Outcome, Queue, TryGet, Workers};
+use workq_redis::{Error, RateLimit, RedisQueue};
 
 async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {
     RedisQueue::builder(name)
@@ -30,7 +30,7 @@ async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {
 }
 
 /// The next item (reclaiming expired leases), within 5 s.
-async fn next(q: &RedisQueue<String>) -> workqueue_redis::Lease<String> {
+async fn next(q: &RedisQueue<String>) -> workq_redis::Lease<String> {
     tokio::time::timeout(Duration::from_secs(5), q.get())
         .await
         .expect("an item within 5 s")
@@ -84,10 +84,7 @@ async fn a_stale_holders_forget_changes_nothing() {
 /// `stale`'s lease expired and the item was reclaimed.
 async fn stale_and_fresh(
     q: &RedisQueue<String>,
-) -> (
-    workqueue_redis::Lease<String>,
-    workqueue_redis::Lease<String>,
-) {
+) -> (workq_redis::Lease<String>, workq_redis::Lease<String>) {
     q.add_rate_limited("key".to_string()).await.unwrap();
     let stale = next(q).await;
     tokio::time::sleep(Duration::from_millis(450)).await;
@@ -112,7 +109,7 @@ async fn unchanged(q: &RedisQueue<String>, failures: u64) {
 }
 
 /// Once `fresh` is done, the queue holds nothing: no re-add was kept for the item.
-async fn nothing_left(q: &RedisQueue<String>, fresh: workqueue_redis::Lease<String>) {
+async fn nothing_left(q: &RedisQueue<String>, fresh: workq_redis::Lease<String>) {
     fresh.done().await.unwrap();
     // Longer than any delay these queues give (10 ms at most).
     tokio::time::sleep(Duration::from_millis(50)).await;

@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use workqueue::{AddOptions, AsyncWorkers, Queue, Workers};
-use workqueue_redis::{Error, RateLimit, RedisQueue};
+use workq::{AddOptions, AsyncWorkers, Queue, Workers};
+use workq_redis::{Error, RateLimit, RedisQueue};
 
 use support::server::{Durability, RedisServer, require_with};
 
 const ITEMS: [&str; 4] = ["a", "b", "c", "d"];
 
-fn builder(url: String, name: &str) -> workqueue_redis::Builder<String> {
+fn builder(url: String, name: &str) -> workq_redis::Builder<String> {
     RedisQueue::builder(name)
         .url(url)
         .lease_duration(Duration::from_secs(2))

@@ -1,7 +1,7 @@
 //! `Workers` on every backend: each rule of the shared suite
 //! (`workq/tests/conformance/workers.rs`) runs, unchanged, over the in-memory
-//! `workqueue::WorkQueue` (alone, and seen as a backend whose steps `Workers` batch) and over
-//! `RedisQueue` on a `redis-server` the test starts itself, through the `workqueue::Queue`
+//! `workq::WorkQueue` (alone, and seen as a backend whose steps `Workers` batch) and over
+//! `RedisQueue` on a `redis-server` the test starts itself, through the `workq::Queue`
 //! trait. Same outcomes, retries, give-ups, panics, timeouts,
 //! stops and summaries; where the backends differ by design (a shut down handle on Redis keeps
 //! its delayed items on the server), the rule says so.
@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use workqueue::Workers;
-use workqueue_redis::{RateLimit, RedisQueue};
+use workq::Workers;
+use workq_redis::{RateLimit, RedisQueue};
 
 use support::RedisServer;
 use support::conformance::workers::{Backend, BatchedMemory, Memory, eventually, rules};

@@ -5,13 +5,13 @@
 //! cannot succeed, and stop cleanly.
 //!
 //! ```sh
-//! cargo run -p workqueue --features tokio --example controller
+//! cargo run -p workq --features tokio --example controller
 //! ```
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use workqueue::{Outcome, WorkQueue, Workers};
+use workq::{Outcome, WorkQueue, Workers};
 
 /// The reconciler: make the world match the object named `key`.
 async fn reconcile(key: &str) -> Result<Outcome, String> {

@@ -5,7 +5,7 @@
 //! text format Kubernetes serves). Workers process items meanwhile.
 //!
 //! ```sh
-//! cargo run -p workqueue --features prometheus --example metrics_service -- --serve 127.0.0.1:9898
+//! cargo run -p workq --features prometheus --example metrics_service -- --serve 127.0.0.1:9898
 //! curl -s localhost:9898/metrics | grep workqueue_depth
 //! ```
 //!
@@ -20,8 +20,8 @@ use std::thread;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use workqueue::WorkQueue;
-use workqueue::metrics::prometheus::PrometheusMetrics;
+use workq::WorkQueue;
+use workq::metrics::prometheus::PrometheusMetrics;
 
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);

@@ -3,7 +3,7 @@
 //!
 //! The trait is named for what it is: a work queue with client-go's rules, seen through the
 //! operations a worker loop needs. [`WorkQueue`] (in memory) implements it, and so do the
-//! backends that keep the rules across processes (`workqueue_redis::RedisQueue`). It is
+//! backends that keep the rules across processes (`workq_redis::RedisQueue`). It is
 //! async-first because a shared backend talks to a server; the in-memory queue answers every
 //! call but [`get`](Queue::get) and [`shut_down_with_drain`](Queue::shut_down_with_drain) at
 //! once, with futures that are ready when first polled, and its error type is
@@ -41,7 +41,7 @@ use crate::{AddOptions, Lease, TryGetError, WorkQueue};
 /// A worker loop for any backend:
 ///
 /// ```
-/// use workqueue::{AddOptions, Queue, QueueLease, WorkQueue};
+/// use workq::{AddOptions, Queue, QueueLease, WorkQueue};
 ///
 /// async fn drain<Q: Queue<Item = String>>(queue: &Q) -> Result<usize, Q::Error> {
 ///     let mut processed = 0;
@@ -108,7 +108,7 @@ pub trait Queue: Clone + Send + Sync + 'static {
     /// # Examples
     ///
     /// ```
-    /// use workqueue::{AddOptions, Queue, WorkQueue};
+    /// use workq::{AddOptions, Queue, WorkQueue};
     ///
     /// let queue = WorkQueue::new();
     /// queue.add("default/live".to_owned());
@@ -500,8 +500,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> QueueLease for Lease<T> {
 }
 
 /// What a shared backend's `try_get` found, looking once without waiting: a lease `L`,
-/// nothing ready, or a queue shut down (`workqueue_redis::RedisQueue::try_get`,
-/// `workqueue_postgres::PgQueue::try_get`).
+/// nothing ready, or a queue shut down (`workq_redis::RedisQueue::try_get`,
+/// `workq_postgres::PgQueue::try_get`).
 ///
 /// The in-memory queue's [`try_get`](WorkQueue::try_get) gives the same three answers as
 /// `Result<Lease<T>, TryGetError>`; [`into_result`](Self::into_result) turns this one into

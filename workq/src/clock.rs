@@ -6,7 +6,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use workqueue::{WorkQueue, clock::FakeClock};
+//! use workq::{WorkQueue, clock::FakeClock};
 //!
 //! let clock = FakeClock::new();
 //! let queue = WorkQueue::builder().clock(clock.clone()).build();
@@ -141,7 +141,7 @@ impl Clock for RealClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue::clock::FakeClock;
+/// use workq::clock::FakeClock;
 ///
 /// let clock = FakeClock::new();
 /// let start = clock.now();

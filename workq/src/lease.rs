@@ -20,7 +20,7 @@ use crate::queue::Shared;
 /// # Examples
 ///
 /// ```
-/// use workqueue::WorkQueue;
+/// use workq::WorkQueue;
 ///
 /// let queue = WorkQueue::new();
 /// queue.add("default/web-0");

@@ -18,7 +18,7 @@
 //! # Hello, queue
 //!
 //! ```
-//! use workqueue::WorkQueue;
+//! use workq::WorkQueue;
 //!
 //! let queue = WorkQueue::new();
 //! queue.add("default/web-0");
@@ -39,7 +39,7 @@
 //! neither forgotten nor done twice, and a worker that panics frees its item as it unwinds.
 //!
 //! ```
-//! use workqueue::WorkQueue;
+//! use workq::WorkQueue;
 //!
 //! let queue = WorkQueue::new();
 //! queue.add("default/web-0");
@@ -57,7 +57,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use workqueue::{WorkQueue, clock::FakeClock};
+//! use workq::{WorkQueue, clock::FakeClock};
 //!
 //! let clock = FakeClock::new();
 //! let queue = WorkQueue::builder().clock(clock.clone()).build();
@@ -72,7 +72,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use workqueue::{WorkQueue, clock::FakeClock, rate_limiter::ExponentialFailure};
+//! use workq::{WorkQueue, clock::FakeClock, rate_limiter::ExponentialFailure};
 //!
 //! fn reconcile(key: &str) -> Result<(), String> {
 //!     Err(format!("{key}: not ready yet"))
@@ -104,7 +104,7 @@
 //! waits until every lease is dropped.
 //!
 //! ```
-//! use workqueue::WorkQueue;
+//! use workq::WorkQueue;
 //!
 //! let queue = WorkQueue::new();
 //! queue.add("default/web-0");
@@ -130,7 +130,7 @@
 //! never waits. All three share one queue of waiters, so mixing them is fine.
 //!
 //! ```
-//! use workqueue::WorkQueue;
+//! use workq::WorkQueue;
 //!
 //! # futures::executor::block_on(async {
 //! let queue = WorkQueue::new();
@@ -154,7 +154,7 @@
 //! [`Queue`] (with its [`QueueLease`]) is the interface of a work queue backend: async
 //! `add_with`, `forget`, `num_requeues`, `len`, `get`, `shut_down`, `shut_down_with_drain`,
 //! with the backend's own lease and error types. [`WorkQueue`] implements it (errors are
-//! [`Infallible`](std::convert::Infallible)), and so does `workqueue_redis::RedisQueue`, so
+//! [`Infallible`](std::convert::Infallible)), and so does `workq_redis::RedisQueue`, so
 //! [`Workers`] run unchanged on a queue shared by many processes.
 //!
 //! # Metrics

@@ -20,7 +20,7 @@ use crate::workers::StopToken;
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};
-/// use workqueue::{StopToken, parallelize_until};
+/// use workq::{StopToken, parallelize_until};
 ///
 /// let sizes = [3_u64, 1, 4, 1, 5, 9, 2, 6];
 /// let total = AtomicU64::new(0);
@@ -48,7 +48,7 @@ where
 ///
 /// ```
 /// use std::sync::Mutex;
-/// use workqueue::{Parallelizer, StopToken};
+/// use workq::{Parallelizer, StopToken};
 ///
 /// let stop = StopToken::new();
 /// let seen = Mutex::new(Vec::new());

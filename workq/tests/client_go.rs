@@ -53,9 +53,9 @@ use std::thread;
 use std::time::Duration;
 
 use support::{CountingWaker, poll_once, spawn};
-use workqueue::clock::FakeClock;
-use workqueue::rate_limiter::{ExponentialFailure, FastSlow, MaxOf, RateLimiter, WithMaxWait};
-use workqueue::{TryGetError, WorkQueue};
+use workq::clock::FakeClock;
+use workq::rate_limiter::{ExponentialFailure, FastSlow, MaxOf, RateLimiter, WithMaxWait};
+use workq::{TryGetError, WorkQueue};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

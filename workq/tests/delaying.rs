@@ -12,8 +12,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use support::{CountingWaker, poll_once, spawn};
-use workqueue::WorkQueue;
-use workqueue::clock::FakeClock;
+use workq::WorkQueue;
+use workq::clock::FakeClock;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

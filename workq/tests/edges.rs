@@ -17,10 +17,10 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use workqueue::clock::{Clock, FakeClock};
-use workqueue::metrics::{MetricsProvider, QueueMetrics, QueueProbe};
-use workqueue::rate_limiter::{RateLimiter, TokenBucket};
-use workqueue::{AddOptions, Outcome, Queue, StopToken, TryGetError, WorkQueue, Workers};
+use workq::clock::{Clock, FakeClock};
+use workq::metrics::{MetricsProvider, QueueMetrics, QueueProbe};
+use workq::rate_limiter::{RateLimiter, TokenBucket};
+use workq::{AddOptions, Outcome, Queue, StopToken, TryGetError, WorkQueue, Workers};
 
 /// Far above what any correct run needs; only turns a hang into a failure.
 const GENEROUS: Duration = Duration::from_secs(20);

@@ -10,9 +10,9 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use workqueue::WorkQueue;
-use workqueue::clock::FakeClock;
-use workqueue::rate_limiter::{ExponentialFailure, FastSlow, MaxOf, RateLimiter};
+use workq::WorkQueue;
+use workq::clock::FakeClock;
+use workq::rate_limiter::{ExponentialFailure, FastSlow, MaxOf, RateLimiter};
 
 /// Cycles per run.
 const CYCLES: usize = 1_000_000;
@@ -248,14 +248,14 @@ fn bursts_of_distinct_items_give_their_memory_back() {
 /// A recorder that records nothing: it makes a named queue keep its metrics timestamps.
 struct Silent;
 
-impl workqueue::metrics::MetricsProvider for Silent {
+impl workq::metrics::MetricsProvider for Silent {
     fn new_queue(
         &self,
         _name: &str,
-        _probe: workqueue::metrics::QueueProbe,
-    ) -> Box<dyn workqueue::metrics::QueueMetrics> {
+        _probe: workq::metrics::QueueProbe,
+    ) -> Box<dyn workq::metrics::QueueMetrics> {
         struct Nothing;
-        impl workqueue::metrics::QueueMetrics for Nothing {}
+        impl workq::metrics::QueueMetrics for Nothing {}
         Box::new(Nothing)
     }
 }
@@ -313,8 +313,8 @@ fn burst_with_a_resync_key() {
             match item % 4 {
                 0 => queue.add_after(item, Duration::from_secs(1 + item % 60)),
                 1 => {
-                    queue.add_with(item, workqueue::AddOptions::default().priority(-1));
-                    queue.add_with(item, workqueue::AddOptions::default().priority(1));
+                    queue.add_with(item, workq::AddOptions::default().priority(-1));
+                    queue.add_with(item, workq::AddOptions::default().priority(1));
                 }
                 _ => queue.add(item),
             }
@@ -373,8 +373,8 @@ fn stale_references_of_a_starved_priority_do_not_pile_up() {
     const KEEP: u64 = u64::MAX;
     queue.add(KEEP); // priority 0, always queued: the queue is never empty
     let cycle = |key: u64| {
-        queue.add_with(key, workqueue::AddOptions::default().priority(-100));
-        queue.add_with(key, workqueue::AddOptions::default().priority(5));
+        queue.add_with(key, workq::AddOptions::default().priority(-100));
+        queue.add_with(key, workq::AddOptions::default().priority(5));
         let lease = queue.try_get().unwrap();
         assert_eq!(*lease, key);
     };

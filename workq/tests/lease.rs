@@ -4,7 +4,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread;
 
-use workqueue::{Lease, Queue, TryGetError, WorkQueue};
+use workq::{Lease, Queue, TryGetError, WorkQueue};
 
 #[test]
 fn a_lease_reads_as_its_item() {

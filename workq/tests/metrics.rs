@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use workqueue::QueueStats;
-use workqueue::WorkQueue;
-use workqueue::clock::FakeClock;
-use workqueue::metrics::{MetricsProvider, QueueMetrics, QueueProbe};
-use workqueue::rate_limiter::ExponentialFailure;
+use workq::QueueStats;
+use workq::WorkQueue;
+use workq::clock::FakeClock;
+use workq::metrics::{MetricsProvider, QueueMetrics, QueueProbe};
+use workq::rate_limiter::ExponentialFailure;
 
 /// Everything a queue reported, in the shape of client-go's test metrics.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -150,7 +150,7 @@ fn client_go_test_metrics_sequence_step_by_step() {
 /// item it ends and the queue latency of the one it hands out.
 #[test]
 fn done_and_next_records_the_done_and_the_get() {
-    use workqueue::Queue;
+    use workq::Queue;
     let clock = FakeClock::new();
     let provider = TestProvider::default();
     let queue = named_queue(&clock, &provider);
@@ -279,7 +279,7 @@ mod prometheus {
     use super::*;
     use prometheus_client::encoding::text::encode;
     use prometheus_client::registry::Registry;
-    use workqueue::metrics::prometheus::PrometheusMetrics;
+    use workq::metrics::prometheus::PrometheusMetrics;
 
     /// Parses the exposition into (series with labels, value) pairs, checking every line is
     /// well formed.
@@ -471,7 +471,7 @@ mod prometheus {
 
     #[test]
     fn workqueue_depth_takes_controller_runtimes_priority_label_only_when_asked() {
-        use workqueue::AddOptions;
+        use workq::AddOptions;
         let mut registry = Registry::default();
         let metrics = PrometheusMetrics::new(&mut registry);
         let queue = WorkQueue::builder()
@@ -543,7 +543,7 @@ mod prometheus {
 
 #[test]
 fn depth_by_priority_counts_queued_and_re_added_items_at_their_priority() {
-    use workqueue::AddOptions;
+    use workq::AddOptions;
     let queue = WorkQueue::new();
     queue.add_with("listed", AddOptions::default().priority(-100));
     queue.add("changed");

@@ -24,11 +24,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
-use workqueue::clock::FakeClock;
-use workqueue::rate_limiter::{
+use workq::clock::FakeClock;
+use workq::rate_limiter::{
     ExponentialFailure, FastSlow, Jitter, MaxOf, RateLimiter, TokenBucket, WithMaxWait,
 };
-use workqueue::{AddOptions, Lease, TryGetError, WorkQueue};
+use workq::{AddOptions, Lease, TryGetError, WorkQueue};
 
 /// Cases per property in every run, CI included; `PROPTEST_CASES` can only raise it.
 const CASES: u32 = 2000;

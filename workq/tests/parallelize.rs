@@ -6,7 +6,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use workqueue::{Parallelizer, StopToken, parallelize_until};
+use workq::{Parallelizer, StopToken, parallelize_until};
 
 /// Runs `pieces` pieces and returns how often each one ran.
 fn visits(workers: usize, pieces: usize, chunk_size: usize) -> Vec<usize> {

@@ -58,9 +58,9 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use workqueue::clock::FakeClock;
-use workqueue::rate_limiter::{ExponentialFailure, RateLimiter};
-use workqueue::{AddOptions, Get, Lease, TryGetError, WorkQueue};
+use workq::clock::FakeClock;
+use workq::rate_limiter::{ExponentialFailure, RateLimiter};
+use workq::{AddOptions, Get, Lease, TryGetError, WorkQueue};
 
 // ===== helpers =====
 

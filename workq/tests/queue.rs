@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use futures::task::noop_waker;
 use support::{CountingWaker, poll_once, spawn};
-use workqueue::clock::FakeClock;
-use workqueue::{TryGetError, WorkQueue};
+use workq::clock::FakeClock;
+use workq::{TryGetError, WorkQueue};
 
 /// Takes every ready item, in hand-out order.
 fn take_all<T: Eq + std::hash::Hash + Clone + Send + Sync + 'static>(

@@ -8,11 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use workqueue::clock::FakeClock;
-use workqueue::rate_limiter::{
+use workq::clock::FakeClock;
+use workq::rate_limiter::{
     self, ExponentialFailure, FastSlow, MaxOf, RateLimiter, TokenBucket, WithMaxWait,
 };
-use workqueue::{AddOptions, WorkQueue};
+use workq::{AddOptions, WorkQueue};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

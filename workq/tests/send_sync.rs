@@ -8,11 +8,11 @@
 use std::error::Error;
 use std::future::Future;
 
-use workqueue::clock::{Clock, FakeClock, RealClock};
-use workqueue::rate_limiter::{
+use workq::clock::{Clock, FakeClock, RealClock};
+use workq::rate_limiter::{
     ExponentialFailure, FastSlow, MaxOf, RateLimiter, TokenBucket, WithMaxWait,
 };
-use workqueue::{AddOptions, Builder, Lease, TryGetError, WorkQueue};
+use workq::{AddOptions, Builder, Lease, TryGetError, WorkQueue};
 
 fn assert_send<T: Send>() {}
 fn assert_sync<T: Sync>() {}

@@ -13,8 +13,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use support::{CountingWaker, GENEROUS, poll_once, spawn};
-use workqueue::clock::FakeClock;
-use workqueue::{TryGetError, WorkQueue};
+use workq::clock::FakeClock;
+use workq::{TryGetError, WorkQueue};
 
 fn fake_clock_queue<T: Eq + std::hash::Hash + Clone + Send + Sync + 'static>()
 -> (FakeClock, WorkQueue<T>) {

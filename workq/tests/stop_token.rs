@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::task::noop_waker;
-use workqueue::StopToken;
+use workq::StopToken;
 
 #[test]
 fn wait_timeout_returns_false_when_nobody_stops() {

@@ -18,7 +18,7 @@
 //! - **FIFO** for one producer and one consumer (blocking, then async): every item arrives
 //!   once, in order.
 //!
-//! Sizes are for a release build (`cargo test -p workqueue --release --test stress`), where
+//! Sizes are for a release build (`cargo test -p workq --release --test stress`), where
 //! the whole file takes well under a minute on 2 cores; a debug build (the workspace's plain
 //! `cargo test`) runs a twentieth of the operations.
 
@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use workqueue::rate_limiter::ExponentialFailure;
-use workqueue::{Lease, TryGetError, WorkQueue};
+use workq::rate_limiter::ExponentialFailure;
+use workq::{Lease, TryGetError, WorkQueue};
 
 /// Operations scale: a debug build is about 20 times slower, so it runs a twentieth.
 const SCALE: u64 = if cfg!(debug_assertions) { 20 } else { 1 };

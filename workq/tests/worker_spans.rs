@@ -7,7 +7,7 @@ use parking_lot::Mutex;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
-use workqueue::{AddOptions, Outcome, WorkQueue, Workers};
+use workq::{AddOptions, Outcome, WorkQueue, Workers};
 
 /// What the subscriber saw: each span's name and fields, and for each event the name of
 /// the span it happened in.

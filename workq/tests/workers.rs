@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use workqueue::clock::FakeClock;
-use workqueue::rate_limiter::ExponentialFailure;
-use workqueue::{GiveUp, GiveUpReason, ThreadWorkers};
-use workqueue::{Outcome, StopToken, WorkQueue, Workers};
+use workq::clock::FakeClock;
+use workq::rate_limiter::ExponentialFailure;
+use workq::{GiveUp, GiveUpReason, ThreadWorkers};
+use workq::{Outcome, StopToken, WorkQueue, Workers};
 
 const BASE: Duration = Duration::from_millis(10);
 
@@ -296,7 +296,7 @@ fn a_panic_counts_as_a_failure_towards_max_retries() {
     let reports = reports.lock().unwrap();
     assert_eq!(
         reports[0].error,
-        Some(workqueue::Failure::Panicked("always".to_owned()))
+        Some(workq::Failure::Panicked("always".to_owned()))
     );
     assert_eq!(
         reports[0]
@@ -478,7 +478,7 @@ fn no_item_is_processed_by_two_workers_at_once() {
 #[cfg(feature = "tokio")]
 mod asynchronous {
     use super::*;
-    use workqueue::AsyncWorkers;
+    use workq::AsyncWorkers;
 
     async fn wait_processed_async<T>(workers: &AsyncWorkers<T>, n: u64)
     where
@@ -760,7 +760,7 @@ mod capture {
 /// forget only where asked, and at most `max` next items, in order.
 #[test]
 fn done_and_next_many_by_default_steps_each_lease_in_turn() {
-    use workqueue::{DoneMany, Queue};
+    use workq::{DoneMany, Queue};
     let queue: WorkQueue<&str> = WorkQueue::new();
     for item in ["a", "b", "c", "d"] {
         queue.add(item);

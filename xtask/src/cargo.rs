@@ -267,11 +267,11 @@ mod tests {
 
     #[test]
     fn a_test_artifact_is_a_test_binary_and_a_library_is_not() {
-        let line = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/workq-redis#workqueue-redis@0.1.0","manifest_path":"/w/workq-redis/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"crash","src_path":"/w/workq-redis/tests/crash.rs"},"profile":{"test":true},"executable":"/w/target/debug/deps/crash-0a","fresh":true}"#;
+        let line = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/workq-redis#workq-redis@0.1.0","manifest_path":"/w/workq-redis/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"crash","src_path":"/w/workq-redis/tests/crash.rs"},"profile":{"test":true},"executable":"/w/target/debug/deps/crash-0a","fresh":true}"#;
         let Message::TestBinary(binary) = Message::parse(line) else {
             panic!("not a test binary");
         };
-        assert_eq!(binary.package, "workqueue-redis");
+        assert_eq!(binary.package, "workq-redis");
         assert_eq!(binary.target.label(), "tests/crash.rs");
         assert_eq!(binary.target.kind, Kind::Test);
         assert_eq!(binary.dir, Path::new("/w/workq-redis"));

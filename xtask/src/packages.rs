@@ -54,13 +54,13 @@ pub(crate) const PACKAGES: &[Package] = &[
             program: "redis-server",
             var: Some("WQ_REDIS_SERVER"),
         },
-        used_by: "the Redis tests (workqueue-redis, the dashboard, wq, workqueue-kube)",
+        used_by: "the Redis tests (workq-redis, the dashboard, wq, workq-kube)",
         for_tests: true,
     },
     Package {
         name: "postgresql",
         probe: Probe::Postgres,
-        used_by: "the PostgreSQL tests (workqueue-postgres, wq)",
+        used_by: "the PostgreSQL tests (workq-postgres, wq)",
         for_tests: true,
     },
     Package {

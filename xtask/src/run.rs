@@ -85,7 +85,7 @@ pub(crate) fn binary_counts(output: &str) -> Option<Counts> {
     output.lines().rev().find_map(result_line)
 }
 
-/// The doc tests' counts per crate (`Doc-tests workqueue_redis` heads each crate's).
+/// The doc tests' counts per crate (`Doc-tests workq_redis` heads each crate's).
 pub(crate) fn doc_counts(output: &str) -> Vec<(String, Counts)> {
     let mut crates: Vec<(String, Counts)> = Vec::new();
     let mut current: Option<String> = None;
@@ -370,15 +370,15 @@ mod tests {
 
     #[test]
     fn doc_tests_count_per_crate() {
-        let output = "   Doc-tests workqueue\n\nrunning 3 tests\n...\n\
+        let output = "   Doc-tests workq\n\nrunning 3 tests\n...\n\
             test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.9s\n\
-            all doctests ran in 0.94s\n   Doc-tests workqueue_redis\n\nrunning 0 tests\n\
+            all doctests ran in 0.94s\n   Doc-tests workq_redis\n\nrunning 0 tests\n\
             test result: ok. 0 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out\n";
         let crates = doc_counts(output);
         assert_eq!(crates.len(), 2);
-        assert_eq!(crates[0].0, "workqueue");
+        assert_eq!(crates[0].0, "workq");
         assert_eq!(crates[0].1.passed, 3);
-        assert_eq!(crates[1].0, "workqueue_redis");
+        assert_eq!(crates[1].0, "workq_redis");
         assert_eq!(crates[1].1.ignored, 2);
     }
 

@@ -16,30 +16,26 @@ use crate::cargo::{Kind, Target, Workspace};
 /// Test binaries that start a server: package, integration test (`None`: every one of the
 /// package), and what they start.
 const SERVER_BINARIES: &[(&str, Option<&str>, &str)] = &[
-    ("workqueue-redis", None, "redis-server"),
-    ("workqueue-postgres", None, "PostgreSQL"),
-    ("workqueue-dashboard", Some("api"), "redis-server"),
-    ("workqueue-dashboard", Some("postgres"), "PostgreSQL"),
-    ("workqueue-dashboard", Some("operators"), "redis-server"),
-    ("workqueue-dashboard", Some("security"), "redis-server"),
+    ("workq-redis", None, "redis-server"),
+    ("workq-postgres", None, "PostgreSQL"),
+    ("workq-dashboard", Some("api"), "redis-server"),
+    ("workq-dashboard", Some("postgres"), "PostgreSQL"),
+    ("workq-dashboard", Some("operators"), "redis-server"),
+    ("workq-dashboard", Some("security"), "redis-server"),
+    ("workq-dashboard", Some("proxy"), "nginx and redis-server"),
     (
-        "workqueue-dashboard",
-        Some("proxy"),
-        "nginx and redis-server",
-    ),
-    (
-        "workqueue-dashboard",
+        "workq-dashboard",
         Some("browser"),
         "Chromium, redis-server and PostgreSQL",
     ),
-    ("workqueue-kube", Some("redis"), "redis-server"),
-    ("workqueue-kube", Some("signal"), "redis-server"),
-    ("wq", Some("redis_cli"), "redis-server"),
-    ("wq", Some("postgres_cli"), "PostgreSQL"),
+    ("workq-kube", Some("redis"), "redis-server"),
+    ("workq-kube", Some("signal"), "redis-server"),
+    ("workq-cli", Some("redis_cli"), "redis-server"),
+    ("workq-cli", Some("postgres_cli"), "PostgreSQL"),
     ("workq-bench", Some("redis"), "redis-server"),
     ("workq-bench", Some("postgres"), "PostgreSQL"),
     (
-        "wq",
+        "workq-cli",
         Some("dashboard"),
         "redis-server, PostgreSQL and nginx",
     ),
@@ -47,17 +43,17 @@ const SERVER_BINARIES: &[(&str, Option<&str>, &str)] = &[
 
 /// Tests that start a server inside binaries that otherwise need none (unit tests): package,
 /// target, and the name filter libtest's `--skip` takes.
-const SERVER_TESTS: &[(&str, &str, &str)] = &[("wq", "wq", "demo::on_postgres::tests::")];
+const SERVER_TESTS: &[(&str, &str, &str)] = &[("workq-cli", "wq", "demo::on_postgres::tests::")];
 
 /// Test binaries that run alone, nothing beside them, after the build: fault injection whose
 /// checks depend on timing windows (kills, stops, lease expiry), which a busy machine skews.
 /// PostgreSQL's `faults` and `locks` hold rows and tables for a few lease durations of 1 s and
 /// check that the leases were renewed meanwhile and that other work finished in the window.
 const ALONE: &[(&str, &str)] = &[
-    ("workqueue-redis", "crash"),
-    ("workqueue-postgres", "crash"),
-    ("workqueue-postgres", "faults"),
-    ("workqueue-postgres", "locks"),
+    ("workq-redis", "crash"),
+    ("workq-postgres", "crash"),
+    ("workq-postgres", "faults"),
+    ("workq-postgres", "locks"),
 ];
 
 /// Whether the binary of `target` runs alone.
@@ -203,24 +199,24 @@ mod tests {
             target_dir: "/w/target".into(),
             packages: vec![
                 package(
-                    "workqueue",
+                    "workq",
                     vec![
-                        target("workqueue", Kind::Lib),
+                        target("workq", Kind::Lib),
                         target("queue", Kind::Test),
                         target("workers", Kind::Test),
                     ],
                 ),
                 package(
-                    "workqueue-redis",
+                    "workq-redis",
                     vec![
-                        target("workqueue_redis", Kind::Lib),
+                        target("workq_redis", Kind::Lib),
                         target("workers", Kind::Test),
                         target("crash", Kind::Test),
                         target("a_new_one", Kind::Test),
                     ],
                 ),
                 package(
-                    "wq",
+                    "workq-cli",
                     vec![
                         target("wq", Kind::Bin),
                         target("demo", Kind::Test),
@@ -245,60 +241,48 @@ mod tests {
             .iter()
             .map(|(p, t)| format!("{p} {}", t.label()))
             .collect();
-        // Every integration test of workqueue-redis, even one added since the list was made.
+        // Every integration test of workq-redis, even one added since the list was made.
         assert_eq!(
             skipped,
             [
-                "workqueue-redis tests/workers.rs",
-                "workqueue-redis tests/crash.rs",
-                "workqueue-redis tests/a_new_one.rs",
-                "wq tests/redis_cli.rs"
+                "workq-redis tests/workers.rs",
+                "workq-redis tests/crash.rs",
+                "workq-redis tests/a_new_one.rs",
+                "workq-cli tests/redis_cli.rs"
             ]
         );
-        // `--test workers` builds workqueue-redis's `workers` too; the runner does not run it.
+        // `--test workers` builds workq-redis's `workers` too; the runner does not run it.
         let built: Vec<&str> = quick
             .built_not_run
             .iter()
             .map(|(p, _)| p.as_str())
             .collect();
-        assert_eq!(built, ["workqueue-redis"]);
-        assert!(!in_quick_run(
-            "workqueue-redis",
-            &target("workers", Kind::Test)
-        ));
-        assert!(in_quick_run("workqueue", &target("workers", Kind::Test)));
+        assert_eq!(built, ["workq-redis"]);
+        assert!(!in_quick_run("workq-redis", &target("workers", Kind::Test)));
+        assert!(in_quick_run("workq", &target("workers", Kind::Test)));
         assert!(in_quick_run(
-            "workqueue-redis",
-            &target("workqueue_redis", Kind::Lib)
+            "workq-redis",
+            &target("workq_redis", Kind::Lib)
         ));
     }
 
     #[test]
     fn the_crash_tests_run_alone() {
-        assert!(runs_alone("workqueue-redis", &target("crash", Kind::Test)));
-        assert!(runs_alone(
-            "workqueue-postgres",
-            &target("crash", Kind::Test)
-        ));
-        assert!(!runs_alone(
-            "workqueue-redis",
-            &target("faults", Kind::Test)
-        ));
-        assert!(runs_alone(
-            "workqueue-postgres",
-            &target("faults", Kind::Test)
-        ));
-        assert!(!runs_alone("workqueue", &target("crash", Kind::Test)));
+        assert!(runs_alone("workq-redis", &target("crash", Kind::Test)));
+        assert!(runs_alone("workq-postgres", &target("crash", Kind::Test)));
+        assert!(!runs_alone("workq-redis", &target("faults", Kind::Test)));
+        assert!(runs_alone("workq-postgres", &target("faults", Kind::Test)));
+        assert!(!runs_alone("workq", &target("crash", Kind::Test)));
     }
 
     #[test]
     fn server_tests_inside_unit_test_binaries_are_skipped_by_name() {
         assert_eq!(
-            server_tests("wq", &target("wq", Kind::Bin)),
+            server_tests("workq-cli", &target("wq", Kind::Bin)),
             ["--skip", "demo::on_postgres::tests::"]
         );
-        assert!(server_tests("wq", &target("demo", Kind::Test)).is_empty());
-        assert!(server_tests("workqueue", &target("workqueue", Kind::Lib)).is_empty());
+        assert!(server_tests("workq-cli", &target("demo", Kind::Test)).is_empty());
+        assert!(server_tests("workq", &target("workq", Kind::Lib)).is_empty());
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The W7 driver, written once over [`workqueue::Queue`] and [`Workers`]: what each backend
+//! The W7 driver, written once over [`workq::Queue`] and [`Workers`]: what each backend
 //! adds to it is [`FleetQueue`] (how to open a handle, add a batch, count what is left, and
 //! delete the queue).
 //!
@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
-use workqueue::{AsyncWorkers, Queue, WorkQueue, Workers};
-use workqueue_postgres::PgQueue;
-use workqueue_redis::RedisQueue;
+use workq::{AsyncWorkers, Queue, WorkQueue, Workers};
+use workq_postgres::PgQueue;
+use workq_redis::RedisQueue;
 
 use super::Target;
 use crate::report::Shape;

@@ -1,5 +1,5 @@
 //! W7 fleet: the shape users run. One producer adds 100,000 distinct items (10,000 with
-//! `--quick`) in batches of 100; [`Workers`](workqueue::Workers) with `count` 16 (the
+//! `--quick`) in batches of 100; [`Workers`](workq::Workers) with `count` 16 (the
 //! library's own loop, not a hand-written one) consume them, in 1 and in 4 worker processes,
 //! with a handler that returns at once (0 ms) or sleeps 1 ms. On a server the producer is
 //! this process and the workers are child processes (`wq-bench --fleet-worker`, see
@@ -47,9 +47,9 @@ use crate::Ctx;
 use crate::distributed::{Backend, Server};
 use crate::report::{OURS_ASYNC, Sample, Shape};
 use driver::{Load, Measured, phase};
-use workqueue::WorkQueue;
-use workqueue_postgres::PgQueue;
-use workqueue_redis::RedisQueue;
+use workq::WorkQueue;
+use workq_postgres::PgQueue;
+use workq_redis::RedisQueue;
 
 /// Where a phase's queue lives.
 pub(crate) enum Target {

@@ -1,7 +1,7 @@
 //! A W7 worker process: `wq-bench --fleet-worker BACKEND:QUEUE:WORKERS:HANDLER_MS:ITEMS`, with
 //! the server's URL in `$WQ_REDIS_URL` or `$WQ_POSTGRES_URL`.
 //!
-//! It runs [`Workers`](workqueue::Workers) with `WORKERS` workers over the queue `QUEUE`,
+//! It runs [`Workers`](workq::Workers) with `WORKERS` workers over the queue `QUEUE`,
 //! whose handler sleeps `HANDLER_MS` and records when it started and ended, prints `ready`
 //! once they run, and runs until its standard input ends. Then it stops them (each finishes
 //! the item in hand) and prints one line per item it handled, `ITEM START END` (real-time
@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use workqueue_postgres::PgQueue;
-use workqueue_redis::RedisQueue;
+use workq_postgres::PgQueue;
+use workq_redis::RedisQueue;
 
 use super::driver::{FleetQueue, Log, spawn_workers};
 

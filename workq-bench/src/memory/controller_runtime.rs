@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use workqueue::WorkQueue;
+use workq::WorkQueue;
 
 use crate::Ctx;
 use crate::report::{OURS, Sample};

@@ -14,7 +14,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use workqueue::{AddOptions, WorkQueue};
+use workq::{AddOptions, WorkQueue};
 
 use crate::Ctx;
 use crate::report::{OURS, Sample};

@@ -37,7 +37,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Instant;
 
-use workqueue::WorkQueue;
+use workq::WorkQueue;
 
 use crate::Ctx;
 use crate::report::{CROSSBEAM, LIMIT, LIMIT_FILL_DRAIN, OURS, OURS_ASYNC, Sample};

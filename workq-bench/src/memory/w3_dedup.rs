@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Instant;
 
-use workqueue::WorkQueue;
+use workq::WorkQueue;
 
 use crate::Ctx;
 use crate::report::{OURS, Sample};

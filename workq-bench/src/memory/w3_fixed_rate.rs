@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use workqueue::WorkQueue;
+use workq::WorkQueue;
 
 use crate::Ctx;
 use crate::report::{OURS, Sample};

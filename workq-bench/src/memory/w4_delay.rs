@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio_util::time::DelayQueue;
-use workqueue::WorkQueue;
+use workq::WorkQueue;
 
 use crate::Ctx;
 use crate::report::{DELAY_QUEUE, OURS, OURS_ASYNC, Sample};

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use workqueue::WorkQueue;
-use workqueue::rate_limiter::ExponentialFailure;
+use workq::WorkQueue;
+use workq::rate_limiter::ExponentialFailure;
 
 use crate::Ctx;
 use crate::report::{OURS, Sample};

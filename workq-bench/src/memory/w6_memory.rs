@@ -22,7 +22,7 @@
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use workqueue::WorkQueue;
+use workq::WorkQueue;
 
 use crate::Ctx;
 use crate::report::{CROSSBEAM, DELAY_QUEUE, OURS, Sample};

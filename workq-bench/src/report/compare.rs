@@ -170,7 +170,7 @@ mod tests {
         let text = render("PostgreSQL 15", &figures, &about);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "PostgreSQL 15");
-        assert!(lines[1].contains("workqueue-postgres") && lines[1].contains("riverqueue"));
+        assert!(lines[1].contains("workq-postgres") && lines[1].contains("riverqueue"));
         // 10,000 over the best of 2,500 and 5,000; 2 ms over the best (lowest) of 20 ms.
         assert!(lines[3].ends_with("2.00"), "{}", lines[3]);
         assert!(

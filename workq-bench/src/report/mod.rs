@@ -16,20 +16,20 @@ pub(crate) mod table;
 pub(crate) const OURS: &str = "workqueue";
 /// Our implementation with async consumers on a tokio multi-thread runtime.
 pub(crate) const OURS_ASYNC: &str = "workqueue-async";
-/// Our queue on Redis (crate `workqueue-redis`), with `wq-bench --redis URL`.
-pub(crate) const OURS_REDIS: &str = "workqueue-redis";
-/// workqueue-redis with a consumer that completes and takes items in batches.
-pub(crate) const OURS_REDIS_BATCH: &str = "workqueue-redis-batch";
+/// Our queue on Redis (crate `workq-redis`), with `wq-bench --redis URL`.
+pub(crate) const OURS_REDIS: &str = "workq-redis";
+/// workq-redis with a consumer that completes and takes items in batches.
+pub(crate) const OURS_REDIS_BATCH: &str = "workq-redis-batch";
 /// BullMQ (node) on the same Redis server.
 pub(crate) const BULLMQ: &str = "bullmq";
 /// BullMQ's Rust crate on the same Redis server, with `--compare`.
 pub(crate) const BULLMQ_OFFICIAL: &str = "bullmq-official";
 /// apalis with its Redis storage on the same Redis server, with `--compare`.
 pub(crate) const APALIS_REDIS: &str = "apalis-redis";
-/// Our queue on PostgreSQL (crate `workqueue-postgres`), with `wq-bench --postgres URL`.
-pub(crate) const OURS_POSTGRES: &str = "workqueue-postgres";
-/// workqueue-postgres with a consumer that completes and takes items in batches.
-pub(crate) const OURS_POSTGRES_BATCH: &str = "workqueue-postgres-batch";
+/// Our queue on PostgreSQL (crate `workq-postgres`), with `wq-bench --postgres URL`.
+pub(crate) const OURS_POSTGRES: &str = "workq-postgres";
+/// workq-postgres with a consumer that completes and takes items in batches.
+pub(crate) const OURS_POSTGRES_BATCH: &str = "workq-postgres-batch";
 /// pg-boss (node) on the same database.
 pub(crate) const PGBOSS: &str = "pg-boss";
 /// River's Rust crate on the same database, with `--compare`.

@@ -17,7 +17,7 @@
 //! The producing process waits for the queue to drain, shuts it down (which ends the
 //! `--workers-only` processes) and prints the table. Exit code 0 if both checks hold.
 //!
-//! The workers are [`workqueue::Workers`], the same pool as in memory, over the queue on the
+//! The workers are [`workq::Workers`], the same pool as in memory, over the queue on the
 //! server: retries, give-ups and the stop come from it. The checks wrap the queue in
 //! [`Checked`], a [`Queue`] that claims each item as it is handed out and records the fencing
 //! token of each accepted `done`.
@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use rand::RngExt;
 use rand::rngs::SmallRng;
-use workqueue::{AddOptions, Queue, QueueLease, Workers};
+use workq::{AddOptions, Queue, QueueLease, Workers};
 
 /// Options of the demo on a server (`wq demo --redis URL`, `wq demo --postgres URL`, and the
 /// deprecated `wq redis demo`).

@@ -5,7 +5,7 @@
 //!
 //! Producers emit bursts of change events for a set of objects, the way an informer calls
 //! `queue.add` for every watch event: many of them name an object that is already waiting,
-//! and the queue merges them. Workers ([`workqueue::Workers`]) reconcile with a random
+//! and the queue merges them. Workers ([`workq::Workers`]) reconcile with a random
 //! latency and fail at a configurable rate; failures back off with the chosen rate limiter
 //! and are given up after `--max-retries`. A live progress bar shows the traffic; at the end
 //! a table shows what happened and two checks the demo made as it ran:
@@ -34,8 +34,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use workqueue::StopToken;
-use workqueue::rate_limiter::{
+use workq::StopToken;
+use workq::rate_limiter::{
     self, ExponentialFailure, FastSlow, Jitter, MaxOf, RateLimiter, TokenBucket,
 };
 

@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 
 use sqlx::Executor;
-use workqueue_postgres::{Error, Lease, PgQueue};
+use workq_postgres::{Error, Lease, PgQueue};
 
 use super::distributed::{BACKOFF, Backend, DemoArgs, LEASE, Ledger};
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
-use workqueue_redis::{Error, Lease, RateLimit, RedisQueue};
+use workq_redis::{Error, Lease, RateLimit, RedisQueue};
 
 use super::distributed::{BACKOFF, Backend, DemoArgs, LEASE, Ledger};
 

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use workqueue::{AsyncWorkers, Summary};
+use workq::{AsyncWorkers, Summary};
 
 use super::report::count;
 use super::setup::Sim;

@@ -10,9 +10,9 @@ use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use workqueue::AsyncWorkers;
-use workqueue::metrics::prometheus::PrometheusMetrics;
-use workqueue::{StopToken, WorkQueue, Workers};
+use workq::AsyncWorkers;
+use workq::metrics::prometheus::PrometheusMetrics;
+use workq::{StopToken, WorkQueue, Workers};
 
 use super::report::{count, duration};
 use super::world::World;

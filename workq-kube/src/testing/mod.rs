@@ -102,7 +102,7 @@ const CLIENT_HEADER: &str = "x-fake-api-client";
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// use kube::Api;
 /// use kube::api::{ObjectMeta, Patch, PatchParams};
-/// use workqueue_kube::testing::FakeApiServer;
+/// use workq_kube::testing::FakeApiServer;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {

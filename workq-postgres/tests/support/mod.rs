@@ -15,8 +15,8 @@ use std::time::Duration;
 #[allow(unused_imports, reason = "not every test binary runs the suite")]
 pub(crate) use conformance::{Backend, Factory, MemoryFactory, Opts};
 pub(crate) use server::PgServer;
-use workqueue::{AddOptions, TryGetError};
-use workqueue_postgres::PgQueue;
+use workq::{AddOptions, TryGetError};
+use workq_postgres::PgQueue;
 
 /// A fresh queue name for this test process.
 pub(crate) fn unique(prefix: &str) -> String {
@@ -61,7 +61,7 @@ impl Factory for PgFactory {
 }
 
 impl Backend for Pg {
-    type Lease = workqueue_postgres::Lease<String>;
+    type Lease = workq_postgres::Lease<String>;
 
     async fn add(&self, item: &str) {
         self.0.add(item.to_owned()).await.unwrap();

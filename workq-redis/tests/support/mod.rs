@@ -15,8 +15,8 @@ use std::time::Duration;
 
 #[allow(unused_imports, reason = "not every test binary runs the suite")]
 pub(crate) use conformance::{Backend, Factory, MemoryFactory, Opts};
-use workqueue::{AddOptions, TryGetError};
-use workqueue_redis::{RateLimit, RedisQueue};
+use workq::{AddOptions, TryGetError};
+use workq_redis::{RateLimit, RedisQueue};
 
 pub(crate) use server::RedisServer;
 
@@ -87,7 +87,7 @@ impl Factory for RedisFactory {
 }
 
 impl Backend for Redis {
-    type Lease = workqueue_redis::Lease<String>;
+    type Lease = workq_redis::Lease<String>;
 
     async fn add(&self, item: &str) {
         self.0.add(item.to_owned()).await.unwrap();

@@ -31,8 +31,8 @@
 //! ```
 //! use std::sync::Arc;
 //! use std::sync::atomic::{AtomicU64, Ordering};
-//! use workqueue::WorkQueue;
-//! use workqueue::metrics::{MetricsProvider, QueueMetrics, QueueProbe};
+//! use workq::WorkQueue;
+//! use workq::metrics::{MetricsProvider, QueueMetrics, QueueProbe};
 //!
 //! #[derive(Default)]
 //! struct Adds(Arc<AtomicU64>);

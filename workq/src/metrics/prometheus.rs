@@ -26,7 +26,7 @@
 //!
 //! ```
 //! use prometheus_client::{encoding::text::encode, registry::Registry};
-//! use workqueue::{WorkQueue, metrics::prometheus::PrometheusMetrics};
+//! use workq::{WorkQueue, metrics::prometheus::PrometheusMetrics};
 //!
 //! let mut registry = Registry::default();
 //! let metrics = PrometheusMetrics::new(&mut registry);
@@ -263,7 +263,7 @@ impl PrometheusMetrics {
     ///
     /// ```
     /// use prometheus_client::{encoding::text::encode, registry::Registry};
-    /// use workqueue::{AddOptions, WorkQueue, metrics::prometheus::PrometheusMetrics};
+    /// use workq::{AddOptions, WorkQueue, metrics::prometheus::PrometheusMetrics};
     ///
     /// let mut registry = Registry::default();
     /// let metrics = PrometheusMetrics::new(&mut registry);

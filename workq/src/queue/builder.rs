@@ -45,7 +45,7 @@ use crate::waiters::Waiters;
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue::{AddOptions, WorkQueue};
+/// use workq::{AddOptions, WorkQueue};
 ///
 /// let queue = WorkQueue::new();
 /// queue.add_with("default/web-0", AddOptions::default().priority(10));
@@ -115,7 +115,7 @@ impl AddOptions {
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue::{WorkQueue, clock::FakeClock, rate_limiter::ExponentialFailure};
+/// use workq::{WorkQueue, clock::FakeClock, rate_limiter::ExponentialFailure};
 ///
 /// let queue: WorkQueue<String> = WorkQueue::builder()
 ///     .name("pods")

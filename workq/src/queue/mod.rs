@@ -137,7 +137,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// # Examples
     ///
     /// ```
-    /// use workqueue::WorkQueue;
+    /// use workq::WorkQueue;
     ///
     /// let queue = WorkQueue::new();
     /// queue.add("default/web-0");
@@ -167,7 +167,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use workqueue::{WorkQueue, clock::FakeClock};
+    /// use workq::{WorkQueue, clock::FakeClock};
     ///
     /// let clock = FakeClock::new();
     /// let queue = WorkQueue::builder().clock(clock.clone()).build();
@@ -208,7 +208,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use workqueue::{WorkQueue, clock::FakeClock, rate_limiter::ExponentialFailure};
+    /// use workq::{WorkQueue, clock::FakeClock, rate_limiter::ExponentialFailure};
     ///
     /// let clock = FakeClock::new();
     /// let queue = WorkQueue::builder()
@@ -249,7 +249,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use workqueue::{AddOptions, WorkQueue, clock::FakeClock};
+    /// use workq::{AddOptions, WorkQueue, clock::FakeClock};
     ///
     /// let clock = FakeClock::new();
     /// let queue = WorkQueue::builder().clock(clock.clone()).build();
@@ -347,7 +347,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// # Examples
     ///
     /// ```
-    /// use workqueue::{AddOptions, WorkQueue};
+    /// use workq::{AddOptions, WorkQueue};
     ///
     /// let queue = WorkQueue::new();
     /// queue.add_with("listed-0", AddOptions::default().priority(-100));
@@ -387,7 +387,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// # Examples
     ///
     /// ```
-    /// use workqueue::WorkQueue;
+    /// use workq::WorkQueue;
     ///
     /// # futures::executor::block_on(async {
     /// let queue = WorkQueue::new();
@@ -414,7 +414,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// # Examples
     ///
     /// ```
-    /// use workqueue::WorkQueue;
+    /// use workq::WorkQueue;
     ///
     /// let queue = WorkQueue::new();
     /// queue.add("default/web-0");
@@ -487,7 +487,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// # Examples
     ///
     /// ```
-    /// use workqueue::{TryGetError, WorkQueue};
+    /// use workq::{TryGetError, WorkQueue};
     ///
     /// let queue: WorkQueue<&str> = WorkQueue::new();
     /// assert_eq!(queue.try_get().unwrap_err(), TryGetError::Empty);

@@ -40,7 +40,7 @@ pub const DEFAULT_MAX_TRACKED: usize = 100_000;
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue::rate_limiter::{ExponentialFailure, RateLimiter};
+/// use workq::rate_limiter::{ExponentialFailure, RateLimiter};
 ///
 /// let limiter = ExponentialFailure::new(Duration::from_millis(5), Duration::from_millis(30));
 /// let delays: Vec<_> = (0..5).map(|_| limiter.when(&"default/web-0")).collect();
@@ -79,7 +79,7 @@ impl<T> ExponentialFailure<T> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use workqueue::rate_limiter::{ExponentialFailure, RateLimiter};
+    /// use workq::rate_limiter::{ExponentialFailure, RateLimiter};
     ///
     /// let limiter = ExponentialFailure::new(Duration::from_millis(5), Duration::from_secs(60))
     ///     .with_max_tracked(1);

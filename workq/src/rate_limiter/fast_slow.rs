@@ -19,7 +19,7 @@ use super::failures::Failures;
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue::rate_limiter::{FastSlow, RateLimiter};
+/// use workq::rate_limiter::{FastSlow, RateLimiter};
 ///
 /// let limiter = FastSlow::new(Duration::from_millis(5), Duration::from_secs(10), 2);
 /// let delays: Vec<_> = (0..3).map(|_| limiter.when(&"default/web-0")).collect();
@@ -58,7 +58,7 @@ impl<T> FastSlow<T> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use workqueue::rate_limiter::{FastSlow, RateLimiter};
+    /// use workq::rate_limiter::{FastSlow, RateLimiter};
     ///
     /// let limiter = FastSlow::new(Duration::from_millis(5), Duration::from_secs(10), 3)
     ///     .with_max_tracked(1);

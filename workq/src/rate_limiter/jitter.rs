@@ -44,8 +44,8 @@ pub enum JitterMode {
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue::WorkQueue;
-/// use workqueue::rate_limiter::{ExponentialFailure, Jitter, RateLimiter};
+/// use workq::WorkQueue;
+/// use workq::rate_limiter::{ExponentialFailure, Jitter, RateLimiter};
 ///
 /// // client-go's per-item backoff, with full jitter.
 /// let limiter = Jitter::full(ExponentialFailure::new(
@@ -64,7 +64,7 @@ pub enum JitterMode {
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue::rate_limiter::{FastSlow, Jitter, RateLimiter};
+/// use workq::rate_limiter::{FastSlow, Jitter, RateLimiter};
 ///
 /// let limiter = Jitter::proportional(
 ///     FastSlow::new(Duration::from_millis(100), Duration::from_secs(10), 3),

@@ -15,7 +15,7 @@ use super::RateLimiter;
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue::rate_limiter::{ExponentialFailure, FastSlow, MaxOf, RateLimiter};
+/// use workq::rate_limiter::{ExponentialFailure, FastSlow, MaxOf, RateLimiter};
 ///
 /// let limiter = MaxOf::new(vec![
 ///     Box::new(FastSlow::new(Duration::from_millis(5), Duration::from_secs(3), 3)),

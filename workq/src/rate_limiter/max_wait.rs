@@ -15,7 +15,7 @@ use super::RateLimiter;
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue::rate_limiter::{ExponentialFailure, RateLimiter, WithMaxWait};
+/// use workq::rate_limiter::{ExponentialFailure, RateLimiter, WithMaxWait};
 ///
 /// let limiter = WithMaxWait::new(
 ///     ExponentialFailure::new(Duration::from_secs(1), Duration::from_secs(1000)),

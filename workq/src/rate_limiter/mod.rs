@@ -18,7 +18,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use workqueue::rate_limiter::{ExponentialFailure, RateLimiter};
+//! use workq::rate_limiter::{ExponentialFailure, RateLimiter};
 //!
 //! let limiter = ExponentialFailure::new(Duration::from_millis(1), Duration::from_secs(1));
 //! assert_eq!(limiter.when(&"default/web-0"), Duration::from_millis(1));

@@ -38,7 +38,7 @@ use crate::clock::{Clock, RealClock};
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue::{clock::FakeClock, rate_limiter::{RateLimiter, TokenBucket}};
+/// use workq::{clock::FakeClock, rate_limiter::{RateLimiter, TokenBucket}};
 ///
 /// let clock = FakeClock::new();
 /// let bucket = TokenBucket::with_clock(10.0, 2, clock.clone());

@@ -6,7 +6,7 @@
 //! deadlock, which loom reports as a failure. Run them with (see TESTING.md):
 //!
 //! ```sh
-//! RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p workqueue --lib --release loom_
+//! RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p workq --lib --release loom_
 //! ```
 //!
 //! loom cannot model time, so no model uses the real clock's delays: the ones that need a

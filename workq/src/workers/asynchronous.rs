@@ -116,7 +116,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use workqueue::{WorkQueue, Workers};
+    /// use workq::{WorkQueue, Workers};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {

@@ -64,7 +64,7 @@ pub use threaded::ThreadWorkers;
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue::Outcome;
+/// use workq::Outcome;
 ///
 /// fn reconcile(key: &str) -> Outcome {
 ///     match key {
@@ -107,8 +107,8 @@ pub enum Outcome {
 /// # Examples
 ///
 /// ```
-/// use workqueue::IntoOutcome;
-/// use workqueue::Outcome;
+/// use workq::IntoOutcome;
+/// use workq::Outcome;
 ///
 /// assert_eq!(().into_outcome(), Ok(Outcome::Done));
 /// assert_eq!(Ok::<_, String>(Outcome::Retry).into_outcome(), Ok(Outcome::Retry));
@@ -278,7 +278,7 @@ pub struct GiveUp<T> {
 /// # Examples
 ///
 /// ```
-/// use workqueue::{WorkQueue, Workers};
+/// use workq::{WorkQueue, Workers};
 ///
 /// let queue = WorkQueue::new();
 /// queue.add(1_u32);
@@ -404,7 +404,7 @@ type GiveUpCallback<T> = Arc<dyn Fn(&GiveUp<T>) + Send + Sync>;
 /// # Backends
 ///
 /// [`Workers`] run over any [`Queue`]: the in-memory [`WorkQueue`], or a
-/// backend shared by many processes (`workqueue_redis::RedisQueue`), with the same rules and
+/// backend shared by many processes (`workq_redis::RedisQueue`), with the same rules and
 /// the same summary. The loop ends every lease explicitly: `done` after a success or a
 /// give-up; for a retry it adds the item back first and then marks it done (the queue keeps
 /// the re-add until the lease ends), in one step that a shared backend fences like the
@@ -444,7 +444,7 @@ type GiveUpCallback<T> = Arc<dyn Fn(&GiveUp<T>) + Send + Sync>;
 ///
 /// ```
 /// use std::time::Duration;
-/// use workqueue::{Outcome, StopToken, WorkQueue, Workers};
+/// use workq::{Outcome, StopToken, WorkQueue, Workers};
 ///
 /// let queue: WorkQueue<String> = WorkQueue::new();
 /// let stop = StopToken::new();
@@ -600,7 +600,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use workqueue::{Outcome, WorkQueue, Workers};
+    /// use workq::{Outcome, WorkQueue, Workers};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -658,7 +658,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T, WorkQ
     /// # Examples
     ///
     /// ```
-    /// use workqueue::{WorkQueue, Workers};
+    /// use workq::{WorkQueue, Workers};
     ///
     /// let queue = WorkQueue::new();
     /// let workers = Workers::new(queue.clone())

@@ -30,7 +30,7 @@ use crate::waiters::{Signal, Waiters};
 /// # Examples
 ///
 /// ```
-/// use workqueue::StopToken;
+/// use workq::StopToken;
 ///
 /// let stop = StopToken::new();
 /// let worker = {
@@ -103,7 +103,7 @@ impl StopToken {
     /// # Examples
     ///
     /// ```
-    /// use workqueue::StopToken;
+    /// use workq::StopToken;
     ///
     /// # futures::executor::block_on(async {
     /// let stop = StopToken::new();

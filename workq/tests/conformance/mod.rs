@@ -14,8 +14,8 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use workqueue::rate_limiter::{ExponentialFailure, MaxOf, RateLimiter, TokenBucket};
-use workqueue::{AddOptions, TryGetError, WorkQueue};
+use workq::rate_limiter::{ExponentialFailure, MaxOf, RateLimiter, TokenBucket};
+use workq::{AddOptions, TryGetError, WorkQueue};
 
 /// Calls `$suite!(rule, rule, ...)` with the name of every rule in [`rules`].
 #[allow(
@@ -143,7 +143,7 @@ impl Factory for MemoryFactory {
 }
 
 impl Backend for Memory {
-    type Lease = workqueue::Lease<String>;
+    type Lease = workq::Lease<String>;
 
     async fn add(&self, item: &str) {
         self.0.add(item.to_owned());

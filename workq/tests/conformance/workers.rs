@@ -1,5 +1,5 @@
-//! The `Workers` suite every backend runs: each rule drives a `workqueue::Workers` pool over
-//! a queue through the `workqueue::Queue` trait and checks the same outcomes, retries,
+//! The `Workers` suite every backend runs: each rule drives a `workq::Workers` pool over
+//! a queue through the `workq::Queue` trait and checks the same outcomes, retries,
 //! give-ups, panics, timeouts, stops and summaries. A backend's test crate includes this
 //! file by path, implements [`Backend`] for its queues and instantiates every rule with
 //! `for_each_workers_rule!(its_macro)`; the in-memory queue's [`Memory`] is here.
@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use workqueue::rate_limiter::ExponentialFailure;
-use workqueue::{AddOptions, DoneMany, Outcome, Queue, QueueLease, WorkQueue, Workers};
-use workqueue::{AsyncWorkers, GiveUp, GiveUpReason};
+use workq::rate_limiter::ExponentialFailure;
+use workq::{AddOptions, DoneMany, Outcome, Queue, QueueLease, WorkQueue, Workers};
+use workq::{AsyncWorkers, GiveUp, GiveUpReason};
 
 /// Calls `$suite!(rule, rule, ...)` with the name of every rule in [`rules`].
 #[allow(
@@ -100,7 +100,7 @@ pub(crate) struct Batched(WorkQueue<String>);
 
 impl Queue for Batched {
     type Item = String;
-    type Lease = workqueue::Lease<String>;
+    type Lease = workq::Lease<String>;
     type Error = std::convert::Infallible;
 
     fn name(&self) -> Option<&str> {
