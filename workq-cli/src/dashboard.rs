@@ -1,7 +1,7 @@
 //! `wq dashboard`: the web dashboard of every queue on a Redis server (or cluster) and in a
 //! PostgreSQL database, with every action logged to stderr.
 //!
-//! Each backend is one [`workqueue_dashboard::Source`]; the sources given on the command line
+//! Each backend is one [`workq_dashboard::Source`]; the sources given on the command line
 //! are served side by side on one page (see [`sources`]).
 
 use std::net::SocketAddr;
@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use workqueue_dashboard::{
+use workq_dashboard::{
     Config, Dashboard, PgSource, RedisSource, Server, check_token, generate_token, redact,
 };
 
@@ -93,7 +93,7 @@ pub(crate) struct DashboardArgs {
 /// Logs to stderr: `RUST_LOG` if set, else the dashboard's audit trail and warnings.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,workqueue_dashboard=info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,workq_dashboard=info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -340,6 +340,12 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
             ),
             (None, false) => format!("{scheme}://{local}/"),
         };
+        // The signal handlers are set before the address is printed: whoever reads it may send
+        // SIGTERM at once, and a handler set later would leave the default action (death).
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let mut interrupt =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
         println!(
             "wq dashboard: {open} for {}{}",
             described.join(" and "),
@@ -355,16 +361,9 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
             println!("wq dashboard: listening on {scheme}://{local}/ behind the proxy");
         }
         let shutdown = async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = async {
-                    match term.as_mut() {
-                        Some(t) => { t.recv().await; }
-                        None => std::future::pending::<()>().await,
-                    }
-                } => {}
+                () = received(interrupt.as_mut()) => {}
+                () = received(term.as_mut()) => {}
             }
             tracing::info!("wq dashboard: stopping");
         };
@@ -376,4 +375,14 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
             }
         }
     })
+}
+
+/// Completes when `signal` is received; never if it could not be set up.
+async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
