@@ -13,7 +13,7 @@ use crate::error::{Error, Transient};
 use crate::queue::RedisQueue;
 use crate::reply::{self, AddReply};
 use crate::scripts::SCRIPTS;
-use crate::time::{from_now, micros};
+use crate::units::{from_now, micros};
 
 /// What an add did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

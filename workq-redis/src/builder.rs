@@ -23,7 +23,7 @@ use crate::persistence::{self, Persistence};
 use crate::queue::RedisQueue;
 use crate::rate_limit::RateLimit;
 use crate::scripts::Keys;
-use crate::time::{NO_LIMIT, capped};
+use crate::units::{NO_LIMIT, capped};
 use crate::wait::Wakeups;
 
 /// The options of a [`RedisQueue`]; start with [`RedisQueue::builder`].

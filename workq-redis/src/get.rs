@@ -16,7 +16,7 @@ use crate::lease::Lease;
 use crate::queue::RedisQueue;
 use crate::reply::{self, DoneReply, GetReply};
 use crate::scripts::SCRIPTS;
-use crate::time::{from_now, micros};
+use crate::units::{from_now, micros};
 use crate::wait::{Owed, Waiting};
 
 /// What [`RedisQueue::done_and_get`] did: the `done` of the lease it was given, and the next

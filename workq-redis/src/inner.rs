@@ -15,7 +15,7 @@ use crate::faults::Faults;
 use crate::persistence::Persistence;
 use crate::rate_limit::RateLimit;
 use crate::scripts::{Keys, SCRIPTS};
-use crate::time::{deadline, from_now, micros};
+use crate::units::{deadline, from_now, micros};
 use crate::wait::Wakeups;
 
 /// What every handle and lease of one queue share.

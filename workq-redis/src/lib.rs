@@ -101,10 +101,10 @@
 //! ```
 
 mod add;
-mod admin;
 mod backend;
 mod builder;
 mod connection;
+mod control;
 mod counters;
 mod dead_letter;
 mod error;
@@ -113,7 +113,7 @@ mod get;
 mod inner;
 mod inspect;
 mod lease;
-mod pause;
+mod listing;
 mod persistence;
 mod queue;
 mod rate_limit;
@@ -122,11 +122,10 @@ mod retry;
 mod scripts;
 mod shutdown;
 mod stats;
-mod time;
+mod units;
 mod wait;
 
 pub use add::{AddKind, Added};
-pub use admin::{Admin, Summary};
 pub use builder::Builder;
 pub use connection::MIN_REDIS_VERSION;
 pub use counters::Counters;
@@ -138,6 +137,7 @@ pub use faults::Mutation;
 pub use get::{DoneAndGet, DoneAndGetMany};
 pub use inspect::{End, ItemInfo, ItemState, Page, PageEntry, Removed, Retried, SEARCH_BUDGET};
 pub use lease::Lease;
+pub use listing::{Admin, Summary};
 pub use persistence::Persistence;
 pub use queue::RedisQueue;
 pub use rate_limit::RateLimit;

@@ -13,7 +13,7 @@ use crate::lease::Lease;
 use crate::queue::RedisQueue;
 use crate::reply::{self, number};
 use crate::scripts::SCRIPTS;
-use crate::time::{from_now, micros};
+use crate::units::{from_now, micros};
 
 /// What the `retry_done` script did with the lease (its reply's first part).
 enum Settled {
