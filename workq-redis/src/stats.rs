@@ -1,4 +1,10 @@
-//! What operators look at: the [`Stats`] snapshot and the sizes of the queue's parts.
+//! One queue's figures, as operators look at them: the [`Stats`] snapshot, the sizes of the
+//! queue's parts, and the [`Counters`], running totals a dashboard turns into rates.
+//!
+//! The scripts count in the queue's `meta` hash (`prefix:{name}:meta`): `adds` when an item
+//! becomes dirty (client-go's `adds`: an add that queues it, a re-add while processing, a
+//! delayed item coming due), `done` when a holder marks its item done, and `failures` on each
+//! `add_rate_limited`.
 
 use std::time::Duration;
 
@@ -10,6 +16,9 @@ use crate::error::Error;
 use crate::queue::RedisQueue;
 use crate::reply::{self, StatsReply};
 use crate::scripts::SCRIPTS;
+
+/// Index of the `meta` hash in the queue's keys (see `scripts.rs`).
+const META: usize = 13;
 
 /// One item under a lease, as [`Stats`] lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +65,18 @@ pub struct Stats {
     pub leases: Vec<InFlight>,
     /// Failure counts (at most the requested number), largest first.
     pub failures: Vec<(String, u64)>,
+}
+
+/// Running totals of a queue since it was created (for every process).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counters {
+    /// Items that became dirty: client-go's `adds_total`.
+    pub adds: u64,
+    /// Leases marked done.
+    pub completions: u64,
+    /// Calls of `add_rate_limited`: the failures workers reported.
+    pub failures: u64,
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
@@ -127,5 +148,30 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// A connection error.
     pub async fn processing_len(&self) -> Result<usize, Error> {
         Ok(self.sizes().await?.2)
+    }
+
+    /// The queue's [`Counters`].
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn counters(&self) -> Result<Counters, Error> {
+        let (adds, completions, failures): (Option<u64>, Option<u64>, Option<u64>) = self
+            .inner
+            .call("counters", |mut con| async move {
+                redis::cmd("HMGET")
+                    .arg(&self.inner.keys.all[META])
+                    .arg("adds")
+                    .arg("done")
+                    .arg("failures")
+                    .query_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(Counters {
+            adds: adds.unwrap_or(0),
+            completions: completions.unwrap_or(0),
+            failures: failures.unwrap_or(0),
+        })
     }
 }
