@@ -6,7 +6,7 @@
 use std::borrow::Borrow;
 use std::time::Duration;
 
-use redis::Value;
+use redis::{FromRedisValue, ParsingError, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use workq::AddOptions;
@@ -14,7 +14,7 @@ use workq::AddOptions;
 use crate::error::{Error, Transient};
 use crate::lease::Lease;
 use crate::queue::RedisQueue;
-use crate::reply::{self, AddReply, number};
+use crate::reply::{self, number, parts};
 use crate::scripts::SCRIPTS;
 use crate::units::{from_now, micros};
 
@@ -60,6 +60,36 @@ impl Added {
             seq: reply.seq,
             delay: delay.or(reply.delay).unwrap_or(Duration::ZERO),
         })
+    }
+}
+
+/// The reply of the add scripts: `{outcome, seq}`, and `{outcome, seq, delay}` from
+/// `add_rate_limited`.
+struct AddReply {
+    kind: AddKind,
+    seq: u64,
+    /// The delay the server computed, if it sent one.
+    delay: Option<Duration>,
+}
+
+impl FromRedisValue for AddReply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let parts = parts(value)?;
+        let kind = match parts.first().map(number).transpose()? {
+            Some(0) => AddKind::Ignored,
+            Some(1) => AddKind::Queued,
+            Some(2) => AddKind::Duplicate,
+            Some(3) => AddKind::Deferred,
+            Some(4) => AddKind::Delayed,
+            other => return Err(format!("unknown add outcome {other:?}").into()),
+        };
+        let seq = parts.get(1).map(number).transpose()?.unwrap_or(0).max(0) as u64;
+        let delay = parts
+            .get(2)
+            .map(number)
+            .transpose()?
+            .map(|us| Duration::from_micros(us.max(0) as u64));
+        Ok(AddReply { kind, seq, delay })
     }
 }
 
@@ -486,5 +516,39 @@ fn settled(value: Value) -> Result<Settled, Error> {
         other => Err(Error::Protocol(format!(
             "retry_done: unknown reply {other:?}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_replies_are_protocol_errors() {
+        let bad = [
+            Value::Nil,
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(9)]),
+            Value::Array(vec![Value::BulkString(b"x".to_vec())]),
+        ];
+        for value in bad {
+            assert!(matches!(
+                reply::parse::<AddReply>("add", value.clone()),
+                Err(Error::Protocol(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn well_formed_replies_are_read() {
+        let added: AddReply = reply::parse(
+            "add",
+            Value::Array(vec![Value::Int(4), Value::Int(12), Value::Int(1500)]),
+        )
+        .unwrap();
+        assert_eq!(
+            (added.kind, added.seq, added.delay),
+            (AddKind::Delayed, 12, Some(Duration::from_micros(1500)))
+        );
     }
 }
