@@ -1,4 +1,5 @@
-//! [`Builder`]: the options of a [`RedisQueue`], and the connection it opens.
+//! [`Builder`]: the options of a [`RedisQueue`], and the connection it opens; the handle's
+//! constructors ([`RedisQueue::connect`], [`RedisQueue::builder`]) start here.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -91,6 +92,22 @@ impl<T> fmt::Debug for Builder<T> {
             .field("retry_deadline", &self.retry_deadline)
             .field("rate_limit", &self.rate_limit)
             .finish_non_exhaustive()
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
+    /// Connects to `url` and opens queue `name` with the default options.
+    ///
+    /// # Errors
+    ///
+    /// See [`Builder::build`].
+    pub async fn connect(url: &str, name: &str) -> Result<Self, Error> {
+        Self::builder(name).url(url).build().await
+    }
+
+    /// Starts building a queue named `name` (see [`Builder`] for the options).
+    pub fn builder(name: impl Into<String>) -> Builder<T> {
+        Builder::new(name.into())
     }
 }
 

@@ -2,11 +2,12 @@
 //! name, its own shutdown ([`shut_down`](RedisQueue::shut_down), which touches no server) and
 //! the deletion of the queue.
 //!
-//! The operations live beside it, one file per kind: adds and a failed item's retry
-//! (`add.rs`), getters (`get.rs`), leases (`lease.rs`), the switches for every process, pause
-//! and fleet shutdown (`control.rs`), sizes, stats and counters (`stats.rs`), one item
-//! (`inspect.rs`) and dead letters (`dead_letter.rs`). What every handle and lease of a queue
-//! share is `Inner` (`inner.rs`); the blocking wait its getters share is in `wait.rs`.
+//! The operations live beside it, one file per kind: the constructors with the options
+//! (`builder.rs`), adds and a failed item's retry (`add.rs`), getters (`get.rs`), leases
+//! (`lease.rs`), the switches for every process, pause and fleet shutdown (`control.rs`),
+//! sizes, stats and counters (`stats.rs`), one item (`inspect.rs`) and dead letters
+//! (`dead_letter.rs`). What every handle and lease of a queue share is `Inner` (`inner.rs`);
+//! the blocking wait its getters share is in `wait.rs`.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -17,7 +18,6 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::builder::Builder;
 use crate::error::Error;
 use crate::inner::Inner;
 use crate::persistence::Persistence;
@@ -42,7 +42,7 @@ use crate::scripts::SCRIPTS;
 /// for maps with a random order).
 ///
 /// Unlike the in-memory queue, a [`Lease`](crate::Lease) here expires: it lasts
-/// [`lease_duration`](Builder::lease_duration) on the server's clock and is renewed while
+/// [`lease_duration`](crate::Builder::lease_duration) on the server's clock and is renewed while
 /// held. A worker that dies or stalls past its lease loses the item to another worker; its
 /// fencing token then makes the server refuse its `done` (see [`Lease`](crate::Lease)).
 ///
@@ -87,20 +87,6 @@ impl<T> fmt::Debug for RedisQueue<T> {
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
-    /// Connects to `url` and opens queue `name` with the default options.
-    ///
-    /// # Errors
-    ///
-    /// See [`Builder::build`].
-    pub async fn connect(url: &str, name: &str) -> Result<Self, Error> {
-        Self::builder(name).url(url).build().await
-    }
-
-    /// Starts building a queue named `name` (see [`Builder`] for the options).
-    pub fn builder(name: impl Into<String>) -> Builder<T> {
-        Builder::new(name.into())
-    }
-
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.inner.name
