@@ -435,8 +435,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         }
         let inner = &self.inner;
         let raw = lease.raw();
-        let token = inner.faults.token_for(inner, raw, lease.token()).await;
-        inner.faults.before_done(inner, raw, token).await;
+        let token = inner.token_for(raw, lease.token()).await;
+        inner.before_done(raw, token).await;
         let limit = &inner.rate_limit;
         let (qps, burst) = limit.bucket().unwrap_or((0.0, 0));
         let flag = |on: bool| if on { "1" } else { "0" };

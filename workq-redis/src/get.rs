@@ -156,7 +156,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     pub async fn get(&self) -> Result<Option<Lease<T>>, Error> {
         let _waiting = Waiting::new(&self.inner.wake);
         let mut rx = self.inner.wake.subscribe();
-        let mut owed = Owed::new(&self.inner);
+        let mut owed = Owed::new(&self.inner.wake, || self.inner.con());
         loop {
             rx.borrow_and_update();
             let deadline = from_now(self.inner.retry_deadline);
@@ -270,11 +270,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let _out = LeaseOut(inner);
         let mut tokens = Vec::with_capacity(leases.len());
         for lease in &leases {
-            let token = inner
-                .faults
-                .token_for(inner, lease.raw(), lease.token())
-                .await;
-            inner.faults.before_done(inner, lease.raw(), token).await;
+            let token = inner.token_for(lease.raw(), lease.token()).await;
+            inner.before_done(lease.raw(), token).await;
             tokens.push(token);
         }
         // A handle that is shut down takes nothing more.
