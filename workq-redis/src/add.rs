@@ -1,19 +1,22 @@
-//! Adds: [`AddKind`] and [`Added`], the add operations, and the failure counts that
-//! rate-limited adds keep (`forget`, `num_requeues`).
+//! Adds: [`AddKind`] and [`Added`], the add operations, the failure counts that
+//! rate-limited adds keep (`forget`, `num_requeues`), and a failed item's step
+//! ([`Queue::retry_and_done`](workq::Queue::retry_and_done)): the re-add and the `done` in one
+//! script run (`retry_done`), fenced by the lease's token.
 
 use std::borrow::Borrow;
 use std::time::Duration;
 
-use redis::Value;
+use redis::{FromRedisValue, ParsingError, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use workq::AddOptions;
 
 use crate::error::{Error, Transient};
+use crate::lease::Lease;
 use crate::queue::RedisQueue;
-use crate::reply::{self, AddReply};
+use crate::reply::{self, number, parts};
 use crate::scripts::SCRIPTS;
-use crate::time::{from_now, micros};
+use crate::units::{from_now, micros};
 
 /// What an add did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -60,20 +63,61 @@ impl Added {
     }
 }
 
+/// The reply of the add scripts: `{outcome, seq}`, and `{outcome, seq, delay}` from
+/// `add_rate_limited`.
+struct AddReply {
+    kind: AddKind,
+    seq: u64,
+    /// The delay the server computed, if it sent one.
+    delay: Option<Duration>,
+}
+
+impl FromRedisValue for AddReply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let parts = parts(value)?;
+        let kind = match parts.first().map(number).transpose()? {
+            Some(0) => AddKind::Ignored,
+            Some(1) => AddKind::Queued,
+            Some(2) => AddKind::Duplicate,
+            Some(3) => AddKind::Deferred,
+            Some(4) => AddKind::Delayed,
+            other => return Err(format!("unknown add outcome {other:?}").into()),
+        };
+        let seq = parts.get(1).map(number).transpose()?.unwrap_or(0).max(0) as u64;
+        let delay = parts
+            .get(2)
+            .map(number)
+            .transpose()?
+            .map(|us| Duration::from_micros(us.max(0) as u64));
+        Ok(AddReply { kind, seq, delay })
+    }
+}
+
 /// The priority argument of the add scripts: empty when none was given.
 fn priority_arg(priority: Option<i32>) -> String {
     priority.map_or_else(String::new, |p| p.to_string())
 }
 
-/// The reply of an add that this handle ignored because it is shut down.
 /// Adds per run of the `add_many` script: about a millisecond of the server's time.
 const ADD_MANY_CHUNK: usize = 200;
 
+/// The reply of an add that this handle ignored because it is shut down.
 const IGNORED: Added = Added {
     kind: AddKind::Ignored,
     seq: 0,
     delay: Duration::ZERO,
 };
+
+/// What the `retry_done` script did with the lease (its reply's first part).
+enum Settled {
+    /// Re-added and done.
+    Done,
+    /// The lease is not the caller's (another holder has the item, or nobody does): nothing
+    /// changed.
+    NotHeld,
+    /// The queue is shut down for every process: the re-add was refused and nothing changed.
+    ShutDown,
+}
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     fn encode(item: &T) -> Result<String, Error> {
@@ -356,5 +400,155 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             })
             .await?;
         Ok(count.unwrap_or(0) as usize)
+    }
+
+    /// Re-adds `lease`'s item as `options` say (after forgetting its failures if `forget`)
+    /// and marks the lease done, in one script run fenced by the lease's token: what
+    /// [`add_with`](Self::add_with) then [`Lease::done`] would do while the lease is held,
+    /// and nothing at all when it is not (no failure counted, nothing forgotten or
+    /// re-added).
+    ///
+    /// `Ok(None)`: re-added and done. `Ok(Some(lease))`: this handle or the whole queue is shut
+    /// down, so the re-add was refused and nothing changed; the lease is handed back, still
+    /// held. The lease is renewed until the call is through.
+    ///
+    /// Transient server states are retried as a `done` retries them (while the lease may still
+    /// be valid, and at least the retry deadline). A retry after the connection failed finds
+    /// the lease gone if the first attempt was applied; it then changes nothing, so the step
+    /// is never applied twice, and the call returns [`Error::OutcomeUnknown`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease was lost (nothing changed); [`Error::OutcomeUnknown`]
+    /// as above; an error that is not transient, or a transient state that outlasted the
+    /// retries: then the lease is no longer renewed, and the item is handed out again once it
+    /// expires. A full server (`maxmemory`) does not refuse the step: like a release, it
+    /// moves an item from in flight back to waiting, which takes about the memory it frees.
+    pub(crate) async fn retry_and_done(
+        &self,
+        lease: Lease<T>,
+        options: AddOptions,
+        forget: bool,
+    ) -> Result<Option<Lease<T>>, Error> {
+        if self.is_closed() {
+            return Ok(Some(lease));
+        }
+        let inner = &self.inner;
+        let raw = lease.raw();
+        let token = inner.token_for(raw, lease.token()).await;
+        inner.before_done(raw, token).await;
+        let limit = &inner.rate_limit;
+        let (qps, burst) = limit.bucket().unwrap_or((0.0, 0));
+        let flag = |on: bool| if on { "1" } else { "0" };
+        let give_up = inner.settle_deadline();
+        // Whether an attempt may have been applied without our seeing the answer.
+        let mut unsure = false;
+        let mut backoff = Duration::from_millis(20);
+        let settled = loop {
+            let outcome: Result<Value, redis::RedisError> = inner
+                .invocation(&SCRIPTS.retry_done)
+                .arg(raw)
+                .arg(token)
+                .arg(flag(forget))
+                .arg(flag(options.is_rate_limited()))
+                .arg(micros(options.delay()))
+                .arg(
+                    options
+                        .requested_priority()
+                        .map_or_else(String::new, |p| p.to_string()),
+                )
+                .arg(micros(limit.base_delay()))
+                .arg(micros(limit.max_delay()))
+                .arg(qps)
+                .arg(burst)
+                .invoke_async(&mut inner.con())
+                .await;
+            let error = match outcome {
+                Ok(value) => break settled(value)?,
+                Err(e) => Error::from(e),
+            };
+            let transient = Transient::of(&error);
+            if transient.is_none() || from_now(backoff) >= give_up {
+                // Not renewed any more: if the step did not apply, the item is handed out
+                // again once the lease expires, as after a failed `done`.
+                lease.settled();
+                return Err(if unsure { Error::OutcomeUnknown } else { error });
+            }
+            if transient == Some(Transient::Connection) {
+                unsure = true;
+            }
+            if transient == Some(Transient::ReadOnly) {
+                inner.reconnect().await;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        };
+        match settled {
+            Settled::Done => {
+                lease.settled();
+                Ok(None)
+            }
+            Settled::ShutDown => Ok(Some(lease)),
+            Settled::NotHeld => {
+                lease.settled();
+                Err(if unsure {
+                    Error::OutcomeUnknown
+                } else {
+                    Error::LeaseLost
+                })
+            }
+        }
+    }
+}
+
+/// Reads the reply of the `retry_done` script: `{done, outcome, seq, delay}`.
+fn settled(value: Value) -> Result<Settled, Error> {
+    let parts = reply::parse::<Vec<Value>>("retry_done", value)?;
+    let done = parts
+        .first()
+        .map(number)
+        .transpose()
+        .map_err(|e| Error::Protocol(format!("retry_done: {e}")))?;
+    match done {
+        Some(1 | 2) => Ok(Settled::Done),
+        Some(0 | -1) => Ok(Settled::NotHeld),
+        Some(3) => Ok(Settled::ShutDown),
+        other => Err(Error::Protocol(format!(
+            "retry_done: unknown reply {other:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_replies_are_protocol_errors() {
+        let bad = [
+            Value::Nil,
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(9)]),
+            Value::Array(vec![Value::BulkString(b"x".to_vec())]),
+        ];
+        for value in bad {
+            assert!(matches!(
+                reply::parse::<AddReply>("add", value.clone()),
+                Err(Error::Protocol(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn well_formed_replies_are_read() {
+        let added: AddReply = reply::parse(
+            "add",
+            Value::Array(vec![Value::Int(4), Value::Int(12), Value::Int(1500)]),
+        )
+        .unwrap();
+        assert_eq!(
+            (added.kind, added.seq, added.delay),
+            (AddKind::Delayed, 12, Some(Duration::from_micros(1500)))
+        );
     }
 }

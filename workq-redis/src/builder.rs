@@ -1,9 +1,10 @@
-//! [`Builder`]: the options of a [`RedisQueue`], and the connection it opens.
+//! [`Builder`]: the options of a [`RedisQueue`], and the connection it opens; the handle's
+//! constructors ([`RedisQueue::connect`], [`RedisQueue::builder`]) start here.
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::Client;
@@ -23,8 +24,8 @@ use crate::persistence::{self, Persistence};
 use crate::queue::RedisQueue;
 use crate::rate_limit::RateLimit;
 use crate::scripts::Keys;
-use crate::time::{NO_LIMIT, capped};
-use crate::wait::Wakeups;
+use crate::units::{NO_LIMIT, capped};
+use crate::wait::Waiter;
 
 /// The options of a [`RedisQueue`]; start with [`RedisQueue::builder`].
 ///
@@ -91,6 +92,22 @@ impl<T> fmt::Debug for Builder<T> {
             .field("retry_deadline", &self.retry_deadline)
             .field("rate_limit", &self.rate_limit)
             .finish_non_exhaustive()
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
+    /// Connects to `url` and opens queue `name` with the default options.
+    ///
+    /// # Errors
+    ///
+    /// See [`Builder::build`].
+    pub async fn connect(url: &str, name: &str) -> Result<Self, Error> {
+        Self::builder(name).url(url).build().await
+    }
+
+    /// Starts building a queue named `name` (see [`Builder`] for the options).
+    pub fn builder(name: impl Into<String>) -> Builder<T> {
+        Builder::new(name.into())
     }
 }
 
@@ -336,18 +353,25 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             }
         };
         let client_config = self.client_config();
+        let keys = Keys::new(&self.prefix, &self.name);
+        let poll = self.poll.max(Duration::from_millis(1));
+        let wake = Waiter::new(
+            source.clone(),
+            keys.marker().to_owned(),
+            poll,
+            self.response_timeout,
+        );
         Ok(RedisQueue {
             inner: Arc::new(Inner {
-                keys: Keys::new(&self.prefix, &self.name),
+                keys,
                 name: self.name,
                 source,
                 con: RwLock::new(con),
-                blocking: Mutex::new(Vec::new()),
                 lease: self.lease,
                 renew_every,
                 auto_renew: self.auto_renew,
                 rate_limit: self.rate_limit,
-                poll: self.poll.max(Duration::from_millis(1)),
+                poll,
                 response_timeout: self.response_timeout,
                 max_stalls: self.max_stalls,
                 max_hold: self.max_hold,
@@ -358,9 +382,42 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
                 client_config,
                 shut: AtomicBool::new(false),
                 leases_out: AtomicUsize::new(0),
-                wake: Wakeups::new(),
+                wake,
             }),
             _item: PhantomData,
         })
+    }
+}
+
+/// A build without the feature has no fault switch: this compiles only while `Builder` has
+/// no `mutation` method of its own (the probe trait's method would lose to it, and the call
+/// below would not type-check) and the crate has no `Mutation` item (the two glob imports
+/// would make the name ambiguous).
+#[cfg(not(feature = "fault-injection"))]
+#[allow(dead_code, reason = "a compile-time check")]
+mod no_switch {
+    use crate::*;
+    use probe::*;
+
+    mod probe {
+        /// Stands for the crate's `Mutation`, which must not exist.
+        pub(super) struct Mutation;
+    }
+
+    /// What the probe's `mutation` returns.
+    struct NotInherent;
+
+    trait Probe {
+        fn mutation(self, mutation: Mutation) -> NotInherent;
+    }
+
+    impl<T> Probe for Builder<T> {
+        fn mutation(self, _: Mutation) -> NotInherent {
+            NotInherent
+        }
+    }
+
+    fn probe(builder: Builder<String>) -> NotInherent {
+        builder.mutation(Mutation)
     }
 }

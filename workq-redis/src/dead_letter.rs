@@ -1,5 +1,5 @@
 //! [`DeadLetter`]s: items moved aside instead of being handed out again, and the operations
-//! that list, requeue and purge them.
+//! that list, requeue (one, by id, or all), delete (by id) and purge them.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -166,6 +166,31 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         Ok(n == 1)
     }
 
+    /// Requeues the dead letter with this [`id`](DeadLetter::id), as
+    /// [`requeue_dead_letter`](Self::requeue_dead_letter) does. Returns `false` if no dead
+    /// letter has it (any more): idempotent.
+    ///
+    /// # Errors
+    ///
+    /// A connection error; [`Error::Protocol`] for a malformed id.
+    pub async fn requeue_dead_letter_by_id(&self, id: &str) -> Result<bool, Error> {
+        let entry = DeadLetter::entry_of(id)
+            .ok_or_else(|| Error::Protocol(format!("not a dead-letter id: {id:?}")))?;
+        let entry = entry.as_slice();
+        let n: i64 = self
+            .inner
+            .call("requeue_dead_letter", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.dead_requeue)
+                    .arg(entry)
+                    .arg(1)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
     /// Moves every dead letter back to the queue, oldest first, as
     /// [`requeue_dead_letter`](Self::requeue_dead_letter) does. Returns how many.
     ///
@@ -191,6 +216,30 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 return Ok(total);
             }
         }
+    }
+
+    /// Deletes the dead letter with this [`id`](DeadLetter::id). Returns `false` if no dead
+    /// letter has it (any more): idempotent.
+    ///
+    /// # Errors
+    ///
+    /// A connection error; [`Error::Protocol`] for a malformed id.
+    pub async fn delete_dead_letter_by_id(&self, id: &str) -> Result<bool, Error> {
+        let entry = DeadLetter::entry_of(id)
+            .ok_or_else(|| Error::Protocol(format!("not a dead-letter id: {id:?}")))?;
+        let entry = entry.as_slice();
+        let n: i64 = self
+            .inner
+            .call("delete_dead_letter", |mut con| async move {
+                redis::cmd("LREM")
+                    .arg(self.inner.keys.dead())
+                    .arg(1)
+                    .arg(entry)
+                    .query_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(n == 1)
     }
 
     /// Deletes every dead letter. Returns how many there were. The list is dropped with

@@ -6,8 +6,12 @@
 //! without the rule: it sends the token the server holds now instead of its own (no
 //! fencing), or clears the re-add before its `done` (no re-queue). Without the feature, none
 //! of it is compiled: no builder method, no type, and the calls below are the plain ones.
+//!
+//! The calls take what they use of a handle, the command connection (a closure, asked only
+//! when a mutation is on) and the queue's keys, not the handle itself, which holds [`Faults`].
 
-use crate::inner::Inner;
+use crate::connection::Conn;
+use crate::scripts::Keys;
 
 /// A deliberate bug, switched on by [`Builder::mutation`](crate::Builder::mutation) (feature
 /// `fault-injection`).
@@ -48,28 +52,41 @@ impl Faults {
     }
 
     /// The token a holder of `raw` with `token` sends: its own, or without fencing whichever
-    /// the server holds now (its own if nobody holds the item).
-    pub(crate) async fn token_for(self, inner: &Inner, raw: &str, token: u64) -> u64 {
+    /// the server holds now (its own if nobody holds the item). `commands` gives the command
+    /// connection of the queue whose keys are `keys`.
+    pub(crate) async fn token_for(
+        self,
+        commands: impl Fn() -> Conn,
+        keys: &Keys,
+        raw: &str,
+        token: u64,
+    ) -> u64 {
         if !self.no_fencing {
             return token;
         }
-        current_token(inner, raw).await.unwrap_or(token)
+        current_token(commands(), keys, raw).await.unwrap_or(token)
     }
 
     /// Before a `done` with `token` (the one [`token_for`](Self::token_for) gave): without
     /// the re-queue, forgets that the item was re-added while it was processed.
-    pub(crate) async fn before_done(self, inner: &Inner, raw: &str, token: u64) {
-        if !self.no_dirty_requeue || current_token(inner, raw).await != Some(token) {
+    pub(crate) async fn before_done(
+        self,
+        commands: impl Fn() -> Conn,
+        keys: &Keys,
+        raw: &str,
+        token: u64,
+    ) {
+        if !self.no_dirty_requeue || current_token(commands(), keys, raw).await != Some(token) {
             return;
         }
-        let mut con = inner.con();
+        let mut con = commands();
         let _: redis::RedisResult<()> = redis::pipe()
             .cmd("SREM")
-            .arg(inner.keys.dirty())
+            .arg(keys.dirty())
             .arg(raw)
             .ignore()
             .cmd("HDEL")
-            .arg(inner.keys.prio())
+            .arg(keys.prio())
             .arg(raw)
             .ignore()
             .query_async(&mut con)
@@ -79,10 +96,9 @@ impl Faults {
 
 /// The token of the item's lease now, if it is leased.
 #[cfg(feature = "fault-injection")]
-async fn current_token(inner: &Inner, raw: &str) -> Option<u64> {
-    let mut con = inner.con();
+async fn current_token(mut con: Conn, keys: &Keys, raw: &str) -> Option<u64> {
     redis::cmd("HGET")
-        .arg(inner.keys.lease())
+        .arg(keys.lease())
         .arg(raw)
         .query_async::<Option<u64>>(&mut con)
         .await
@@ -97,7 +113,13 @@ impl Faults {
         clippy::unused_async,
         reason = "the same signature as with the feature"
     )]
-    pub(crate) async fn token_for(self, _inner: &Inner, _raw: &str, token: u64) -> u64 {
+    pub(crate) async fn token_for(
+        self,
+        _commands: impl Fn() -> Conn,
+        _keys: &Keys,
+        _raw: &str,
+        token: u64,
+    ) -> u64 {
         token
     }
 
@@ -106,38 +128,12 @@ impl Faults {
         clippy::unused_async,
         reason = "the same signature as with the feature"
     )]
-    pub(crate) async fn before_done(self, _inner: &Inner, _raw: &str, _token: u64) {}
-}
-
-/// A build without the feature has no fault switch: this compiles only while `Builder` has
-/// no `mutation` method of its own (the probe trait's method would lose to it, and the call
-/// below would not type-check) and the crate has no `Mutation` item (the two glob imports
-/// would make the name ambiguous).
-#[cfg(not(feature = "fault-injection"))]
-#[allow(dead_code, reason = "a compile-time check")]
-mod no_switch {
-    use crate::*;
-    use probe::*;
-
-    mod probe {
-        /// Stands for the crate's `Mutation`, which must not exist.
-        pub(super) struct Mutation;
-    }
-
-    /// What the probe's `mutation` returns.
-    struct NotInherent;
-
-    trait Probe {
-        fn mutation(self, mutation: Mutation) -> NotInherent;
-    }
-
-    impl<T> Probe for Builder<T> {
-        fn mutation(self, _: Mutation) -> NotInherent {
-            NotInherent
-        }
-    }
-
-    fn probe(builder: Builder<String>) -> NotInherent {
-        builder.mutation(Mutation)
+    pub(crate) async fn before_done(
+        self,
+        _commands: impl Fn() -> Conn,
+        _keys: &Keys,
+        _raw: &str,
+        _token: u64,
+    ) {
     }
 }

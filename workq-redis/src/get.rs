@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use redis::Value;
+use redis::{FromRedisValue, ParsingError, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use workq::TryGet;
@@ -14,9 +14,9 @@ use crate::error::{Error, Transient};
 use crate::inner::Inner;
 use crate::lease::Lease;
 use crate::queue::RedisQueue;
-use crate::reply::{self, DoneReply, GetReply};
+use crate::reply::{self, number, parts};
 use crate::scripts::SCRIPTS;
-use crate::time::{from_now, micros};
+use crate::units::{from_now, micros};
 use crate::wait::{Owed, Waiting};
 
 /// What [`RedisQueue::done_and_get`] did: the `done` of the lease it was given, and the next
@@ -71,6 +71,62 @@ enum Attempt<T> {
     Empty(Option<Duration>),
 }
 
+/// The reply of the `get` script.
+enum GetReply {
+    /// `{1, item, token, priority}`: an item under a new lease.
+    Leased {
+        raw: Vec<u8>,
+        token: u64,
+        priority: i32,
+    },
+    /// `{2}`: shut down, nothing ready.
+    ShutDown,
+    /// `{0, wait}`: nothing ready; something may be due after `wait`.
+    Empty(Option<Duration>),
+}
+
+impl FromRedisValue for GetReply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let mut parts = parts(value)?.into_iter();
+        match parts.next().as_ref().map(number).transpose()? {
+            Some(1) => {
+                let raw = match parts.next() {
+                    Some(Value::BulkString(bytes)) => bytes,
+                    Some(Value::SimpleString(s)) => s.into_bytes(),
+                    other => return Err(format!("expected an item, got {other:?}").into()),
+                };
+                let token = number(&parts.next().unwrap_or(Value::Nil))?.max(0) as u64;
+                let priority = parts.next().as_ref().map(number).transpose()?.unwrap_or(0);
+                let priority = i32::try_from(priority)
+                    .map_err(|_| ParsingError::from(format!("priority {priority} out of range")))?;
+                Ok(GetReply::Leased {
+                    raw,
+                    token,
+                    priority,
+                })
+            }
+            Some(2) => Ok(GetReply::ShutDown),
+            Some(0) => {
+                let wait = parts.next().as_ref().map(number).transpose()?.unwrap_or(-1);
+                Ok(GetReply::Empty(
+                    (wait >= 0).then(|| Duration::from_micros(wait as u64)),
+                ))
+            }
+            other => Err(format!("unknown get reply {other:?}").into()),
+        }
+    }
+}
+
+/// The reply of the `done` script: whether the caller held the lease (1: done, 2: done and
+/// queued again), or not (0: another holder has it, -1: nobody does).
+struct DoneReply(bool);
+
+impl FromRedisValue for DoneReply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        Ok(DoneReply(number(&value)? >= 1))
+    }
+}
+
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// Waits for the next item and hands it out under a [`Lease`]: client-go's `Get`.
     ///
@@ -100,7 +156,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     pub async fn get(&self) -> Result<Option<Lease<T>>, Error> {
         let _waiting = Waiting::new(&self.inner.wake);
         let mut rx = self.inner.wake.subscribe();
-        let mut owed = Owed::new(&self.inner);
+        let mut owed = Owed::new(&self.inner.wake, || self.inner.con());
         loop {
             rx.borrow_and_update();
             let deadline = from_now(self.inner.retry_deadline);
@@ -214,11 +270,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let _out = LeaseOut(inner);
         let mut tokens = Vec::with_capacity(leases.len());
         for lease in &leases {
-            let token = inner
-                .faults
-                .token_for(inner, lease.raw(), lease.token())
-                .await;
-            inner.faults.before_done(inner, lease.raw(), token).await;
+            let token = inner.token_for(lease.raw(), lease.token()).await;
+            inner.before_done(lease.raw(), token).await;
             tokens.push(token);
         }
         // A handle that is shut down takes nothing more.
@@ -398,5 +451,63 @@ struct LeaseOut<'a>(&'a Inner);
 impl Drop for LeaseOut<'_> {
     fn drop(&mut self) {
         self.0.lease_ended();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_replies_are_protocol_errors() {
+        let bad = [
+            Value::Nil,
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(9)]),
+            Value::Array(vec![Value::BulkString(b"x".to_vec())]),
+        ];
+        for value in bad {
+            assert!(matches!(
+                reply::parse::<GetReply>("get", value),
+                Err(Error::Protocol(_))
+            ));
+        }
+        let huge = Value::Array(vec![
+            Value::Int(1),
+            Value::BulkString(b"\"x\"".to_vec()),
+            Value::Int(7),
+            Value::Int(i64::from(i32::MAX) + 1),
+        ]);
+        assert!(matches!(
+            reply::parse::<GetReply>("get", huge),
+            Err(Error::Protocol(_))
+        ));
+        assert!(matches!(
+            reply::parse::<DoneReply>("done", Value::Nil),
+            Err(Error::Protocol(_))
+        ));
+    }
+
+    #[test]
+    fn well_formed_replies_are_read() {
+        let leased: GetReply = reply::parse(
+            "get",
+            Value::Array(vec![
+                Value::Int(1),
+                Value::BulkString(b"\"x\"".to_vec()),
+                Value::BulkString(b"42".to_vec()),
+                Value::Int(-3),
+            ]),
+        )
+        .unwrap();
+        assert!(matches!(
+            leased,
+            GetReply::Leased { ref raw, token: 42, priority: -3 } if raw == b"\"x\""
+        ));
+        let empty: GetReply =
+            reply::parse("get", Value::Array(vec![Value::Int(0), Value::Int(-1)])).unwrap();
+        assert!(matches!(empty, GetReply::Empty(None)));
+        assert!(reply::parse::<DoneReply>("done", Value::Int(2)).unwrap().0);
+        assert!(!reply::parse::<DoneReply>("done", Value::Int(-1)).unwrap().0);
     }
 }

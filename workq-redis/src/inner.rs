@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManagerConfig;
@@ -15,8 +15,8 @@ use crate::faults::Faults;
 use crate::persistence::Persistence;
 use crate::rate_limit::RateLimit;
 use crate::scripts::{Keys, SCRIPTS};
-use crate::time::{deadline, from_now, micros};
-use crate::wait::Wakeups;
+use crate::units::{deadline, from_now, micros};
+use crate::wait::Waiter;
 
 /// What every handle and lease of one queue share.
 pub(crate) struct Inner {
@@ -27,8 +27,6 @@ pub(crate) struct Inner {
     pub(crate) con: RwLock<Conn>,
     /// The configuration `con` was made with, for a reconnect.
     pub(crate) client_config: ConnectionManagerConfig,
-    /// Idle connections for blocking waits, which must not stall the shared one.
-    pub(crate) blocking: Mutex<Vec<Conn>>,
     pub(crate) lease: Duration,
     pub(crate) renew_every: Duration,
     pub(crate) auto_renew: bool,
@@ -46,7 +44,8 @@ pub(crate) struct Inner {
     pub(crate) shut: AtomicBool,
     /// Leases handed out by this handle that are not finished yet.
     pub(crate) leases_out: AtomicUsize,
-    pub(crate) wake: Wakeups,
+    /// The blocking wait this handle's getters share, and their wake-ups.
+    pub(crate) wake: Waiter,
 }
 
 impl Inner {
@@ -190,7 +189,7 @@ impl Inner {
         token: u64,
         deadline: Instant,
     ) -> Result<bool, Error> {
-        let token = self.faults.token_for(self, raw, token).await;
+        let token = self.token_for(raw, token).await;
         let renewed: i64 = self
             .call_until("renew", deadline, |mut con| async move {
                 self.invocation(&SCRIPTS.renew)
@@ -213,9 +212,9 @@ impl Inner {
         } else {
             &SCRIPTS.done
         };
-        let token = self.faults.token_for(self, raw, token).await;
+        let token = self.token_for(raw, token).await;
         if !release {
-            self.faults.before_done(self, raw, token).await;
+            self.before_done(raw, token).await;
         }
         // Whether an attempt may have been applied without our seeing the answer.
         let mut unsure = false;
@@ -247,6 +246,30 @@ impl Inner {
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
             }
+        }
+    }
+
+    /// The token a holder of `raw` with `token` sends (see [`Faults::token_for`]).
+    pub(crate) async fn token_for(&self, raw: &str, token: u64) -> u64 {
+        self.faults
+            .token_for(|| self.con(), &self.keys, raw, token)
+            .await
+    }
+
+    /// What comes before a `done` with `token` (see [`Faults::before_done`]).
+    pub(crate) async fn before_done(&self, raw: &str, token: u64) {
+        self.faults
+            .before_done(|| self.con(), &self.keys, raw, token)
+            .await;
+    }
+
+    /// Starts the waiting task of this handle's getters unless it runs (see
+    /// [`Waiter::wait_loop`]); the task holds the handle while it runs, and takes the command
+    /// connection from it.
+    pub(crate) fn ensure_waiter(self: &Arc<Self>) {
+        if self.wake.start() {
+            let inner = self.clone();
+            tokio::spawn(async move { inner.wake.wait_loop(|| inner.con()).await });
         }
     }
 

@@ -1,9 +1,9 @@
 //! What an operator does to one item: pages of the items in one state ([`RedisQueue::page`]),
 //! everything about one item ([`RedisQueue::inspect`]), and the single-item actions
-//! ([`retry_now`](RedisQueue::retry_now), [`remove`](RedisQueue::remove), and the dead-letter
-//! ones by id). Each is one script or one command, so each keeps the queue's rules: an item
-//! under a lease stays with its holder, a queued item is never queued twice, and a retried
-//! item goes through the same add as a worker's.
+//! ([`retry_now`](RedisQueue::retry_now), [`remove`](RedisQueue::remove); the dead-letter
+//! ones by id are in `dead_letter.rs`). Each is one script or one command, so each keeps the
+//! queue's rules: an item under a lease stays with its holder, a queued item is never queued
+//! twice, and a retried item goes through the same add as a worker's.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -16,7 +16,7 @@ use crate::dead_letter::DeadLetter;
 use crate::error::Error;
 use crate::queue::RedisQueue;
 use crate::reply::{self, count, number, parts, parts_ref, span, text};
-use crate::scripts::{Oom, SCRIPTS, script};
+use crate::scripts::{Oom, script};
 use crate::stats::InFlight;
 
 static PAGE: LazyLock<Script> =
@@ -453,54 +453,5 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             readd: readd > 0,
             counts: counts > 0,
         })
-    }
-
-    /// Requeues the dead letter with this [`id`](DeadLetter::id), as
-    /// [`requeue_dead_letter`](Self::requeue_dead_letter) does. Returns `false` if no dead
-    /// letter has it (any more): idempotent.
-    ///
-    /// # Errors
-    ///
-    /// A connection error; [`Error::Protocol`] for a malformed id.
-    pub async fn requeue_dead_letter_by_id(&self, id: &str) -> Result<bool, Error> {
-        let entry = DeadLetter::entry_of(id)
-            .ok_or_else(|| Error::Protocol(format!("not a dead-letter id: {id:?}")))?;
-        let entry = entry.as_slice();
-        let n: i64 = self
-            .inner
-            .call("requeue_dead_letter", |mut con| async move {
-                self.inner
-                    .invocation(&SCRIPTS.dead_requeue)
-                    .arg(entry)
-                    .arg(1)
-                    .invoke_async(&mut con)
-                    .await
-            })
-            .await?;
-        Ok(n == 1)
-    }
-
-    /// Deletes the dead letter with this [`id`](DeadLetter::id). Returns `false` if no dead
-    /// letter has it (any more): idempotent.
-    ///
-    /// # Errors
-    ///
-    /// A connection error; [`Error::Protocol`] for a malformed id.
-    pub async fn delete_dead_letter_by_id(&self, id: &str) -> Result<bool, Error> {
-        let entry = DeadLetter::entry_of(id)
-            .ok_or_else(|| Error::Protocol(format!("not a dead-letter id: {id:?}")))?;
-        let entry = entry.as_slice();
-        let n: i64 = self
-            .inner
-            .call("delete_dead_letter", |mut con| async move {
-                redis::cmd("LREM")
-                    .arg(self.inner.keys.dead())
-                    .arg(1)
-                    .arg(entry)
-                    .query_async(&mut con)
-                    .await
-            })
-            .await?;
-        Ok(n == 1)
     }
 }

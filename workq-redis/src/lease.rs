@@ -118,7 +118,7 @@ impl<T> Lease<T> {
     /// [`Error::LeaseLost`] if the lease is no longer this holder's; a connection error.
     pub async fn renew(&self) -> Result<(), Error> {
         let queue = self.held.backend();
-        let deadline = crate::time::from_now(queue.lease);
+        let deadline = crate::units::from_now(queue.lease);
         renew_once(
             queue,
             self.held.raw(),

@@ -101,11 +101,10 @@
 //! ```
 
 mod add;
-mod admin;
 mod backend;
 mod builder;
 mod connection;
-mod counters;
+mod control;
 mod dead_letter;
 mod error;
 mod faults;
@@ -113,23 +112,19 @@ mod get;
 mod inner;
 mod inspect;
 mod lease;
-mod pause;
+mod listing;
 mod persistence;
 mod queue;
 mod rate_limit;
 mod reply;
-mod retry;
 mod scripts;
-mod shutdown;
 mod stats;
-mod time;
+mod units;
 mod wait;
 
 pub use add::{AddKind, Added};
-pub use admin::{Admin, Summary};
 pub use builder::Builder;
 pub use connection::MIN_REDIS_VERSION;
-pub use counters::Counters;
 pub use dead_letter::DeadLetter;
 pub use error::Error;
 #[cfg(feature = "fault-injection")]
@@ -138,7 +133,8 @@ pub use faults::Mutation;
 pub use get::{DoneAndGet, DoneAndGetMany};
 pub use inspect::{End, ItemInfo, ItemState, Page, PageEntry, Removed, Retried, SEARCH_BUDGET};
 pub use lease::Lease;
+pub use listing::{Admin, Summary};
 pub use persistence::Persistence;
 pub use queue::RedisQueue;
 pub use rate_limit::RateLimit;
-pub use stats::{InFlight, Stats};
+pub use stats::{Counters, InFlight, Stats};

@@ -1,19 +1,23 @@
-//! [`RedisQueue`]: the handle every operation goes through, and what it needs everywhere.
+//! [`RedisQueue`]: the handle every operation goes through, and what it needs everywhere: its
+//! name, its own shutdown ([`shut_down`](RedisQueue::shut_down), which touches no server) and
+//! the deletion of the queue.
 //!
-//! The operations live beside it, one file per kind: adds (`add.rs`), getters (`get.rs`),
-//! shutdown (`shutdown.rs`), dead letters (`dead_letter.rs`), sizes and stats (`stats.rs`),
-//! pause (`pause.rs`) and counters (`counters.rs`). What every handle and lease of a queue
-//! share is `Inner` (`inner.rs`); the blocking wait its getters share is in `wait.rs`.
+//! The operations live beside it, one file per kind: the constructors with the options
+//! (`builder.rs`), adds and a failed item's retry (`add.rs`), getters (`get.rs`), leases
+//! (`lease.rs`), the switches for every process, pause and fleet shutdown (`control.rs`),
+//! sizes, stats and counters (`stats.rs`), one item (`inspect.rs`) and dead letters
+//! (`dead_letter.rs`). What every handle and lease of a queue share is `Inner` (`inner.rs`);
+//! the blocking wait its getters share is in `wait.rs`.
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::builder::Builder;
 use crate::error::Error;
 use crate::inner::Inner;
 use crate::persistence::Persistence;
@@ -38,7 +42,7 @@ use crate::scripts::SCRIPTS;
 /// for maps with a random order).
 ///
 /// Unlike the in-memory queue, a [`Lease`](crate::Lease) here expires: it lasts
-/// [`lease_duration`](Builder::lease_duration) on the server's clock and is renewed while
+/// [`lease_duration`](crate::Builder::lease_duration) on the server's clock and is renewed while
 /// held. A worker that dies or stalls past its lease loses the item to another worker; its
 /// fencing token then makes the server refuse its `done` (see [`Lease`](crate::Lease)).
 ///
@@ -83,20 +87,6 @@ impl<T> fmt::Debug for RedisQueue<T> {
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
-    /// Connects to `url` and opens queue `name` with the default options.
-    ///
-    /// # Errors
-    ///
-    /// See [`Builder::build`].
-    pub async fn connect(url: &str, name: &str) -> Result<Self, Error> {
-        Self::builder(name).url(url).build().await
-    }
-
-    /// Starts building a queue named `name` (see [`Builder`] for the options).
-    pub fn builder(name: impl Into<String>) -> Builder<T> {
-        Builder::new(name.into())
-    }
-
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -111,6 +101,57 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// Whether this handle (or a clone of it) was shut down.
     pub(crate) fn is_closed(&self) -> bool {
         self.inner.shut.load(Ordering::SeqCst)
+    }
+
+    /// Shuts this handle (and its clones) down: client-go's `ShutDown`, for this process's
+    /// share of the queue. Its `get`s return `None` from now on (waiting ones wake), its adds
+    /// are ignored, and its leases can still be renewed, finished or released. Other
+    /// processes, and other handles built separately, go on: the queue on the server is not
+    /// touched, so the next deployment picks it up as it is. To stop every process, see
+    /// [`shut_down_fleet`](Self::shut_down_fleet).
+    ///
+    /// # Errors
+    ///
+    /// None today; the `Result` keeps the signature of the other operations.
+    pub async fn shut_down(&self) -> Result<(), Error> {
+        self.close();
+        Ok(())
+    }
+
+    /// What [`shut_down`](Self::shut_down) does, synchronously: it touches no server.
+    pub(crate) fn close(&self) {
+        self.inner.shut.store(true, Ordering::SeqCst);
+        self.inner.wake.wake_all();
+    }
+
+    /// Shuts this handle down ([`shut_down`](Self::shut_down)), then waits until every lease
+    /// it handed out is finished (done, released or dropped): client-go's
+    /// `ShutDownWithDrain`, for this process's share.
+    ///
+    /// # Errors
+    ///
+    /// None today.
+    pub async fn shut_down_with_drain(&self) -> Result<(), Error> {
+        self.shut_down().await?;
+        let mut rx = self.inner.wake.subscribe();
+        while self.inner.leases_out.load(Ordering::SeqCst) > 0 {
+            // A lease ending wakes this; the timeout only bounds a missed wake-up.
+            let _ = tokio::time::timeout(Duration::from_millis(200), rx.changed()).await;
+        }
+        Ok(())
+    }
+
+    /// Whether this handle is shut down, or the queue for every process: client-go's
+    /// `ShuttingDown`.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn is_shutting_down(&self) -> Result<bool, Error> {
+        if self.is_closed() {
+            return Ok(true);
+        }
+        self.is_fleet_shut_down().await
     }
 
     /// Deletes every key of the queue: its items (at every priority), leases, failure counts,

@@ -20,12 +20,12 @@ use serde::de::DeserializeOwned;
 
 use crate::builder::{Builder, Shared};
 use crate::connection::{Conn, Source, check_version, validate};
-use crate::counters::Counters;
 use crate::error::Error;
 use crate::persistence::{self, Persistence};
 use crate::queue::RedisQueue;
 use crate::reply::{self, count, number, parts, span};
 use crate::scripts::{Keys, Oom, script_source};
+use crate::stats::Counters;
 
 /// Queues summarised per pipeline: each call is about 20 small reads on the server, so a
 /// pipeline of 200 keeps the server's other clients waiting no longer than a few milliseconds.

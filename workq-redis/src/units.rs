@@ -1,5 +1,5 @@
-//! Durations and deadlines that cannot overflow, whatever the settings (`Duration::MAX`
-//! included).
+//! Units: durations as the scripts take them (whole microseconds) and the deadlines this host
+//! keeps, none of which can overflow, whatever the settings (`Duration::MAX` included).
 //!
 //! Every duration a [`Builder`](crate::Builder) takes is capped at [`NO_LIMIT`] when the queue
 //! is built, and every duration sent to the server goes through [`micros`], so the scripts'
