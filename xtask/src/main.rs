@@ -8,6 +8,8 @@
 //!   binaries that start one are not even built, and the summary says how many were skipped.
 //! - `cargo xtask deps`: only the packages (`--ci`: also those CI's own checks use;
 //!   `--check`: say what is missing, install nothing).
+//! - `cargo xtask publish-check`: what crates.io needs of the published packages, then
+//!   `cargo publish --dry-run` for them all (`publish.rs`).
 //!
 //! The arguments are read by hand rather than with clap: this crate is the first thing a fresh
 //! clone compiles, so it has no dependencies (see `Cargo.toml`).
@@ -15,6 +17,7 @@
 mod cargo;
 mod json;
 mod packages;
+mod publish;
 mod run;
 mod suites;
 mod test;
@@ -37,12 +40,22 @@ tasks:
   deps [--ci] [--check]
       Installs the Debian packages the tests need (--ci: also prometheus, whose promtool
       CI uses). --check: only says what is missing (exit code 1 if anything is).
+  publish-check [--offline] [--no-verify]
+      Checks what crates.io needs of every published package (description, license and
+      its text, repository, readme, keywords, categories, rust-version, docs.rs settings,
+      versions on path dependencies), then runs `cargo publish --dry-run` for them all in
+      one command, each built from its package against the others' packages.
+      --offline    `cargo package` instead: no registry, the same packaging and builds
+      --no-verify  package only, build nothing
   help
       This text.
 ";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|task| task == "publish-check") {
+        return exit(publish::run(&args[1..]));
+    }
     match parse(&args) {
         Ok(Task::Help) => {
             print!("{USAGE}");
