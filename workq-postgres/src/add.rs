@@ -15,8 +15,8 @@ use sqlx::{PgConnection, PgExecutor};
 use workq::AddOptions;
 
 use crate::error::Error;
+use crate::inner::{AddKind, Added, IGNORED, PgQueue, count, deadline_after, micros, pause_after};
 use crate::lease::Lease;
-use crate::queue::{AddKind, Added, IGNORED, PgQueue, count, deadline_after, micros, pause_after};
 
 /// Items per statement in a batched add: large enough that a batch pays one round trip and
 /// one commit for many items, small enough that one statement does not hold its row locks

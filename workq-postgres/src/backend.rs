@@ -12,8 +12,8 @@ use serde::de::DeserializeOwned;
 use workq::{AddOptions, DoneMany, Queue, QueueLease};
 
 use crate::error::Error;
+use crate::inner::{AddKind, PgQueue};
 use crate::lease::Lease;
-use crate::queue::{AddKind, PgQueue};
 
 impl<T> Queue for PgQueue<T>
 where

@@ -14,8 +14,8 @@ use sqlx::postgres::PgPoolOptions;
 
 use crate::error::Error;
 use crate::faults::Faults;
-use crate::listen::Wakeups;
-use crate::queue::{FOREVER, Inner, PgQueue};
+use crate::inner::{FOREVER, Inner, PgQueue};
+use crate::wait::Wakeups;
 
 /// The longest queue name, in bytes (UTF-8).
 pub const MAX_NAME_BYTES: usize = 255;
@@ -303,7 +303,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         let sweep_every = poll.min(self.lease / 4).max(Duration::from_millis(10));
         let wake = Arc::new(Wakeups::default());
         let registration = if self.listen {
-            Some(crate::listen::register(&pool, id, &wake, poll).await?)
+            Some(crate::wait::register(&pool, id, &wake, poll).await?)
         } else {
             None
         };

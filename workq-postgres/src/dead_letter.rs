@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::queue::{PgQueue, count};
+use crate::inner::{PgQueue, count};
 
 /// Dead letters moved or deleted per statement: a large list is worked through in steps that
 /// each hold their locks briefly.

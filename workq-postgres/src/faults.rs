@@ -7,8 +7,8 @@
 //! now instead of its own (no fencing), or clears the re-add before its `done` (no re-queue).
 
 #[cfg(feature = "fault-injection")]
-use crate::queue::Claim;
-use crate::queue::Inner;
+use crate::inner::Claim;
+use crate::inner::Inner;
 
 /// A deliberate bug, switched on by [`Builder::mutation`](crate::Builder::mutation).
 ///
@@ -109,15 +109,15 @@ impl Faults {
     }
 
     /// The token a holder sends: its own.
-    pub(crate) async fn token_for(self, _inner: &Inner, claim: crate::queue::Claim) -> i64 {
+    pub(crate) async fn token_for(self, _inner: &Inner, claim: crate::inner::Claim) -> i64 {
         claim.token
     }
 
     /// Nothing before a `done`.
-    pub(crate) async fn before_done(self, _inner: &Inner, _claim: crate::queue::Claim) {}
+    pub(crate) async fn before_done(self, _inner: &Inner, _claim: crate::inner::Claim) {}
 
     /// A `done` of an item nobody leases is refused.
-    pub(crate) async fn done_unleased(self, _inner: &Inner, _claim: crate::queue::Claim) -> bool {
+    pub(crate) async fn done_unleased(self, _inner: &Inner, _claim: crate::inner::Claim) -> bool {
         false
     }
 }

@@ -12,8 +12,8 @@ use serde::de::DeserializeOwned;
 
 use crate::dead_letter::DeadLetter;
 use crate::error::Error;
-use crate::listen::channel;
-use crate::queue::PgQueue;
+use crate::inner::PgQueue;
+use crate::wait::channel;
 
 /// Rows one page reads at most (a search may return fewer matches and a cursor to go on).
 pub const SCAN: i64 = 5000;

@@ -206,30 +206,30 @@
 //! downstream where that matters.
 
 mod add;
-mod admin;
 mod backend;
 mod builder;
 mod dead_letter;
 mod error;
 mod faults;
 mod get;
+mod inner;
 mod inspect;
 mod lease;
-mod listen;
 mod listing;
 mod migrate;
-mod queue;
+mod stats;
+mod wait;
 
-pub use admin::{InFlight, Stats};
 pub use builder::{Builder, MAX_NAME_BYTES};
 pub use dead_letter::DeadLetter;
 pub use error::Error;
 #[cfg(feature = "fault-injection")]
 pub use faults::Mutation;
 pub use get::DoneAndGetMany;
+pub use inner::{AddKind, Added, PgQueue};
 pub use inspect::{ItemDetail, ItemInfo, ItemState, LeaseInfo, Page, PageQuery, Removed, SCAN};
 pub use lease::Lease;
-pub use listen::APPLICATION_NAME;
 pub use listing::{QueueSummary, queue_summary, queues};
 pub use migrate::SCHEMA_VERSION;
-pub use queue::{AddKind, Added, PgQueue};
+pub use stats::{InFlight, Stats};
+pub use wait::APPLICATION_NAME;

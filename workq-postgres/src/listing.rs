@@ -6,7 +6,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::error::Error;
-use crate::queue::count;
+use crate::inner::count;
 
 /// One queue's figures, as [`queues`] lists them.
 #[derive(Debug, Clone, PartialEq, Eq)]

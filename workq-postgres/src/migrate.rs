@@ -25,20 +25,20 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         serves_from: 1,
-        sql: include_str!("../migrations/0001_schema.sql"),
+        sql: include_str!("sql/migrations/0001_schema.sql"),
     },
     // `workqueue_done_get`: a done and the next get in one call. Additive.
     Migration {
         version: 2,
         serves_from: 1,
-        sql: include_str!("../migrations/0002_done_get.sql"),
+        sql: include_str!("sql/migrations/0002_done_get.sql"),
     },
     // Items keyed by a hash, queues by id, the ready order by readiness time, batched adds
     // and hand-outs, pause. Breaking: version 2's processes cannot run on it.
     Migration {
         version: 3,
         serves_from: 3,
-        sql: include_str!("../migrations/0003_keys_and_order.sql"),
+        sql: include_str!("sql/migrations/0003_keys_and_order.sql"),
     },
     // One lock order everywhere, a step that waits for no row (`workqueue_step`), a failed
     // item's retry fenced like its done (`workqueue_retry_done`), rate-limited batches that
@@ -46,7 +46,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 4,
         serves_from: 3,
-        sql: include_str!("../migrations/0004_lock_order.sql"),
+        sql: include_str!("sql/migrations/0004_lock_order.sql"),
     },
 ];
 

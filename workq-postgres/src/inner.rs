@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use crate::builder::Builder;
 use crate::error::Error;
 use crate::faults::Faults;
-use crate::listen::{Registration, Wakeups};
+use crate::wait::{Registration, Wakeups};
 
 /// An item's identity in the database: the SHA-256 of its JSON text (`workqueue_key`).
 pub(crate) type Key = [u8; 32];

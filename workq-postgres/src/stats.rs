@@ -8,8 +8,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::listen::channel;
-use crate::queue::{PgQueue, count};
+use crate::inner::{PgQueue, count};
+use crate::wait::channel;
 
 /// One item under a lease, as [`Stats`] lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
