@@ -1,4 +1,5 @@
-//! [`Builder`]: the options of a [`PgQueue`], and the pool it opens.
+//! [`Builder`]: the options of a [`PgQueue`], and the pool it opens; [`PgQueue::builder`] and
+//! [`PgQueue::connect`] start here.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -14,7 +15,9 @@ use sqlx::postgres::PgPoolOptions;
 
 use crate::error::Error;
 use crate::faults::Faults;
-use crate::inner::{FOREVER, Inner, PgQueue};
+use crate::inner::Inner;
+use crate::queue::PgQueue;
+use crate::units::FOREVER;
 use crate::wait::Wakeups;
 
 /// The longest queue name, in bytes (UTF-8).
@@ -63,6 +66,22 @@ impl<T> fmt::Debug for Builder<T> {
             .field("max_stalls", &self.max_stalls)
             .field("dead_letter_cap", &self.dead_letter_cap)
             .finish_non_exhaustive()
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
+    /// Connects to `url` and builds the queue `name` with the defaults.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Builder::build`].
+    pub async fn connect(url: &str, name: &str) -> Result<Self, Error> {
+        Self::builder(name).url(url).build().await
+    }
+
+    /// A builder for the queue `name`.
+    pub fn builder(name: impl Into<String>) -> Builder<T> {
+        Builder::new(name.into())
     }
 }
 

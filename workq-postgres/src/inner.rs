@@ -1,90 +1,20 @@
-//! [`PgQueue`]: the queue's handle, and what its handles and leases share.
+//! [`Inner`]: what a queue handle's clones and its leases share, and the call-and-retry loop
+//! every statement goes through.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::future::Future;
-use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
-use crate::builder::Builder;
 use crate::error::Error;
 use crate::faults::Faults;
+use crate::key::Claim;
+use crate::units::{FOREVER, deadline_after, int, micros};
 use crate::wait::{Registration, Wakeups};
-
-/// An item's identity in the database: the SHA-256 of its JSON text (`workqueue_key`).
-pub(crate) type Key = [u8; 32];
-
-/// What a lease is known by in the database: its item's key and its fencing token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Claim {
-    pub(crate) key: Key,
-    pub(crate) token: i64,
-}
-
-/// The key the database sent, as a [`Key`].
-pub(crate) fn key_of(bytes: &[u8]) -> Result<Key, Error> {
-    bytes
-        .try_into()
-        .map_err(|_| Error::Protocol(format!("a key of {} bytes", bytes.len())))
-}
-
-/// What an add did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AddKind {
-    /// The queue (or this handle) is shut down: the add was ignored.
-    Ignored,
-    /// The item was queued (it was new, or waiting for a delay and is ready now).
-    Queued,
-    /// The item was already queued (or already due to be queued again when its lease ends):
-    /// nothing changed but perhaps its priority.
-    Duplicate,
-    /// The item is being processed: it will be queued again when its lease is done.
-    Deferred,
-    /// The item waits for its delay (the earliest of its pending delays).
-    Delayed,
-}
-
-impl AddKind {
-    /// The kind `workqueue_add` answers with a number.
-    pub(crate) fn from_code(code: i16) -> Self {
-        match code {
-            1 => AddKind::Queued,
-            2 => AddKind::Duplicate,
-            3 => AddKind::Deferred,
-            4 => AddKind::Delayed,
-            _ => AddKind::Ignored,
-        }
-    }
-}
-
-/// The outcome of an add.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct Added {
-    /// What the add did.
-    pub kind: AddKind,
-    /// The add's place in the queue's order, from the sequence that also issues lease
-    /// tokens: a lease of the item whose token is larger covers the add (it was handed out
-    /// after the add took effect, so its handler sees what the add announced). Zero when the
-    /// add was ignored.
-    pub seq: u64,
-    /// The delay the item got (for a rate-limited add, the rate limiter's answer).
-    pub delay: Duration,
-}
-
-pub(crate) const IGNORED: Added = Added {
-    kind: AddKind::Ignored,
-    seq: 0,
-    delay: Duration::ZERO,
-};
 
 /// What every handle and lease of one queue share.
 pub(crate) struct Inner {
@@ -127,25 +57,6 @@ pub(crate) struct Inner {
 /// lease was still this holder's (or why the renewal failed).
 pub(crate) type Renewing = watch::Receiver<Option<(Instant, Result<bool, String>)>>;
 
-/// The longest span the queue keeps: "no limit". Every setting and delay is capped at it (a
-/// century), so that every deadline fits in an `Instant` and in PostgreSQL's timestamps, and
-/// no arithmetic on them overflows; `Duration::MAX` means the same.
-pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
-
-/// Microseconds, capped at [`FOREVER`], for the SQL functions.
-pub(crate) fn micros(d: Duration) -> i64 {
-    i64::try_from(d.min(FOREVER).as_micros()).unwrap_or(i64::MAX)
-}
-
-/// The moment `d` from now, or as far as this host's clock goes (a span past [`FOREVER`]
-/// counts as [`FOREVER`]): never panics.
-pub(crate) fn deadline_after(d: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(d.min(FOREVER))
-        .or_else(|| now.checked_add(Duration::from_secs(365 * 86_400)))
-        .unwrap_or(now)
-}
-
 /// How long to wait before sending a failed call again: nothing after a lock or statement
 /// timeout (the wait was the pause; a couple of milliseconds keep a tiny timeout from
 /// hammering the server), the backoff after anything else.
@@ -155,16 +66,6 @@ pub(crate) fn pause_after(error: &Error, backoff: Duration) -> Duration {
     } else {
         backoff
     }
-}
-
-/// Clamps a count to what the SQL functions take.
-pub(crate) fn int(n: impl TryInto<i32>) -> i32 {
-    n.try_into().unwrap_or(i32::MAX)
-}
-
-/// A non-negative count from the database.
-pub(crate) fn count(n: i64) -> usize {
-    usize::try_from(n.max(0)).unwrap_or(usize::MAX)
 }
 
 impl Inner {
@@ -292,7 +193,7 @@ impl Inner {
     /// Renews a lease: `Ok(false)` if it is no longer this holder's. The deadline is not in
     /// any index, so the update can be HOT.
     pub(crate) async fn renew(&self, claim: Claim, deadline: Instant) -> Result<bool, Error> {
-        let token = self.faults.token_for(self, claim).await;
+        let token = self.faults.token_for(&self.pool, self.id, claim).await;
         let rows = self
             .call_until("renew", deadline, || {
                 sqlx::query(
@@ -312,8 +213,8 @@ impl Inner {
 
     /// `done` (or a release), retried through a lost connection, or a call the server rolled
     /// back (a lock or statement timeout, a serialization failure, a deadlock), while the lease
-    /// could still be ours. A done waits for the item's row if another transaction holds it. With `forget`, the item's failures are forgotten too, only if the done is
-    /// accepted.
+    /// could still be ours. A done waits for the item's row if another transaction holds it.
+    /// With `forget`, the item's failures are forgotten too, only if the done is accepted.
     pub(crate) async fn finish(
         &self,
         claim: Claim,
@@ -335,12 +236,12 @@ impl Inner {
     ) -> Result<(), Error> {
         let give_up = deadline_after(self.lease.max(self.retry_deadline));
         let mut backoff = Duration::from_millis(20);
-        let token = self.faults.token_for(self, claim).await;
+        let token = self.faults.token_for(&self.pool, self.id, claim).await;
         if !release {
-            if self.faults.done_unleased(self, claim).await {
+            if self.faults.done_unleased(&self.pool, self.id, claim).await {
                 return Ok(());
             }
-            self.faults.before_done(self, claim).await;
+            self.faults.before_done(&self.pool, self.id, claim).await;
         }
         loop {
             let outcome: Result<i32, sqlx::Error> =
@@ -386,77 +287,5 @@ impl Inner {
         if self.leases_out.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.wake.wake_drains();
         }
-    }
-}
-
-/// A work queue with client-go's rules, kept in PostgreSQL and shared by any number of
-/// processes. Cheap to clone: clones are one handle.
-///
-/// See the [crate documentation](crate) for the rules, transactional enqueue and crashes.
-pub struct PgQueue<T> {
-    pub(crate) inner: Arc<Inner>,
-    pub(crate) _item: PhantomData<fn() -> T>,
-}
-
-impl<T> Clone for PgQueue<T> {
-    fn clone(&self) -> Self {
-        PgQueue {
-            inner: self.inner.clone(),
-            _item: PhantomData,
-        }
-    }
-}
-
-impl<T> fmt::Debug for PgQueue<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PgQueue")
-            .field("name", &self.inner.name)
-            .field("id", &self.inner.id)
-            .field("lease", &self.inner.lease)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
-    /// Connects to `url` and builds the queue `name` with the defaults.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Builder::build`].
-    pub async fn connect(url: &str, name: &str) -> Result<Self, Error> {
-        Self::builder(name).url(url).build().await
-    }
-
-    /// A builder for the queue `name`.
-    pub fn builder(name: impl Into<String>) -> Builder<T> {
-        Builder::new(name.into())
-    }
-
-    /// Installs or upgrades the schema on `pool` (what [`Builder::build`] does unless built
-    /// with [`migrate(false)`](Builder::migrate)).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Migrate`] or [`Error::Database`].
-    pub async fn migrate(pool: &PgPool) -> Result<(), Error> {
-        crate::migrate::migrate(pool).await
-    }
-
-    /// The queue's name.
-    pub fn name(&self) -> &str {
-        &self.inner.name
-    }
-
-    /// The pool the queue uses: begin the transactions of a transactional enqueue on it.
-    pub fn pool(&self) -> &PgPool {
-        &self.inner.pool
-    }
-
-    pub(crate) fn encode(item: &T) -> Result<String, Error> {
-        serde_json::to_string(item).map_err(Error::Serialize)
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.inner.shut.load(Ordering::SeqCst)
     }
 }

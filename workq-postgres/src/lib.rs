@@ -130,8 +130,9 @@
 //! is renewed while held (a HOT update: the deadline is in no index). Its fencing token comes
 //! from the sequence `workqueue_seq`, so it grows across restarts; a holder whose lease
 //! expired and was reclaimed can neither mark the item done, nor renew it, nor forget its
-//! failures, nor count one, nor re-add the item. Only [`Lease::done`] (or [`PgQueue::done_and_get`]) marks an item done: a
-//! dropped lease is released and handed out again at once. An item whose leases expire
+//! failures, nor count one, nor re-add the item. Only [`Lease::done`] (or
+//! [`PgQueue::done_and_get`]) marks an item done: a dropped lease is released and handed out
+//! again at once. An item whose leases expire
 //! [`max_stalls`](Builder::max_stalls) times in a row, or whose text no longer deserializes,
 //! moves to the dead letters ([`PgQueue::dead_letters`], capped).
 //!
@@ -208,28 +209,33 @@
 mod add;
 mod backend;
 mod builder;
+mod control;
 mod dead_letter;
 mod error;
 mod faults;
 mod get;
 mod inner;
 mod inspect;
+mod key;
 mod lease;
 mod listing;
 mod migrate;
+mod queue;
 mod stats;
+mod units;
 mod wait;
 
+pub use add::{AddKind, Added};
 pub use builder::{Builder, MAX_NAME_BYTES};
 pub use dead_letter::DeadLetter;
 pub use error::Error;
 #[cfg(feature = "fault-injection")]
 pub use faults::Mutation;
 pub use get::DoneAndGetMany;
-pub use inner::{AddKind, Added, PgQueue};
 pub use inspect::{ItemDetail, ItemInfo, ItemState, LeaseInfo, Page, PageQuery, Removed, SCAN};
 pub use lease::Lease;
 pub use listing::{QueueSummary, queue_summary, queues};
 pub use migrate::SCHEMA_VERSION;
+pub use queue::PgQueue;
 pub use stats::{InFlight, Stats};
 pub use wait::APPLICATION_NAME;

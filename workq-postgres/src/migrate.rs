@@ -5,9 +5,12 @@
 //! refuses to run when that ledger holds versions it does not know. The queue's ledger is its
 //! own table, `workqueue_migrations`, so it lives beside any application schema.
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use sqlx::{Executor, PgPool};
 
 use crate::error::Error;
+use crate::queue::PgQueue;
 
 /// One migration: its version, the oldest schema version whose code still works on the
 /// schema it makes, and its SQL.
@@ -52,6 +55,18 @@ const MIGRATIONS: &[Migration] = &[
 
 /// The schema version this crate needs.
 pub const SCHEMA_VERSION: i32 = 4;
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
+    /// Installs or upgrades the schema on `pool` (what [`Builder::build`](crate::Builder::build)
+    /// does unless built with [`migrate(false)`](crate::Builder::migrate)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Migrate`] or [`Error::Database`].
+    pub async fn migrate(pool: &PgPool) -> Result<(), Error> {
+        migrate(pool).await
+    }
+}
 
 /// Checks, without changing anything, that the database's schema serves this crate: for a
 /// process built with [`migrate(false)`](crate::Builder::migrate), whose role may not create
