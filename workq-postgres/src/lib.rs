@@ -160,6 +160,14 @@
 //! queue is a `DELETE` ([`PgQueue::delete`]), not a `DROP TABLE`. The items table leaves room
 //! in each page for HOT updates and is vacuumed after 1% of its rows changed.
 //!
+//! The SQL ships in the crate's source, beside the code that runs it: the migrations in
+//! `src/sql/migrations/` (run once each, in order, and never edited once released: a unit
+//! test holds each to the checksum it was released with, so a change is always a new
+//! migration), and `src/sql/functions.sql`, every function as the migrations leave it (its
+//! body, `SET` options and comment), in one file to read. That file is generated from a
+//! database migrated from empty and checked against one by `tests/schema.rs`; nothing runs
+//! it.
+//!
 //! Every function runs with the search path `pg_catalog, <its schema>, pg_temp`, so objects
 //! of the caller's search path (a temporary table, a function in a schema another role may
 //! write) cannot change what the queue's SQL refers to. No function has a switch for the
