@@ -1,5 +1,6 @@
-//! Adds: one by one, in batches, on the queue's pool or inside the caller's transaction; and
-//! the rate limiter's `forget` and `num_requeues`.
+//! Adds: one by one, in batches, on the queue's pool or inside the caller's transaction, and
+//! what each did ([`AddKind`], [`Added`]); a failed item's re-add and done in one step
+//! (`retry_and_done`); and the rate limiter's `forget` and `num_requeues`.
 //!
 //! Every add is one call of `workqueue_add`, which takes a batch: one statement (so one
 //! commit outside a transaction), rows locked in key order (concurrent batches cannot
@@ -15,8 +16,62 @@ use sqlx::{PgConnection, PgExecutor};
 use workq::AddOptions;
 
 use crate::error::Error;
+use crate::inner::pause_after;
 use crate::lease::Lease;
-use crate::queue::{AddKind, Added, IGNORED, PgQueue, count, deadline_after, micros, pause_after};
+use crate::queue::PgQueue;
+use crate::units::{count, deadline_after, micros};
+
+/// What an add did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AddKind {
+    /// The queue (or this handle) is shut down: the add was ignored.
+    Ignored,
+    /// The item was queued (it was new, or waiting for a delay and is ready now).
+    Queued,
+    /// The item was already queued (or already due to be queued again when its lease ends):
+    /// nothing changed but perhaps its priority.
+    Duplicate,
+    /// The item is being processed: it will be queued again when its lease is done.
+    Deferred,
+    /// The item waits for its delay (the earliest of its pending delays).
+    Delayed,
+}
+
+impl AddKind {
+    /// The kind `workqueue_add` answers with a number.
+    pub(crate) fn from_code(code: i16) -> Self {
+        match code {
+            1 => AddKind::Queued,
+            2 => AddKind::Duplicate,
+            3 => AddKind::Deferred,
+            4 => AddKind::Delayed,
+            _ => AddKind::Ignored,
+        }
+    }
+}
+
+/// The outcome of an add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Added {
+    /// What the add did.
+    pub kind: AddKind,
+    /// The add's place in the queue's order, from the sequence that also issues lease
+    /// tokens: a lease of the item whose token is larger covers the add (it was handed out
+    /// after the add took effect, so its handler sees what the add announced). Zero when the
+    /// add was ignored.
+    pub seq: u64,
+    /// The delay the item got (for a rate-limited add, the rate limiter's answer).
+    pub delay: Duration,
+}
+
+/// The answer to an add that was ignored (the handle, or the queue, is shut down).
+pub(crate) const IGNORED: Added = Added {
+    kind: AddKind::Ignored,
+    seq: 0,
+    delay: Duration::ZERO,
+};
 
 /// Items per statement in a batched add: large enough that a batch pays one round trip and
 /// one commit for many items, small enough that one statement does not hold its row locks
@@ -346,7 +401,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         let inner = &self.inner;
         // The lease is renewed until the outcome is known (the call may wait for the row).
         let claim = lease.claim();
-        let token = inner.faults.token_for(inner, claim).await;
+        let token = inner.faults.token_for(&inner.pool, inner.id, claim).await;
         let (interval, burst) = inner.bucket();
         let give_up = deadline_after(inner.lease.max(inner.retry_deadline));
         let mut backoff = Duration::from_millis(20);

@@ -11,9 +11,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use workq::{AddOptions, DoneMany, Queue, QueueLease};
 
+use crate::add::AddKind;
 use crate::error::Error;
 use crate::lease::Lease;
-use crate::queue::{AddKind, PgQueue};
+use crate::queue::PgQueue;
 
 impl<T> Queue for PgQueue<T>
 where

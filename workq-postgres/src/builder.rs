@@ -1,4 +1,5 @@
-//! [`Builder`]: the options of a [`PgQueue`], and the pool it opens.
+//! [`Builder`]: the options of a [`PgQueue`], and the pool it opens; [`PgQueue::builder`] and
+//! [`PgQueue::connect`] start here.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -14,8 +15,10 @@ use sqlx::postgres::PgPoolOptions;
 
 use crate::error::Error;
 use crate::faults::Faults;
-use crate::listen::Wakeups;
-use crate::queue::{FOREVER, Inner, PgQueue};
+use crate::inner::Inner;
+use crate::queue::PgQueue;
+use crate::units::FOREVER;
+use crate::wait::Wakeups;
 
 /// The longest queue name, in bytes (UTF-8).
 pub const MAX_NAME_BYTES: usize = 255;
@@ -63,6 +66,22 @@ impl<T> fmt::Debug for Builder<T> {
             .field("max_stalls", &self.max_stalls)
             .field("dead_letter_cap", &self.dead_letter_cap)
             .finish_non_exhaustive()
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
+    /// Connects to `url` and builds the queue `name` with the defaults.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Builder::build`].
+    pub async fn connect(url: &str, name: &str) -> Result<Self, Error> {
+        Self::builder(name).url(url).build().await
+    }
+
+    /// A builder for the queue `name`.
+    pub fn builder(name: impl Into<String>) -> Builder<T> {
+        Builder::new(name.into())
     }
 }
 
@@ -303,7 +322,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         let sweep_every = poll.min(self.lease / 4).max(Duration::from_millis(10));
         let wake = Arc::new(Wakeups::default());
         let registration = if self.listen {
-            Some(crate::listen::register(&pool, id, &wake, poll).await?)
+            Some(crate::wait::register(&pool, id, &wake, poll).await?)
         } else {
             None
         };

@@ -5,7 +5,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::queue::{PgQueue, count};
+use crate::queue::PgQueue;
+use crate::units::count;
 
 /// Dead letters moved or deleted per statement: a large list is worked through in steps that
 /// each hold their locks briefly.
@@ -68,23 +69,6 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             })
             .await?;
         Ok(rows.into_iter().map(DeadLetter::from).collect())
-    }
-
-    /// How many dead letters the cap dropped so far.
-    ///
-    /// # Errors
-    ///
-    /// As for [`dead_letters`](Self::dead_letters).
-    pub async fn dead_dropped(&self) -> Result<u64, Error> {
-        let n: Option<i64> = self
-            .inner
-            .call("dead_dropped", || {
-                sqlx::query_scalar("SELECT dead_dropped FROM workqueue_queues WHERE id = $1")
-                    .bind(self.inner.id)
-                    .fetch_optional(&self.inner.pool)
-            })
-            .await?;
-        Ok(n.unwrap_or(0).max(0).unsigned_abs())
     }
 
     /// Queues a dead letter's item again and removes the letter, in one statement;

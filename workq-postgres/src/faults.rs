@@ -6,9 +6,9 @@
 //! A mutated client imitates a server without the rule: it takes the token the database holds
 //! now instead of its own (no fencing), or clears the re-add before its `done` (no re-queue).
 
-#[cfg(feature = "fault-injection")]
-use crate::queue::Claim;
-use crate::queue::Inner;
+use sqlx::PgPool;
+
+use crate::key::Claim;
 
 /// A deliberate bug, switched on by [`Builder::mutation`](crate::Builder::mutation).
 ///
@@ -48,24 +48,24 @@ impl Faults {
         self.no_fencing || self.no_dirty_requeue
     }
 
-    /// The token a holder of `claim` sends: its own, or without fencing whichever the
-    /// database holds now.
-    pub(crate) async fn token_for(self, inner: &Inner, claim: Claim) -> i64 {
+    /// The token a holder of `claim` on queue `queue` sends: its own, or without fencing
+    /// whichever the database holds now.
+    pub(crate) async fn token_for(self, pool: &PgPool, queue: i32, claim: Claim) -> i64 {
         if !self.no_fencing {
             return claim.token;
         }
-        self.current_token(inner, claim)
+        self.current_token(pool, queue, claim)
             .await
             .unwrap_or(claim.token)
     }
 
     /// The token of the item's lease now, if it is leased.
-    async fn current_token(self, inner: &Inner, claim: Claim) -> Option<i64> {
+    async fn current_token(self, pool: &PgPool, queue: i32, claim: Claim) -> Option<i64> {
         let now: Option<Option<i64>> =
             sqlx::query_scalar("SELECT token FROM workqueue_items WHERE queue = $1 AND key = $2")
-                .bind(inner.id)
+                .bind(queue)
                 .bind(claim.key.as_slice())
-                .fetch_optional(&inner.pool)
+                .fetch_optional(pool)
                 .await
                 .unwrap_or(None);
         now.flatten()
@@ -73,29 +73,29 @@ impl Faults {
 
     /// Without fencing, a `done` of an item nobody leases now is taken as the holder's: the
     /// item's row goes (whatever was pending for it). `true` when that happened.
-    pub(crate) async fn done_unleased(self, inner: &Inner, claim: Claim) -> bool {
-        if !self.no_fencing || self.current_token(inner, claim).await.is_some() {
+    pub(crate) async fn done_unleased(self, pool: &PgPool, queue: i32, claim: Claim) -> bool {
+        if !self.no_fencing || self.current_token(pool, queue, claim).await.is_some() {
             return false;
         }
         let _ = sqlx::query("DELETE FROM workqueue_items WHERE queue = $1 AND key = $2")
-            .bind(inner.id)
+            .bind(queue)
             .bind(claim.key.as_slice())
-            .execute(&inner.pool)
+            .execute(pool)
             .await;
         true
     }
 
     /// Before a `done`: without the re-queue, forgets that the item was re-added.
-    pub(crate) async fn before_done(self, inner: &Inner, claim: Claim) {
+    pub(crate) async fn before_done(self, pool: &PgPool, queue: i32, claim: Claim) {
         if self.no_dirty_requeue {
             let _ = sqlx::query(
                 "UPDATE workqueue_items SET dirty = false, due = NULL
                  WHERE queue = $1 AND key = $2 AND token = $3",
             )
-            .bind(inner.id)
+            .bind(queue)
             .bind(claim.key.as_slice())
             .bind(claim.token)
-            .execute(&inner.pool)
+            .execute(pool)
             .await;
         }
     }
@@ -109,15 +109,15 @@ impl Faults {
     }
 
     /// The token a holder sends: its own.
-    pub(crate) async fn token_for(self, _inner: &Inner, claim: crate::queue::Claim) -> i64 {
+    pub(crate) async fn token_for(self, _pool: &PgPool, _queue: i32, claim: Claim) -> i64 {
         claim.token
     }
 
     /// Nothing before a `done`.
-    pub(crate) async fn before_done(self, _inner: &Inner, _claim: crate::queue::Claim) {}
+    pub(crate) async fn before_done(self, _pool: &PgPool, _queue: i32, _claim: Claim) {}
 
     /// A `done` of an item nobody leases is refused.
-    pub(crate) async fn done_unleased(self, _inner: &Inner, _claim: crate::queue::Claim) -> bool {
+    pub(crate) async fn done_unleased(self, _pool: &PgPool, _queue: i32, _claim: Claim) -> bool {
         false
     }
 }

@@ -18,8 +18,11 @@ use tokio::sync::oneshot;
 use workq::TryGet;
 
 use crate::error::Error;
+use crate::inner::pause_after;
+use crate::key::{Claim, key_of};
 use crate::lease::Lease;
-use crate::queue::{Claim, PgQueue, deadline_after, int, key_of, micros, pause_after};
+use crate::queue::PgQueue;
+use crate::units::{deadline_after, int, micros};
 
 /// The rows `workqueue_get` returns (after `done` outcomes for `workqueue_step`): kind,
 /// items, keys, tokens, priorities, and the wait until the next due item.

@@ -12,8 +12,9 @@ use serde::de::DeserializeOwned;
 
 use crate::dead_letter::DeadLetter;
 use crate::error::Error;
-use crate::listen::channel;
 use crate::queue::PgQueue;
+use crate::units::seconds;
+use crate::wait::channel;
 
 /// Rows one page reads at most (a search may return fewer matches and a cursor to go on).
 pub const SCAN: i64 = 5000;
@@ -187,10 +188,6 @@ type Row = (
     String,
     i64,
 );
-
-fn seconds(s: f64) -> Duration {
-    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
-}
 
 /// The SQL of one page of `state`, from the first or the last, and the SQL of the key of the
 /// last row such a page reads. `$1` is the queue, `$2` the cursor (text, or NULL), `$3` the

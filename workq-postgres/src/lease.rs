@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use workq::lease_clock::{Held, LeaseBackend, LeaseClock, Renewal};
 
 use crate::error::Error;
-use crate::queue::{Claim, Inner, deadline_after};
+use crate::inner::Inner;
+use crate::key::Claim;
+use crate::units::deadline_after;
 
 /// The claim on one item while a worker processes it: client-go's item between `Get` and
 /// `Done`, made to survive crashes.

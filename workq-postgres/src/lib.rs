@@ -130,8 +130,9 @@
 //! is renewed while held (a HOT update: the deadline is in no index). Its fencing token comes
 //! from the sequence `workqueue_seq`, so it grows across restarts; a holder whose lease
 //! expired and was reclaimed can neither mark the item done, nor renew it, nor forget its
-//! failures, nor count one, nor re-add the item. Only [`Lease::done`] (or [`PgQueue::done_and_get`]) marks an item done: a
-//! dropped lease is released and handed out again at once. An item whose leases expire
+//! failures, nor count one, nor re-add the item. Only [`Lease::done`] (or
+//! [`PgQueue::done_and_get`]) marks an item done: a dropped lease is released and handed out
+//! again at once. An item whose leases expire
 //! [`max_stalls`](Builder::max_stalls) times in a row, or whose text no longer deserializes,
 //! moves to the dead letters ([`PgQueue::dead_letters`], capped).
 //!
@@ -158,6 +159,14 @@
 //! another only through index size (every index leads with the queue), and dropping one
 //! queue is a `DELETE` ([`PgQueue::delete`]), not a `DROP TABLE`. The items table leaves room
 //! in each page for HOT updates and is vacuumed after 1% of its rows changed.
+//!
+//! The SQL ships in the crate's source, beside the code that runs it: the migrations in
+//! `src/sql/migrations/` (run once each, in order, and never edited once released: a unit
+//! test holds each to the checksum it was released with, so a change is always a new
+//! migration), and `src/sql/functions.sql`, every function as the migrations leave it (its
+//! body, `SET` options and comment), in one file to read. That file is generated from a
+//! database migrated from empty and checked against one by `tests/schema.rs`; nothing runs
+//! it.
 //!
 //! Every function runs with the search path `pg_catalog, <its schema>, pg_temp`, so objects
 //! of the caller's search path (a temporary table, a function in a schema another role may
@@ -206,21 +215,25 @@
 //! downstream where that matters.
 
 mod add;
-mod admin;
 mod backend;
 mod builder;
+mod control;
 mod dead_letter;
 mod error;
 mod faults;
 mod get;
+mod inner;
 mod inspect;
+mod key;
 mod lease;
-mod listen;
 mod listing;
 mod migrate;
 mod queue;
+mod stats;
+mod units;
+mod wait;
 
-pub use admin::{InFlight, Stats};
+pub use add::{AddKind, Added};
 pub use builder::{Builder, MAX_NAME_BYTES};
 pub use dead_letter::DeadLetter;
 pub use error::Error;
@@ -229,7 +242,8 @@ pub use faults::Mutation;
 pub use get::DoneAndGetMany;
 pub use inspect::{ItemDetail, ItemInfo, ItemState, LeaseInfo, Page, PageQuery, Removed, SCAN};
 pub use lease::Lease;
-pub use listen::APPLICATION_NAME;
 pub use listing::{QueueSummary, queue_summary, queues};
 pub use migrate::SCHEMA_VERSION;
-pub use queue::{AddKind, Added, PgQueue};
+pub use queue::PgQueue;
+pub use stats::{InFlight, Stats};
+pub use wait::APPLICATION_NAME;

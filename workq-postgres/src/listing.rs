@@ -6,7 +6,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::error::Error;
-use crate::queue::count;
+use crate::units::{count, seconds};
 
 /// One queue's figures, as [`queues`] lists them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,11 +112,6 @@ fn listing_sql(one: bool) -> String {
     )
 }
 
-/// Seconds from the database as a duration (none or negative: zero).
-fn seconds(s: Option<f64>) -> Duration {
-    Duration::try_from_secs_f64(s.unwrap_or(0.0).max(0.0)).unwrap_or(Duration::MAX)
-}
-
 fn summary(row: Row) -> QueueSummary {
     let (
         name,
@@ -148,9 +143,9 @@ fn summary(row: Row) -> QueueSummary {
         dead_dropped: dropped.max(0).unsigned_abs(),
         shut_down: shut,
         paused,
-        oldest_ready: oldest.map(|s| seconds(Some(s))),
-        longest_lease: seconds(longest),
-        lease_age_sum: seconds(ages),
+        oldest_ready: oldest.map(seconds),
+        longest_lease: seconds(longest.unwrap_or(0.0)),
+        lease_age_sum: seconds(ages.unwrap_or(0.0)),
     }
 }
 

@@ -4,10 +4,19 @@
 //! table (`_sqlx_migrations`) that the application's own sqlx migrations use too, and it
 //! refuses to run when that ledger holds versions it does not know. The queue's ledger is its
 //! own table, `workqueue_migrations`, so it lives beside any application schema.
+//!
+//! The SQL lives in `sql/`: `sql/migrations/000N_*.sql`, each run once, in order, and never
+//! edited once released (databases ran it as it was: a change is a new migration, and
+//! [`Migration::released`] records each one's checksum, which a unit test holds it to); and
+//! `sql/functions.sql`, every function as the migrations leave it, generated from a migrated
+//! database by `tests/schema.rs` and never run.
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use sqlx::{Executor, PgPool};
 
 use crate::error::Error;
+use crate::queue::PgQueue;
 
 /// One migration: its version, the oldest schema version whose code still works on the
 /// schema it makes, and its SQL.
@@ -18,6 +27,13 @@ struct Migration {
     /// the processes of a rolling upgrade that are still old keep starting.
     serves_from: i32,
     sql: &'static str,
+    /// The 64-bit FNV-1a of `sql` as it was released: `tests::released_migrations_are_never_edited`
+    /// fails when the file's text differs.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "only the test of released migrations reads it")
+    )]
+    released: u64,
 }
 
 /// The migrations, in order. A released migration is never edited; a change is a new one.
@@ -25,20 +41,23 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         serves_from: 1,
-        sql: include_str!("../migrations/0001_schema.sql"),
+        sql: include_str!("sql/migrations/0001_schema.sql"),
+        released: 0x90a9_51f1_de04_847b,
     },
     // `workqueue_done_get`: a done and the next get in one call. Additive.
     Migration {
         version: 2,
         serves_from: 1,
-        sql: include_str!("../migrations/0002_done_get.sql"),
+        sql: include_str!("sql/migrations/0002_done_get.sql"),
+        released: 0x1f6a_68fe_84a5_2b76,
     },
     // Items keyed by a hash, queues by id, the ready order by readiness time, batched adds
     // and hand-outs, pause. Breaking: version 2's processes cannot run on it.
     Migration {
         version: 3,
         serves_from: 3,
-        sql: include_str!("../migrations/0003_keys_and_order.sql"),
+        sql: include_str!("sql/migrations/0003_keys_and_order.sql"),
+        released: 0xdf25_c3d4_b9df_bf14,
     },
     // One lock order everywhere, a step that waits for no row (`workqueue_step`), a failed
     // item's retry fenced like its done (`workqueue_retry_done`), rate-limited batches that
@@ -46,12 +65,25 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 4,
         serves_from: 3,
-        sql: include_str!("../migrations/0004_lock_order.sql"),
+        sql: include_str!("sql/migrations/0004_lock_order.sql"),
+        released: 0x93f4_5bd0_c078_7bf7,
     },
 ];
 
 /// The schema version this crate needs.
 pub const SCHEMA_VERSION: i32 = 4;
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
+    /// Installs or upgrades the schema on `pool` (what [`Builder::build`](crate::Builder::build)
+    /// does unless built with [`migrate(false)`](crate::Builder::migrate)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Migrate`] or [`Error::Database`].
+    pub async fn migrate(pool: &PgPool) -> Result<(), Error> {
+        migrate(pool).await
+    }
+}
 
 /// Checks, without changing anything, that the database's schema serves this crate: for a
 /// process built with [`migrate(false)`](crate::Builder::migrate), whose role may not create
@@ -154,4 +186,92 @@ pub(crate) async fn migrate(pool: &PgPool) -> Result<(), Error> {
     }
     tx.commit().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MIGRATIONS, SCHEMA_VERSION};
+
+    /// FNV-1a, 64 bits. A change detector over this crate's own files, not a defence against
+    /// anyone (whoever edits a migration can edit its checksum in the same commit; review
+    /// sees both): five lines here rather than a dependency for one test.
+    fn fnv1a(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// A database that ran a migration keeps what it ran: an edit to a released migration
+    /// reaches new databases only, and the two then differ silently. So each migration's text
+    /// is held to the checksum recorded when it was released.
+    #[test]
+    fn released_migrations_are_never_edited() {
+        for migration in MIGRATIONS {
+            let now = fnv1a(migration.sql.as_bytes());
+            assert_ne!(
+                migration.released, 0,
+                "migration {} records no checksum: record `released: {now:#018x}`",
+                migration.version
+            );
+            assert_eq!(
+                now,
+                migration.released,
+                "migration {version} (src/sql/migrations/{version:04}_*.sql) was edited after its \
+                 release: its checksum is {now:#018x}, released as {released:#018x}. A database \
+                 that ran it keeps the old text, so undo the edit and put the change in a new \
+                 migration, {next:04}_*.sql (then regenerate src/sql/functions.sql: WQ_BLESS=1 \
+                 cargo test -p workq-postgres --test schema). Only a migration not released yet \
+                 may record a new checksum.",
+                version = migration.version,
+                released = migration.released,
+                next = SCHEMA_VERSION + 1,
+            );
+        }
+    }
+
+    /// The migrations are numbered 1, 2, ... in order, the last is [`SCHEMA_VERSION`], each
+    /// serves code no newer than itself, and every SQL file of `src/sql/migrations/` is one of
+    /// them, in the order of its name: a migration written and not listed never runs.
+    #[test]
+    fn every_migration_file_runs_in_order() {
+        for (i, migration) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(usize::try_from(migration.version), Ok(i + 1));
+            assert!(migration.serves_from <= migration.version);
+        }
+        assert_eq!(MIGRATIONS.last().map(|m| m.version), Some(SCHEMA_VERSION));
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/sql/migrations");
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .expect("read src/sql/migrations")
+            .map(|entry| entry.expect("a directory entry").path())
+            .filter(|path| path.extension().is_some_and(|e| e == "sql"))
+            .collect();
+        files.sort();
+        let names: Vec<_> = files
+            .iter()
+            .filter_map(|f| f.file_name()?.to_str())
+            .collect();
+        assert_eq!(
+            files.len(),
+            MIGRATIONS.len(),
+            "src/sql/migrations holds {names:?}; list each in MIGRATIONS"
+        );
+        for (file, migration) in files.iter().zip(MIGRATIONS) {
+            let prefix = format!("{:04}_", migration.version);
+            let name = file
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            assert!(
+                name.starts_with(&prefix),
+                "{name}: migration {} is {prefix}*.sql",
+                migration.version
+            );
+            let text = std::fs::read_to_string(file).expect("read a migration");
+            assert!(
+                text == migration.sql,
+                "{name} is not what MIGRATIONS embeds as version {}",
+                migration.version
+            );
+        }
+    }
 }

@@ -1,393 +1,19 @@
-//! [`PgQueue`]: the queue's handle, and what its handles and leases share.
+//! [`PgQueue`]: the queue's handle. Its methods live beside what they do (adds in `add.rs`,
+//! hand-outs in `get.rs`, ...); here: its name and pool, the shut down of one handle, and the
+//! deletion of the queue's contents.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::PgPool;
-use tokio::sync::watch;
 
-use crate::builder::Builder;
 use crate::error::Error;
-use crate::faults::Faults;
-use crate::listen::{Registration, Wakeups};
-
-/// An item's identity in the database: the SHA-256 of its JSON text (`workqueue_key`).
-pub(crate) type Key = [u8; 32];
-
-/// What a lease is known by in the database: its item's key and its fencing token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Claim {
-    pub(crate) key: Key,
-    pub(crate) token: i64,
-}
-
-/// The key the database sent, as a [`Key`].
-pub(crate) fn key_of(bytes: &[u8]) -> Result<Key, Error> {
-    bytes
-        .try_into()
-        .map_err(|_| Error::Protocol(format!("a key of {} bytes", bytes.len())))
-}
-
-/// What an add did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AddKind {
-    /// The queue (or this handle) is shut down: the add was ignored.
-    Ignored,
-    /// The item was queued (it was new, or waiting for a delay and is ready now).
-    Queued,
-    /// The item was already queued (or already due to be queued again when its lease ends):
-    /// nothing changed but perhaps its priority.
-    Duplicate,
-    /// The item is being processed: it will be queued again when its lease is done.
-    Deferred,
-    /// The item waits for its delay (the earliest of its pending delays).
-    Delayed,
-}
-
-impl AddKind {
-    /// The kind `workqueue_add` answers with a number.
-    pub(crate) fn from_code(code: i16) -> Self {
-        match code {
-            1 => AddKind::Queued,
-            2 => AddKind::Duplicate,
-            3 => AddKind::Deferred,
-            4 => AddKind::Delayed,
-            _ => AddKind::Ignored,
-        }
-    }
-}
-
-/// The outcome of an add.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct Added {
-    /// What the add did.
-    pub kind: AddKind,
-    /// The add's place in the queue's order, from the sequence that also issues lease
-    /// tokens: a lease of the item whose token is larger covers the add (it was handed out
-    /// after the add took effect, so its handler sees what the add announced). Zero when the
-    /// add was ignored.
-    pub seq: u64,
-    /// The delay the item got (for a rate-limited add, the rate limiter's answer).
-    pub delay: Duration,
-}
-
-pub(crate) const IGNORED: Added = Added {
-    kind: AddKind::Ignored,
-    seq: 0,
-    delay: Duration::ZERO,
-};
-
-/// What every handle and lease of one queue share.
-pub(crate) struct Inner {
-    pub(crate) name: String,
-    /// The queue's row in `workqueue_queues`.
-    pub(crate) id: i32,
-    pub(crate) pool: PgPool,
-    pub(crate) lease: Duration,
-    pub(crate) renew_every: Duration,
-    pub(crate) auto_renew: bool,
-    pub(crate) base_delay: Duration,
-    pub(crate) max_delay: Duration,
-    pub(crate) bucket: Option<(f64, u32)>,
-    pub(crate) poll: Duration,
-    /// How often a get first takes back expired leases (see [`Inner::sweep_due`]).
-    pub(crate) sweep_every: Duration,
-    /// When the last sweep was asked for, in milliseconds since `epoch`.
-    pub(crate) swept_at: AtomicU64,
-    pub(crate) epoch: Instant,
-    pub(crate) max_stalls: u32,
-    pub(crate) max_hold: Duration,
-    pub(crate) dead_letter_cap: usize,
-    pub(crate) retry_deadline: Duration,
-    /// The fault tests' deliberate bugs; none outside them.
-    pub(crate) faults: Faults,
-    /// This handle (and its clones) is shut down: no more gets or adds here.
-    pub(crate) shut: AtomicBool,
-    /// Leases handed out by this handle that are not finished yet.
-    pub(crate) leases_out: AtomicUsize,
-    pub(crate) wake: Arc<Wakeups>,
-    /// This handle's place on the process's `LISTEN` connection, if it listens.
-    pub(crate) _registration: Option<Registration>,
-    /// The automatic renewals on their way, one per lease (see [`Inner::renewal`]).
-    pub(crate) renewing: Mutex<HashMap<Claim, Renewing>>,
-    /// This `Inner` itself, for the tasks it starts.
-    pub(crate) me: Weak<Inner>,
-}
-
-/// The answer of a renewal on its way, once it has one: when it was sent, and whether the
-/// lease was still this holder's (or why the renewal failed).
-pub(crate) type Renewing = watch::Receiver<Option<(Instant, Result<bool, String>)>>;
-
-/// The longest span the queue keeps: "no limit". Every setting and delay is capped at it (a
-/// century), so that every deadline fits in an `Instant` and in PostgreSQL's timestamps, and
-/// no arithmetic on them overflows; `Duration::MAX` means the same.
-pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
-
-/// Microseconds, capped at [`FOREVER`], for the SQL functions.
-pub(crate) fn micros(d: Duration) -> i64 {
-    i64::try_from(d.min(FOREVER).as_micros()).unwrap_or(i64::MAX)
-}
-
-/// The moment `d` from now, or as far as this host's clock goes (a span past [`FOREVER`]
-/// counts as [`FOREVER`]): never panics.
-pub(crate) fn deadline_after(d: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(d.min(FOREVER))
-        .or_else(|| now.checked_add(Duration::from_secs(365 * 86_400)))
-        .unwrap_or(now)
-}
-
-/// How long to wait before sending a failed call again: nothing after a lock or statement
-/// timeout (the wait was the pause; a couple of milliseconds keep a tiny timeout from
-/// hammering the server), the backoff after anything else.
-pub(crate) fn pause_after(error: &Error, backoff: Duration) -> Duration {
-    if error.waited() {
-        Duration::from_millis(2)
-    } else {
-        backoff
-    }
-}
-
-/// Clamps a count to what the SQL functions take.
-pub(crate) fn int(n: impl TryInto<i32>) -> i32 {
-    n.try_into().unwrap_or(i32::MAX)
-}
-
-/// A non-negative count from the database.
-pub(crate) fn count(n: i64) -> usize {
-    usize::try_from(n.max(0)).unwrap_or(usize::MAX)
-}
-
-impl Inner {
-    /// Runs `op` until it succeeds, fails for good, or the retry deadline passes: a lost
-    /// connection or a restarting server is waited out with backoff.
-    pub(crate) async fn call_until<R, F, Fut>(
-        &self,
-        what: &'static str,
-        deadline: Instant,
-        mut op: F,
-    ) -> Result<R, Error>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<R, sqlx::Error>>,
-    {
-        let mut backoff = Duration::from_millis(20);
-        let mut warned = false;
-        loop {
-            let error = match op().await {
-                Ok(reply) => return Ok(reply),
-                Err(e) => Error::from(e),
-            };
-            let now = Instant::now();
-            if !error.is_transient() || now >= deadline {
-                return Err(error);
-            }
-            if !warned {
-                tracing::warn!(queue = %self.name, op = what, %error, "workq-postgres: retrying");
-                warned = true;
-            }
-            tokio::time::sleep(
-                pause_after(&error, backoff).min(deadline.saturating_duration_since(now)),
-            )
-            .await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-        }
-    }
-
-    /// [`call_until`](Self::call_until) the retry deadline from now.
-    pub(crate) async fn call<R, F, Fut>(&self, what: &'static str, op: F) -> Result<R, Error>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<R, sqlx::Error>>,
-    {
-        self.call_until(what, deadline_after(self.retry_deadline), op)
-            .await
-    }
-
-    /// The token bucket as `workqueue_add` takes it: the interval of one rate-limited add in
-    /// microseconds (0: no bucket) and the burst.
-    pub(crate) fn bucket(&self) -> (i64, i32) {
-        self.bucket.map_or((0, 0), |(qps, burst)| {
-            let interval = Duration::try_from_secs_f64(1.0 / qps).unwrap_or(FOREVER);
-            (micros(interval).max(1), int(burst))
-        })
-    }
-
-    /// Whether this get should first take back expired leases: at most once per
-    /// [`sweep_every`](Self::sweep_every) per handle. Leases' deadlines are not indexed (so
-    /// that renewals are HOT updates), so the sweep reads the queue's leased rows, a number
-    /// bounded by the workers, not by the backlog.
-    pub(crate) fn sweep_due(&self) -> bool {
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let every = u64::try_from(self.sweep_every.as_millis()).unwrap_or(u64::MAX);
-        let last = self.swept_at.load(Ordering::Relaxed);
-        now.saturating_sub(last) >= every
-            && self
-                .swept_at
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-    }
-
-    /// How long until the next sweep is due.
-    pub(crate) fn until_sweep(&self) -> Duration {
-        let now = self.epoch.elapsed();
-        let next = Duration::from_millis(self.swept_at.load(Ordering::Relaxed))
-            .saturating_add(self.sweep_every);
-        next.saturating_sub(now)
-    }
-
-    /// The automatic renewal of `claim`'s lease that is on its way, or a new one: one per
-    /// lease at a time. A renewal that waits for the item's row, which another transaction
-    /// holds, keeps waiting in a task of its own, however often the lease asks again: so a
-    /// locked row ties up one connection, not one per renewal interval, and the waiting
-    /// renewal keeps the item's place (a sweep skips a row that someone holds or waits for)
-    /// until it renews the lease the moment the row is free.
-    pub(crate) fn renewal(&self, claim: Claim) -> Option<Renewing> {
-        let mut renewing = self.renewing.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(on_its_way) = renewing.get(&claim) {
-            return Some(on_its_way.clone());
-        }
-        let me = self.me.upgrade()?;
-        let (answer, on_its_way) = watch::channel(None);
-        renewing.insert(claim, on_its_way.clone());
-        drop(renewing);
-        tokio::spawn(async move {
-            let sent = Instant::now();
-            let held = me
-                .renew(claim, deadline_after(me.lease))
-                .await
-                .map_err(|e| e.to_string());
-            let _ = answer.send(Some((sent, held)));
-            me.renewing
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&claim);
-        });
-        Some(on_its_way)
-    }
-
-    /// Whether the item's row still carries `claim`'s lease, read without waiting for any lock
-    /// (the last committed version).
-    pub(crate) async fn still_holds(&self, claim: Claim) -> Result<bool, Error> {
-        Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM workqueue_items
-                            WHERE queue = $1 AND key = $2 AND token = $3)",
-        )
-        .bind(self.id)
-        .bind(claim.key.as_slice())
-        .bind(claim.token)
-        .fetch_one(&self.pool)
-        .await?)
-    }
-
-    /// Renews a lease: `Ok(false)` if it is no longer this holder's. The deadline is not in
-    /// any index, so the update can be HOT.
-    pub(crate) async fn renew(&self, claim: Claim, deadline: Instant) -> Result<bool, Error> {
-        let token = self.faults.token_for(self, claim).await;
-        let rows = self
-            .call_until("renew", deadline, || {
-                sqlx::query(
-                    "UPDATE workqueue_items
-                     SET lease_until = clock_timestamp() + make_interval(secs => $4 / 1e6)
-                     WHERE queue = $1 AND key = $2 AND token = $3",
-                )
-                .bind(self.id)
-                .bind(claim.key.as_slice())
-                .bind(token)
-                .bind(micros(self.lease))
-                .execute(&self.pool)
-            })
-            .await?;
-        Ok(rows.rows_affected() == 1)
-    }
-
-    /// `done` (or a release), retried through a lost connection, or a call the server rolled
-    /// back (a lock or statement timeout, a serialization failure, a deadlock), while the lease
-    /// could still be ours. A done waits for the item's row if another transaction holds it. With `forget`, the item's failures are forgotten too, only if the done is
-    /// accepted.
-    pub(crate) async fn finish(
-        &self,
-        claim: Claim,
-        release: bool,
-        forget: bool,
-    ) -> Result<(), Error> {
-        self.finish_from(claim, release, forget, false).await
-    }
-
-    /// [`finish`](Self::finish), `unsure` already when an earlier call that may have ended
-    /// the lease lost its answer with the connection: a lease found gone is then
-    /// [`Error::OutcomeUnknown`], not lost.
-    pub(crate) async fn finish_from(
-        &self,
-        claim: Claim,
-        release: bool,
-        forget: bool,
-        mut unsure: bool,
-    ) -> Result<(), Error> {
-        let give_up = deadline_after(self.lease.max(self.retry_deadline));
-        let mut backoff = Duration::from_millis(20);
-        let token = self.faults.token_for(self, claim).await;
-        if !release {
-            if self.faults.done_unleased(self, claim).await {
-                return Ok(());
-            }
-            self.faults.before_done(self, claim).await;
-        }
-        loop {
-            let outcome: Result<i32, sqlx::Error> =
-                sqlx::query_scalar("SELECT workqueue_done($1, $2, $3, $4, $5)")
-                    .bind(self.id)
-                    .bind(claim.key.as_slice())
-                    .bind(token)
-                    .bind(release)
-                    .bind(forget)
-                    .fetch_one(&self.pool)
-                    .await;
-            match outcome {
-                Ok(1 | 2) => return Ok(()),
-                Ok(_) if unsure => return Err(Error::OutcomeUnknown),
-                Ok(_) => return Err(Error::LeaseLost),
-                Err(e) => {
-                    let e = Error::from(e);
-                    let pause = pause_after(&e, backoff);
-                    if !e.is_transient()
-                        || give_up.saturating_duration_since(Instant::now()) <= pause
-                    {
-                        return Err(if unsure { Error::OutcomeUnknown } else { e });
-                    }
-                    if !e.is_rolled_back() {
-                        // The commit may have been lost with the answer, or may not. (A call
-                        // the server rolled back changed nothing.)
-                        unsure = true;
-                    }
-                    tokio::time::sleep(pause).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                }
-            }
-        }
-    }
-
-    /// A lease of this handle was handed out.
-    pub(crate) fn lease_started(&self) {
-        self.leases_out.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// A lease of this handle ended: a drain may be waiting for the last one.
-    pub(crate) fn lease_ended(&self) {
-        if self.leases_out.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.wake.wake_drains();
-        }
-    }
-}
+use crate::inner::Inner;
 
 /// A work queue with client-go's rules, kept in PostgreSQL and shared by any number of
 /// processes. Cheap to clone: clones are one handle.
@@ -418,30 +44,6 @@ impl<T> fmt::Debug for PgQueue<T> {
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
-    /// Connects to `url` and builds the queue `name` with the defaults.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Builder::build`].
-    pub async fn connect(url: &str, name: &str) -> Result<Self, Error> {
-        Self::builder(name).url(url).build().await
-    }
-
-    /// A builder for the queue `name`.
-    pub fn builder(name: impl Into<String>) -> Builder<T> {
-        Builder::new(name.into())
-    }
-
-    /// Installs or upgrades the schema on `pool` (what [`Builder::build`] does unless built
-    /// with [`migrate(false)`](Builder::migrate)).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Migrate`] or [`Error::Database`].
-    pub async fn migrate(pool: &PgPool) -> Result<(), Error> {
-        crate::migrate::migrate(pool).await
-    }
-
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -452,10 +54,84 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         &self.inner.pool
     }
 
+    /// Shuts this handle (and its clones) down: its adds are ignored and its getters return
+    /// `None`. The queue goes on for the other processes; see
+    /// [`shut_down_fleet`](Self::shut_down_fleet).
+    pub fn shut_down(&self) {
+        self.inner.shut.store(true, Ordering::SeqCst);
+        self.inner.wake.wake_all();
+        self.inner.wake.wake_drains();
+    }
+
+    /// Shuts this handle down, then waits until no lease it handed out is held: client-go's
+    /// `ShutDownWithDrain`.
+    ///
+    /// # Errors
+    ///
+    /// None today; the signature leaves room for a backend's failure.
+    pub async fn shut_down_with_drain(&self) -> Result<(), Error> {
+        self.shut_down();
+        loop {
+            let drained = self.inner.wake.drained();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.inner.leases_out.load(Ordering::SeqCst) == 0 {
+                return Ok(());
+            }
+            // A lease ending wakes this; the timeout only bounds a missed wake-up.
+            let _ = tokio::time::timeout(Duration::from_millis(500), drained).await;
+        }
+    }
+
+    /// Whether this handle, or the queue for everyone, is shut down: client-go's
+    /// `ShuttingDown`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`len`](Self::len).
+    pub async fn is_shutting_down(&self) -> Result<bool, Error> {
+        if self.is_closed() {
+            return Ok(true);
+        }
+        self.is_fleet_shut_down().await
+    }
+
+    /// Deletes the whole queue's contents from the database: items, leases, failure counts,
+    /// dead letters, its shut-down and pause state and its token bucket, in one transaction.
+    /// Leases still held are lost (their `done` is refused); this handle and its clones stay
+    /// usable on the empty queue.
+    ///
+    /// # Errors
+    ///
+    /// As for [`len`](Self::len).
+    pub async fn delete(&self) -> Result<(), Error> {
+        self.inner
+            .call("delete", || async move {
+                let mut tx = self.inner.pool.begin().await?;
+                for sql in [
+                    "DELETE FROM workqueue_items WHERE queue = $1",
+                    "DELETE FROM workqueue_failures WHERE queue = $1",
+                    "DELETE FROM workqueue_dead WHERE queue = $1",
+                    "UPDATE workqueue_queues SET shut_down = false, paused = false,
+                        bucket_tat = NULL, dead_dropped = 0 WHERE id = $1",
+                ] {
+                    sqlx::query(sql)
+                        .bind(self.inner.id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// The item's JSON text, as the queue stores it.
     pub(crate) fn encode(item: &T) -> Result<String, Error> {
         serde_json::to_string(item).map_err(Error::Serialize)
     }
 
+    /// Whether this handle (and its clones) is shut down.
     pub(crate) fn is_closed(&self) -> bool {
         self.inner.shut.load(Ordering::SeqCst)
     }

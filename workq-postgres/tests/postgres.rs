@@ -535,10 +535,10 @@ async fn an_upgrade_from_version_2_keeps_every_item() {
     };
     let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
     // Version 2, installed as its crate did, and used through its functions.
-    pool.execute(include_str!("../migrations/0001_schema.sql"))
+    pool.execute(include_str!("../src/sql/migrations/0001_schema.sql"))
         .await
         .unwrap();
-    pool.execute(include_str!("../migrations/0002_done_get.sql"))
+    pool.execute(include_str!("../src/sql/migrations/0002_done_get.sql"))
         .await
         .unwrap();
     pool.execute(
@@ -638,9 +638,9 @@ async fn an_upgrade_from_version_3_keeps_every_item() {
     };
     let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
     for sql in [
-        include_str!("../migrations/0001_schema.sql"),
-        include_str!("../migrations/0002_done_get.sql"),
-        include_str!("../migrations/0003_keys_and_order.sql"),
+        include_str!("../src/sql/migrations/0001_schema.sql"),
+        include_str!("../src/sql/migrations/0002_done_get.sql"),
+        include_str!("../src/sql/migrations/0003_keys_and_order.sql"),
     ] {
         pool.execute(sql).await.unwrap();
     }

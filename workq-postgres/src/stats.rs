@@ -1,15 +1,14 @@
-//! What operators do and look at: shut down (a handle, or every process), pause and resume,
-//! delete, and the sizes of the queue's parts ([`Stats`]).
+//! One queue's figures: the sizes of its parts (client-go's `Len`, [`Stats`] for operators)
+//! and the dead letters its cap dropped.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::listen::channel;
-use crate::queue::{PgQueue, count};
+use crate::queue::PgQueue;
+use crate::units::{count, seconds};
 
 /// One item under a lease, as [`Stats`] lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,11 +72,6 @@ type Counts = (
     bool,
     Option<f64>,
 );
-
-/// Seconds from the database, as a duration (negative: zero).
-fn seconds(s: f64) -> Duration {
-    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
-}
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// The number of items ready to hand out now (delays that are due count, unless the
@@ -240,172 +234,20 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         })
     }
 
-    /// Shuts this handle (and its clones) down: its adds are ignored and its getters return
-    /// `None`. The queue goes on for the other processes; see
-    /// [`shut_down_fleet`](Self::shut_down_fleet).
-    pub fn shut_down(&self) {
-        self.inner.shut.store(true, Ordering::SeqCst);
-        self.inner.wake.wake_all();
-        self.inner.wake.wake_drains();
-    }
-
-    /// Shuts this handle down, then waits until no lease it handed out is held: client-go's
-    /// `ShutDownWithDrain`.
-    ///
-    /// # Errors
-    ///
-    /// None today; the signature leaves room for a backend's failure.
-    pub async fn shut_down_with_drain(&self) -> Result<(), Error> {
-        self.shut_down();
-        loop {
-            let drained = self.inner.wake.drained();
-            tokio::pin!(drained);
-            drained.as_mut().enable();
-            if self.inner.leases_out.load(Ordering::SeqCst) == 0 {
-                return Ok(());
-            }
-            // A lease ending wakes this; the timeout only bounds a missed wake-up.
-            let _ = tokio::time::timeout(Duration::from_millis(500), drained).await;
-        }
-    }
-
-    /// Shuts the queue down for every process: client-go's `ShutDown` of the shared queue.
-    /// Adds are ignored, ready items are still handed out, delayed ones wait (in the
-    /// database) for [`resume_fleet`](Self::resume_fleet).
+    /// How many dead letters the cap dropped so far.
     ///
     /// # Errors
     ///
     /// As for [`len`](Self::len).
-    pub async fn shut_down_fleet(&self) -> Result<(), Error> {
-        self.set_flag("shut_down", true).await.map(|_| ())
-    }
-
-    /// Undoes [`shut_down_fleet`](Self::shut_down_fleet); `Ok(true)` if the queue was shut
-    /// down.
-    ///
-    /// # Errors
-    ///
-    /// As for [`len`](Self::len).
-    pub async fn resume_fleet(&self) -> Result<bool, Error> {
-        self.set_flag("shut_down", false).await
-    }
-
-    /// Whether the queue is shut down for every process ([`shut_down_fleet`](Self::shut_down_fleet)).
-    ///
-    /// # Errors
-    ///
-    /// As for [`len`](Self::len).
-    pub async fn is_fleet_shut_down(&self) -> Result<bool, Error> {
-        self.flag("shut_down").await
-    }
-
-    /// Pauses the queue for every process until [`resume`](Self::resume): gets hand out
-    /// nothing (they wait, or `try_get` finds nothing), while adds, delays, renewals and
-    /// `done`s go on as usual. Items already leased stay with their holders. Returns whether
-    /// the queue was running. A paused queue that is also shut down for the fleet ends its
-    /// getters.
-    ///
-    /// # Errors
-    ///
-    /// As for [`len`](Self::len).
-    pub async fn pause(&self) -> Result<bool, Error> {
-        self.set_flag("paused", true).await
-    }
-
-    /// Ends a [`pause`](Self::pause) and wakes the waiting getters. Returns whether the queue
-    /// was paused.
-    ///
-    /// # Errors
-    ///
-    /// As for [`len`](Self::len).
-    pub async fn resume(&self) -> Result<bool, Error> {
-        self.set_flag("paused", false).await
-    }
-
-    /// Whether the queue is paused ([`pause`](Self::pause)).
-    ///
-    /// # Errors
-    ///
-    /// As for [`len`](Self::len).
-    pub async fn is_paused(&self) -> Result<bool, Error> {
-        self.flag("paused").await
-    }
-
-    /// Sets the queue's flag `column` to `on` and wakes every getter in every process (they
-    /// look at the queue again); whether it changed.
-    async fn set_flag(&self, column: &'static str, on: bool) -> Result<bool, Error> {
-        let sql = format!(
-            "WITH old AS (SELECT {column} AS was FROM workqueue_queues WHERE id = $1 FOR UPDATE),
-                  set AS (UPDATE workqueue_queues SET {column} = $2 WHERE id = $1)
-             SELECT was, pg_notify($3, '{wake}') IS NOT NULL FROM old",
-            wake = i32::MAX
-        );
-        let (was, _): (bool, bool) = self
+    pub async fn dead_dropped(&self) -> Result<u64, Error> {
+        let n: Option<i64> = self
             .inner
-            .call("set a flag", || {
-                sqlx::query_as(&sql)
-                    .bind(self.inner.id)
-                    .bind(on)
-                    .bind(channel(self.inner.id))
-                    .fetch_one(&self.inner.pool)
-            })
-            .await?;
-        Ok(was != on)
-    }
-
-    async fn flag(&self, column: &'static str) -> Result<bool, Error> {
-        let sql = format!("SELECT {column} FROM workqueue_queues WHERE id = $1");
-        let on: Option<bool> = self
-            .inner
-            .call("read a flag", || {
-                sqlx::query_scalar(&sql)
+            .call("dead_dropped", || {
+                sqlx::query_scalar("SELECT dead_dropped FROM workqueue_queues WHERE id = $1")
                     .bind(self.inner.id)
                     .fetch_optional(&self.inner.pool)
             })
             .await?;
-        Ok(on == Some(true))
-    }
-
-    /// Whether this handle, or the queue for everyone, is shut down: client-go's
-    /// `ShuttingDown`.
-    ///
-    /// # Errors
-    ///
-    /// As for [`len`](Self::len).
-    pub async fn is_shutting_down(&self) -> Result<bool, Error> {
-        if self.is_closed() {
-            return Ok(true);
-        }
-        self.is_fleet_shut_down().await
-    }
-
-    /// Deletes the whole queue's contents from the database: items, leases, failure counts,
-    /// dead letters, its shut-down and pause state and its token bucket, in one transaction.
-    /// Leases still held are lost (their `done` is refused); this handle and its clones stay
-    /// usable on the empty queue.
-    ///
-    /// # Errors
-    ///
-    /// As for [`len`](Self::len).
-    pub async fn delete(&self) -> Result<(), Error> {
-        self.inner
-            .call("delete", || async move {
-                let mut tx = self.inner.pool.begin().await?;
-                for sql in [
-                    "DELETE FROM workqueue_items WHERE queue = $1",
-                    "DELETE FROM workqueue_failures WHERE queue = $1",
-                    "DELETE FROM workqueue_dead WHERE queue = $1",
-                    "UPDATE workqueue_queues SET shut_down = false, paused = false,
-                        bucket_tat = NULL, dead_dropped = 0 WHERE id = $1",
-                ] {
-                    sqlx::query(sql)
-                        .bind(self.inner.id)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                tx.commit().await
-            })
-            .await?;
-        Ok(())
+        Ok(n.unwrap_or(0).max(0).unsigned_abs())
     }
 }
