@@ -41,60 +41,19 @@
 
 mod driver;
 pub(crate) mod plot;
+mod protocol;
 pub(crate) mod worker;
 
 use crate::Ctx;
-use crate::distributed::{Backend, Server};
 use crate::report::{OURS_ASYNC, Sample, Shape};
 use driver::{Load, Measured, phase};
+use protocol::Target;
 use workq::WorkQueue;
 use workq_postgres::PgQueue;
 use workq_redis::RedisQueue;
 
-/// Where a phase's queue lives.
-pub(crate) enum Target {
-    /// In this process.
-    Memory,
-    /// On the Redis server at this URL.
-    Redis(String),
-    /// On the PostgreSQL server at this URL.
-    Postgres(String),
-}
-
+// Beside the driver it runs, so that the protocol does not depend on the driver.
 impl Target {
-    fn of(server: &Server) -> Self {
-        match server.backend {
-            Backend::Redis => Target::Redis(server.url.clone()),
-            Backend::Postgres => Target::Postgres(server.url.clone()),
-        }
-    }
-
-    /// The server's URL (empty in memory).
-    pub(crate) fn url(&self) -> &str {
-        match self {
-            Target::Memory => "",
-            Target::Redis(url) | Target::Postgres(url) => url,
-        }
-    }
-
-    /// The backend's name for a worker process.
-    pub(crate) fn id(&self) -> &'static str {
-        match self {
-            Target::Memory => "memory",
-            Target::Redis(_) => "redis",
-            Target::Postgres(_) => "postgres",
-        }
-    }
-
-    /// The variable a worker process reads the URL from.
-    pub(crate) fn url_var(&self) -> Option<&'static str> {
-        match self {
-            Target::Memory => None,
-            Target::Redis(_) => Some("WQ_REDIS_URL"),
-            Target::Postgres(_) => Some("WQ_POSTGRES_URL"),
-        }
-    }
-
     /// One phase on this target.
     async fn phase(&self, shape: Shape, items: usize, load: Load) -> Result<Measured, String> {
         match self {
