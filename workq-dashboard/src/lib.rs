@@ -111,12 +111,20 @@ pub use redact::redact;
 #[cfg(feature = "redis")]
 pub use redis_source::RedisSource;
 pub use server::Server;
+pub use source::Outcome as ActionOutcome;
 pub use source::{
-    Action, DeadLetterView, End, ItemDetail, ItemPage, ItemState, ItemView, LeaseView, Outcome,
-    PageRequest, QueueView, Source, SourceError, SourceStatus,
+    Action, DeadLetterView, End, ItemDetail, ItemPage, ItemState, ItemView, LeaseView, PageRequest,
+    QueueView, Source, SourceError, SourceStatus,
 };
 pub use token::{MIN_TOKEN_BITS, check_token, generate_token};
 pub use workq::metrics::QueueProbe;
+
+/// The old name of [`ActionOutcome`].
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `ActionOutcome`: `workq::Outcome` is a handler's outcome"
+)]
+pub type Outcome = ActionOutcome;
 
 /// A dashboard of one or more sources, each labelled by its [kind](Source::kind) (a second
 /// source of one kind is `kind-2`).
@@ -304,4 +312,14 @@ async fn app_css() -> impl IntoResponse {
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
         include_str!("assets/app.css"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[expect(deprecated, reason = "the old name keeps compiling for one release")]
+    fn the_old_outcome_name_still_names_an_action_outcome() {
+        let old = super::Outcome::new(2, "requeued 2 dead letters");
+        assert_eq!(old, super::ActionOutcome::new(2, "requeued 2 dead letters"));
+    }
 }
