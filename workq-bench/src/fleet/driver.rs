@@ -26,12 +26,9 @@ use workq_redis::RedisQueue;
 
 use super::protocol::{Spec, Target, parse_record};
 use crate::report::Shape;
+use crate::util::text;
 
 pub(crate) type Error = String;
-
-fn text(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
 
 /// Nanoseconds since the Unix epoch: the clock every process of a run shares.
 pub(crate) fn now_ns() -> i64 {

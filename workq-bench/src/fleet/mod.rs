@@ -39,13 +39,15 @@
 //! which held our 16 workers to 7.6 k/s even in memory.) With 16 workers per process, no
 //! queue can go past 16 / 1.1 ms, about 14 k/s per process, at that shape.
 
+mod choice;
 mod driver;
 pub(crate) mod plot;
 mod protocol;
 pub(crate) mod worker;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::report::{OURS_ASYNC, Sample, Shape};
+pub(crate) use choice::Choice;
 use driver::{Load, Measured, phase};
 use protocol::Target;
 use workq::WorkQueue;
@@ -76,41 +78,6 @@ pub(crate) const SCALE_WORKERS: [u32; 4] = [1, 4, 16, 64];
 const PACED_SECONDS: f64 = 2.0;
 /// Items per worker at most in a sweep's flood with a handler that sleeps.
 const SCALE_ITEMS_PER_WORKER: usize = 3_000;
-
-/// The shapes chosen on the command line (`--processes`, `--workers`, `--handler-ms`); an
-/// empty list takes the workload's default.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Choice {
-    pub(crate) processes: Vec<u32>,
-    pub(crate) workers: Vec<u32>,
-    pub(crate) handler_ms: Vec<u32>,
-}
-
-impl Choice {
-    /// Every combination, with these defaults for what was not chosen.
-    fn shapes(&self, processes: &[u32], workers: &[u32], handler_ms: &[u32]) -> Vec<Shape> {
-        let pick = |chosen: &[u32], default: &[u32]| {
-            if chosen.is_empty() {
-                default.to_vec()
-            } else {
-                chosen.to_vec()
-            }
-        };
-        let mut shapes = Vec::new();
-        for handler_ms in pick(&self.handler_ms, handler_ms) {
-            for processes in pick(&self.processes, processes) {
-                for workers in pick(&self.workers, workers) {
-                    shapes.push(Shape {
-                        processes,
-                        workers,
-                        handler_ms,
-                    });
-                }
-            }
-        }
-        shapes
-    }
-}
 
 /// The items of a flood.
 fn items(quick: bool) -> usize {

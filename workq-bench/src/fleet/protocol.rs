@@ -5,7 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::distributed::{Backend, Server};
+use crate::server::{Backend, Server};
 
 /// Where a phase's queue lives.
 pub(crate) enum Target {
