@@ -5,7 +5,8 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::distributed::{Backend, Server};
+use crate::args::Args;
+use crate::ctx::Ctx;
 use crate::peers::node::{BULLMQ_PEER, PGBOSS_PEER};
 use crate::peers::rust::RustPeers;
 use crate::progress::Progress;
@@ -14,9 +15,10 @@ use crate::report::{
     APALIS_POSTGRES, APALIS_REDIS, BULLMQ, BULLMQ_OFFICIAL, Figure, PGBOSS, RIVERQUEUE, Sample,
     aggregate, compare, json, table,
 };
+use crate::server::{Backend, Server};
 use crate::util::Machine;
 use crate::workloads::{IN_MEMORY, ON_A_SERVER, Workload, select};
-use crate::{Args, Ctx, fleet, memory};
+use crate::{fleet, memory};
 
 /// Every reference `--peers` may name.
 const PEER_NAMES: &[&str] = &[

@@ -14,6 +14,11 @@ use std::time::{Duration, Instant};
 
 use workq::WorkQueue;
 
+/// An error as the bench reports it: its message.
+pub(crate) fn text(e: impl fmt::Display) -> String {
+    e.to_string()
+}
+
 /// The item type of every workload.
 pub(crate) type Key = Arc<str>;
 

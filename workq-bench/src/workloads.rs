@@ -1,7 +1,8 @@
 //! Every workload by id, in report order, and the choice of `-w`.
 
+use crate::ctx::Ctx;
 use crate::report::Sample;
-use crate::{Ctx, distributed, fleet, memory};
+use crate::{distributed, fleet, memory};
 
 /// One standard workload.
 pub(crate) struct Workload {

@@ -9,60 +9,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use subtle::ConstantTimeEq;
 
-use crate::api::AppState;
-use crate::refuse_as;
+use crate::config::PublicUrl;
+use crate::respond::refuse_as;
+use crate::state::AppState;
 
 pub(crate) const COOKIE: &str = "wq_dashboard_token";
 pub(crate) const CSRF_HEADER: &str = "x-wq-csrf";
-
-/// The URL operators open, when the dashboard is served behind a reverse proxy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PublicUrl {
-    /// `https` or `http`.
-    pub(crate) scheme: String,
-    /// The host and port as a browser sends them in `Host` (`ops.example.com`,
-    /// `ops.example.com:8443`).
-    pub(crate) host: String,
-    /// The path the dashboard is served under, ending with `/` (`/`, `/wq/`).
-    pub(crate) path: String,
-}
-
-impl PublicUrl {
-    /// Reads `https://host[:port][/path]`.
-    pub(crate) fn parse(url: &str) -> Result<Self, String> {
-        let url = url.trim();
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| format!("{url:?} is no URL: give https://HOST[/PATH]"))?;
-        let scheme = scheme.to_ascii_lowercase();
-        if scheme != "https" && scheme != "http" {
-            return Err(format!("{url:?}: the scheme must be https or http"));
-        }
-        let (host, path) = match rest.find('/') {
-            Some(i) => rest.split_at(i),
-            None => (rest, "/"),
-        };
-        if host.is_empty() || host.contains('@') || host.contains(['?', '#']) {
-            return Err(format!("{url:?}: expected a host, with no user name"));
-        }
-        let path = path.split(['?', '#']).next().unwrap_or("/");
-        let mut path = path.to_owned();
-        if !path.ends_with('/') {
-            path.push('/');
-        }
-        let host = host.to_ascii_lowercase();
-        // A browser leaves the default port out of `Host` and `Origin`.
-        let host = match (scheme.as_str(), host.rsplit_once(':')) {
-            ("https", Some((h, "443"))) | ("http", Some((h, "80"))) => h.to_owned(),
-            _ => host,
-        };
-        Ok(PublicUrl { scheme, host, path })
-    }
-
-    fn origin(&self) -> String {
-        format!("{}://{}", self.scheme, self.host)
-    }
-}
 
 /// Whether `host` (a `Host:` header, maybe with a port) names this machine.
 pub(crate) fn loopback_host(host: &str) -> bool {
@@ -348,21 +300,6 @@ fn token_cookie(token: &str, public: Option<&PublicUrl>, original_path: &str) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_public_url_is_read_as_a_browser_sends_it() {
-        let p = PublicUrl::parse("https://Ops.Example.com:443/wq").unwrap();
-        assert_eq!(
-            (p.scheme.as_str(), p.host.as_str(), p.path.as_str()),
-            ("https", "ops.example.com", "/wq/")
-        );
-        assert_eq!(p.origin(), "https://ops.example.com");
-        let p = PublicUrl::parse("http://10.0.0.5:8080").unwrap();
-        assert_eq!((p.host.as_str(), p.path.as_str()), ("10.0.0.5:8080", "/"));
-        for bad in ["ops.example.com", "ftp://x/", "https://", "https://u:p@x/"] {
-            assert!(PublicUrl::parse(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn forwarded_clients_are_read_from_every_header() {

@@ -75,7 +75,6 @@
 //!   and so is every URL in a server's error message.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::extract::OriginalUri;
@@ -85,6 +84,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 
 mod api;
+mod config;
 pub mod exposition;
 mod guard;
 mod history;
@@ -95,11 +95,14 @@ mod pg_source;
 mod redact;
 #[cfg(feature = "redis")]
 mod redis_source;
+mod respond;
 mod server;
 mod source;
 mod sources;
+mod state;
 mod token;
 
+pub use config::Config;
 pub use history::Sample;
 pub use memory::MemorySource;
 #[cfg(feature = "postgres")]
@@ -108,108 +111,20 @@ pub use redact::redact;
 #[cfg(feature = "redis")]
 pub use redis_source::RedisSource;
 pub use server::Server;
+pub use source::Outcome as ActionOutcome;
 pub use source::{
-    Action, DeadLetterView, End, ItemDetail, ItemPage, ItemState, ItemView, LeaseView, Outcome,
-    PageRequest, QueueView, Source, SourceError, SourceStatus,
+    Action, DeadLetterView, End, ItemDetail, ItemPage, ItemState, ItemView, LeaseView, PageRequest,
+    QueueView, Source, SourceError, SourceStatus,
 };
 pub use token::{MIN_TOKEN_BITS, check_token, generate_token};
 pub use workq::metrics::QueueProbe;
 
-/// How the dashboard behaves.
-#[derive(Clone)]
-pub struct Config {
-    /// The token every request must carry (see [`generate_token`]; [`check_token`] says what
-    /// a given one needs). `None` answers clients on this machine only, and only when the
-    /// server records the client's address ([`Server`] does): every process of this machine,
-    /// and a reverse proxy on it, is trusted then.
-    pub token: Option<String>,
-    /// No actions: every `POST` is refused.
-    pub read_only: bool,
-    /// How often the figures are sampled for the charts.
-    pub sample_every: Duration,
-    /// How long samples are kept (the charts' span).
-    pub keep: Duration,
-    /// The items of one page when the page does not say (at most ten times this on request).
-    pub page_limit: usize,
-    /// At most this many queues have their samples kept (each source's totals always are):
-    /// the ones the page looked at most recently, then the first listed. Bounds the memory
-    /// whatever the number of queues.
-    pub history_queues: usize,
-    /// The URL operators open when the dashboard is served behind a reverse proxy
-    /// (`https://ops.example.com/wq/`): its origin is accepted on actions, its host without a
-    /// token, its path scopes the cookie, and an `https` URL makes the cookie `Secure`.
-    pub public_url: Option<String>,
-    /// The most bytes a request's body may have; a longer one is refused (413) before it is
-    /// read, and before authentication.
-    pub body_limit: usize,
-    /// How long a request may take, reading its body included; then it is answered 408.
-    pub request_timeout: Duration,
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Config")
-            .field("token", &self.token.as_ref().map(|_| "***"))
-            .field("read_only", &self.read_only)
-            .field("sample_every", &self.sample_every)
-            .field("keep", &self.keep)
-            .field("page_limit", &self.page_limit)
-            .field("history_queues", &self.history_queues)
-            .field("public_url", &self.public_url)
-            .field("body_limit", &self.body_limit)
-            .field("request_timeout", &self.request_timeout)
-            .finish()
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            token: None,
-            read_only: false,
-            sample_every: Duration::from_secs(5),
-            keep: Duration::from_secs(3600),
-            page_limit: 50,
-            history_queues: 100,
-            public_url: None,
-            body_limit: 64 * 1024,
-            request_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// A refusal, as the audit log and `/metrics` tell it: a short fixed label (`unauthorized`,
-/// `read_only`, `body_too_large`, ...), why, and the item the request named if it got that
-/// far.
-#[derive(Debug, Clone)]
-pub(crate) struct Refusal {
-    pub(crate) kind: &'static str,
-    pub(crate) reason: String,
-    pub(crate) item: Option<String>,
-}
-
-/// A refusal of the request, logged and counted under `kind` by the audit layer.
-pub(crate) fn refuse_as(status: StatusCode, kind: &'static str, why: &str) -> Response {
-    let mut response = (status, axum::Json(serde_json::json!({ "error": why }))).into_response();
-    response.extensions_mut().insert(Refusal {
-        kind,
-        reason: why.to_owned(),
-        item: None,
-    });
-    response
-}
-
-/// An answer that is no refusal (a queue that is not there, a server that is down): not
-/// logged by the audit layer.
-pub(crate) fn answer_error(status: StatusCode, why: &str) -> Response {
-    (status, axum::Json(serde_json::json!({ "error": why }))).into_response()
-}
+/// The old name of [`ActionOutcome`].
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `ActionOutcome`: `workq::Outcome` is a handler's outcome"
+)]
+pub type Outcome = ActionOutcome;
 
 /// A dashboard of one or more sources, each labelled by its [kind](Source::kind) (a second
 /// source of one kind is `kind-2`).
@@ -285,7 +200,7 @@ impl Dashboard {
             .config
             .public_url
             .as_deref()
-            .map(guard::PublicUrl::parse)
+            .map(config::PublicUrl::parse)
             .transpose()?;
         if public.is_some() && self.config.token.is_none() {
             return Err(
@@ -294,8 +209,8 @@ impl Dashboard {
                     .into(),
             );
         }
-        let reads = Arc::new(api::Reads::default());
-        let shared = Arc::new(api::Shared {
+        let reads = Arc::new(state::Reads::default());
+        let shared = Arc::new(state::Shared {
             history: history::History::new(
                 self.config.keep.as_millis() as u64,
                 self.config.history_queues,
@@ -397,4 +312,14 @@ async fn app_css() -> impl IntoResponse {
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
         include_str!("assets/app.css"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[expect(deprecated, reason = "the old name keeps compiling for one release")]
+    fn the_old_outcome_name_still_names_an_action_outcome() {
+        let old = super::Outcome::new(2, "requeued 2 dead letters");
+        assert_eq!(old, super::ActionOutcome::new(2, "requeued 2 dead letters"));
+    }
 }

@@ -9,9 +9,9 @@ use parking_lot::Mutex;
 use workq::metrics::QueueProbe;
 use workq::metrics::{MetricsProvider, QueueMetrics};
 
+use crate::source::Outcome;
 use crate::{
-    Action, ItemDetail, ItemPage, Outcome, PageRequest, QueueView, Source, SourceError,
-    SourceStatus,
+    Action, ItemDetail, ItemPage, PageRequest, QueueView, Source, SourceError, SourceStatus,
 };
 
 #[derive(Default)]

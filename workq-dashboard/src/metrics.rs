@@ -21,7 +21,7 @@ type FloatGauge = Family<Labels, Gauge<f64, AtomicU64>>;
 /// (OpenMetrics when asked for, else Prometheus text); returns the content type and the body.
 pub(crate) fn encode(
     listings: &[(String, Option<Arc<Vec<QueueView>>>)],
-    shared: &crate::api::Shared,
+    shared: &crate::state::Shared,
     accept: Option<&str>,
 ) -> (&'static str, String) {
     let mut registry = Registry::with_prefix("workqueue");

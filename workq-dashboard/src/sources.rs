@@ -145,7 +145,7 @@ impl Registered {
         let mut down = self.down_since.lock();
         match result {
             Err(SourceError::Unavailable(_)) => {
-                down.get_or_insert_with(crate::now_ms);
+                down.get_or_insert_with(crate::respond::now_ms);
             }
             Err(SourceError::Backend(_)) | Err(SourceError::NotFound) => {}
             _ => *down = None,

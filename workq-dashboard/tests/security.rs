@@ -20,8 +20,8 @@ use serde_json::json;
 use support::{RedisServer, TOKEN, get, send, send_without_peer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use workq_dashboard::{
-    Action, Config, Dashboard, ItemDetail, ItemPage, MemorySource, Outcome, PageRequest, QueueView,
-    RedisSource, Server, Source, SourceError, SourceStatus, router,
+    Action, ActionOutcome, Config, Dashboard, ItemDetail, ItemPage, MemorySource, PageRequest,
+    QueueView, RedisSource, Server, Source, SourceError, SourceStatus, router,
 };
 use workq_redis::RedisQueue;
 
@@ -557,7 +557,7 @@ impl Source for Counting {
     async fn item(&self, name: &str, item: &str) -> Result<ItemDetail, SourceError> {
         self.inner.item(name, item).await
     }
-    async fn act(&self, name: &str, action: &Action) -> Result<Outcome, SourceError> {
+    async fn act(&self, name: &str, action: &Action) -> Result<ActionOutcome, SourceError> {
         self.inner.act(name, action).await
     }
 }

@@ -17,38 +17,15 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use workq::{Queue, WorkQueue, Workers};
 
+use crate::defaults::DEFAULT_SYNC_TIMEOUT;
 use crate::gate::ControllerQueue;
 use crate::leader::LeaderElection;
 use crate::policy::{self, ErrorAction, Policy};
+use crate::running::Configure;
 use crate::sources::{
     self, BackoffFactory, Role, Source, SourceBuilder, object_items, watcher_items,
 };
 use crate::{ObjectKey, ReconcileResult, Running};
-
-/// The priority of keys from a watcher's list (the first one, and every relist after a watch
-/// expired) and from [`Controller::reconcile_all_on`]: controller-runtime's rule, so that a
-/// restart's thousands of listed objects do not hold back live changes.
-pub const LIST_PRIORITY: i32 = -100;
-
-/// The priority of keys from live watch events and [`Controller::reconcile_on`]. Given
-/// explicitly, it raises a key still queued from a list.
-pub const WATCH_PRIORITY: i32 = 0;
-
-/// How long a stop waits for the reconciles in flight by default: within the 30 s Kubernetes
-/// gives a pod between `SIGTERM` and `SIGKILL`, with time left to hand leases back.
-pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
-
-/// How long the main store and the watchers of `owns` and `watches` may take to complete
-/// their first list by default: controller-runtime's `CacheSyncTimeout`.
-pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The caller's settings for the pool, applied when the controller runs.
-pub(crate) type Configure<Q> = Box<
-    dyn FnOnce(
-            Workers<<Q as Queue>::Item, ControllerQueue<Q>>,
-        ) -> Workers<<Q as Queue>::Item, ControllerQueue<Q>>
-        + Send,
->;
 
 /// A kube-rs controller on a [`workq`] queue: a reflector [`Store`] and watchers feed the
 /// queue with object keys, and [`Workers`] reconcile them.
@@ -84,6 +61,9 @@ pub(crate) type Configure<Q> = Box<
 ///
 /// See the [crate documentation](crate) for a controller running against an in-process API
 /// server.
+///
+/// [`LIST_PRIORITY`]: crate::LIST_PRIORITY
+/// [`WATCH_PRIORITY`]: crate::WATCH_PRIORITY
 #[must_use = "a controller does nothing until it runs"]
 pub struct Controller<K, Q = WorkQueue<ObjectRef<K>>>
 where
@@ -212,6 +192,8 @@ where
     ///     .await;
     /// # }
     /// ```
+    ///
+    /// [`WATCH_PRIORITY`]: crate::WATCH_PRIORITY
     pub fn for_stream<E>(
         trigger: impl Stream<Item = Result<K, E>> + Send + 'static,
         reader: Store<K>,
@@ -470,6 +452,8 @@ where
     /// giving up is your choice, with `max_retries` or an
     /// [`error_policy`](Self::error_policy)); a stop waits up to
     /// [`DEFAULT_SHUTDOWN_TIMEOUT`] for the reconciles in flight; no per-reconcile timeout.
+    ///
+    /// [`DEFAULT_SHUTDOWN_TIMEOUT`]: crate::DEFAULT_SHUTDOWN_TIMEOUT
     pub fn workers(
         mut self,
         configure: impl FnOnce(
@@ -650,16 +634,4 @@ where
             context,
         })
     }
-}
-
-/// `K`'s kind for names, from its `Debug`-free type name when it has a dynamic type.
-pub(crate) fn kind_of<T: Resource>() -> String {
-    short_type_name::<T>()
-}
-
-/// The last segment of a type's name, without generics: `Secret`, `Widget`.
-pub(crate) fn short_type_name<T>() -> String {
-    let full = std::any::type_name::<T>();
-    let base = full.split('<').next().unwrap_or(full);
-    base.rsplit("::").next().unwrap_or(base).to_owned()
 }

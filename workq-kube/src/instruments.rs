@@ -4,19 +4,7 @@
 
 use std::time::Duration;
 
-/// How a reconcile ended, as controller-runtime's `result` label says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReconcileEnd {
-    /// Done (`Action::await_change()`, `Outcome::Done`, or an object gone from the store).
-    Success,
-    /// Failed: an error, a panic, a timeout, `Outcome::GiveUp`.
-    Error,
-    /// Requeued with the rate limiter's delay without an error (`Outcome::Retry`), or at
-    /// once (`Outcome::RetryAfter(0)`).
-    Requeue,
-    /// Requeued after a delay it asked for (`Action::requeue(d)`).
-    RequeueAfter,
-}
+use crate::outcome::ReconcileEnd;
 
 /// One controller's reconcile series (with feature `prometheus`).
 #[derive(Clone, Debug)]

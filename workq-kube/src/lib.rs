@@ -231,6 +231,7 @@
 //! - `testing`: [`testing::FakeApiServer`], an in-process API server for tests and examples.
 
 mod controller;
+mod defaults;
 mod error;
 mod feed;
 mod gate;
@@ -239,6 +240,7 @@ mod key;
 pub mod leader;
 #[cfg(feature = "prometheus")]
 pub mod metrics;
+mod names;
 mod outcome;
 mod policy;
 mod relations;
@@ -247,9 +249,8 @@ mod sources;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use controller::{
-    Controller, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_SYNC_TIMEOUT, LIST_PRIORITY, WATCH_PRIORITY,
-};
+pub use controller::Controller;
+pub use defaults::{DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_SYNC_TIMEOUT, LIST_PRIORITY, WATCH_PRIORITY};
 pub use error::{Error, ErrorKind};
 pub use feed::FeedStats;
 pub use gate::{ControllerLease, ControllerQueue};

@@ -82,7 +82,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use workq::metrics::prometheus::PrometheusMetrics;
 
-use crate::instruments::ReconcileEnd;
+use crate::outcome::ReconcileEnd;
 
 /// A label set: (label, value) pairs.
 type Labels = Vec<(&'static str, String)>;

@@ -1,4 +1,5 @@
-//! [`ReconcileResult`]: what a reconcile may return, kube's [`Action`] among it.
+//! [`ReconcileResult`]: what a reconcile may return, kube's [`Action`] among it; and how a
+//! reconcile ended, for the metrics (`ReconcileEnd`).
 
 use std::fmt;
 use std::time::Duration;
@@ -136,6 +137,20 @@ fn parse_duration_debug(text: &str) -> Option<Duration> {
     }
     let secs = u64::try_from(nanos / 1_000_000_000).ok()?;
     Some(Duration::new(secs, (nanos % 1_000_000_000) as u32))
+}
+
+/// How a reconcile ended, as controller-runtime's `result` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReconcileEnd {
+    /// Done (`Action::await_change()`, `Outcome::Done`, or an object gone from the store).
+    Success,
+    /// Failed: an error, a panic, a timeout, `Outcome::GiveUp`.
+    Error,
+    /// Requeued with the rate limiter's delay without an error (`Outcome::Retry`), or at
+    /// once (`Outcome::RetryAfter(0)`).
+    Requeue,
+    /// Requeued after a delay it asked for (`Action::requeue(d)`).
+    RequeueAfter,
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use workq::Queue;
 
-use crate::controller::{LIST_PRIORITY, WATCH_PRIORITY, kind_of, short_type_name};
+use crate::defaults::{LIST_PRIORITY, WATCH_PRIORITY};
+use crate::names::{kind_of, short_type_name};
 use crate::sources::{self, BackoffFactory, FeedItem, Role, Source, object_items, watcher_items};
 use crate::{Controller, ObjectKey};
 

@@ -16,12 +16,13 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use workq::{AsyncWorkers, HandlerError, IntoOutcome, Outcome, Queue, StopToken, Summary, Workers};
 
-use crate::controller::{Configure, DEFAULT_SHUTDOWN_TIMEOUT};
+use crate::defaults::DEFAULT_SHUTDOWN_TIMEOUT;
 use crate::error::{Error, ErrorKind};
 use crate::feed::{Counters, Feed, FeedStats};
 use crate::gate::{Attempt, ControllerQueue, Gate, Spec};
-use crate::instruments::{Instruments, ReconcileEnd};
+use crate::instruments::Instruments;
 use crate::leader::{ElectionHandle, Elector, Fence};
+use crate::outcome::ReconcileEnd;
 use crate::policy::{ErrorAction, Policy};
 use crate::sources::{Role, Source};
 use crate::{ObjectKey, ReconcileResult};
@@ -30,6 +31,14 @@ use crate::{ObjectKey, ReconcileResult};
 /// still held (on a shared queue, the releases of reconciles cut off by the shutdown
 /// timeout or a forced stop).
 const LEASE_RETURN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The caller's settings for the pool, applied when the controller runs.
+pub(crate) type Configure<Q> = Box<
+    dyn FnOnce(
+            Workers<<Q as Queue>::Item, ControllerQueue<Q>>,
+        ) -> Workers<<Q as Queue>::Item, ControllerQueue<Q>>
+        + Send,
+>;
 
 /// What [`Controller::run`](crate::Controller::run) hands over.
 pub(crate) struct Parts<K: Resource + 'static, Q: Queue, R, Ctx>

@@ -13,7 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, Event};
 
-use crate::controller::{LIST_PRIORITY, WATCH_PRIORITY};
+use crate::defaults::{LIST_PRIORITY, WATCH_PRIORITY};
 use crate::gate::{Cause, Spec};
 
 /// Keys with what is known of their events, to add at one priority.

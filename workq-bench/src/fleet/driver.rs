@@ -24,14 +24,11 @@ use workq::{AsyncWorkers, Queue, WorkQueue, Workers};
 use workq_postgres::PgQueue;
 use workq_redis::RedisQueue;
 
-use super::Target;
+use super::protocol::{Spec, Target, parse_record};
 use crate::report::Shape;
+use crate::util::text;
 
 pub(crate) type Error = String;
-
-fn text(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
 
 /// Nanoseconds since the Unix epoch: the clock every process of a run shares.
 pub(crate) fn now_ns() -> i64 {
@@ -370,7 +367,7 @@ async fn start_fleet<Q: FleetQueue>(
         return Ok(Fleet::Local(workers, log));
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find wq itself: {e}"))?;
-    let spec = super::worker::Spec {
+    let spec = Spec {
         backend: target.id(),
         queue: name.to_owned(),
         workers: shape.workers,
@@ -488,7 +485,7 @@ async fn stop_fleet<Q: FleetQueue>(fleet: Fleet<Q>) -> Result<Vec<(u64, i64, i64
                     match child.stdout.read_line(&mut line).await {
                         Ok(0) => break,
                         Ok(_) => {
-                            if let Some(record) = super::worker::parse_record(&line) {
+                            if let Some(record) = parse_record(&line) {
                                 records.push(record);
                             }
                         }

@@ -39,62 +39,23 @@
 //! which held our 16 workers to 7.6 k/s even in memory.) With 16 workers per process, no
 //! queue can go past 16 / 1.1 ms, about 14 k/s per process, at that shape.
 
+mod choice;
 mod driver;
 pub(crate) mod plot;
+mod protocol;
 pub(crate) mod worker;
 
-use crate::Ctx;
-use crate::distributed::{Backend, Server};
+use crate::ctx::Ctx;
 use crate::report::{OURS_ASYNC, Sample, Shape};
+pub(crate) use choice::Choice;
 use driver::{Load, Measured, phase};
+use protocol::Target;
 use workq::WorkQueue;
 use workq_postgres::PgQueue;
 use workq_redis::RedisQueue;
 
-/// Where a phase's queue lives.
-pub(crate) enum Target {
-    /// In this process.
-    Memory,
-    /// On the Redis server at this URL.
-    Redis(String),
-    /// On the PostgreSQL server at this URL.
-    Postgres(String),
-}
-
+// Beside the driver it runs, so that the protocol does not depend on the driver.
 impl Target {
-    fn of(server: &Server) -> Self {
-        match server.backend {
-            Backend::Redis => Target::Redis(server.url.clone()),
-            Backend::Postgres => Target::Postgres(server.url.clone()),
-        }
-    }
-
-    /// The server's URL (empty in memory).
-    pub(crate) fn url(&self) -> &str {
-        match self {
-            Target::Memory => "",
-            Target::Redis(url) | Target::Postgres(url) => url,
-        }
-    }
-
-    /// The backend's name for a worker process.
-    pub(crate) fn id(&self) -> &'static str {
-        match self {
-            Target::Memory => "memory",
-            Target::Redis(_) => "redis",
-            Target::Postgres(_) => "postgres",
-        }
-    }
-
-    /// The variable a worker process reads the URL from.
-    pub(crate) fn url_var(&self) -> Option<&'static str> {
-        match self {
-            Target::Memory => None,
-            Target::Redis(_) => Some("WQ_REDIS_URL"),
-            Target::Postgres(_) => Some("WQ_POSTGRES_URL"),
-        }
-    }
-
     /// One phase on this target.
     async fn phase(&self, shape: Shape, items: usize, load: Load) -> Result<Measured, String> {
         match self {
@@ -117,41 +78,6 @@ pub(crate) const SCALE_WORKERS: [u32; 4] = [1, 4, 16, 64];
 const PACED_SECONDS: f64 = 2.0;
 /// Items per worker at most in a sweep's flood with a handler that sleeps.
 const SCALE_ITEMS_PER_WORKER: usize = 3_000;
-
-/// The shapes chosen on the command line (`--processes`, `--workers`, `--handler-ms`); an
-/// empty list takes the workload's default.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Choice {
-    pub(crate) processes: Vec<u32>,
-    pub(crate) workers: Vec<u32>,
-    pub(crate) handler_ms: Vec<u32>,
-}
-
-impl Choice {
-    /// Every combination, with these defaults for what was not chosen.
-    fn shapes(&self, processes: &[u32], workers: &[u32], handler_ms: &[u32]) -> Vec<Shape> {
-        let pick = |chosen: &[u32], default: &[u32]| {
-            if chosen.is_empty() {
-                default.to_vec()
-            } else {
-                chosen.to_vec()
-            }
-        };
-        let mut shapes = Vec::new();
-        for handler_ms in pick(&self.handler_ms, handler_ms) {
-            for processes in pick(&self.processes, processes) {
-                for workers in pick(&self.workers, workers) {
-                    shapes.push(Shape {
-                        processes,
-                        workers,
-                        handler_ms,
-                    });
-                }
-            }
-        }
-        shapes
-    }
-}
 
 /// The items of a flood.
 fn items(quick: bool) -> usize {

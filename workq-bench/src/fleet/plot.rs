@@ -8,8 +8,8 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use super::{SCALE_ID, SCALE_WORKERS};
-use crate::distributed::Backend;
 use crate::report::{Figure, Shape, is_ours};
+use crate::server::Backend;
 
 /// The file name of the sweep's plot in its directory (with one server).
 pub(crate) const FILE: &str = "w7-scaling.svg";

@@ -7,78 +7,15 @@
 //! the item in hand) and prints one line per item it handled, `ITEM START END` (real-time
 //! nanoseconds), for the bench to read.
 
-use std::fmt;
 use std::io::{Read, Write};
 use std::process::ExitCode;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use workq_postgres::PgQueue;
 use workq_redis::RedisQueue;
 
 use super::driver::{FleetQueue, Log, spawn_workers};
-
-/// What a worker process is asked to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Spec {
-    /// `redis` or `postgres`.
-    pub(crate) backend: &'static str,
-    pub(crate) queue: String,
-    pub(crate) workers: u32,
-    pub(crate) handler_ms: u32,
-    /// Items of the phase: their ids are below this.
-    pub(crate) items: usize,
-}
-
-impl fmt::Display for Spec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}:{}:{}",
-            self.backend, self.queue, self.workers, self.handler_ms, self.items
-        )
-    }
-}
-
-impl FromStr for Spec {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("expected BACKEND:QUEUE:WORKERS:HANDLER_MS:ITEMS, got {s:?}");
-        let mut parts = s.rsplitn(4, ':');
-        let items = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
-        let handler_ms = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
-        let workers: u32 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
-        let (backend, queue) = parts
-            .next()
-            .and_then(|p| p.split_once(':'))
-            .ok_or_else(bad)?;
-        let backend = match backend {
-            "redis" => "redis",
-            "postgres" => "postgres",
-            _ => return Err(format!("unknown backend {backend:?} in {s:?}")),
-        };
-        if workers == 0 || queue.is_empty() {
-            return Err(bad());
-        }
-        Ok(Spec {
-            backend,
-            queue: queue.to_owned(),
-            workers,
-            handler_ms,
-            items,
-        })
-    }
-}
-
-/// One line of a worker process's report: `(item, start, end)`.
-pub(crate) fn parse_record(line: &str) -> Option<(u64, i64, i64)> {
-    let mut fields = line.split_ascii_whitespace();
-    let item = fields.next()?.parse().ok()?;
-    let start = fields.next()?.parse().ok()?;
-    let end = fields.next()?.parse().ok()?;
-    Some((item, start, end))
-}
+use super::protocol::Spec;
 
 /// The worker process's side.
 pub(crate) fn run(spec: &str) -> ExitCode {
@@ -144,32 +81,4 @@ fn serve<Q: FleetQueue>(spec: &Spec, url_var: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_spec_reads_back_what_it_wrote() {
-        let spec = Spec {
-            backend: "redis",
-            queue: "wq-bench-w7-1-2".into(),
-            workers: 16,
-            handler_ms: 1,
-            items: 100_000,
-        };
-        assert_eq!(spec.to_string().parse::<Spec>(), Ok(spec));
-        assert!("redis:q:0:1:10".parse::<Spec>().is_err());
-        assert!("mysql:q:1:1:10".parse::<Spec>().is_err());
-        assert!("redis:q:1:1".parse::<Spec>().is_err());
-        // A queue name may hold a colon.
-        assert_eq!("postgres:a:b:2:0:5".parse::<Spec>().unwrap().queue, "a:b");
-    }
-
-    #[test]
-    fn a_record_line_reads_back() {
-        assert_eq!(parse_record("7 10 20\n"), Some((7, 10, 20)));
-        assert_eq!(parse_record("ready"), None);
-    }
 }

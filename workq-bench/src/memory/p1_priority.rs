@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use workq::{AddOptions, WorkQueue};
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::report::{OURS, Sample};
 use crate::util::{self, Key};
 

@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use workq::WorkQueue;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::report::{CROSSBEAM, LIMIT, LIMIT_FILL_DRAIN, OURS, OURS_ASYNC, Sample};
 use crate::util::{self, Key, Span};
 

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use workq::WorkQueue;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::report::{CROSSBEAM, LIMIT, OURS, OURS_ASYNC, Sample};
 use crate::util::{self, Key, Span};
 

@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use workq::WorkQueue;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::report::{OURS, Sample};
 use crate::util::{self, Key, Span};
 

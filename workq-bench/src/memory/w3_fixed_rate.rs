@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use workq::WorkQueue;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::report::{OURS, Sample};
 use crate::util::{self, Key, Span};
 

@@ -41,7 +41,7 @@ use rand::{RngExt, SeedableRng};
 use tokio_util::time::DelayQueue;
 use workq::WorkQueue;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::report::{DELAY_QUEUE, OURS, OURS_ASYNC, Sample};
 use crate::util::{self, Key};
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use workq::WorkQueue;
 use workq::rate_limiter::ExponentialFailure;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::report::{OURS, Sample};
 use crate::util::{self, Key};
 

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use workq::WorkQueue;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::report::{CROSSBEAM, DELAY_QUEUE, OURS, Sample};
 use crate::util::{self, Key};
 

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::{Peer, Program};
-use crate::distributed::Backend;
 use crate::report::{APALIS_POSTGRES, APALIS_REDIS, BULLMQ_OFFICIAL, RIVERQUEUE};
+use crate::server::Backend;
 
 /// The peers' workspace, in this source tree.
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/peers");

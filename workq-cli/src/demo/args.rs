@@ -1,7 +1,163 @@
-//! Value parsers for `wq demo`'s flags: each refuses an out-of-range value with a sentence
-//! clap prints after "invalid value", and clap exits with code 2.
+//! The flags of `wq demo` ([`DemoArgs`]) and their value parsers: each parser refuses an
+//! out-of-range value with a sentence clap prints after "invalid value", and clap exits with
+//! code 2.
 
 use std::time::Duration;
+
+use workq::rate_limiter::{
+    self, ExponentialFailure, FastSlow, Jitter, MaxOf, RateLimiter, TokenBucket,
+};
+
+/// Options of `wq demo`.
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+The simulation: producers emit bursts of change events for the objects (many duplicates, \
+which the queue merges); workers reconcile each object with a random latency and fail at \
+--failure-rate; failures back off with --limiter and are given up after --max-retries.
+
+At the end a table shows events added and absorbed by dedup, reconciles, retries, give-ups, \
+the add-to-reconcile latency and the throughput, and two checks made while running: no \
+object was reconciled by two workers at once, and every object's last event was reconciled \
+after it arrived.
+
+On a server (--redis URL or --postgres URL) the queue is shared: run one process with \
+producers and workers, and any number with --workers-only on the same --queue. The checks' \
+bookkeeping is kept on the same server (keys wq-demo:{QUEUE}:* on Redis; tables wq_demo_* \
+on PostgreSQL, created if missing), so they hold across every process. The producing \
+process waits for the queue to drain, then shuts it down for every process.
+
+Exit codes: 0 if both checks hold, 1 if one fails, 2 for a bad flag, 130 on Ctrl-C (intake \
+stops, reconciles in flight finish, the table is printed).")]
+#[command(group(clap::ArgGroup::new("server").args(["redis", "postgres"])))]
+pub(crate) struct DemoArgs {
+    /// How many objects the simulated cluster holds (1 to 1,000,000); every event names one.
+    #[arg(long, default_value = "200", value_name = "N", value_parser = objects)]
+    pub(super) objects: usize,
+
+    /// How many change events the producers emit in all, spread over --duration
+    /// (1 to 100,000,000).
+    #[arg(long, default_value = "10000", value_name = "N", value_parser = events)]
+    pub(super) events: u64,
+
+    /// How many workers reconcile at once (1 to 1024).
+    #[arg(long, default_value = "8", value_name = "N", value_parser = workers)]
+    pub(super) workers: usize,
+
+    /// The fraction of reconciles that fail and are retried with backoff, from 0 to 1
+    /// (0.05 is 5%).
+    #[arg(long, default_value = "0.05", value_name = "RATE", value_parser = failure_rate)]
+    pub(super) failure_rate: f64,
+
+    /// How long the producers emit events: 10s, 1500ms, 2m, or plain seconds (at most 1h).
+    /// The run ends shortly after, once the queue has drained.
+    #[arg(long, default_value = "10s", value_name = "TIME", value_parser = duration)]
+    pub(super) duration: Duration,
+
+    /// Seeds the simulation: the same seed emits the same events and fails the same
+    /// reconciles.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub(super) seed: u64,
+
+    /// How failed reconciles back off.
+    #[arg(long, value_enum, default_value_t = Limiter::Default)]
+    pub(super) limiter: Limiter,
+
+    /// Retries before a failing object is given up (0 to 100).
+    #[arg(long, default_value = "5", value_name = "N", value_parser = max_retries)]
+    pub(super) max_retries: usize,
+
+    /// The longest simulated reconcile, in milliseconds (0 to 10,000); each one takes a
+    /// random time up to this.
+    #[arg(long, default_value = "20", value_name = "MS", value_parser = latency_ms)]
+    pub(super) latency_ms: u64,
+
+    /// Prints no live progress bar (it is also hidden when stderr is not a terminal).
+    #[arg(long)]
+    pub(super) no_progress: bool,
+
+    /// Serves the queue's metrics (Kubernetes' workqueue series) at
+    /// http://ADDR/metrics while the demo runs, e.g. 127.0.0.1:9898 (port 0 picks a free one).
+    #[arg(long, value_name = "ADDR")]
+    pub(super) metrics_addr: Option<std::net::SocketAddr>,
+
+    /// With --metrics-addr: keeps serving the metrics after the summary, until Ctrl-C.
+    #[arg(long, requires = "metrics_addr")]
+    pub(super) linger: bool,
+
+    /// Runs the producers and workers against the Redis-backed queue at URL
+    /// (redis://host:port/db (user:password@ before the host if needed), or rediss:// for TLS) instead of the
+    /// in-memory one. Several processes may share it (see --workers-only).
+    /// `--redis` alone takes the URL from $WQ_REDIS_URL (keep a password off the command line).
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    pub(super) redis: Option<String>,
+
+    /// Runs the producers and workers against the queue on PostgreSQL at URL
+    /// (postgres://user:password@host:port/database; add ?sslmode=require for TLS) instead
+    /// of the in-memory one. Several processes may share it (see --workers-only).
+    /// `--postgres` alone takes the URL from $WQ_POSTGRES_URL (keep a password off the
+    /// command line).
+    #[arg(
+        long,
+        value_name = "URL",
+        num_args = 0..=1,
+        default_missing_value = "",
+        conflicts_with = "redis"
+    )]
+    pub(super) postgres: Option<String>,
+
+    /// With --redis or --postgres: the queue's name; every process of one demo uses the same.
+    #[arg(long, value_name = "NAME", default_value = "demo", requires = "server")]
+    pub(super) queue: String,
+
+    /// With --redis or --postgres: runs only workers, on a queue another `wq demo` process
+    /// on the same server produces into; ends when that process shuts the queue down.
+    #[arg(long, requires = "server")]
+    pub(super) workers_only: bool,
+}
+
+/// The rate limiters `--limiter` offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum Limiter {
+    /// client-go's default: per-object exponential 5 ms to 1000 s, and 10 retries/s overall
+    /// with a burst of 100 (`rate_limiter::default_controller`).
+    Default,
+    /// The default with full jitter on the exponential part, so objects failing together
+    /// retry apart.
+    Jittered,
+    /// Per-object exponential 5 ms to 1000 s alone (controller-runtime's default).
+    Exponential,
+    /// 5 ms for the first 3 retries of an object, then 500 ms.
+    FastSlow,
+}
+
+impl Limiter {
+    pub(super) fn build(self, seed: u64) -> Box<dyn RateLimiter<usize>> {
+        let exponential =
+            || ExponentialFailure::new(Duration::from_millis(5), Duration::from_secs(1000));
+        match self {
+            Limiter::Default => Box::new(rate_limiter::default_controller()),
+            Limiter::Jittered => Box::new(MaxOf::new(vec![
+                Box::new(Jitter::full(exponential()).with_seed(seed)),
+                Box::new(TokenBucket::new(10.0, 100)),
+            ])),
+            Limiter::Exponential => Box::new(exponential()),
+            Limiter::FastSlow => Box::new(FastSlow::new(
+                Duration::from_millis(5),
+                Duration::from_millis(500),
+                3,
+            )),
+        }
+    }
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Limiter::Default => "default (client-go's controller limiter)",
+            Limiter::Jittered => "jittered",
+            Limiter::Exponential => "exponential",
+            Limiter::FastSlow => "fast-slow",
+        }
+    }
+}
 
 /// The longest `--duration` accepted.
 const MAX_DURATION: Duration = Duration::from_secs(3600);
@@ -23,32 +179,32 @@ where
 }
 
 /// `--objects`: 1 to 1,000,000.
-pub(super) fn objects(value: &str) -> Result<usize, String> {
+fn objects(value: &str) -> Result<usize, String> {
     integer(value, 1, 1_000_000)
 }
 
 /// `--events`: 1 to 100,000,000.
-pub(super) fn events(value: &str) -> Result<u64, String> {
+fn events(value: &str) -> Result<u64, String> {
     integer(value, 1, 100_000_000)
 }
 
 /// `--workers`: 1 to 1024.
-pub(super) fn workers(value: &str) -> Result<usize, String> {
+fn workers(value: &str) -> Result<usize, String> {
     integer(value, 1, 1024)
 }
 
 /// `--max-retries`: 0 to 100.
-pub(super) fn max_retries(value: &str) -> Result<usize, String> {
+fn max_retries(value: &str) -> Result<usize, String> {
     integer(value, 0, 100)
 }
 
 /// `--latency-ms`: 0 to 10,000.
-pub(super) fn latency_ms(value: &str) -> Result<u64, String> {
+fn latency_ms(value: &str) -> Result<u64, String> {
     integer(value, 0, 10_000)
 }
 
 /// `--failure-rate`: a fraction from 0 to 1.
-pub(super) fn failure_rate(value: &str) -> Result<f64, String> {
+fn failure_rate(value: &str) -> Result<f64, String> {
     let rate: f64 = value
         .trim()
         .parse()
@@ -61,7 +217,7 @@ pub(super) fn failure_rate(value: &str) -> Result<f64, String> {
 
 /// `--duration`: `10s`, `1500ms`, `2m`, or plain seconds (`2.5`); above zero, at most an
 /// hour.
-pub(super) fn duration(value: &str) -> Result<Duration, String> {
+fn duration(value: &str) -> Result<Duration, String> {
     let value = value.trim();
     let (number, unit) = match value.find(|c: char| c.is_ascii_alphabetic()) {
         Some(at) => value.split_at(at),

@@ -4,14 +4,13 @@
 
 use std::sync::atomic::Ordering;
 
-use super::phases::Outcome;
-use super::report::{count, duration};
-use super::setup::Sim;
-use super::{SHUTDOWN_TIMEOUT, list};
+use super::format::{count, duration, list};
+use super::phases::PhaseOutcome;
+use super::setup::{SHUTDOWN_TIMEOUT, Sim};
 
 /// Prints the checks; true if both hold (the second is skipped, not failed, when
 /// interrupted).
-pub(super) fn print(sim: &Sim, outcome: &Outcome) -> bool {
+pub(super) fn print(sim: &Sim, outcome: &PhaseOutcome) -> bool {
     let world = &sim.world;
     let overlaps = world.overlaps.load(Ordering::SeqCst);
     let exclusive = overlaps == 0;

@@ -1,17 +1,22 @@
 //! The simulation's run, in three phases: the producers emit their events, the queue drains
 //! (within a grace period), the workers stop.
 
+use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use workq::{AsyncWorkers, Summary};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use workq::{AsyncWorkers, StopToken, Summary};
 
-use super::report::count;
+use super::args::DemoArgs;
+use super::format::count;
 use super::setup::Sim;
-use super::{DemoArgs, drain_grace, progress_bar, tick};
+
+/// How often the progress bar is redrawn and the phases check whether they are over.
+const TICK: Duration = Duration::from_millis(50);
 
 /// What the run ended with.
-pub(super) struct Outcome {
+pub(super) struct PhaseOutcome {
     /// The workers' summary.
     pub(super) summary: Summary<usize>,
     /// From the start to the end of draining (the throughput's denominator).
@@ -21,7 +26,7 @@ pub(super) struct Outcome {
 }
 
 /// Runs the three phases with a progress bar, the last of which stops `workers`.
-pub(super) async fn run(sim: &Sim, workers: AsyncWorkers<usize>, args: &DemoArgs) -> Outcome {
+pub(super) async fn run(sim: &Sim, workers: AsyncWorkers<usize>, args: &DemoArgs) -> PhaseOutcome {
     let Sim {
         interrupt,
         started,
@@ -71,9 +76,38 @@ pub(super) async fn run(sim: &Sim, workers: AsyncWorkers<usize>, args: &DemoArgs
     bar.set_message(status("stopping"));
     let summary = workers.shut_down().await;
     bar.finish_and_clear();
-    Outcome {
+    PhaseOutcome {
         summary,
         active,
         interrupted: interrupt.is_stopped(),
     }
+}
+
+/// How long the demo waits, after the producers are done, for the queue to drain: retries
+/// still waiting for their backoff then are reported, not awaited.
+fn drain_grace(duration: Duration) -> Duration {
+    (duration / 2).clamp(Duration::from_secs(2), Duration::from_secs(30))
+}
+
+/// Waits one tick, or less if interrupted.
+async fn tick(interrupt: &StopToken) {
+    tokio::select! {
+        () = tokio::time::sleep(TICK) => {}
+        () = interrupt.stopped() => {}
+    }
+}
+
+/// The progress bar of a run of `duration`: hidden when `disabled` or when stderr is not a
+/// terminal.
+fn progress_bar(duration: Duration, disabled: bool) -> ProgressBar {
+    let length = duration.as_millis() as u64;
+    if disabled || !std::io::stderr().is_terminal() {
+        return ProgressBar::with_draw_target(Some(length), ProgressDrawTarget::hidden());
+    }
+    let bar = ProgressBar::new(length);
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed:>3} [{bar:24}] {msg}") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
 }

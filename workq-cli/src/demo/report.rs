@@ -4,13 +4,13 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::phases::Outcome;
+use super::format::{count, duration, list};
+use super::phases::PhaseOutcome;
 use super::setup::Sim;
-use super::{given_up_note, percent};
 
 /// Prints the end-of-run table: events, dedup, reconciles, retries, give-ups, latency,
 /// throughput.
-pub(super) fn print(sim: &Sim, outcome: &Outcome) {
+pub(super) fn print(sim: &Sim, outcome: &PhaseOutcome) {
     let (world, summary) = (&sim.world, &outcome.summary);
     let events = world.events.load(Ordering::Relaxed);
     let absorbed = world.absorbed.load(Ordering::Relaxed);
@@ -56,28 +56,24 @@ pub(super) fn print(sim: &Sim, outcome: &Outcome) {
     print!("{}", table.render());
 }
 
-/// `1234567` as `1,234,567`.
-pub(super) fn count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
+/// `part` as a percentage of `whole` (0 when `whole` is).
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
     }
-    out
 }
 
-/// A duration in the unit that reads best: `850 µs`, `12.3 ms`, `4.56 s`.
-pub(super) fn duration(d: Duration) -> String {
-    let micros = d.as_secs_f64() * 1e6;
-    if micros < 1000.0 {
-        format!("{micros:.0} µs")
-    } else if micros < 1e6 {
-        format!("{:.1} ms", micros / 1e3)
+/// The note beside the give-ups: which objects.
+fn given_up_note(objects: &[usize]) -> String {
+    if objects.is_empty() {
+        String::new()
     } else {
-        format!("{:.2} s", micros / 1e6)
+        format!(
+            "objects {} (logged and reported to on_give_up)",
+            list(objects)
+        )
     }
 }
 
@@ -137,14 +133,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_get_thousands_separators() {
-        assert_eq!(count(0), "0");
-        assert_eq!(count(999), "999");
-        assert_eq!(count(1000), "1,000");
-        assert_eq!(count(1_234_567), "1,234,567");
-    }
-
-    #[test]
     fn percentiles_use_the_nearest_rank() {
         let samples: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
         assert_eq!(percentile(&samples, 50.0), Some(Duration::from_millis(50)));
@@ -154,13 +142,6 @@ mod tests {
             Some(Duration::from_millis(100))
         );
         assert_eq!(percentile(&[], 50.0), None);
-    }
-
-    #[test]
-    fn durations_pick_a_readable_unit() {
-        assert_eq!(duration(Duration::from_micros(850)), "850 µs");
-        assert_eq!(duration(Duration::from_micros(12_340)), "12.3 ms");
-        assert_eq!(duration(Duration::from_millis(4560)), "4.56 s");
     }
 
     #[test]

@@ -14,10 +14,16 @@ use workq::AsyncWorkers;
 use workq::metrics::prometheus::PrometheusMetrics;
 use workq::{StopToken, WorkQueue, Workers};
 
-use super::report::{count, duration};
+use super::args::DemoArgs;
+use super::format::{count, duration};
 use super::world::World;
-use super::{DemoArgs, PRODUCERS, SHUTDOWN_TIMEOUT};
 use crate::metrics_server;
+
+/// How many producer tasks emit events.
+const PRODUCERS: usize = 4;
+
+/// How long in-flight reconciles may take to finish once the demo stops its workers.
+pub(super) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A simulation, set up and running.
 pub(super) struct Sim {

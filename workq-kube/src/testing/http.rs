@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::select::Selector;
+use super::state::{ApiError, ApiState, CLIENT_HEADER, Entry, Key, Shared};
 use super::store::Written;
-use super::{ApiError, ApiState, Shared};
 
 /// What a request names, parsed from its path.
 struct Target {
@@ -133,7 +133,7 @@ pub(super) async fn handle(
     };
     let watch = matches!(params.get("watch").map(String::as_str), Some("true" | "1"));
     let client = headers
-        .get(super::CLIENT_HEADER)
+        .get(CLIENT_HEADER)
         .and_then(|name| name.to_str().ok())
         .map(str::to_owned);
     let mut state = shared.lock();
@@ -199,7 +199,7 @@ pub(super) async fn handle(
 type Answer = Result<(StatusCode, Value), ApiError>;
 
 /// The key of the object `target` and `name` designate.
-fn key(target: &Target, name: &str) -> super::Key {
+fn key(target: &Target, name: &str) -> Key {
     (
         target.resource.clone(),
         target.namespace.clone().unwrap_or_default(),
@@ -599,7 +599,7 @@ impl Watch {
 
     /// The event a log entry makes on this watch, if any: a change that takes an object
     /// into the selection is `ADDED`, one that takes it out `DELETED`.
-    fn event_of(&self, entry: &super::Entry) -> Option<Value> {
+    fn event_of(&self, entry: &Entry) -> Option<Value> {
         if entry.resource != self.target.resource
             || self
                 .target

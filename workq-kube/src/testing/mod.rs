@@ -40,52 +40,23 @@
 
 mod http;
 mod select;
+mod state;
 mod store;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
-use axum::http::StatusCode;
 use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// How many requests the server answered, by kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Requests {
-    /// List requests.
-    pub lists: u64,
-    /// Watch requests (including those answered with `410 Gone`).
-    pub watches: u64,
-    /// Lists and watches that asked for metadata only (`PartialObjectMetadata`).
-    pub metadata_only: u64,
-    /// Watches refused because their resource version had expired.
-    pub expired: u64,
-    /// Bookmarks sent (one per open watch that allows them, per [`FakeApiServer::bookmark`]).
-    pub bookmarks: u64,
-    /// The resource version the last watch asked to start from.
-    pub watched_from: u64,
-    /// Gets of one object.
-    pub gets: u64,
-    /// Writes: creates, replaces, patches (of objects and of their status).
-    pub writes: u64,
-    /// Deletes.
-    pub deletes: u64,
-    /// Requests refused with an error status (not found, conflict, forbidden, ...).
-    pub refused: u64,
-    /// Requests of a partitioned client, refused without being looked at.
-    pub partitioned: u64,
-}
-
-/// The header that names a client ([`FakeApiServer::client_named`]).
-const CLIENT_HEADER: &str = "x-fake-api-client";
+pub use state::Requests;
+use state::{ApiState, CLIENT_HEADER, Entry, Shared};
 
 /// An in-process API server speaking the Kubernetes API over HTTP on `127.0.0.1`.
 ///
@@ -136,134 +107,6 @@ impl fmt::Debug for FakeApiServer {
         f.debug_struct("FakeApiServer")
             .field("url", &self.url)
             .finish_non_exhaustive()
-    }
-}
-
-/// The server's state and the signal of its changes.
-struct Shared {
-    /// Objects, log and counters.
-    state: Mutex<ApiState>,
-    /// Bumped on every change, so that open watches look at the log again.
-    changed: watch::Sender<u64>,
-}
-
-/// (resource, namespace or "", name): where an object lives.
-type Key = (String, String, String);
-
-/// What the server holds.
-#[derive(Default)]
-struct ApiState {
-    /// The last resource version given out.
-    resource_version: u64,
-    /// Watches from this resource version or older are refused with `410 Gone`.
-    expired_through: u64,
-    /// Open watches end when this moves on (a dropped connection, or the server's drop).
-    watch_generation: u64,
-    /// The server was dropped: every watch ends.
-    closed: bool,
-    /// The server stopped serving: requests on connections still open get `503`.
-    down: bool,
-    /// Resource -> (apiVersion, kind), learned from the objects written.
-    kinds: HashMap<String, (String, String)>,
-    /// Resources refused with `403 Forbidden`.
-    forbidden: HashSet<String>,
-    /// Clients cut off from the server ([`FakeApiServer::partition`]).
-    partitioned: HashSet<String>,
-    /// Every object.
-    objects: BTreeMap<Key, Value>,
-    /// Every change and bookmark in order; resource versions never decrease along it.
-    log: Vec<Entry>,
-    /// The last uid given out.
-    uid: u64,
-    /// Requests answered.
-    requests: Requests,
-}
-
-/// One watch event in the log.
-struct Entry {
-    /// The resource version the event carries.
-    resource_version: u64,
-    /// The resource, or "" for a bookmark (sent on every watch).
-    resource: String,
-    /// The object's namespace, or "".
-    namespace: String,
-    /// `ADDED`, `MODIFIED`, `DELETED` or `BOOKMARK`.
-    kind: &'static str,
-    /// The object (empty for a bookmark).
-    object: Value,
-    /// The object before a `MODIFIED` change, to tell a watch with a selector whether it
-    /// entered or left the selection.
-    previous: Option<Value>,
-}
-
-/// An error answer: a `Status` object with its HTTP code.
-#[derive(Debug)]
-struct ApiError {
-    code: StatusCode,
-    reason: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    fn not_found(resource: &str, name: &str) -> Self {
-        Self {
-            code: StatusCode::NOT_FOUND,
-            reason: "NotFound",
-            message: format!("{resource} \"{name}\" not found"),
-        }
-    }
-
-    fn bad_request(message: impl Into<String>) -> Self {
-        Self {
-            code: StatusCode::BAD_REQUEST,
-            reason: "BadRequest",
-            message: message.into(),
-        }
-    }
-
-    fn invalid(message: impl Into<String>) -> Self {
-        Self {
-            code: StatusCode::UNPROCESSABLE_ENTITY,
-            reason: "Invalid",
-            message: message.into(),
-        }
-    }
-
-    fn conflict(message: impl Into<String>) -> Self {
-        Self {
-            code: StatusCode::CONFLICT,
-            reason: "Conflict",
-            message: message.into(),
-        }
-    }
-
-    fn already_exists(resource: &str, name: &str) -> Self {
-        Self {
-            code: StatusCode::CONFLICT,
-            reason: "AlreadyExists",
-            message: format!("{resource} \"{name}\" already exists"),
-        }
-    }
-
-    fn forbidden(resource: &str) -> Self {
-        Self {
-            code: StatusCode::FORBIDDEN,
-            reason: "Forbidden",
-            message: format!("{resource} is forbidden: the fake API server refuses it"),
-        }
-    }
-
-    /// The `Status` object of this error.
-    fn status(&self) -> Value {
-        json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code.as_u16(),
-        })
     }
 }
 
@@ -539,21 +382,6 @@ impl Drop for FakeApiServer {
         if let Some(server) = self.accept_loop().take() {
             server.abort();
         }
-    }
-}
-
-impl Shared {
-    /// Locks the state; a panic elsewhere while it was held does not make it unreadable.
-    fn lock(&self) -> MutexGuard<'_, ApiState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Releases the state, then wakes the open watches.
-    fn notify(&self, state: MutexGuard<'_, ApiState>) {
-        drop(state);
-        self.changed.send_modify(|version| *version += 1);
     }
 }
 

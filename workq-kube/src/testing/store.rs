@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{ApiError, ApiState, Entry, Key};
+use super::state::{ApiError, ApiState, Entry, Key};
 
 /// What a write did.
 #[derive(Debug)]

@@ -1,0 +1,41 @@
+//! The answers every handler shares: refusals (which the audit layer logs and counts), other
+//! errors, and the clock the sources' `down_since` is read on.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+/// Milliseconds since the Unix epoch by the system clock (0 if the clock is set before it).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A refusal, as the audit log and `/metrics` tell it: a short fixed label (`unauthorized`,
+/// `read_only`, `body_too_large`, ...), why, and the item the request named if it got that
+/// far.
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    pub(crate) kind: &'static str,
+    pub(crate) reason: String,
+    pub(crate) item: Option<String>,
+}
+
+/// A refusal of the request, logged and counted under `kind` by the audit layer.
+pub(crate) fn refuse_as(status: StatusCode, kind: &'static str, why: &str) -> Response {
+    let mut response = (status, axum::Json(serde_json::json!({ "error": why }))).into_response();
+    response.extensions_mut().insert(Refusal {
+        kind,
+        reason: why.to_owned(),
+        item: None,
+    });
+    response
+}
+
+/// An answer that is no refusal (a queue that is not there, a server that is down): not
+/// logged by the audit layer.
+pub(crate) fn answer_error(status: StatusCode, why: &str) -> Response {
+    (status, axum::Json(serde_json::json!({ "error": why }))).into_response()
+}
