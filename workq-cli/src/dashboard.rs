@@ -346,19 +346,28 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         let mut interrupt =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
-        println!(
-            "wq dashboard: {open} for {}{}",
+        let mut banner = format!(
+            "wq dashboard: {open} for {}{}\n",
             described.join(" and "),
             if read_only { " (read-only)" } else { "" }
         );
         if access.token.is_some() && !access.generated {
-            println!(
+            banner.push_str(&format!(
                 "wq dashboard: open {open}?token=TOKEN once with the token you gave (or send \
-                 Authorization: Bearer TOKEN)"
-            );
+                 Authorization: Bearer TOKEN)\n"
+            ));
         }
         if args.public_url.is_some() {
-            println!("wq dashboard: listening on {scheme}://{local}/ behind the proxy");
+            banner.push_str(&format!(
+                "wq dashboard: listening on {scheme}://{local}/ behind the proxy\n"
+            ));
+        }
+        // One write, and a reader that has gone (a closed pipe) does not stop the server:
+        // `println!` would panic on it.
+        {
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
         }
         let shutdown = async {
             tokio::select! {
