@@ -9,10 +9,9 @@ use super::timer::{TimerState, join_unless_current};
 use crate::QueueStats;
 use crate::clock::Clock;
 use crate::error::TryGetError;
-use crate::lease::Lease;
 use crate::metrics::QueueMetrics;
 use crate::rate_limiter::RateLimiter;
-use crate::state::{Added, State, item_hash};
+use crate::state::{Added, Popped, State, item_hash};
 use crate::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 use crate::waiters::{Waiters, Wakeups};
 
@@ -217,34 +216,33 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         }
     }
 
-    /// Pops an item under the lock: a lease, or why there is none (what
-    /// [`WorkQueue::try_get`](super::WorkQueue::try_get) returns); and the get's metric, for
-    /// after the lock.
+    /// Pops an item under the lock: the item with its slot and priority, or why there is
+    /// none; and the get's metric, for after the lock. The caller makes the lease (once the
+    /// lock is released): the lock protocol knows nothing of leases.
     #[inline]
     pub(super) fn pop_locked(
-        self: &Arc<Self>,
+        &self,
         inner: &mut Inner<T>,
-    ) -> (Result<Lease<T>, TryGetError>, After<T>) {
+    ) -> (Result<Popped<T>, TryGetError>, After<T>) {
         match inner.state.pop(self.metrics_now()) {
             Some(popped) => {
                 self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-                let lease = Lease::new(self.clone(), popped.item, popped.slot, popped.priority);
                 let mut after = After::NONE;
                 after.got = popped.queued_for;
-                (Ok(lease), after)
+                (Ok(popped), after)
             }
             None if inner.state.is_shutting_down() => (Err(TryGetError::ShutDown), After::NONE),
             None => (Err(TryGetError::Empty), After::NONE),
         }
     }
 
-    /// Marks the lease in `slot` done, then hands out the next ready item, in one lock round
+    /// Marks the lease in `slot` done, then pops the next ready item, in one lock round
     /// instead of two: a worker loop's step from one item to the next
-    /// ([`Queue::done_and_next`](crate::Queue::done_and_next)). `None` if nothing is ready,
-    /// and once the queue is shut down: the items still queued then are for `get`, as on the
-    /// shared backends, whose shut-down handles hand nothing out with a done (a worker pool
-    /// that stopped its queue takes no more work).
-    pub(crate) fn done_then_pop(self: &Arc<Self>, slot: u32) -> Option<Lease<T>> {
+    /// ([`Queue::done_and_next`](crate::Queue::done_and_next)), whose lease the caller makes.
+    /// `None` if nothing is ready, and once the queue is shut down: the items still queued
+    /// then are for `get`, as on the shared backends, whose shut-down handles hand nothing
+    /// out with a done (a worker pool that stopped its queue takes no more work).
+    pub(crate) fn done_then_pop(&self, slot: u32) -> Option<Popped<T>> {
         self.locked(move |inner, _| {
             let mut after = self.done_locked(inner, slot);
             if inner.state.is_shutting_down() {

@@ -470,7 +470,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
                 popped
             });
             match outcome {
-                Ok(lease) => return Some(lease),
+                Ok(popped) => return Some(Lease::new(shared.clone(), popped)),
                 Err(TryGetError::ShutDown) => return None,
                 Err(TryGetError::Empty) => sync::thread::park(),
             }
@@ -496,7 +496,9 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// ```
     #[inline]
     pub fn try_get(&self) -> Result<Lease<T>, TryGetError> {
-        self.shared.locked(|inner, _| self.shared.pop_locked(inner))
+        self.shared
+            .locked(|inner, _| self.shared.pop_locked(inner))
+            .map(|popped| Lease::new(self.shared.clone(), popped))
     }
 
     /// Shuts the queue down: new adds are ignored from now on, waiting getters wake, and items
