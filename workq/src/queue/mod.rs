@@ -6,8 +6,9 @@
 //! - `builder.rs`: [`AddOptions`] and [`Builder`];
 //! - `locked.rs`: the one lock protocol every call goes through (`Shared::locked`): take
 //!   the lock, move due delayed items to the ready queue (one clock read, only when
-//!   something is delayed), act on `State`, release the lock, then wake and record;
-//! - `timer.rs`: the delay timer thread;
+//!   something is delayed), act on `State`, release the lock, then wake and record; and
+//!   the bookkeeping of the timer thread it starts and joins;
+//! - `timer.rs`: the delay timer thread itself;
 //! - `futures.rs`: the futures [`Get`] and [`Drain`].
 
 mod builder;
@@ -24,14 +25,13 @@ use crossbeam_utils::Backoff;
 
 pub use builder::{AddOptions, Builder};
 pub use futures::{Drain, Get};
-use locked::After;
 pub(crate) use locked::Shared;
+use locked::{After, join_unless_current};
 
 use crate::error::TryGetError;
 use crate::lease::Lease;
 use crate::sync::{self, Ordering};
 use crate::waiters::Signal;
-use timer::join_unless_current;
 
 /// A deduplicating, delaying, rate-limiting work queue: client-go's `workqueue` for Rust.
 ///
