@@ -218,6 +218,7 @@ mod parallelize;
 mod queue;
 pub mod rate_limiter;
 mod state;
+mod stats;
 mod sync;
 mod waiters;
 mod workers;
@@ -229,7 +230,8 @@ pub use backend::{DoneMany, Queue, QueueLease, TryGet};
 pub use error::TryGetError;
 pub use lease::Lease;
 pub use parallelize::{Parallelizer, parallelize_until};
-pub use queue::{AddOptions, Builder, Drain, Get, QueueStats, WorkQueue};
+pub use queue::{AddOptions, Builder, Drain, Get, WorkQueue};
+pub use stats::QueueStats;
 #[cfg(feature = "tokio")]
 pub use workers::AsyncWorkers;
 pub use workers::{

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::QueueStats;
 use crate::clock::Clock;
 use crate::error::TryGetError;
 use crate::metrics::QueueMetrics;
 use crate::rate_limiter::RateLimiter;
 use crate::state::{Added, Popped, State, item_hash};
+use crate::stats::QueueStats;
 use crate::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 use crate::waiters::{Waiters, Wakeups};
 

@@ -2,7 +2,7 @@
 //!
 //! No rule of the queue lives here; this module and its children hold the plumbing:
 //!
-//! - `mod.rs`: the public handle, its methods, and [`QueueStats`];
+//! - `mod.rs`: the public handle and its methods;
 //! - `builder.rs`: [`AddOptions`] and [`Builder`];
 //! - `locked.rs`: the one lock protocol every call goes through (`Shared::locked`): take
 //!   the lock, move due delayed items to the ready queue (one clock read, only when
@@ -30,6 +30,7 @@ use locked::{After, join_unless_current};
 
 use crate::error::TryGetError;
 use crate::lease::Lease;
+use crate::stats::QueueStats;
 use crate::sync::{self, Ordering};
 use crate::waiters::Signal;
 
@@ -563,25 +564,4 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     pub fn is_shutting_down(&self) -> bool {
         self.shared.peek(|inner| inner.state.is_shutting_down())
     }
-}
-
-/// A snapshot of a queue's sizes and in-flight work, as [`QueueProbe::stats`](crate::metrics::QueueProbe::stats) and
-/// [`WorkQueue::stats`] return it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct QueueStats {
-    /// Items waiting to be handed out ([`WorkQueue::len`]).
-    pub len: usize,
-    /// Items waiting for a delay to pass.
-    pub delayed: usize,
-    /// Leases out.
-    pub processing: usize,
-    /// The sum of how long each lease out has been held (client-go's
-    /// `unfinished_work_seconds`). Measured only on queues that report metrics; zero
-    /// otherwise.
-    pub unfinished_work: Duration,
-    /// How long the oldest lease out has been held (client-go's
-    /// `longest_running_processor_seconds`). Measured only on queues that report metrics;
-    /// zero otherwise.
-    pub longest_running: Duration,
 }
