@@ -31,6 +31,7 @@ use crate::state::Popped;
 /// drop(lease); // done: now it is queued again
 /// assert_eq!(queue.len(), 1);
 /// ```
+#[must_use = "dropping a lease marks its item done"]
 pub struct Lease<T> {
     /// The queue, to mark the item done on drop.
     shared: Arc<Shared<T>>,
