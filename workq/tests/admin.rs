@@ -1,16 +1,65 @@
-//! The operator's contract (`workq::admin`) on the in-process queues: [`MemoryAdmin`], the
+//! The operator's contract (`workq::admin`) on the in-process queues: the admin behaviour
+//! suite run on [`MemoryAdmin`] (the figures rules, and `Unsupported` for the rest), the
 //! messages of [`act`] for every answer a backend can give, the pointer forwards, and (feature
 //! `serde`) the JSON names the dashboard's API has always used.
 
+pub mod admin_suite;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
+use admin_suite::AdminFactory;
 use workq::WorkQueue;
 use workq::admin::{
     Action, ActionOutcome, Admin, AdminError, BoxFuture, Capabilities, MemoryAdmin, QueueSummary,
     Removed, Retried, ServerStatus, Stats, act,
 };
 use workq::metrics::QueueProbe;
+use workq::rate_limiter::ExponentialFailure;
+
+/// The in-process queues of one test, all reporting to one [`MemoryAdmin`].
+#[derive(Default)]
+struct MemoryAdminFactory {
+    admin: MemoryAdmin,
+}
+
+impl AdminFactory for MemoryAdminFactory {
+    type Queue = WorkQueue<String>;
+
+    async fn admin(&self) -> Box<dyn Admin> {
+        Box::new(self.admin.clone())
+    }
+
+    async fn queue(&self, name: &str) -> WorkQueue<String> {
+        let hour = Duration::from_secs(3600);
+        WorkQueue::builder()
+            .name(name)
+            .metrics(self.admin.clone())
+            .rate_limiter(ExponentialFailure::new(hour, hour * 1000))
+            .build()
+    }
+
+    async fn dead_letter(&self, _queue: &str, _item: &str) {
+        unreachable!("the suite makes dead letters only where the backend has actions");
+    }
+}
+
+/// Instantiates every rule of the suite on a fresh [`MemoryAdminFactory`].
+macro_rules! memory_admin {
+    ($($rule:ident),* $(,)?) => {
+        mod memory_admin {
+            $(
+                #[tokio::test]
+                async fn $rule() {
+                    crate::admin_suite::rules::$rule(&crate::MemoryAdminFactory::default()).await;
+                }
+            )*
+        }
+    };
+}
+
+for_each_admin_rule!(memory_admin);
 
 #[tokio::test]
 async fn memory_admin_counts_the_events_of_the_queues_that_report_to_it() {
