@@ -129,6 +129,63 @@ async fn memory_admin_shows_a_probe_without_counters_and_forgets_dropped_queues(
     assert!(format!("{admin:?}").contains("probed"), "{admin:?}");
 }
 
+#[test]
+fn memory_admin_reads_probes_without_holding_its_lock() {
+    // A probe is user code: this one reads the admin it is registered with (as a
+    // provider's probe that reports its own listing would). Read under the admin's lock, it
+    // would wait for that lock for ever.
+    let admin = MemoryAdmin::new();
+    let inner = admin.clone();
+    let looked = Arc::new(AtomicUsize::new(0));
+    let seen = looked.clone();
+    let probe = QueueProbe::new(move || {
+        if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+            let others = futures::FutureExt::now_or_never(inner.queues())
+                .expect("answered at once")
+                .expect("queues");
+            assert_eq!(others.len(), 1, "itself");
+        }
+        Some(workq::QueueStats::default())
+    });
+    let admin = admin.with_queue("curious", probe);
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let listed = futures::executor::block_on(admin.queues()).expect("queues");
+        let _ = done.send(listed.len());
+    });
+    assert_eq!(
+        finished.recv_timeout(Duration::from_secs(30)),
+        Ok(1),
+        "the listing finished"
+    );
+    assert!(looked.load(Ordering::SeqCst) >= 2);
+}
+
+#[tokio::test]
+async fn a_queue_registered_under_a_gone_ones_name_while_it_is_read_is_kept() {
+    let admin = MemoryAdmin::new();
+    let live: WorkQueue<u32> = WorkQueue::new();
+    live.add(1);
+    let reading = live.clone();
+    let again = admin.clone();
+    // The first "pods" is gone; while the listing reads it, a new "pods" registers.
+    let gone = QueueProbe::new(move || {
+        let reading = reading.clone();
+        let _ = again
+            .clone()
+            .with_queue("pods", QueueProbe::new(move || Some(reading.stats())));
+        None
+    });
+    let admin = admin.with_queue("pods", gone);
+    assert!(
+        admin.queues().await.expect("queues").is_empty(),
+        "read as gone"
+    );
+    let listed = admin.queues().await.expect("queues");
+    assert_eq!(listed.len(), 1, "the new registration is kept");
+    assert_eq!(listed[0].depth, 1);
+}
+
 #[tokio::test]
 async fn boxed_and_shared_admins_answer_as_the_admin_inside() {
     let admin = MemoryAdmin::new();

@@ -45,11 +45,21 @@ use crate::metrics::{MetricsProvider, QueueMetrics, QueueProbe};
 /// ```
 #[derive(Clone, Default)]
 pub struct MemoryAdmin {
-    queues: Arc<Mutex<BTreeMap<String, Entry>>>,
+    queues: Arc<Mutex<Queues>>,
+}
+
+/// The queues by name, and the number the next registration gets.
+#[derive(Default)]
+struct Queues {
+    by_name: BTreeMap<String, Entry>,
+    next_id: u64,
 }
 
 /// One queue: how to read it, and its counts when it reports to us.
+#[derive(Clone)]
 struct Entry {
+    /// Tells this registration from a later one under the same name.
+    id: u64,
     probe: QueueProbe,
     /// Present when the queue reports its events to this admin.
     counts: Option<Arc<Counts>>,
@@ -66,7 +76,10 @@ struct Counts {
 impl fmt::Debug for MemoryAdmin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryAdmin")
-            .field("queues", &self.queues.lock().keys().collect::<Vec<_>>())
+            .field(
+                "queues",
+                &self.queues.lock().by_name.keys().collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -82,33 +95,60 @@ impl MemoryAdmin {
     /// admin as its metrics provider is added by itself, with them).
     #[must_use]
     pub fn with_queue(self, name: impl Into<String>, probe: QueueProbe) -> Self {
-        self.queues.lock().insert(
-            name.into(),
-            Entry {
-                probe,
-                counts: None,
-            },
-        );
+        self.register(name.into(), probe, None);
         self
     }
 
-    /// Every live queue's figures, by name; forgets the queues that are gone.
-    fn summaries(&self) -> Vec<QueueSummary> {
+    /// Shows `probe` as `name`, in place of any queue of that name.
+    fn register(&self, name: String, probe: QueueProbe, counts: Option<Arc<Counts>>) {
         let mut queues = self.queues.lock();
-        // A dropped queue's probe reads `None`: forget it.
-        queues.retain(|_, entry| entry.probe.stats().is_some());
-        queues
+        let id = queues.next_id;
+        queues.next_id += 1;
+        queues.by_name.insert(name, Entry { id, probe, counts });
+    }
+
+    /// Every live queue's figures, by name; forgets the queues that are gone.
+    ///
+    /// The probes are read without this admin's lock (a probe takes its queue's lock, and
+    /// may be any code): the entries are copied out first.
+    fn summaries(&self) -> Vec<QueueSummary> {
+        let entries: Vec<(String, Entry)> = self
+            .queues
+            .lock()
+            .by_name
             .iter()
-            .filter_map(|(name, entry)| summary_of(name, entry))
-            .collect()
+            .map(|(name, entry)| (name.clone(), entry.clone()))
+            .collect();
+        let mut summaries = Vec::with_capacity(entries.len());
+        let mut gone = Vec::new();
+        for (name, entry) in entries {
+            match summary_of(&name, &entry) {
+                Some(summary) => summaries.push(summary),
+                None => gone.push((name, entry.id)),
+            }
+        }
+        if !gone.is_empty() {
+            // A dropped queue's probe reads `None`: forget it, unless a queue registered
+            // under its name since.
+            let mut queues = self.queues.lock();
+            for (name, id) in gone {
+                if queues
+                    .by_name
+                    .get(&name)
+                    .is_some_and(|entry| entry.id == id)
+                {
+                    queues.by_name.remove(&name);
+                }
+            }
+        }
+        summaries
     }
 
     /// One queue's figures, if it is live.
     fn find(&self, name: &str) -> Result<QueueSummary, AdminError> {
-        let queues = self.queues.lock();
-        queues
-            .get(name)
-            .and_then(|entry| summary_of(name, entry))
+        let entry = self.queues.lock().by_name.get(name).cloned();
+        entry
+            .and_then(|entry| summary_of(name, &entry))
             .ok_or(AdminError::NotFound)
     }
 }
@@ -157,13 +197,7 @@ impl QueueMetrics for Recorder {
 impl MetricsProvider for MemoryAdmin {
     fn new_queue(&self, name: &str, probe: QueueProbe) -> Box<dyn QueueMetrics> {
         let counts = Arc::new(Counts::default());
-        self.queues.lock().insert(
-            name.to_owned(),
-            Entry {
-                probe,
-                counts: Some(counts.clone()),
-            },
-        );
+        self.register(name.to_owned(), probe, Some(counts.clone()));
         Box::new(Recorder(counts))
     }
 }
