@@ -727,6 +727,36 @@ mod json {
     }
 
     #[test]
+    fn hostile_json_is_refused_without_a_panic() {
+        let cases = [
+            json!({"name": "q", "longest_running_s": 1e300}),
+            json!({"name": "q", "unfinished_work_s": -0.5}),
+            json!({"name": "q", "oldest_ready_s": -1}),
+            json!({"name": "q", "depth": -1}),
+            json!({"name": 5}),
+        ];
+        for case in cases {
+            assert!(
+                serde_json::from_value::<QueueSummary>(case.clone()).is_err(),
+                "{case}"
+            );
+        }
+        let far = json!({"id": "1", "item": "x", "error": "", "at_ms": u64::MAX,
+                         "stalls": 0, "failures": 0, "token": null});
+        // Either read or refused; never a panic.
+        let _ = serde_json::from_value::<DeadLetter>(far);
+        let lease = json!({"age_s": f64::MAX, "expires_in_s": 0, "token": 1, "holder": null});
+        assert!(serde_json::from_value::<LeaseInfo>(lease).is_err());
+        let action = json!({"action": "drop_database"});
+        assert!(serde_json::from_value::<Action>(action).is_err());
+        let missing = json!({"action": "retry_now"});
+        assert!(
+            serde_json::from_value::<Action>(missing).is_err(),
+            "no item"
+        );
+    }
+
+    #[test]
     fn stats_are_the_summary_with_leases_and_failures() {
         let mut stats = Stats::new(summary());
         stats.next_delayed_in = Some(Duration::from_secs(3));
