@@ -371,7 +371,12 @@ pub trait Queue: Clone + Send + Sync + 'static {
 
 /// What [`Queue::done_and_next_many`] did: the outcome of each lease's `done`, and the leases
 /// it handed out.
+///
+/// The leases in [`next`](Self::next) were handed out for the caller: dropped unprocessed,
+/// they complete their items in memory (a dropped in-memory lease is done) and release them
+/// on a server; and each `done` in [`done`](Self::done) may have failed.
 #[derive(Debug)]
+#[must_use = "the leases in `next` were handed out for you: dropped, they complete unprocessed items in memory and release them on a server; each `done` may have failed"]
 pub struct DoneMany<L, E> {
     /// Each `done`'s outcome, in the order of the leases given.
     pub done: Vec<Result<(), E>>,

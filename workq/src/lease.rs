@@ -6,6 +6,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::queue::Shared;
+use crate::state::Popped;
 
 /// The claim on one item while a worker processes it.
 ///
@@ -30,6 +31,7 @@ use crate::queue::Shared;
 /// drop(lease); // done: now it is queued again
 /// assert_eq!(queue.len(), 1);
 /// ```
+#[must_use = "dropping a lease marks its item done"]
 pub struct Lease<T> {
     /// The queue, to mark the item done on drop.
     shared: Arc<Shared<T>>,
@@ -42,12 +44,15 @@ pub struct Lease<T> {
 }
 
 impl<T> Lease<T> {
-    pub(crate) fn new(shared: Arc<Shared<T>>, item: T, slot: u32, priority: i32) -> Self {
+    /// The lease of an item the queue popped (its slot stays reserved until the lease
+    /// drops).
+    #[inline]
+    pub(crate) fn new(shared: Arc<Shared<T>>, popped: Popped<T>) -> Self {
         Self {
             shared,
-            item,
-            slot,
-            priority,
+            item: popped.item,
+            slot: popped.slot,
+            priority: popped.priority,
         }
     }
 
@@ -80,7 +85,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
         let next = self.shared.done_then_pop(self.slot);
         // Done already: the drop below must not do it again.
         self.slot = DONE;
-        next
+        next.map(|popped| Lease::new(self.shared.clone(), popped))
     }
 }
 

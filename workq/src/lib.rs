@@ -165,11 +165,19 @@
 //! `metrics::prometheus::PrometheusMetrics` exports them under Kubernetes' series names,
 //! so existing dashboards work. A queue without both records nothing.
 //!
+//! # Operators
+//!
+//! [`admin`] is the operator's contract: one [`Admin`](admin::Admin) trait and one set of
+//! types (queue figures, pages of items, an item's detail, dead letters, actions) for every
+//! backend's queues, what the dashboard and `wq queue` show and do.
+//! [`MemoryAdmin`](admin::MemoryAdmin) answers it for the queues of this process.
+//!
 //! # Features
 //!
 //! None by default: the queue, [`get`](WorkQueue::get) on any executor and threaded
 //! [`Workers`] need no runtime. `tokio` adds async workers and per-item timeouts;
-//! `prometheus` adds `metrics::prometheus`.
+//! `prometheus` adds `metrics::prometheus`; `serde` adds the JSON of the operator's types;
+//! `redact` adds `admin::redact_url`.
 //!
 //! # Coming from client-go
 
@@ -206,6 +214,8 @@
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 #![cfg_attr(loom, allow(dead_code, unreachable_pub))]
 
+mod added;
+pub mod admin;
 mod backend;
 pub mod clock;
 mod error;
@@ -218,6 +228,7 @@ mod parallelize;
 mod queue;
 pub mod rate_limiter;
 mod state;
+mod stats;
 mod sync;
 mod waiters;
 mod workers;
@@ -225,11 +236,13 @@ mod workers;
 #[cfg(all(test, loom))]
 mod tests;
 
+pub use added::{AddKind, Added};
 pub use backend::{DoneMany, Queue, QueueLease, TryGet};
 pub use error::TryGetError;
 pub use lease::Lease;
 pub use parallelize::{Parallelizer, parallelize_until};
-pub use queue::{AddOptions, Builder, Drain, Get, QueueStats, WorkQueue};
+pub use queue::{AddOptions, Builder, Drain, Get, WorkQueue};
+pub use stats::QueueStats;
 #[cfg(feature = "tokio")]
 pub use workers::AsyncWorkers;
 pub use workers::{

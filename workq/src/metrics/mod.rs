@@ -65,7 +65,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::QueueStats;
+use crate::stats::QueueStats;
 
 /// Creates the recorder of each named queue. This is client-go's `MetricsProvider`.
 pub trait MetricsProvider: Send + Sync + 'static {

@@ -63,7 +63,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::{MetricsProvider, QueueMetrics, QueueProbe, QueueStats};
+use super::{MetricsProvider, QueueMetrics, QueueProbe};
+use crate::stats::QueueStats;
 
 const DEPTH_HELP: &str = "Current depth of workqueue";
 const ADDS_HELP: &str = "Total number of adds handled by workqueue";

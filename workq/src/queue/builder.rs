@@ -6,8 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::WorkQueue;
-use super::locked::{Inner, Shared};
-use super::timer::TimerState;
+use super::locked::{Inner, Shared, TimerState};
 #[cfg(doc)]
 use crate::Lease;
 use crate::clock::{Clock, ClockListener, RealClock};

@@ -34,7 +34,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Future for Get<'_, T> {
         let this = &mut *self;
         let shared = &this.queue.shared;
         let waiter = &mut this.waiter;
-        shared.locked(|inner, _| match shared.pop_locked(inner) {
+        let popped = shared.locked(|inner, _| match shared.pop_locked(inner) {
             (Err(TryGetError::Empty), after) => {
                 let registered = match *waiter {
                     Some(id) => inner.waiters.update(id, cx.waker()),
@@ -51,7 +51,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Future for Get<'_, T> {
                 }
                 (Poll::Ready(done.ok()), after)
             }
-        })
+        });
+        popped.map(|popped| popped.map(|popped| Lease::new(shared.clone(), popped)))
     }
 }
 

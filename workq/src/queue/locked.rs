@@ -3,16 +3,15 @@
 
 use std::hash::Hash;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::timer::{TimerState, join_unless_current};
-use crate::QueueStats;
 use crate::clock::Clock;
 use crate::error::TryGetError;
-use crate::lease::Lease;
 use crate::metrics::QueueMetrics;
 use crate::rate_limiter::RateLimiter;
-use crate::state::{Added, State, item_hash};
+use crate::state::{Added, Popped, State, item_hash};
+use crate::stats::QueueStats;
 use crate::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 use crate::waiters::{Waiters, Wakeups};
 
@@ -28,6 +27,27 @@ pub(crate) struct Inner<T> {
     pub(super) drain_waiters: Waiters,
     /// The delay timer thread.
     pub(super) timer: TimerState,
+}
+
+/// State of the background thread that wakes getters when delayed items come due.
+#[derive(Default)]
+pub(super) struct TimerState {
+    /// The thread, once started; taken and joined on shut down or when the last handle drops.
+    pub(super) thread: Option<JoinHandle<()>>,
+    /// The deadline the thread sleeps until (nanoseconds since the epoch); `u64::MAX` when it
+    /// sleeps with nothing delayed. An add with an earlier deadline wakes it.
+    pub(super) sleeping_until: u64,
+}
+
+/// Joins the timer thread, unless this is the timer thread: a waker it calls may drop the
+/// last handle (an executor dropping a woken task), and a thread cannot join itself. The
+/// timer loop returns by itself once it sees the queue shut down or without handles.
+pub(super) fn join_unless_current(thread: Option<JoinHandle<()>>) {
+    if let Some(thread) = thread
+        && thread.thread().id() != std::thread::current().id()
+    {
+        let _ = thread.join();
+    }
 }
 
 /// What every handle, lease and the timer thread share.
@@ -217,34 +237,33 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         }
     }
 
-    /// Pops an item under the lock: a lease, or why there is none (what
-    /// [`WorkQueue::try_get`](super::WorkQueue::try_get) returns); and the get's metric, for
-    /// after the lock.
+    /// Pops an item under the lock: the item with its slot and priority, or why there is
+    /// none; and the get's metric, for after the lock. The caller makes the lease (once the
+    /// lock is released): the lock protocol knows nothing of leases.
     #[inline]
     pub(super) fn pop_locked(
-        self: &Arc<Self>,
+        &self,
         inner: &mut Inner<T>,
-    ) -> (Result<Lease<T>, TryGetError>, After<T>) {
+    ) -> (Result<Popped<T>, TryGetError>, After<T>) {
         match inner.state.pop(self.metrics_now()) {
             Some(popped) => {
                 self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
-                let lease = Lease::new(self.clone(), popped.item, popped.slot, popped.priority);
                 let mut after = After::NONE;
                 after.got = popped.queued_for;
-                (Ok(lease), after)
+                (Ok(popped), after)
             }
             None if inner.state.is_shutting_down() => (Err(TryGetError::ShutDown), After::NONE),
             None => (Err(TryGetError::Empty), After::NONE),
         }
     }
 
-    /// Marks the lease in `slot` done, then hands out the next ready item, in one lock round
+    /// Marks the lease in `slot` done, then pops the next ready item, in one lock round
     /// instead of two: a worker loop's step from one item to the next
-    /// ([`Queue::done_and_next`](crate::Queue::done_and_next)). `None` if nothing is ready,
-    /// and once the queue is shut down: the items still queued then are for `get`, as on the
-    /// shared backends, whose shut-down handles hand nothing out with a done (a worker pool
-    /// that stopped its queue takes no more work).
-    pub(crate) fn done_then_pop(self: &Arc<Self>, slot: u32) -> Option<Lease<T>> {
+    /// ([`Queue::done_and_next`](crate::Queue::done_and_next)), whose lease the caller makes.
+    /// `None` if nothing is ready, and once the queue is shut down: the items still queued
+    /// then are for `get`, as on the shared backends, whose shut-down handles hand nothing
+    /// out with a done (a worker pool that stopped its queue takes no more work).
+    pub(crate) fn done_then_pop(&self, slot: u32) -> Option<Popped<T>> {
         self.locked(move |inner, _| {
             let mut after = self.done_locked(inner, slot);
             if inner.state.is_shutting_down() {

@@ -2,12 +2,13 @@
 //!
 //! No rule of the queue lives here; this module and its children hold the plumbing:
 //!
-//! - `mod.rs`: the public handle, its methods, and [`QueueStats`];
+//! - `mod.rs`: the public handle and its methods;
 //! - `builder.rs`: [`AddOptions`] and [`Builder`];
 //! - `locked.rs`: the one lock protocol every call goes through (`Shared::locked`): take
 //!   the lock, move due delayed items to the ready queue (one clock read, only when
-//!   something is delayed), act on `State`, release the lock, then wake and record;
-//! - `timer.rs`: the delay timer thread;
+//!   something is delayed), act on `State`, release the lock, then wake and record; and
+//!   the bookkeeping of the timer thread it starts and joins;
+//! - `timer.rs`: the delay timer thread itself;
 //! - `futures.rs`: the futures [`Get`] and [`Drain`].
 
 mod builder;
@@ -24,14 +25,14 @@ use crossbeam_utils::Backoff;
 
 pub use builder::{AddOptions, Builder};
 pub use futures::{Drain, Get};
-use locked::After;
 pub(crate) use locked::Shared;
+use locked::{After, join_unless_current};
 
 use crate::error::TryGetError;
 use crate::lease::Lease;
+use crate::stats::QueueStats;
 use crate::sync::{self, Ordering};
 use crate::waiters::Signal;
-use timer::join_unless_current;
 
 /// A deduplicating, delaying, rate-limiting work queue: client-go's `workqueue` for Rust.
 ///
@@ -470,7 +471,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
                 popped
             });
             match outcome {
-                Ok(lease) => return Some(lease),
+                Ok(popped) => return Some(Lease::new(shared.clone(), popped)),
                 Err(TryGetError::ShutDown) => return None,
                 Err(TryGetError::Empty) => sync::thread::park(),
             }
@@ -496,7 +497,9 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     /// ```
     #[inline]
     pub fn try_get(&self) -> Result<Lease<T>, TryGetError> {
-        self.shared.locked(|inner, _| self.shared.pop_locked(inner))
+        self.shared
+            .locked(|inner, _| self.shared.pop_locked(inner))
+            .map(|popped| Lease::new(self.shared.clone(), popped))
     }
 
     /// Shuts the queue down: new adds are ignored from now on, waiting getters wake, and items
@@ -561,25 +564,4 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
     pub fn is_shutting_down(&self) -> bool {
         self.shared.peek(|inner| inner.state.is_shutting_down())
     }
-}
-
-/// A snapshot of a queue's sizes and in-flight work, as [`QueueProbe::stats`](crate::metrics::QueueProbe::stats) and
-/// [`WorkQueue::stats`] return it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct QueueStats {
-    /// Items waiting to be handed out ([`WorkQueue::len`]).
-    pub len: usize,
-    /// Items waiting for a delay to pass.
-    pub delayed: usize,
-    /// Leases out.
-    pub processing: usize,
-    /// The sum of how long each lease out has been held (client-go's
-    /// `unfinished_work_seconds`). Measured only on queues that report metrics; zero
-    /// otherwise.
-    pub unfinished_work: Duration,
-    /// How long the oldest lease out has been held (client-go's
-    /// `longest_running_processor_seconds`). Measured only on queues that report metrics;
-    /// zero otherwise.
-    pub longest_running: Duration,
 }

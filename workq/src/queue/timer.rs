@@ -2,32 +2,10 @@
 
 use std::hash::Hash;
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::locked::{After, Inner, Shared};
 use crate::sync::{self, Ordering};
-
-/// State of the background thread that wakes getters when delayed items come due.
-#[derive(Default)]
-pub(super) struct TimerState {
-    /// The thread, once started; taken and joined on shut down or when the last handle drops.
-    pub(super) thread: Option<JoinHandle<()>>,
-    /// The deadline the thread sleeps until (nanoseconds since the epoch); `u64::MAX` when it
-    /// sleeps with nothing delayed. An add with an earlier deadline wakes it.
-    pub(super) sleeping_until: u64,
-}
-
-/// Joins the timer thread, unless this is the timer thread: a waker it calls may drop the
-/// last handle (an executor dropping a woken task), and a thread cannot join itself. The
-/// timer loop returns by itself once it sees the queue shut down or without handles.
-pub(super) fn join_unless_current(thread: Option<JoinHandle<()>>) {
-    if let Some(thread) = thread
-        && thread.thread().id() != std::thread::current().id()
-    {
-        let _ = thread.join();
-    }
-}
 
 impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     /// Called by a driving clock (a [`FakeClock`](crate::clock::FakeClock)) after it moved.

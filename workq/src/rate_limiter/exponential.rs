@@ -7,28 +7,12 @@ use std::time::Duration;
 use super::RateLimiter;
 use super::failures::Failures;
 
-/// How many items a per-item limiter ([`ExponentialFailure`], [`FastSlow`](super::FastSlow))
-/// tracks by default: 100,000.
-///
-/// A per-item limiter remembers every item that failed until it is
-/// [`forget`](RateLimiter::forget)-ten. A caller that never forgets would grow that memory
-/// without limit (kubernetes/kubernetes#138743), so the limiters count the failures of at
-/// most this many items: when a new item fails while that many are counted, the item whose
-/// latest failure is the oldest is forgotten (as if `forget` had been called for it) to make
-/// room. Every failing item therefore gets its formula's delay and a true `num_requeues`
-/// as long as it is among the `max_tracked` most recently failed items; an item evicted
-/// before it fails again starts again from its first delay, with `num_requeues` 0. The
-/// bound sits far above the number of objects a controller normally has failing at once,
-/// so callers who do forget never reach it; at roughly 100 bytes per short string key it
-/// caps the memory near 10 MB. Change it with `with_max_tracked`.
-pub const DEFAULT_MAX_TRACKED: usize = 100_000;
-
 /// Per-item exponential backoff: the `n`-th failure of an item since it was last forgotten
 /// waits `base_delay * 2^(n-1)`, never more than `max_delay`.
 ///
 /// The computation cannot overflow: after thousands of failures the delay is `max_delay`.
 /// This is client-go's `ItemExponentialFailureRateLimiter`, with one addition: it tracks at
-/// most [`DEFAULT_MAX_TRACKED`] items (change it with
+/// most [`DEFAULT_MAX_TRACKED`](super::DEFAULT_MAX_TRACKED) items (change it with
 /// [`with_max_tracked`](Self::with_max_tracked)). While that many are tracked, a new failing
 /// item takes the place of the least recently failed one, which starts again from
 /// `base_delay` if it fails later.
@@ -57,7 +41,7 @@ pub struct ExponentialFailure<T> {
 impl<T> ExponentialFailure<T> {
     /// Creates the limiter. A zero `base_delay` always answers zero; a `max_delay` below
     /// `base_delay` caps every answer at `max_delay`. It tracks at most
-    /// [`DEFAULT_MAX_TRACKED`] items.
+    /// [`DEFAULT_MAX_TRACKED`](super::DEFAULT_MAX_TRACKED) items.
     pub fn new(base_delay: Duration, max_delay: Duration) -> Self {
         Self {
             base_delay,
@@ -66,7 +50,7 @@ impl<T> ExponentialFailure<T> {
         }
     }
 
-    /// Tracks at most `max_tracked` items (default [`DEFAULT_MAX_TRACKED`]).
+    /// Tracks at most `max_tracked` items (default [`DEFAULT_MAX_TRACKED`](super::DEFAULT_MAX_TRACKED)).
     ///
     /// When a new item fails while `max_tracked` items are counted, the item whose latest
     /// failure is the oldest is forgotten to make room: the new item gets `base_delay` and a
@@ -149,6 +133,7 @@ impl<T> fmt::Debug for ExponentialFailure<T> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::DEFAULT_MAX_TRACKED;
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);

@@ -10,7 +10,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
-use super::DEFAULT_MAX_TRACKED;
+/// How many items a per-item limiter ([`ExponentialFailure`](super::ExponentialFailure),
+/// [`FastSlow`](super::FastSlow)) tracks by default: 100,000.
+///
+/// A per-item limiter remembers every item that failed until it is
+/// [`forget`](super::RateLimiter::forget)-ten. A caller that never forgets would grow that memory
+/// without limit (kubernetes/kubernetes#138743), so the limiters count the failures of at
+/// most this many items: when a new item fails while that many are counted, the item whose
+/// latest failure is the oldest is forgotten (as if `forget` had been called for it) to make
+/// room. Every failing item therefore gets its formula's delay and a true `num_requeues`
+/// as long as it is among the `max_tracked` most recently failed items; an item evicted
+/// before it fails again starts again from its first delay, with `num_requeues` 0. The
+/// bound sits far above the number of objects a controller normally has failing at once,
+/// so callers who do forget never reach it; at roughly 100 bytes per short string key it
+/// caps the memory near 10 MB. Change it with `with_max_tracked`.
+pub const DEFAULT_MAX_TRACKED: usize = 100_000;
 
 /// Failures per item since it was last forgotten, for the `max_tracked` items that failed
 /// most recently.

@@ -42,7 +42,8 @@ use std::time::Duration;
 
 use crate::clock::{Clock, RealClock};
 
-pub use exponential::{DEFAULT_MAX_TRACKED, ExponentialFailure};
+pub use exponential::ExponentialFailure;
+pub use failures::DEFAULT_MAX_TRACKED;
 pub use fast_slow::FastSlow;
 pub use jitter::{Jitter, JitterMode};
 pub use max_of::MaxOf;

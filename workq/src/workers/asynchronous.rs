@@ -23,6 +23,7 @@ use crate::{Queue, QueueLease, WorkQueue};
 ///
 /// `Q` is the queue's backend: [`WorkQueue`] unless the pool was built over another
 /// [`Queue`].
+#[must_use = "dropped, the pool runs on with no handle to stop it or read its summary"]
 pub struct AsyncWorkers<T, Q = WorkQueue<T>> {
     core: Arc<Core<T, Q>>,
     tasks: Vec<JoinHandle<()>>,

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::unfinished::Unfinished;
 use super::{
     Failure, GiveUp, GiveUpCallback, GiveUpReason, HandlerError, Outcome, StopToken, Summary,
 };
@@ -78,9 +79,6 @@ enum Ended {
     /// It failed otherwise (logged); the item is handed out again when its lease expires.
     Failed,
 }
-
-/// The items a pool touched and did not finish that the queue no longer holds.
-pub(crate) type Unfinished<T> = Arc<Mutex<Vec<T>>>;
 
 /// One pool's shared state.
 pub(crate) struct Core<T, Q> {

@@ -5,6 +5,7 @@ mod core;
 #[cfg(feature = "tokio")]
 mod step;
 mod stop;
+mod unfinished;
 
 /// The accessors every running pool has ([`ThreadWorkers`], `AsyncWorkers`), written once:
 /// expanded inside each pool's `impl` block, with the type of its queue.

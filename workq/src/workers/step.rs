@@ -44,7 +44,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::StopToken;
-use super::core::Unfinished;
+use super::unfinished::Unfinished;
 use crate::backend::DoneMany;
 use crate::{Queue, QueueLease};
 

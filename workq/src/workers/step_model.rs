@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::{Fetched, Reply, Stepper};
 use crate::workers::StopToken;
-use crate::workers::core::Unfinished;
+use crate::workers::unfinished::Unfinished;
 use crate::{AddOptions, DoneMany, Queue, QueueLease};
 
 /// A backend error; `lost` says it is a lost lease.

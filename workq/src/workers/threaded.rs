@@ -14,6 +14,7 @@ use crate::WorkQueue;
 ///
 /// Dropping it leaves the threads running; they end when the pool's [`StopToken`] is
 /// stopped, or when the queue is shut down and empty.
+#[must_use = "dropped, the pool runs on with no handle to stop it or read its summary"]
 pub struct ThreadWorkers<T> {
     core: Arc<Core<T, WorkQueue<T>>>,
     threads: Vec<JoinHandle<()>>,
