@@ -190,6 +190,8 @@ mod tests {
         Package {
             name: name.into(),
             targets,
+            dir: format!("/w/{name}").into(),
+            published: true,
         }
     }
 
