@@ -268,6 +268,25 @@ mod tests {
         ));
     }
 
+    /// The shared suites (`workq-conformance`) run in memory in `workq`'s own
+    /// `tests/conformance.rs`, which the quick run keeps; on a server in each backend's
+    /// tests, which it leaves out.
+    #[test]
+    fn the_shared_suites_run_in_memory_in_the_quick_run_and_on_servers_outside_it() {
+        assert!(in_quick_run("workq", &target("conformance", Kind::Test)));
+        for (package, test) in [
+            ("workq-redis", "behaviour"),
+            ("workq-redis", "workers"),
+            ("workq-postgres", "behaviour"),
+            ("workq-postgres", "workers"),
+        ] {
+            assert!(
+                !in_quick_run(package, &target(test, Kind::Test)),
+                "{package} {test}"
+            );
+        }
+    }
+
     #[test]
     fn the_crash_tests_run_alone() {
         assert!(runs_alone("workq-redis", &target("crash", Kind::Test)));
