@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const WQ: &str = env!("CARGO_BIN_EXE_wq");
@@ -37,6 +37,9 @@ struct Dashboard {
     line: String,
     addr: String,
     token: Option<String>,
+    /// Kept open for the process's life: it may print more lines (the proxied address
+    /// after the public one), and a closed pipe would make that print fail.
+    _stdout: BufReader<ChildStdout>,
     stderr: ChildStderr,
 }
 
@@ -59,8 +62,9 @@ impl Dashboard {
         let stdout = child.stdout.take().unwrap();
         let stderr = child.stderr.take().unwrap();
         let process = Stop(child);
+        let mut stdout = BufReader::new(stdout);
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
+        stdout.read_line(&mut line).unwrap();
         let url = line
             .split_whitespace()
             .find(|w| w.starts_with("http://") || w.starts_with("https://"))
@@ -78,6 +82,7 @@ impl Dashboard {
             line,
             addr,
             token,
+            _stdout: stdout,
             stderr,
         }
     }
