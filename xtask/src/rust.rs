@@ -353,6 +353,17 @@ impl Crate {
             let declared = krate.parse(&lex(&text), module, file, &path);
             for (child, candidates) in declared {
                 krate.hubs[file] = true;
+                if let Some(again) = candidates
+                    .iter()
+                    .find(|p| krate.files.contains(p) || queue.iter().any(|q| &q.0 == *p))
+                {
+                    // A module whose file is already read (rustc refuses it): not read again,
+                    // or this would never end.
+                    krate
+                        .missing
+                        .push(format!("{} (read twice)", again.display()));
+                    continue;
+                }
                 match candidates
                     .iter()
                     .find_map(|p| read(p).map(|text| (p.clone(), text)))
@@ -922,5 +933,18 @@ pub(crate) mod tests {
         let items: Vec<&String> = krate.modules[locked].items.keys().collect();
         assert_eq!(items, ["Shared"]);
         assert_eq!(krate.paths.len(), 1, "{:?}", krate.paths);
+    }
+
+    #[test]
+    fn a_module_file_read_twice_is_reported_not_followed() {
+        let krate = crate_of(&[
+            ("lib.rs", "mod a;\n#[path = \"lib.rs\"]\nmod again;\n"),
+            ("a.rs", "#[path = \"a.rs\"]\nmod me;\n"),
+        ]);
+        assert_eq!(krate.files.len(), 2);
+        assert_eq!(
+            krate.missing,
+            ["/c/src/lib.rs (read twice)", "/c/src/a.rs (read twice)"]
+        );
     }
 }
