@@ -1,11 +1,10 @@
 //! `wq-bench --postgres` on a PostgreSQL server that this test starts on a free loopback port
-//! (workq-postgres's test support): the URL comes from `WQ_POSTGRES_URL` and the figures
-//! come in the `--json` schema.
+//! (`workq-conformance`'s test servers): the URL comes from `WQ_POSTGRES_URL` and the
+//! figures come in the `--json` schema.
 
 use std::process::{Command, Output};
 
-#[path = "../../workq-postgres/tests/support/server.rs"]
-mod server;
+use workq_conformance::servers::postgres as server;
 
 fn bench(url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_wq-bench"))

@@ -6,10 +6,9 @@ use std::process::{Command, Output};
 
 const PASSWORD: &str = "B3nch-Secret";
 
-#[path = "../../workq-redis/tests/support/server.rs"]
-mod server;
+use workq_conformance::servers::redis as server;
 
-/// A `redis-server` with a password and an AOF, from workq-redis's test support: a
+/// A `redis-server` with a password and an AOF, of the test's own: a
 /// missing binary fails the test naming the Debian package, unless `WQ_SKIP_REDIS_TESTS=1`
 /// outside CI (then `None`).
 fn server() -> Option<server::RedisServer> {

@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const WQ: &str = env!("CARGO_BIN_EXE_wq");
@@ -22,18 +22,10 @@ impl Drop for Stop {
     }
 }
 
-#[path = "../../workq-redis/tests/support/server.rs"]
-mod server;
+use workq_conformance::servers::{nginx, postgres as pg_server, redis as server};
 
-#[path = "../../workq-postgres/tests/support/server.rs"]
-mod pg_server;
-
-#[path = "../../workq-dashboard/tests/support/nginx.rs"]
-mod nginx;
-
-/// A password-protected `redis-server` from workq-redis's test support, or `None` when it
-/// is missing and `WQ_SKIP_REDIS_TESTS=1` outside CI; a missing server fails the test
-/// otherwise.
+/// A password-protected `redis-server` of the test's own, or `None` when it is missing and
+/// `WQ_SKIP_REDIS_TESTS=1` outside CI; a missing server fails the test otherwise.
 fn redis(password: &str) -> Option<server::RedisServer> {
     server::require_with(server::Durability::None, &["--requirepass", password])
 }
@@ -45,6 +37,9 @@ struct Dashboard {
     line: String,
     addr: String,
     token: Option<String>,
+    /// Kept open for the process's life: it may print more lines (the proxied address
+    /// after the public one), and a closed pipe would make that print fail.
+    _stdout: BufReader<ChildStdout>,
     stderr: ChildStderr,
 }
 
@@ -67,8 +62,9 @@ impl Dashboard {
         let stdout = child.stdout.take().unwrap();
         let stderr = child.stderr.take().unwrap();
         let process = Stop(child);
+        let mut stdout = BufReader::new(stdout);
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
+        stdout.read_line(&mut line).unwrap();
         let url = line
             .split_whitespace()
             .find(|w| w.starts_with("http://") || w.starts_with("https://"))
@@ -86,6 +82,7 @@ impl Dashboard {
             line,
             addr,
             token,
+            _stdout: stdout,
             stderr,
         }
     }
@@ -443,7 +440,7 @@ fn behind_a_proxy_on_this_machine_the_token_is_still_wanted() {
     });
     assert_eq!(dead(&runtime), 1);
     let dashboard = Dashboard::start(&["--addr", "127.0.0.1:0"], &[("WQ_REDIS_URL", &url)]);
-    let port = nginx::free_port();
+    let port = workq_conformance::servers::free_port();
     let _nginx = nginx::start(&binary, port, &[("/", dashboard.addr.parse().unwrap())]);
     let proxy = format!("127.0.0.1:{port}");
     let purge = http(

@@ -1,5 +1,5 @@
 //! `wq postgres ...` and `wq demo --postgres` on a PostgreSQL server that this test starts on a
-//! free loopback port (workq-postgres's test support): the URL comes from
+//! free loopback port (`workq-conformance`'s test servers): the URL comes from
 //! `WQ_POSTGRES_URL`, and the demo's checks hold across processes.
 
 use std::io::{BufRead, BufReader};
@@ -7,8 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-#[path = "../../workq-postgres/tests/support/server.rs"]
-mod server;
+use workq_conformance::servers::postgres as server;
 
 fn wq(url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_wq"))

@@ -14,13 +14,14 @@
 
 mod support;
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use workq::TryGet;
+use workq_conformance::servers::free_port;
 #[cfg(feature = "postgres")]
 use workq_dashboard::PgSource;
 use workq_dashboard::{Config, Dashboard, RedisSource};
@@ -54,13 +55,6 @@ fn require_browser() -> Option<(PathBuf, PathBuf)> {
         chromium.display(),
         driver.display()
     );
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// `chromedriver` and the browsers it starts, stopped by PID when dropped.

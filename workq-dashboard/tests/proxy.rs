@@ -15,13 +15,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use workq_conformance::servers::free_port;
+use workq_conformance::servers::nginx::{self as nginx_support, nginx_binary};
 use workq_dashboard::{Config, Dashboard, RedisSource, Server};
 use workq_redis::RedisQueue;
-
-#[path = "support/nginx.rs"]
-mod nginx_support;
-
-use nginx_support::{free_port, nginx_binary};
 
 /// nginx on `port`, proxying `/wq/` to `with_public` and `/plain/` to `without`, with
 /// nothing but `proxy_pass`: nginx's defaults.

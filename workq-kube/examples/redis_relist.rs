@@ -13,11 +13,6 @@
 //!
 //! Figures from a busy machine are indications, not benchmarks.
 
-// The Redis tests' server module: a `redis-server` of our own on a free port.
-#[path = "../../workq-redis/tests/support/server.rs"]
-#[allow(unreachable_pub)]
-mod server;
-
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +23,8 @@ use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 use workq::{AddOptions, Outcome, Queue};
+// The tests' `redis-server` of our own on a free port.
+use workq_conformance::servers::redis as server;
 use workq_kube::Controller;
 use workq_kube::testing::FakeApiServer;
 use workq_redis::RedisQueue;

@@ -3,10 +3,6 @@
 //! test's own (`redis-server` on a free loopback port); without the binary the test fails,
 //! unless `WQ_SKIP_REDIS_TESTS=1` outside CI.
 
-// The Redis tests' server module, shared rather than copied.
-#[path = "../../workq-redis/tests/support/server.rs"]
-mod server;
-
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,6 +13,7 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 use workq::{Outcome, Queue};
+use workq_conformance::servers::redis as server;
 use workq_kube::Controller;
 use workq_kube::testing::FakeApiServer;
 use workq_redis::RedisQueue;

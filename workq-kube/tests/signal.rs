@@ -16,10 +16,6 @@
 #[allow(dead_code, unreachable_pub, missing_docs)]
 mod example;
 
-// The Redis tests' server module, shared rather than copied.
-#[path = "../../workq-redis/tests/support/server.rs"]
-mod server;
-
 mod support;
 
 use std::io::{BufRead, BufReader};
@@ -29,6 +25,7 @@ use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use workq_conformance::servers::redis as server;
 use workq_kube::testing::FakeApiServer;
 use workq_redis::RedisQueue;
 

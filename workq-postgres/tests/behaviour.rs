@@ -1,12 +1,11 @@
-//! The shared behaviour suite (`workq/tests/conformance`) on `PgQueue`, against a
+//! The shared behaviour suite (`workq_conformance::behaviour`) on `PgQueue`, against a
 //! PostgreSQL server the test starts itself (a missing server fails the test; set
 //! `WQ_SKIP_PG_TESTS=1` outside CI to skip knowingly). The in-memory queue runs the same
-//! rules in the Redis crate's suite.
+//! rules in `workq`'s tests.
 
-#[macro_use]
 mod support;
 
-use support::conformance::rules;
+use workq_conformance::behaviour::rules;
 
 /// Instantiates every rule on PostgreSQL.
 macro_rules! behaviour_suite {
@@ -25,4 +24,4 @@ macro_rules! behaviour_suite {
     };
 }
 
-for_each_rule!(behaviour_suite);
+workq_conformance::for_each_rule!(behaviour_suite);

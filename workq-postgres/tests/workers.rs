@@ -1,17 +1,16 @@
-//! `Workers` on PostgreSQL: every rule of the shared suite
-//! (`workq/tests/conformance/workers.rs`) runs over `PgQueue` on a server the test starts
-//! itself, through the `workq::Queue` trait, with the outcomes, retries and give-ups the
-//! in-memory queue has (the Redis crate runs the same rules in memory).
+//! `Workers` on PostgreSQL: every rule of the shared suite (`workq_conformance::workers`)
+//! runs over `PgQueue` on a server the test starts itself, through the `workq::Queue` trait,
+//! with the outcomes, retries and give-ups the in-memory queue has (`workq`'s tests run the
+//! same rules in memory).
 
-#[macro_use]
 mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::conformance::workers::{Backend, eventually, rules};
 use support::{PgServer, unique};
 use workq::Workers;
+use workq_conformance::workers::{Backend, eventually, rules};
 use workq_postgres::PgQueue;
 
 struct Postgres {
@@ -75,7 +74,7 @@ macro_rules! workers_suite {
     };
 }
 
-for_each_workers_rule!(workers_suite);
+workq_conformance::for_each_workers_rule!(workers_suite);
 
 /// A server killed for longer than the retry deadline: the workers log, back off and keep
 /// going, and process what is added once it is back.

@@ -1,24 +1,15 @@
-//! One behaviour suite for both backends: every rule of the shared suite
-//! (`workq/tests/conformance`) runs, unchanged, against the
-//! in-memory `workq::WorkQueue` and against `RedisQueue` on a `redis-server` the test
-//! starts itself (a missing binary fails the test; see TESTING.md for the opt-out).
+//! The shared behaviour suite (`workq_conformance::behaviour`): every rule runs, unchanged,
+//! against `RedisQueue` on a `redis-server` the test starts itself (a missing binary fails
+//! the test; see TESTING.md for the opt-out), and with `--features cluster` on a three-node
+//! cluster. The in-memory queue runs the same rules in `workq`'s tests.
 
-#[macro_use]
 mod support;
 
-use support::conformance::rules;
+use workq_conformance::behaviour::rules;
 
-/// Instantiates every rule for both backends.
+/// Instantiates every rule on Redis.
 macro_rules! behaviour_suite {
     ($($rule:ident),* $(,)?) => {
-        mod in_memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    super::rules::$rule(&super::support::MemoryFactory).await;
-                }
-            )*
-        }
         mod redis {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,4 +35,4 @@ macro_rules! behaviour_suite {
     };
 }
 
-for_each_rule!(behaviour_suite);
+workq_conformance::for_each_rule!(behaviour_suite);

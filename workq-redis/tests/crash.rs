@@ -36,8 +36,7 @@
 //! scenarios by substring. Without `redis-server` it fails with a note naming the package,
 //! unless `WQ_SKIP_REDIS_TESTS=1` (outside CI), when the scenarios count as ignored.
 
-#[path = "support/server.rs"]
-mod server;
+use workq_conformance::servers::redis as server;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};

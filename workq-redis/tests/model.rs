@@ -11,8 +11,7 @@
 //! release is spelled out with its operations: done, then the item goes first among the ready
 //! ones (re-queued ahead of what was waiting), as the Redis release script puts it at the head.
 
-#[path = "support/server.rs"]
-mod server;
+use workq_conformance::servers::redis as server;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

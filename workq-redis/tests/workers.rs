@@ -1,12 +1,10 @@
-//! `Workers` on every backend: each rule of the shared suite
-//! (`workq/tests/conformance/workers.rs`) runs, unchanged, over the in-memory
-//! `workq::WorkQueue` (alone, and seen as a backend whose steps `Workers` batch) and over
-//! `RedisQueue` on a `redis-server` the test starts itself, through the `workq::Queue`
-//! trait. Same outcomes, retries, give-ups, panics, timeouts,
-//! stops and summaries; where the backends differ by design (a shut down handle on Redis keeps
-//! its delayed items on the server), the rule says so.
+//! `Workers` on Redis: each rule of the shared suite (`workq_conformance::workers`) runs,
+//! unchanged, over `RedisQueue` on a `redis-server` the test starts itself, through the
+//! `workq::Queue` trait. Same outcomes, retries, give-ups, panics, timeouts, stops and
+//! summaries as the in-memory queue (alone, and seen as a backend whose steps `Workers`
+//! batch: `workq`'s tests); where the backends differ by design (a shut down handle on Redis
+//! keeps its delayed items on the server), the rule says so.
 
-#[macro_use]
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +15,7 @@ use workq::Workers;
 use workq_redis::{RateLimit, RedisQueue};
 
 use support::RedisServer;
-use support::conformance::workers::{Backend, BatchedMemory, Memory, eventually, rules};
+use workq_conformance::workers::{Backend, eventually, rules};
 
 struct Redis {
     server: RedisServer,
@@ -78,26 +76,9 @@ impl Backend for Redis {
     }
 }
 
-/// Instantiates every rule for both backends.
+/// Instantiates every rule on Redis.
 macro_rules! workers_suite {
     ($($rule:ident),* $(,)?) => {
-        mod in_memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    super::rules::$rule(&super::Memory).await;
-                }
-            )*
-        }
-        /// The in-memory queue through `Workers`' batched steps.
-        mod in_memory_batched {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    super::rules::$rule(&super::BatchedMemory).await;
-                }
-            )*
-        }
         mod redis {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,7 +93,7 @@ macro_rules! workers_suite {
     };
 }
 
-for_each_workers_rule!(workers_suite);
+workq_conformance::for_each_workers_rule!(workers_suite);
 
 /// A server that goes away for longer than the retry deadline: the workers log, back off and
 /// keep going, and process what is added once it is back.

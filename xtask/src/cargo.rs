@@ -61,6 +61,10 @@ impl Target {
 pub(crate) struct Package {
     pub(crate) name: String,
     pub(crate) targets: Vec<Target>,
+    /// The directory of its `Cargo.toml`.
+    pub(crate) dir: PathBuf,
+    /// Whether it may be published (no `publish = false`).
+    pub(crate) published: bool,
 }
 
 /// The workspace, from `cargo metadata`.
@@ -129,9 +133,14 @@ impl Workspace {
                     source: relative(&dir, t.str_at("src_path")),
                 })
                 .collect();
+            // `null` when unrestricted, `[]` for `publish = false`.
+            let published =
+                !matches!(package.get("publish"), Some(Value::Array(r)) if r.is_empty());
             packages.push(Package {
                 name: package.str_at("name").to_owned(),
                 targets,
+                dir,
+                published,
             });
         }
         Ok(Workspace {
@@ -320,10 +329,10 @@ mod tests {
     #[test]
     fn metadata_lists_members_in_order_with_their_targets() {
         let text = r#"{"packages":[
-            {"name":"b","id":"path+file:///w/b#0.1.0","manifest_path":"/w/b/Cargo.toml","targets":[
+            {"name":"b","id":"path+file:///w/b#0.1.0","manifest_path":"/w/b/Cargo.toml","publish":[],"targets":[
                 {"kind":["bin"],"name":"b","src_path":"/w/b/src/main.rs"},
                 {"kind":["test"],"name":"cli","src_path":"/w/b/tests/cli.rs"}]},
-            {"name":"a","id":"path+file:///w/a#0.1.0","manifest_path":"/w/a/Cargo.toml","targets":[
+            {"name":"a","id":"path+file:///w/a#0.1.0","manifest_path":"/w/a/Cargo.toml","publish":null,"targets":[
                 {"kind":["lib"],"name":"a","src_path":"/w/a/src/lib.rs"},
                 {"kind":["example"],"name":"demo","src_path":"/w/a/examples/demo.rs"}]}],
             "workspace_members":["path+file:///w/a#0.1.0","path+file:///w/b#0.1.0"],
@@ -337,5 +346,8 @@ mod tests {
         assert_eq!(b.targets[1].source, "tests/cli.rs");
         assert_eq!(b.targets[0].label(), "unittests src/main.rs");
         assert_eq!(ws.package("a").unwrap().targets[1].kind, Kind::Other);
+        assert_eq!(b.dir, Path::new("/w/b"));
+        assert!(!b.published);
+        assert!(ws.package("a").unwrap().published);
     }
 }

@@ -10,15 +10,22 @@
 //!   `--check`: say what is missing, install nothing).
 //! - `cargo xtask publish-check`: what crates.io needs of the published packages, then
 //!   `cargo publish --dry-run` for them all (`publish.rs`).
+//! - `cargo xtask cycles`: the files of a crate that import each other in a circle, against
+//!   the list of those allowed today (`xtask/allowed-cycles.txt`, which only shrinks).
+//! - `cargo xtask names`: public names two published crates export for different things,
+//!   against `xtask/allowed-name-repeats.txt`.
 //!
 //! The arguments are read by hand rather than with clap: this crate is the first thing a fresh
 //! clone compiles, so it has no dependencies (see `Cargo.toml`).
 
 mod cargo;
+mod cycles;
 mod json;
+mod names;
 mod packages;
 mod publish;
 mod run;
+mod rust;
 mod suites;
 mod test;
 
@@ -47,6 +54,13 @@ tasks:
       one command, each built from its package against the others' packages.
       --offline    `cargo package` instead: no registry, the same packaging and builds
       --no-verify  package only, build nothing
+  cycles
+      Lists the import cycles between the files of each crate, with the lines that make
+      them. Exit code 1 on a cycle not in xtask/allowed-cycles.txt, or on a line there
+      whose cycle is gone (the list only shrinks).
+  names
+      Lists the public names that two published crates export for different things. Exit
+      code 1 on one not in xtask/allowed-name-repeats.txt, or on a line there that is gone.
   help
       This text.
 ";
@@ -63,6 +77,8 @@ fn main() -> ExitCode {
         }
         Ok(Task::Test(options)) => exit(test::main(&options)),
         Ok(Task::Deps { ci, check }) => exit(deps(ci, check)),
+        Ok(Task::Cycles) => exit(cycles::main()),
+        Ok(Task::Names) => exit(names::main()),
         Err(e) => {
             eprintln!("xtask: {e}\n\n{USAGE}");
             ExitCode::from(2)
@@ -80,6 +96,8 @@ enum Task {
     Help,
     Test(test::Options),
     Deps { ci: bool, check: bool },
+    Cycles,
+    Names,
 }
 
 /// Suites at once by default: as many as cores. Most of a suite's time is spent waiting for
@@ -129,6 +147,19 @@ fn parse(args: &[String]) -> Result<Task, String> {
                 }
             }
             Ok(Task::Deps { ci, check })
+        }
+        "cycles" | "names" => {
+            if let Some(other) = rest.first() {
+                return match other.as_str() {
+                    "--help" | "-h" => Ok(Task::Help),
+                    _ => Err(format!("{task}: unknown option {other}")),
+                };
+            }
+            Ok(if task == "cycles" {
+                Task::Cycles
+            } else {
+                Task::Names
+            })
         }
         other => Err(format!("unknown task {other}")),
     }
@@ -204,6 +235,8 @@ mod tests {
                 check: true
             })
         );
+        assert_eq!(parse(&args("cycles")), Ok(Task::Cycles));
+        assert_eq!(parse(&args("names")), Ok(Task::Names));
     }
 
     #[test]
@@ -215,6 +248,8 @@ mod tests {
             "test --jobs 0",
             "test --jobs x",
             "deps --all",
+            "cycles --all",
+            "names x",
         ] {
             assert!(parse(&args(bad)).is_err(), "{bad}");
         }

@@ -190,6 +190,8 @@ mod tests {
         Package {
             name: name.into(),
             targets,
+            dir: format!("/w/{name}").into(),
+            published: true,
         }
     }
 
@@ -264,6 +266,25 @@ mod tests {
             "workq-redis",
             &target("workq_redis", Kind::Lib)
         ));
+    }
+
+    /// The shared suites (`workq-conformance`) run in memory in `workq`'s own
+    /// `tests/conformance.rs`, which the quick run keeps; on a server in each backend's
+    /// tests, which it leaves out.
+    #[test]
+    fn the_shared_suites_run_in_memory_in_the_quick_run_and_on_servers_outside_it() {
+        assert!(in_quick_run("workq", &target("conformance", Kind::Test)));
+        for (package, test) in [
+            ("workq-redis", "behaviour"),
+            ("workq-redis", "workers"),
+            ("workq-postgres", "behaviour"),
+            ("workq-postgres", "workers"),
+        ] {
+            assert!(
+                !in_quick_run(package, &target(test, Kind::Test)),
+                "{package} {test}"
+            );
+        }
     }
 
     #[test]

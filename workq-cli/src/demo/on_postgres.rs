@@ -214,8 +214,7 @@ impl Backend for OnPostgres {
 }
 
 #[cfg(test)]
-#[path = "../../../workq-postgres/tests/support/server.rs"]
-mod pg_server;
+use workq_conformance::servers::postgres as pg_server;
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,6 @@
-//! Test support: a `redis-server` of the test's own (workq-redis's: a free loopback port, a
-//! fresh data directory, stopped by PID when dropped), a PostgreSQL server of the test's own
-//! (workq-postgres's, likewise), and requests to the dashboard's router.
+//! Test support: a `redis-server` of the test's own (`workq-conformance`'s: a free loopback
+//! port, a fresh data directory, stopped by PID when dropped), a PostgreSQL server of the
+//! test's own (likewise), and requests to the dashboard's router.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -9,25 +9,19 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
-
-#[path = "../../../workq-redis/tests/support/server.rs"]
-mod server;
+use workq_conformance::servers::redis as server;
 
 pub(crate) use server::RedisServer;
 
-#[cfg(feature = "postgres")]
-#[path = "../../../workq-postgres/tests/support/server.rs"]
-mod pg_server;
-
-/// A PostgreSQL server from workq-postgres's test support. A missing PostgreSQL fails the
-/// test, naming the Debian package, unless `WQ_SKIP_PG_TESTS=1` outside CI (then `None`).
+/// A PostgreSQL server of the test's own. A missing PostgreSQL fails the test, naming the
+/// Debian package, unless `WQ_SKIP_PG_TESTS=1` outside CI (then `None`).
 #[cfg(feature = "postgres")]
 #[allow(unused_imports, reason = "not every test binary starts a PostgreSQL")]
-pub(crate) use pg_server::PgServer;
+pub(crate) use workq_conformance::servers::postgres::PgServer;
 
-/// A `redis-server` without persistence and with `extra` arguments, from workq-redis's test
-/// support. A missing binary fails the test, naming the Debian package, unless
-/// `WQ_SKIP_REDIS_TESTS=1` outside CI (then `None`).
+/// A `redis-server` without persistence and with `extra` arguments. A missing binary fails
+/// the test, naming the Debian package, unless `WQ_SKIP_REDIS_TESTS=1` outside CI (then
+/// `None`).
 pub(crate) fn redis_server(extra: &[&str]) -> Option<RedisServer> {
     server::require_with(server::Durability::None, extra)
 }
@@ -113,7 +107,7 @@ pub(crate) fn durable_redis_server() -> Option<RedisServer> {
     server::require_with(server::Durability::Always, &[])
 }
 
-/// A three-primary Redis Cluster of the test's own (workq-redis's test support).
+/// A three-primary Redis Cluster of the test's own.
 pub(crate) fn redis_cluster() -> Option<server::RedisCluster> {
     if !server::require_binary() {
         return None;

@@ -1,28 +1,18 @@
-//! Test support: a PostgreSQL server of the test's own, and the shared behaviour suite's view
-//! of a queue (`workq/tests/conformance`) implemented for the PostgreSQL queue.
+//! Test support: a PostgreSQL server of the test's own (`workq-conformance`'s), and the
+//! shared behaviour suite's view of a queue (`workq_conformance::behaviour`'s trait)
+//! implemented for the PostgreSQL queue.
 
-#![allow(dead_code)]
-
-#[macro_use]
-#[path = "../../../workq/tests/conformance/mod.rs"]
-pub(crate) mod conformance;
-pub(crate) mod server;
+#![allow(dead_code, reason = "each test binary uses some of it")]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-#[allow(unused_imports, reason = "not every test binary runs the suite")]
-pub(crate) use conformance::{Backend, Factory, MemoryFactory, Opts};
-pub(crate) use server::PgServer;
 use workq::{AddOptions, TryGetError};
-use workq_postgres::PgQueue;
-
+use workq_conformance::behaviour::{Backend, Factory, Opts};
+pub(crate) use workq_conformance::servers::postgres::PgServer;
 /// A fresh queue name for this test process.
-pub(crate) fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
+pub(crate) use workq_conformance::unique_name as unique;
+use workq_postgres::PgQueue;
 
 #[derive(Clone)]
 pub(crate) struct Pg(pub(crate) PgQueue<String>);

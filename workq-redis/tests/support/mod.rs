@@ -1,21 +1,16 @@
-//! Test support: a `redis-server` of the test's own, and the behaviour suite's view of a
-//! queue (the shared suite's trait, `workq/tests/conformance`, implemented here for the
-//! Redis queue).
+//! Test support: a `redis-server` of the test's own (`workq-conformance`'s), and the
+//! behaviour suite's view of a queue (`workq_conformance::behaviour`'s trait) implemented
+//! here for the Redis queue.
 
-#![allow(dead_code)]
-
-#[macro_use]
-#[path = "../../../workq/tests/conformance/mod.rs"]
-pub(crate) mod conformance;
-pub(crate) mod server;
+#![allow(dead_code, reason = "each test binary uses some of it")]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-#[allow(unused_imports, reason = "not every test binary runs the suite")]
-pub(crate) use conformance::{Backend, Factory, MemoryFactory, Opts};
 use workq::{AddOptions, TryGetError};
+use workq_conformance::behaviour::{Backend, Factory, Opts};
+pub(crate) use workq_conformance::servers::redis as server;
 use workq_redis::{RateLimit, RedisQueue};
 
 pub(crate) use server::RedisServer;

@@ -4,14 +4,13 @@
 //! Needs the Debian package `nginx` (`$WQ_NGINX`, else `/usr/sbin/nginx`). Without it the
 //! test fails, naming the package; outside CI, `WQ_SKIP_NGINX_TESTS=1` skips it knowingly.
 
-#![allow(dead_code, unreachable_pub)]
-
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SKIP_VAR: &str = "WQ_SKIP_NGINX_TESTS";
+/// Set to `1` (outside CI) to skip the nginx tests knowingly when nginx is missing.
+pub const SKIP_VAR: &str = "WQ_SKIP_NGINX_TESTS";
 
 /// The nginx binary, or `None` when it is missing and the test is skipped knowingly.
 pub fn nginx_binary() -> Option<PathBuf> {
@@ -32,15 +31,8 @@ pub fn nginx_binary() -> Option<PathBuf> {
     );
 }
 
-/// A free loopback port.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 /// An nginx of the test's own, in a directory of its own, stopped by PID when dropped.
+#[derive(Debug)]
 pub struct Nginx {
     child: Child,
     dir: PathBuf,

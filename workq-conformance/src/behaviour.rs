@@ -1,14 +1,8 @@
 //! The behaviour suite every backend of the `Queue` rules runs: the rules of API.md's
 //! contract as async functions over a small test view of a queue ([`Backend`]), and that view
-//! for the in-memory `WorkQueue`. A backend's test crate includes this module by path, adds
-//! a [`Factory`] for its own queues and instantiates every rule with
-//! `for_each_rule!(its_macro)`; so Redis, PostgreSQL and the in-memory queue are held to one
-//! text of the rules.
-
-#![allow(dead_code)]
-
-#[macro_use]
-pub(crate) mod workers;
+//! for the in-memory `WorkQueue`. A backend's tests add a [`Factory`] for its own queues and
+//! instantiate every rule with `workq_conformance::for_each_rule!(its_macro)`; so Redis,
+//! PostgreSQL and the in-memory queue are held to one text of the rules.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -17,11 +11,9 @@ use std::time::{Duration, Instant};
 use workq::rate_limiter::{ExponentialFailure, MaxOf, RateLimiter, TokenBucket};
 use workq::{AddOptions, TryGetError, WorkQueue};
 
-/// Calls `$suite!(rule, rule, ...)` with the name of every rule in [`rules`].
-#[allow(
-    unused_macros,
-    reason = "used by the behaviour tests, not by every test binary"
-)]
+/// Calls `$suite!(rule, rule, ...)` with the name of every rule in
+/// [`behaviour::rules`](crate::behaviour::rules).
+#[macro_export]
 macro_rules! for_each_rule {
     ($suite:ident) => {
         $suite!(
@@ -69,12 +61,13 @@ macro_rules! for_each_rule {
 
 /// The rate limiter a rule asks for; both backends build the same one.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Opts {
-    /// Exponential backoff: base and cap.
-    pub(crate) base: Duration,
-    pub(crate) max: Duration,
+pub struct Opts {
+    /// Exponential backoff: base.
+    pub base: Duration,
+    /// Exponential backoff: cap.
+    pub max: Duration,
     /// A token bucket: rate and burst.
-    pub(crate) bucket: Option<(f64, u32)>,
+    pub bucket: Option<(f64, u32)>,
 }
 
 impl Default for Opts {
@@ -87,39 +80,64 @@ impl Default for Opts {
     }
 }
 
-/// A queue as the behaviour suite sees it: `WorkQueue`'s methods, made async.
-pub(crate) trait Backend: Clone + Send + Sync + 'static {
+/// A queue as the behaviour suite sees it: `WorkQueue`'s methods, made async. Errors of a
+/// backend are panics here (a rule's failure).
+#[expect(
+    clippy::len_without_is_empty,
+    reason = "the methods the rules call, and no more"
+)]
+pub trait Backend: Clone + Send + Sync + 'static {
     /// What `get` hands out.
     type Lease: Send + 'static;
+    /// `add`.
     fn add(&self, item: &str) -> impl Future<Output = ()> + Send;
+    /// `add_after`.
     fn add_after(&self, item: &str, delay: Duration) -> impl Future<Output = ()> + Send;
+    /// `add_rate_limited`.
     fn add_rate_limited(&self, item: &str) -> impl Future<Output = ()> + Send;
+    /// `add_with`.
     fn add_with(&self, item: &str, options: AddOptions) -> impl Future<Output = ()> + Send;
+    /// `forget`.
     fn forget(&self, item: &str) -> impl Future<Output = ()> + Send;
+    /// `num_requeues`.
     fn num_requeues(&self, item: &str) -> impl Future<Output = usize> + Send;
+    /// `len`: the ready items.
     fn len(&self) -> impl Future<Output = usize> + Send;
+    /// `get`: waits for an item; `None` once shut down and drained.
     fn get(&self) -> impl Future<Output = Option<Self::Lease>> + Send;
+    /// `try_get`.
     fn try_get(&self) -> impl Future<Output = Result<Self::Lease, TryGetError>> + Send;
+    /// client-go's `ShutDown` of the queue, for every holder of it.
     fn shut_down(&self) -> impl Future<Output = ()> + Send;
+    /// `shut_down_with_drain`: waits for the leases handed out.
     fn shut_down_with_drain(&self) -> impl Future<Output = ()> + Send;
+    /// `is_shutting_down`.
     fn is_shutting_down(&self) -> impl Future<Output = bool> + Send;
+    /// The item of a lease.
     fn item(lease: &Self::Lease) -> String;
+    /// The priority a lease was handed out at.
     fn priority(lease: &Self::Lease) -> i32;
+    /// Marks a lease's item done.
     fn done(lease: Self::Lease) -> impl Future<Output = ()> + Send;
 }
 
 /// Makes fresh, empty queues for one test.
-pub(crate) trait Factory: Send + Sync {
+pub trait Factory: Send + Sync {
+    /// The queues it makes.
     type Queue: Backend;
+    /// A fresh, empty queue with the rate limiter `opts` asks for.
     fn queue(&self, opts: Opts) -> impl Future<Output = Self::Queue> + Send;
 }
 
 // ===== in memory =====
 
-#[derive(Clone)]
-pub(crate) struct Memory(WorkQueue<String>);
+/// The in-memory `WorkQueue` as a [`Backend`].
+#[derive(Debug, Clone)]
+pub struct Memory(WorkQueue<String>);
 
-pub(crate) struct MemoryFactory;
+/// Makes in-memory queues.
+#[derive(Debug)]
+pub struct MemoryFactory;
 
 impl Factory for MemoryFactory {
     type Queue = Memory;
@@ -243,10 +261,14 @@ async fn next<Q: Backend>(queue: &Q) -> Q::Lease {
         .expect("an item, not shut down")
 }
 
-pub(crate) mod rules {
+/// The rules, one async function each: `rule(&factory).await` panics when the backend breaks
+/// it.
+pub mod rules {
+    #![expect(missing_docs, reason = "each rule's name is its statement")]
+
     use super::*;
 
-    pub(crate) async fn items_come_out_in_the_order_they_were_added<F: Factory>(f: &F) {
+    pub async fn items_come_out_in_the_order_they_were_added<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         for key in ["c", "a", "b"] {
             queue.add(key).await;
@@ -254,7 +276,7 @@ pub(crate) mod rules {
         assert_eq!(take_all(&queue).await, ["c", "a", "b"]);
     }
 
-    pub(crate) async fn a_duplicate_add_keeps_the_first_position<F: Factory>(f: &F) {
+    pub async fn a_duplicate_add_keeps_the_first_position<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("a").await;
         queue.add("b").await;
@@ -263,9 +285,7 @@ pub(crate) mod rules {
         assert_eq!(take_all(&queue).await, ["a", "b"]);
     }
 
-    pub(crate) async fn an_item_re_added_while_processing_goes_to_the_tail_when_done<F: Factory>(
-        f: &F,
-    ) {
+    pub async fn an_item_re_added_while_processing_goes_to_the_tail_when_done<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("a").await;
         queue.add("b").await;
@@ -276,7 +296,7 @@ pub(crate) mod rules {
         assert_eq!(take_all(&queue).await, ["b", "c", "a"]);
     }
 
-    pub(crate) async fn an_item_is_never_handed_to_two_workers_at_once<F: Factory>(f: &F) {
+    pub async fn an_item_is_never_handed_to_two_workers_at_once<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("key").await;
         let lease = queue.try_get().await.unwrap();
@@ -287,7 +307,7 @@ pub(crate) mod rules {
         assert_eq!(take_all(&queue).await, ["key"]);
     }
 
-    pub(crate) async fn re_adds_while_processing_fold_into_one<F: Factory>(f: &F) {
+    pub async fn re_adds_while_processing_fold_into_one<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("key").await;
         let lease = queue.try_get().await.unwrap();
@@ -299,7 +319,7 @@ pub(crate) mod rules {
         assert_eq!(queue.try_get().await.err(), Some(TryGetError::Empty));
     }
 
-    pub(crate) async fn len_counts_only_ready_items<F: Factory>(f: &F) {
+    pub async fn len_counts_only_ready_items<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("ready").await;
         queue.add("processing").await;
@@ -323,7 +343,7 @@ pub(crate) mod rules {
         F::Queue::done(ready).await;
     }
 
-    pub(crate) async fn add_after_waits_for_the_delay<F: Factory>(f: &F) {
+    pub async fn add_after_waits_for_the_delay<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         let start = Instant::now();
         queue.add_after("key", Duration::from_millis(300)).await;
@@ -337,13 +357,13 @@ pub(crate) mod rules {
         assert_eq!(F::Queue::item(&lease), "key");
     }
 
-    pub(crate) async fn add_after_zero_adds_at_once<F: Factory>(f: &F) {
+    pub async fn add_after_zero_adds_at_once<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add_after("key", Duration::ZERO).await;
         assert_eq!(queue.len().await, 1);
     }
 
-    pub(crate) async fn the_earliest_delay_wins<F: Factory>(f: &F) {
+    pub async fn the_earliest_delay_wins<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         let start = Instant::now();
         queue.add_after("key", Duration::from_secs(60)).await;
@@ -360,7 +380,7 @@ pub(crate) mod rules {
         );
     }
 
-    pub(crate) async fn a_later_delay_does_not_postpone<F: Factory>(f: &F) {
+    pub async fn a_later_delay_does_not_postpone<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         let start = Instant::now();
         queue.add_after("key", Duration::from_millis(100)).await;
@@ -369,7 +389,7 @@ pub(crate) mod rules {
         assert!(start.elapsed() < Duration::from_secs(5));
     }
 
-    pub(crate) async fn add_of_a_delayed_item_makes_it_ready_now_once<F: Factory>(f: &F) {
+    pub async fn add_of_a_delayed_item_makes_it_ready_now_once<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add_after("key", Duration::from_millis(200)).await;
         queue.add("key").await;
@@ -380,7 +400,7 @@ pub(crate) mod rules {
         assert_eq!(queue.try_get().await.err(), Some(TryGetError::Empty));
     }
 
-    pub(crate) async fn add_after_of_a_queued_item_keeps_it_queued_once<F: Factory>(f: &F) {
+    pub async fn add_after_of_a_queued_item_keeps_it_queued_once<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("key").await;
         queue.add_after("key", Duration::from_millis(100)).await;
@@ -389,7 +409,7 @@ pub(crate) mod rules {
         assert_eq!(queue.try_get().await.err(), Some(TryGetError::Empty));
     }
 
-    pub(crate) async fn add_after_while_processing_requeues_after_done<F: Factory>(f: &F) {
+    pub async fn add_after_while_processing_requeues_after_done<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("key").await;
         let lease = queue.try_get().await.unwrap();
@@ -400,7 +420,7 @@ pub(crate) mod rules {
         assert_eq!(take_all(&queue).await, ["key"]);
     }
 
-    pub(crate) async fn delayed_items_become_ready_in_due_order<F: Factory>(f: &F) {
+    pub async fn delayed_items_become_ready_in_due_order<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add_after("a", Duration::from_millis(300)).await;
         queue.add_after("b", Duration::from_millis(100)).await;
@@ -411,7 +431,7 @@ pub(crate) mod rules {
 
     /// client-go's order: a delayed item joins the queue when its delay runs out, so it comes
     /// before an item added later, whether or not a get looked at the queue in between.
-    pub(crate) async fn an_item_whose_delay_ran_out_comes_before_a_later_add<F: Factory>(f: &F) {
+    pub async fn an_item_whose_delay_ran_out_comes_before_a_later_add<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add_after("a", Duration::from_millis(100)).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -421,11 +441,7 @@ pub(crate) mod rules {
 
     /// Ready items come out in the order they became ready: delayed ones at their due time,
     /// the others at their add.
-    pub(crate) async fn delayed_and_plain_adds_come_out_in_the_order_they_became_ready<
-        F: Factory,
-    >(
-        f: &F,
-    ) {
+    pub async fn delayed_and_plain_adds_come_out_in_the_order_they_became_ready<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("x").await;
         queue.add_after("a", Duration::from_millis(100)).await;
@@ -439,7 +455,7 @@ pub(crate) mod rules {
 
     /// An add of an item whose delay ran out is a duplicate: the item keeps the place it took
     /// when its delay ran out.
-    pub(crate) async fn an_add_of_an_item_whose_delay_ran_out_keeps_its_place<F: Factory>(f: &F) {
+    pub async fn an_add_of_an_item_whose_delay_ran_out_keeps_its_place<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add_after("a", Duration::from_millis(100)).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -459,7 +475,7 @@ pub(crate) mod rules {
         waited
     }
 
-    pub(crate) async fn rate_limited_retries_back_off_exponentially<F: Factory>(f: &F) {
+    pub async fn rate_limited_retries_back_off_exponentially<F: Factory>(f: &F) {
         let opts = Opts {
             base: Duration::from_millis(100),
             max: Duration::from_millis(350),
@@ -484,7 +500,7 @@ pub(crate) mod rules {
         assert_eq!(queue.num_requeues("other").await, 0);
     }
 
-    pub(crate) async fn forget_resets_the_failure_count<F: Factory>(f: &F) {
+    pub async fn forget_resets_the_failure_count<F: Factory>(f: &F) {
         let opts = Opts {
             base: Duration::from_millis(100),
             max: Duration::from_secs(10),
@@ -500,7 +516,7 @@ pub(crate) mod rules {
         assert_eq!(queue.num_requeues("key").await, 0);
     }
 
-    pub(crate) async fn a_rate_limited_re_add_while_processing_waits_for_done<F: Factory>(f: &F) {
+    pub async fn a_rate_limited_re_add_while_processing_waits_for_done<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("key").await;
         let lease = queue.try_get().await.unwrap();
@@ -511,7 +527,7 @@ pub(crate) mod rules {
         assert_eq!(take_all(&queue).await, ["key"]);
     }
 
-    pub(crate) async fn the_token_bucket_limits_the_rate<F: Factory>(f: &F) {
+    pub async fn the_token_bucket_limits_the_rate<F: Factory>(f: &F) {
         let opts = Opts {
             base: Duration::from_micros(1),
             max: Duration::from_micros(1),
@@ -537,7 +553,7 @@ pub(crate) mod rules {
         );
     }
 
-    pub(crate) async fn shut_down_ignores_adds_and_drains_queued_items<F: Factory>(f: &F) {
+    pub async fn shut_down_ignores_adds_and_drains_queued_items<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("a").await;
         queue.add("b").await;
@@ -552,7 +568,7 @@ pub(crate) mod rules {
         assert_eq!(queue.try_get().await.err(), Some(TryGetError::ShutDown));
     }
 
-    pub(crate) async fn shut_down_wakes_blocked_getters<F: Factory>(f: &F) {
+    pub async fn shut_down_wakes_blocked_getters<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         let getters: Vec<_> = (0..3)
             .map(|_| {
@@ -576,7 +592,7 @@ pub(crate) mod rules {
 
     /// In memory the delayed item is dropped; on Redis it is kept for a resume. Either way it
     /// is not handed out.
-    pub(crate) async fn a_delayed_item_is_not_handed_out_after_shut_down<F: Factory>(f: &F) {
+    pub async fn a_delayed_item_is_not_handed_out_after_shut_down<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add_after("key", Duration::from_millis(100)).await;
         queue.shut_down().await;
@@ -584,7 +600,7 @@ pub(crate) mod rules {
         assert_eq!(queue.try_get().await.err(), Some(TryGetError::ShutDown));
     }
 
-    pub(crate) async fn done_after_shut_down_requeues_a_re_added_item<F: Factory>(f: &F) {
+    pub async fn done_after_shut_down_requeues_a_re_added_item<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("key").await;
         let lease = queue.try_get().await.unwrap();
@@ -595,7 +611,7 @@ pub(crate) mod rules {
         assert_eq!(queue.try_get().await.err(), Some(TryGetError::ShutDown));
     }
 
-    pub(crate) async fn a_blocked_get_is_woken_by_an_add<F: Factory>(f: &F) {
+    pub async fn a_blocked_get_is_woken_by_an_add<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         let getter = {
             let queue = queue.clone();
@@ -613,7 +629,7 @@ pub(crate) mod rules {
         );
     }
 
-    pub(crate) async fn concurrent_getters_each_get_distinct_items<F: Factory>(f: &F) {
+    pub async fn concurrent_getters_each_get_distinct_items<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let getters: Vec<_> = (0..4)
@@ -645,7 +661,7 @@ pub(crate) mod rules {
         }
     }
 
-    pub(crate) async fn shut_down_with_drain_waits_for_leases<F: Factory>(f: &F) {
+    pub async fn shut_down_with_drain_waits_for_leases<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("key").await;
         let lease = queue.try_get().await.unwrap();
@@ -665,7 +681,7 @@ pub(crate) mod rules {
 
     /// In memory a dropped lease is client-go's deferred `Done`; on Redis it is a release.
     /// For an item re-added while processing both queue it again, once.
-    pub(crate) async fn a_dropped_lease_of_a_re_added_item_queues_it_once<F: Factory>(f: &F) {
+    pub async fn a_dropped_lease_of_a_re_added_item_queues_it_once<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add("key").await;
         let lease = queue.try_get().await.unwrap();
@@ -677,7 +693,7 @@ pub(crate) mod rules {
         .await;
         assert_eq!(take_all(&queue).await, ["key"]);
     }
-    pub(crate) async fn higher_priorities_come_out_first_fifo_within_a_priority<F: Factory>(f: &F) {
+    pub async fn higher_priorities_come_out_first_fifo_within_a_priority<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add_with("a", AddOptions::default()).await;
         queue.add_with("b", prio(1)).await;
@@ -705,7 +721,7 @@ pub(crate) mod rules {
         assert_eq!(queue.len().await, 0);
     }
 
-    pub(crate) async fn len_counts_the_items_of_every_priority<F: Factory>(f: &F) {
+    pub async fn len_counts_the_items_of_every_priority<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add_with("a", prio(3)).await;
         queue.add("b").await;
@@ -723,7 +739,7 @@ pub(crate) mod rules {
         assert_eq!(queue.len().await, 0);
     }
 
-    pub(crate) async fn a_re_add_raises_a_priority_and_never_lowers_it<F: Factory>(f: &F) {
+    pub async fn a_re_add_raises_a_priority_and_never_lowers_it<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add_with("up", prio(1)).await;
         queue.add_with("up", prio(2)).await;
@@ -746,7 +762,7 @@ pub(crate) mod rules {
         );
     }
 
-    pub(crate) async fn a_raised_item_joins_the_tail_of_its_new_priority<F: Factory>(f: &F) {
+    pub async fn a_raised_item_joins_the_tail_of_its_new_priority<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add_with("foo", prio(0)).await;
         queue.add_with("bar", prio(1)).await;
@@ -760,7 +776,7 @@ pub(crate) mod rules {
         );
     }
 
-    pub(crate) async fn an_add_without_a_priority_keeps_the_items_own<F: Factory>(f: &F) {
+    pub async fn an_add_without_a_priority_keeps_the_items_own<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add_with("high", prio(3)).await;
         queue.add_with("low", prio(-2)).await;
@@ -784,7 +800,7 @@ pub(crate) mod rules {
         );
     }
 
-    pub(crate) async fn a_delayed_item_keeps_its_priority<F: Factory>(f: &F) {
+    pub async fn a_delayed_item_keeps_its_priority<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         // Long enough that three calls to a server on a loaded machine end before it.
         let delay = Duration::from_secs(1);
@@ -806,7 +822,7 @@ pub(crate) mod rules {
         );
     }
 
-    pub(crate) async fn a_delayed_duplicate_with_a_higher_priority_raises_it<F: Factory>(f: &F) {
+    pub async fn a_delayed_duplicate_with_a_higher_priority_raises_it<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         // Queued: a delayed add with a higher priority raises it, and it stays queued once.
         queue.add("a").await;
@@ -843,9 +859,7 @@ pub(crate) mod rules {
         assert_eq!(take_all_with_priority(&queue).await, pairs(&[("e", 1)]));
     }
 
-    pub(crate) async fn a_re_add_while_processing_takes_the_highest_re_add_priority<F: Factory>(
-        f: &F,
-    ) {
+    pub async fn a_re_add_while_processing_takes_the_highest_re_add_priority<F: Factory>(f: &F) {
         let queue = f.queue(Opts::default()).await;
         queue.add_with("foo", prio(5)).await;
         let lease = next(&queue).await;
@@ -894,7 +908,7 @@ pub(crate) mod rules {
         );
     }
 
-    pub(crate) async fn a_rate_limited_add_with_a_delay_takes_the_shorter_one<F: Factory>(f: &F) {
+    pub async fn a_rate_limited_add_with_a_delay_takes_the_shorter_one<F: Factory>(f: &F) {
         let queue = f
             .queue(Opts {
                 base: Duration::from_secs(3600),

@@ -5,17 +5,16 @@
 //! `initdb` and `postgres` refuse to run as root; as root, they run as the user `postgres`
 //! (which the Debian package creates) through `runuser`, on directories that user owns.
 
-#![allow(dead_code)]
-
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::free_port;
+
 /// Set to `1` (outside CI) to skip the PostgreSQL tests knowingly when the server is missing.
-pub(crate) const SKIP_VAR: &str = "WQ_SKIP_PG_TESTS";
+pub const SKIP_VAR: &str = "WQ_SKIP_PG_TESTS";
 
 /// The directory of `initdb`, `postgres` and `pg_ctl`: `$WQ_PG_BIN`, the `PATH`, or the
 /// newest `/usr/lib/postgresql/<version>/bin` (where the Debian package puts them).
@@ -44,7 +43,7 @@ fn bin_dir() -> Option<PathBuf> {
 
 /// The binaries, or `None` when the tests may be skipped; panics when they may not (under
 /// `CI=true`, or without the opt-out).
-pub(crate) fn require_binaries() -> Option<PathBuf> {
+pub fn require_binaries() -> Option<PathBuf> {
     if let Some(dir) = bin_dir() {
         return Some(dir);
     }
@@ -156,16 +155,9 @@ fn remove_stale_templates() {
     }
 }
 
-/// A free loopback port (the kernel's choice; released before the server binds it).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// One running server.
-pub(crate) struct PgServer {
+#[derive(Debug)]
+pub struct PgServer {
     bin: PathBuf,
     dir: PathBuf,
     port: u16,
@@ -174,7 +166,7 @@ pub(crate) struct PgServer {
 
 impl PgServer {
     /// Starts a server, or `None` when PostgreSQL is missing and the tests may be skipped.
-    pub(crate) fn start() -> Option<Self> {
+    pub fn start() -> Option<Self> {
         let bin = require_binaries()?;
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -295,12 +287,12 @@ impl PgServer {
     }
 
     /// The connection URL.
-    pub(crate) fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
     /// The postmaster's PID (from `postmaster.pid`: under `runuser` the child is not it).
-    pub(crate) fn pid(&self) -> Option<u32> {
+    pub fn pid(&self) -> Option<u32> {
         std::fs::read_to_string(self.dir.join("postmaster.pid"))
             .ok()?
             .lines()
@@ -311,7 +303,7 @@ impl PgServer {
     }
 
     /// Sends `signal` (`-9`, `-STOP`, `-CONT`, ...) to the postmaster.
-    pub(crate) fn signal(&self, signal: &str) {
+    pub fn signal(&self, signal: &str) {
         if let Some(pid) = self.pid() {
             let _ = Command::new("kill")
                 .arg(signal)
@@ -322,7 +314,7 @@ impl PgServer {
 
     /// `kill -9` of the postmaster (its backends exit when they notice), then waits for the
     /// process to be gone.
-    pub(crate) fn kill(&mut self) {
+    pub fn kill(&mut self) {
         self.signal("-9");
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -333,7 +325,7 @@ impl PgServer {
     /// `kill -9` of the postmaster and, first, of every process it started (its backends), by
     /// their PIDs: nothing answers a query from then on, not even a connection already open
     /// (after [`kill`](Self::kill) alone, a backend may serve one more query before it notices).
-    pub(crate) fn kill_with_backends(&mut self) {
+    pub fn kill_with_backends(&mut self) {
         if let Some(pid) = self.pid() {
             let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
                 .unwrap_or_default();
@@ -349,7 +341,7 @@ impl PgServer {
     }
 
     /// Starts the server again on the same port and data directory (crash recovery).
-    pub(crate) fn restart(&mut self) {
+    pub fn restart(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         // Old backends may hold the shared memory for a moment after a kill -9.
         while Instant::now() < deadline {

@@ -1,10 +1,9 @@
 //! The `Workers` suite every backend runs: each rule drives a `workq::Workers` pool over
 //! a queue through the `workq::Queue` trait and checks the same outcomes, retries,
-//! give-ups, panics, timeouts, stops and summaries. A backend's test crate includes this
-//! file by path, implements [`Backend`] for its queues and instantiates every rule with
-//! `for_each_workers_rule!(its_macro)`; the in-memory queue's [`Memory`] is here.
-
-#![allow(dead_code)]
+//! give-ups, panics, timeouts, stops and summaries. A backend's tests implement [`Backend`]
+//! for its queues and instantiate every rule with
+//! `workq_conformance::for_each_workers_rule!(its_macro)`; the in-memory queue's [`Memory`]
+//! is here.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -16,11 +15,9 @@ use workq::rate_limiter::ExponentialFailure;
 use workq::{AddOptions, DoneMany, Outcome, Queue, QueueLease, WorkQueue, Workers};
 use workq::{AsyncWorkers, GiveUp, GiveUpReason};
 
-/// Calls `$suite!(rule, rule, ...)` with the name of every rule in [`rules`].
-#[allow(
-    unused_macros,
-    reason = "used by the workers tests, not by every test binary"
-)]
+/// Calls `$suite!(rule, rule, ...)` with the name of every rule in
+/// [`workers::rules`](crate::workers::rules).
+#[macro_export]
 macro_rules! for_each_workers_rule {
     ($suite:ident) => {
         $suite!(
@@ -46,11 +43,13 @@ macro_rules! for_each_workers_rule {
 }
 
 /// Makes fresh queues of one backend for one test.
-pub(crate) trait Backend: Send + Sync {
+pub trait Backend: Send + Sync {
+    /// The queues it makes.
     type Q: Queue<Item = String>;
     /// Whether a shut down handle leaves its delayed items to the other processes (they stay
     /// in the queue) instead of dropping them.
     const SHARED: bool;
+    /// A fresh, empty queue.
     fn queue(&self) -> impl Future<Output = Self::Q> + Send;
     /// Shuts the queue down for everyone (in memory: `shut_down`; on Redis: the fleet).
     fn shut_down_everyone(queue: &Self::Q) -> impl Future<Output = ()> + Send;
@@ -65,7 +64,9 @@ pub(crate) trait Backend: Send + Sync {
     }
 }
 
-pub(crate) struct Memory;
+/// The in-memory `WorkQueue`.
+#[derive(Debug)]
+pub struct Memory;
 
 impl Backend for Memory {
     type Q = WorkQueue<String>;
@@ -92,11 +93,12 @@ impl Backend for Memory {
 /// The in-memory queue seen as a backend that batches the workers' steps
 /// ([`Queue::batch_limit`] 8): every rule then runs through `Workers`' batched steps, whose
 /// `done_and_next_many` hands out up to the items asked for, as a server's does.
-pub(crate) struct BatchedMemory;
+#[derive(Debug)]
+pub struct BatchedMemory;
 
 /// A [`WorkQueue`] whose steps `Workers` batch.
-#[derive(Clone)]
-pub(crate) struct Batched(WorkQueue<String>);
+#[derive(Debug, Clone)]
+pub struct Batched(WorkQueue<String>);
 
 impl Queue for Batched {
     type Item = String;
@@ -205,7 +207,7 @@ impl Backend for BatchedMemory {
 
 /// What a [`Wrap`] does to the calls it passes on, and what it saw.
 #[derive(Debug, Default)]
-pub(crate) struct Faults {
+pub struct Faults {
     /// How long each `get` waits before it reaches the backend.
     get_delay: Mutex<Duration>,
     /// How long each batched step waits before it reaches the backend.
@@ -252,14 +254,17 @@ impl Faults {
 /// passes every call on to the queue it wraps (the backend's own `retry_and_done`,
 /// `done_and_next_many`, `batch_limit` and `steps_in_flight` included), and counts the leases
 /// it handed out that are not ended yet.
-#[derive(Clone)]
-pub(crate) struct Wrap<Q> {
-    pub(crate) inner: Q,
-    pub(crate) faults: Arc<Faults>,
+#[derive(Debug, Clone)]
+pub struct Wrap<Q> {
+    /// The backend's queue.
+    pub inner: Q,
+    /// What it does to the calls, and what it saw.
+    pub faults: Arc<Faults>,
 }
 
 impl<Q: Queue<Item = String>> Wrap<Q> {
-    pub(crate) fn new(inner: Q) -> Self {
+    /// `inner`, passed on without a fault until one is asked for.
+    pub fn new(inner: Q) -> Self {
         Wrap {
             inner,
             faults: Arc::default(),
@@ -267,44 +272,44 @@ impl<Q: Queue<Item = String>> Wrap<Q> {
     }
 
     /// Each `get` waits `delay` before it reaches the backend.
-    pub(crate) fn slow_gets(&self, delay: Duration) {
+    pub fn slow_gets(&self, delay: Duration) {
         *self.faults.get_delay.lock().unwrap() = delay;
     }
 
     /// Each batched step waits `delay` before it reaches the backend.
-    pub(crate) fn slow_steps(&self, delay: Duration) {
+    pub fn slow_steps(&self, delay: Duration) {
         *self.faults.step_delay.lock().unwrap() = delay;
     }
 
     /// The next `n` batched steps fail as a whole.
-    pub(crate) fn fail_steps(&self, n: usize) {
+    pub fn fail_steps(&self, n: usize) {
         self.faults.failing_steps.store(n, Ordering::SeqCst);
     }
 
     /// The next `n` batched steps that ask only for the next items of the workers whose
     /// `done`s they carry hand out one item fewer (one of those workers gets no next item,
     /// and goes idle).
-    pub(crate) fn short_steps(&self, n: usize) {
+    pub fn short_steps(&self, n: usize) {
         self.faults.short_steps.store(n, Ordering::SeqCst);
     }
 
     /// Batched steps that failed as a whole so far.
-    pub(crate) fn failed_steps(&self) -> usize {
+    pub fn failed_steps(&self) -> usize {
         self.faults.failed_steps.load(Ordering::SeqCst)
     }
 
     /// The lease of `item` is lost from now on.
-    pub(crate) fn lose(&self, item: &str) {
+    pub fn lose(&self, item: &str) {
         self.faults.lost.lock().unwrap().insert(item.to_owned());
     }
 
     /// Leases handed out and not ended.
-    pub(crate) fn leases_out(&self) -> usize {
+    pub fn leases_out(&self) -> usize {
         self.faults.out.load(Ordering::SeqCst)
     }
 
     /// The most leases out at once so far.
-    pub(crate) fn most_leases_out(&self) -> usize {
+    pub fn most_leases_out(&self) -> usize {
         self.faults.most_out.load(Ordering::SeqCst)
     }
 
@@ -326,7 +331,7 @@ impl<Q: Queue<Item = String>> Wrap<Q> {
 
 /// A [`Wrap`]'s lease.
 #[derive(Debug)]
-pub(crate) struct WrapLease<L> {
+pub struct WrapLease<L> {
     inner: Option<L>,
     faults: Arc<Faults>,
 }
@@ -378,7 +383,8 @@ impl<L: QueueLease> QueueLease for WrapLease<L> {
 
 /// A [`Wrap`]'s error: the backend's, or one the wrapper made.
 #[derive(Debug)]
-pub(crate) enum WrapError<E> {
+pub enum WrapError<E> {
+    /// The backend's.
     Backend(E),
     /// A batched step failed as a whole ([`Wrap::fail_steps`]).
     StepFailed,
@@ -596,7 +602,7 @@ async fn add<Q: Queue<Item = String>>(queue: &Q, item: &str) {
 }
 
 /// Waits until `check` holds, for at most 10 s.
-pub(crate) async fn eventually<F, Fut>(what: &str, mut check: F)
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -855,12 +861,14 @@ async fn stale_holder<B: Backend>(backend: &B, case: Stale) {
     }
 }
 
-pub(crate) mod rules {
+/// The rules, one async function each: `rule(&backend).await` panics when the backend
+/// breaks it.
+pub mod rules {
+    #![expect(missing_docs, reason = "each rule's name is its statement")]
+
     use super::*;
 
-    pub(crate) async fn outcomes_map_to_forget_retry_retry_after_and_give_up<B: Backend>(
-        backend: &B,
-    ) {
+    pub async fn outcomes_map_to_forget_retry_retry_after_and_give_up<B: Backend>(backend: &B) {
         let queue = backend.queue().await;
         let attempts = Attempts::default();
         let (gave_up, on_give_up) = give_ups();
@@ -911,9 +919,7 @@ pub(crate) mod rules {
         assert_eq!(gave_up[0].error, None);
     }
 
-    pub(crate) async fn an_item_that_keeps_failing_is_given_up_after_max_retries<B: Backend>(
-        backend: &B,
-    ) {
+    pub async fn an_item_that_keeps_failing_is_given_up_after_max_retries<B: Backend>(backend: &B) {
         let queue = backend.queue().await;
         let attempts = Attempts::default();
         let (gave_up, on_give_up) = give_ups();
@@ -950,7 +956,7 @@ pub(crate) mod rules {
         );
     }
 
-    pub(crate) async fn a_panicking_handler_is_retried_and_its_worker_keeps_running<B: Backend>(
+    pub async fn a_panicking_handler_is_retried_and_its_worker_keeps_running<B: Backend>(
         backend: &B,
     ) {
         let queue = backend.queue().await;
@@ -982,9 +988,7 @@ pub(crate) mod rules {
         assert_eq!(attempts.of("fine"), 1);
     }
 
-    pub(crate) async fn a_handler_past_its_timeout_is_cancelled_and_retried<B: Backend>(
-        backend: &B,
-    ) {
+    pub async fn a_handler_past_its_timeout_is_cancelled_and_retried<B: Backend>(backend: &B) {
         let queue = backend.queue().await;
         let attempts = Attempts::default();
         let handler_attempts = attempts.clone();
@@ -1009,7 +1013,7 @@ pub(crate) mod rules {
         );
     }
 
-    pub(crate) async fn no_item_is_processed_by_two_workers_at_once<B: Backend>(backend: &B) {
+    pub async fn no_item_is_processed_by_two_workers_at_once<B: Backend>(backend: &B) {
         let queue = backend.queue().await;
         let busy = Arc::new(Mutex::new(HashSet::new()));
         let overlaps = Arc::new(AtomicUsize::new(0));
@@ -1049,7 +1053,7 @@ pub(crate) mod rules {
         assert_eq!(summary.succeeded, summary.processed);
     }
 
-    pub(crate) async fn shut_down_waits_for_items_in_flight<B: Backend>(backend: &B) {
+    pub async fn shut_down_waits_for_items_in_flight<B: Backend>(backend: &B) {
         let queue = backend.queue().await;
         let workers = Workers::new(queue.clone())
             .count(2)
@@ -1072,7 +1076,7 @@ pub(crate) mod rules {
         assert_eq!(queue.len().await.unwrap(), 1);
     }
 
-    pub(crate) async fn shut_down_with_a_deadline_reports_what_is_still_in_flight<B: Backend>(
+    pub async fn shut_down_with_a_deadline_reports_what_is_still_in_flight<B: Backend>(
         backend: &B,
     ) {
         let queue = backend.queue().await;
@@ -1094,7 +1098,7 @@ pub(crate) mod rules {
         assert_eq!(summary.processed, 0);
     }
 
-    pub(crate) async fn one_worker_takes_items_by_priority<B: Backend>(backend: &B) {
+    pub async fn one_worker_takes_items_by_priority<B: Backend>(backend: &B) {
         let queue = backend.queue().await;
         for (item, priority) in [("a", None), ("b", Some(2)), ("c", Some(-1)), ("d", Some(2))] {
             let mut options = AddOptions::default();
@@ -1132,7 +1136,7 @@ pub(crate) mod rules {
     /// the step, as one done after another would queue them, whatever the backend saw of
     /// those re-adds before (a's came due before b's and c's were added; b's and c's came due
     /// with nothing run since).
-    pub(crate) async fn a_batched_done_requeues_due_re_adds_in_the_order_of_the_step<B: Backend>(
+    pub async fn a_batched_done_requeues_due_re_adds_in_the_order_of_the_step<B: Backend>(
         backend: &B,
     ) {
         let queue = backend.queue().await;
@@ -1165,7 +1169,7 @@ pub(crate) mod rules {
         assert_eq!(items, ["a", "b", "c"]);
     }
 
-    pub(crate) async fn workers_end_when_the_queue_is_shut_down_and_empty<B: Backend>(backend: &B) {
+    pub async fn workers_end_when_the_queue_is_shut_down_and_empty<B: Backend>(backend: &B) {
         let queue = backend.queue().await;
         add(&queue, "a").await;
         add(&queue, "b").await;
@@ -1180,7 +1184,7 @@ pub(crate) mod rules {
         assert_eq!(summary.left_in_queue, 0);
     }
 
-    pub(crate) async fn a_stop_lists_or_keeps_the_delayed_retries<B: Backend>(backend: &B) {
+    pub async fn a_stop_lists_or_keeps_the_delayed_retries<B: Backend>(backend: &B) {
         let queue = backend.queue().await;
         let workers = Workers::new(queue.clone())
             .spawn_async(|_: String| async { Outcome::RetryAfter(Duration::from_secs(3600)) });
@@ -1206,7 +1210,7 @@ pub(crate) mod rules {
     /// take it. An idle worker that the pool's one `get` already serves was served by the
     /// next step too, and the extra lease waited, kept for nobody, until a worker was idle
     /// again: in memory the item after the retried one started after the late item.
-    pub(crate) async fn fifo_holds_through_slow_batched_steps<B: Backend>(backend: &B) {
+    pub async fn fifo_holds_through_slow_batched_steps<B: Backend>(backend: &B) {
         // On a runtime of one thread, tasks run in the order they were woken: which worker
         // starts its item first is the pool's doing, not the scheduling of threads on a
         // loaded machine.
@@ -1249,7 +1253,7 @@ pub(crate) mod rules {
     /// Every lease the pool holds is a worker's: with two workers, never more than two
     /// leases are out (a lease a step took for nobody was a third), and once the backlog is
     /// through and the workers wait, none (while the pool still runs).
-    pub(crate) async fn the_pool_holds_no_lease_that_no_worker_takes<B: Backend>(backend: &B) {
+    pub async fn the_pool_holds_no_lease_that_no_worker_takes<B: Backend>(backend: &B) {
         let items = numbered(60);
         let run = Backlog::start(backend, &items, &["item-005", "item-030"]).await;
         eventually("every item to succeed", || async {
@@ -1273,7 +1277,7 @@ pub(crate) mod rules {
     /// Everything a pool holds is released at its stop: `stop`, then the queue's
     /// `shut_down_with_drain` (which waits until no lease is held), then `wait` return. A
     /// lease kept for nobody held the drain, and so the `wait`, forever.
-    pub(crate) async fn stop_then_drain_then_wait_returns<B: Backend>(backend: &B) {
+    pub async fn stop_then_drain_then_wait_returns<B: Backend>(backend: &B) {
         let items = numbered(100);
         let run = Backlog::start(backend, &items, &["item-005"]).await;
         eventually("thirty items to start", || async {
@@ -1299,7 +1303,7 @@ pub(crate) mod rules {
     /// in the queue (queued, delayed on a shared backend, or listed in `unfinished`). A
     /// lease a step kept for nobody was released after the summary (in memory, into a
     /// queue shut down: the item was lost).
-    pub(crate) async fn after_shut_down_every_item_is_accounted_for<B: Backend>(backend: &B) {
+    pub async fn after_shut_down_every_item_is_accounted_for<B: Backend>(backend: &B) {
         let items = numbered(100);
         let run = Backlog::start(backend, &items, &["item-005"]).await;
         eventually("thirty items to start", || async {
@@ -1330,7 +1334,7 @@ pub(crate) mod rules {
     /// re-added, no give-up is reported, and the summary counts the call as `lease_lost`.
     /// On a shared backend the lease really expires and a second handle takes the item; in
     /// memory, where a lease cannot be lost, a [`Wrap`] refuses the worker's calls as lost.
-    pub(crate) async fn a_stale_holders_failure_path_changes_nothing<B: Backend>(backend: &B) {
+    pub async fn a_stale_holders_failure_path_changes_nothing<B: Backend>(backend: &B) {
         for case in [
             Stale::Done,
             Stale::Retry,
@@ -1346,9 +1350,7 @@ pub(crate) mod rules {
     /// and loses nothing: its items are handed out again (here at once: the fault releases
     /// them), the idle workers it was to serve are served, later items are processed, and no
     /// call counts as a lost lease.
-    pub(crate) async fn a_batched_step_that_fails_as_a_whole_loses_no_item<B: Backend>(
-        backend: &B,
-    ) {
+    pub async fn a_batched_step_that_fails_as_a_whole_loses_no_item<B: Backend>(backend: &B) {
         let queue = Wrap::new(backend.queue().await);
         queue.slow_steps(Duration::from_millis(5));
         queue.fail_steps(2);

@@ -1,14 +1,14 @@
 //! A `redis-server` of the test's own: a free loopback port, a fresh data directory, stopped
-//! by PID when dropped.
-
-#![allow(dead_code)]
+//! by PID when dropped. The binary is `$WQ_REDIS_SERVER`, or `redis-server` on the `PATH`.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use super::free_port;
 
 /// The server binary: `$WQ_REDIS_SERVER`, or `redis-server` on the `PATH`.
 fn binary() -> String {
@@ -17,7 +17,7 @@ fn binary() -> String {
 
 /// Whether the server binary can be run. When it cannot, tests are skipped with a note, except
 /// under `CI=true`, where that is a failure.
-pub(crate) fn available() -> bool {
+pub fn available() -> bool {
     let found = Command::new(binary())
         .arg("--version")
         .stdout(Stdio::null())
@@ -41,7 +41,7 @@ pub(crate) fn available() -> bool {
 
 /// How a test server keeps its data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Durability {
+pub enum Durability {
     /// `appendonly yes`, `appendfsync always`.
     Always,
     /// `appendonly yes`, `appendfsync everysec`.
@@ -50,7 +50,10 @@ pub(crate) enum Durability {
     None,
 }
 
-pub(crate) struct RedisServer {
+/// A running `redis-server` (or one [`killed`](RedisServer::kill) to be
+/// [`restarted`](RedisServer::restart)).
+#[derive(Debug)]
+pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
@@ -63,11 +66,13 @@ pub(crate) struct RedisServer {
 impl RedisServer {
     /// A server with AOF and `appendfsync always`; `None` when the binary is missing (see
     /// [`available`]).
-    pub(crate) fn start() -> Option<Self> {
+    pub fn start() -> Option<Self> {
         Self::start_with(Durability::Always, &[])
     }
 
-    pub(crate) fn start_with(durability: Durability, extra: &[&str]) -> Option<Self> {
+    /// A server with `durability` and the further arguments `extra`; `None` when the binary
+    /// is missing (see [`available`]). Panics if it does not come up on any of ten ports.
+    pub fn start_with(durability: Durability, extra: &[&str]) -> Option<Self> {
         if !available() {
             return None;
         }
@@ -80,7 +85,7 @@ impl RedisServer {
 
     /// A server whose process runs with `env` (for example libfaketime preloaded), or `None`
     /// if it does not come up with it (after three ports).
-    pub(crate) fn try_start_with_env(
+    pub fn try_start_with_env(
         durability: Durability,
         extra: &[&str],
         env: &[(&str, String)],
@@ -126,19 +131,23 @@ impl RedisServer {
         false
     }
 
-    pub(crate) fn port(&self) -> u16 {
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
         self.port
     }
 
-    pub(crate) fn url(&self) -> String {
+    /// `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    pub(crate) fn pid(&self) -> Option<u32> {
+    /// The server process's PID while it runs.
+    pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
-    pub(crate) fn dir(&self) -> &std::path::Path {
+    /// Its data directory (the AOF, `redis.log`).
+    pub fn dir(&self) -> &std::path::Path {
         &self.dir
     }
 
@@ -192,7 +201,7 @@ impl RedisServer {
     }
 
     /// `kill -9` of the server process.
-    pub(crate) fn kill(&mut self) {
+    pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -200,7 +209,7 @@ impl RedisServer {
     }
 
     /// Sends `signal` (`STOP`, `CONT`, ...) to the server process.
-    pub(crate) fn signal(&self, signal: &str) {
+    pub fn signal(&self, signal: &str) {
         if let Some(pid) = self.pid() {
             let _ = Command::new("kill")
                 .arg(format!("-{signal}"))
@@ -209,8 +218,8 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port and data directory (after [`kill`]).
-    pub(crate) fn restart(&mut self) {
+    /// Starts the server again on the same port and data directory (after [`kill`](Self::kill)).
+    pub fn restart(&mut self) {
         self.kill();
         for _ in 0..50 {
             if self.spawn() {
@@ -227,13 +236,6 @@ impl Drop for RedisServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 /// Whether a server answers `PING` with `PONG` (not `LOADING`) on `port`.
@@ -255,13 +257,15 @@ fn ping(port: u16) -> bool {
 
 /// A Redis Cluster of three primaries on loopback ports, made with `redis-cli --cluster
 /// create` (package redis-tools, which redis-server depends on).
-pub(crate) struct RedisCluster {
-    pub(crate) nodes: Vec<RedisServer>,
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// The three nodes.
+    pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
     /// Starts the nodes and joins them; `None` (after a note) without the binaries, unless CI.
-    pub(crate) fn start() -> Option<Self> {
+    pub fn start() -> Option<Self> {
         let cli = Command::new("redis-cli")
             .arg("--version")
             .stdout(Stdio::null())
@@ -323,18 +327,18 @@ impl RedisCluster {
     }
 
     /// The nodes' URLs.
-    pub(crate) fn urls(&self) -> Vec<String> {
+    pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 }
 
 /// The opt-out of the Redis tests on a machine without `redis-server`.
-pub(crate) const SKIP_VAR: &str = "WQ_SKIP_REDIS_TESTS";
+pub const SKIP_VAR: &str = "WQ_SKIP_REDIS_TESTS";
 
 /// Checks that the server binary runs. Without it a test fails with a message naming the
 /// Debian package to install, so `cargo test` never reports a pass it did not run; only with
 /// `WQ_SKIP_REDIS_TESTS=1`, outside CI, does it return `false` (the caller returns early).
-pub(crate) fn require_binary() -> bool {
+pub fn require_binary() -> bool {
     let found = Command::new(binary())
         .arg("--version")
         .stdout(Stdio::null())
@@ -361,7 +365,7 @@ pub(crate) fn require_binary() -> bool {
 }
 
 /// [`RedisServer::start_with`], failing (see [`require_binary`]) when the binary is missing.
-pub(crate) fn require_with(durability: Durability, extra: &[&str]) -> Option<RedisServer> {
+pub fn require_with(durability: Durability, extra: &[&str]) -> Option<RedisServer> {
     if !require_binary() {
         return None;
     }
@@ -369,6 +373,6 @@ pub(crate) fn require_with(durability: Durability, extra: &[&str]) -> Option<Red
 }
 
 /// [`RedisServer::start`], failing (see [`require_binary`]) when the binary is missing.
-pub(crate) fn require() -> Option<RedisServer> {
+pub fn require() -> Option<RedisServer> {
     require_with(Durability::Always, &[])
 }
