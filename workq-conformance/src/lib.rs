@@ -9,6 +9,9 @@
 //! - [`workers`] (feature `workers`): `workq::Workers` pools driven over a backend's queue
 //!   through the `workq::Queue` trait, with the same outcomes, retries, give-ups, panics,
 //!   timeouts, stops and summaries everywhere. [`for_each_workers_rule!`] names every rule.
+//! - [`admin`]: the operator's contract (`workq::admin::Admin`) as rules over
+//!   `Box<dyn Admin>`, with the [`admin::AdminFactory`] a backend implements to run them.
+//!   [`for_each_admin_rule!`] names every rule.
 //! - [`servers`]: a `redis-server`, a PostgreSQL server and an nginx of a test's own, on free
 //!   loopback ports in temporary directories, stopped when dropped.
 //!
@@ -32,6 +35,7 @@
 //! The in-memory runs are `workq`'s own (`workq/tests/conformance.rs`); each backend runs the
 //! suites on its server in its tests.
 
+pub mod admin;
 pub mod behaviour;
 pub mod servers;
 #[cfg(feature = "workers")]

@@ -3,13 +3,11 @@
 //! messages of [`act`] for every answer a backend can give, the pointer forwards, and (feature
 //! `serde`) the JSON names the dashboard's API has always used.
 
-pub mod admin_suite;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use admin_suite::AdminFactory;
+use workq_conformance::admin::AdminFactory;
 use workq::WorkQueue;
 use workq::admin::{
     Action, ActionOutcome, Admin, AdminError, BoxFuture, Capabilities, MemoryAdmin, QueueSummary,
@@ -52,14 +50,14 @@ macro_rules! memory_admin {
             $(
                 #[tokio::test]
                 async fn $rule() {
-                    crate::admin_suite::rules::$rule(&crate::MemoryAdminFactory::default()).await;
+                    workq_conformance::admin::rules::$rule(&crate::MemoryAdminFactory::default()).await;
                 }
             )*
         }
     };
 }
 
-for_each_admin_rule!(memory_admin);
+workq_conformance::for_each_admin_rule!(memory_admin);
 
 #[tokio::test]
 async fn memory_admin_counts_the_events_of_the_queues_that_report_to_it() {

@@ -10,7 +10,8 @@
 //! and is held to answer [`AdminError::Unsupported`] to the rest, and a backend that
 //! promises items or actions is held to every rule of the group.
 //!
-//! The module depends on `workq` and `tokio` (`time`) only.
+//! The module needs no feature of `workq`: the in-process runs of `workq`'s own tests build
+//! without any.
 
 use std::fmt;
 use std::future::Future;
