@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use workq_conformance::admin::AdminFactory;
 use workq::WorkQueue;
 use workq::admin::{
     Action, ActionOutcome, Admin, AdminError, BoxFuture, Capabilities, MemoryAdmin, QueueSummary,
@@ -15,6 +14,7 @@ use workq::admin::{
 };
 use workq::metrics::QueueProbe;
 use workq::rate_limiter::ExponentialFailure;
+use workq_conformance::admin::AdminFactory;
 
 /// The in-process queues of one test, all reporting to one [`MemoryAdmin`].
 #[derive(Default)]
