@@ -68,7 +68,7 @@ async fn a_worker_role_with_the_listed_grants_runs_the_queue() {
         assert!(q.pause().await.unwrap());
         assert!(q.resume().await.unwrap());
         q.stats(10).await.unwrap();
-        q.dead_letters(10).await.unwrap();
+        q.dead_letters(workq::admin::End::Last, 10).await.unwrap();
         q.requeue_dead_letters().await.unwrap();
         q.purge_dead_letters().await.unwrap();
         q.shut_down_fleet().await.unwrap();
