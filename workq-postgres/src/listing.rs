@@ -453,7 +453,23 @@ impl PgAdmin {
         &self,
         name: &str,
     ) -> Result<PgQueue<T>, Error> {
-        let kept = self.handles().get(name).cloned();
+        // A cheap look first: a server that is down reads as down (a build reports every
+        // failure to read the schema's version alike), and a queue deleted and made again
+        // since its handle was kept has another id.
+        let id: Option<i32> = sqlx::query_scalar("SELECT id FROM workqueue_queues WHERE name = $1")
+            .bind(name)
+            .fetch_optional(self.pool())
+            .await?;
+        let Some(id) = id else {
+            return Err(Error::Config(format!(
+                "the database has no queue named {name:?}"
+            )));
+        };
+        let kept = self
+            .handles()
+            .get(name)
+            .filter(|inner| inner.id == id)
+            .cloned();
         let inner = match kept {
             Some(inner) => inner,
             None => {
