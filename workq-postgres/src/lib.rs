@@ -191,6 +191,22 @@
 //! from `PUBLIC`. A process of such a role may keep `migrate(true)`: a current schema is only
 //! read.
 //!
+//! An operator's role, for [`PgAdmin`] (the dashboard, `wq`), needs less: it reads the
+//! tables and acts through the operator's calls, and cannot create or delete a queue, count
+//! a failure or write a dead letter:
+//!
+//! ```sql
+//! GRANT USAGE ON SCHEMA app TO operator;
+//! GRANT SELECT ON workqueue_queues, workqueue_items, workqueue_failures, workqueue_dead,
+//!     workqueue_migrations TO operator;
+//! GRANT UPDATE (paused, shut_down) ON workqueue_queues TO operator;
+//! GRANT INSERT, UPDATE, DELETE ON workqueue_items TO operator;
+//! GRANT DELETE ON workqueue_failures, workqueue_dead TO operator;
+//! GRANT USAGE ON SEQUENCE workqueue_seq TO operator;
+//! ```
+//!
+//! A worker's grants include these: no operator action is refused to a worker's role.
+//!
 //! # PgBouncer
 //!
 //! Every call is one statement or one short transaction, so the queue's own SQL suits

@@ -234,8 +234,8 @@ const MAX_HANDLES: usize = 256;
 /// [`DEFAULT_COUNT_CAP`](Self::DEFAULT_COUNT_CAP)), so a look at a queue of millions of items
 /// costs what one of the cap does.
 ///
-/// It never installs the schema or creates a queue: its role needs the privileges of a worker
-/// (see the crate's "Least privileges"). A call on a queue the database does not have answers
+/// It never installs the schema or creates a queue: its role needs the privileges of the
+/// operator role (see the crate's "Least privileges"). A call on a queue the database does not have answers
 /// not found. Queue handles are built on its pool without side effects (no schema change, no
 /// queue created, no `LISTEN` connection, no retries) and kept, at most 256.
 ///
