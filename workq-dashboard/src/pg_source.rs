@@ -55,7 +55,10 @@ impl PgSource {
     pub fn new(url: &str) -> Result<Self, SourceError> {
         let admin = PgAdmin::new(url)
             .map_err(|e| SourceError::BadRequest(e.to_string()))?
-            .application_name(APPLICATION_NAME);
+            .application_name(APPLICATION_NAME)
+            // The views have no field that says a count stopped at a cap, so they keep
+            // exact counts until the dashboard serves the contract's types (`capped_at`).
+            .count_cap(None);
         Ok(PgSource { admin })
     }
 

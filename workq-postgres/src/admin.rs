@@ -12,6 +12,7 @@ use workq::admin::{
 };
 
 use crate::builder::MAX_NAME_BYTES;
+use crate::dead_letter::STEP;
 use crate::error::Error;
 use crate::listing::{CONNECT_TIMEOUT, PgAdmin, scrub};
 use crate::migrate::SCHEMA_VERSION;
@@ -144,6 +145,41 @@ impl PgAdmin {
     {
         let queue = self.handle(name).await?;
         self.read(call(queue)).await
+    }
+
+    /// Runs `step` on queue `name` until it answers 0 (or, once some steps were taken,
+    /// [`Error::ShutDown`]: the queue was shut down meanwhile), each step a statement with
+    /// its own deadline, so a bulk action of any size goes on as long as the server answers;
+    /// the total the steps answered.
+    async fn in_steps<'a, F, Fut>(&'a self, name: &'a str, step: F) -> Result<u64, AdminError>
+    where
+        F: Fn(PgQueue<Any>) -> Fut,
+        Fut: Future<Output = Result<u64, Error>>,
+    {
+        let queue = self.handle(name).await?;
+        let mut total = 0u64;
+        loop {
+            match tokio::time::timeout(
+                self.statement_timeout + CONNECT_TIMEOUT,
+                step(queue.clone()),
+            )
+            .await
+            {
+                Ok(Ok(0)) => break,
+                Ok(Ok(n)) => total = total.saturating_add(n),
+                Ok(Err(Error::ShutDown)) if total > 0 => break,
+                Ok(Err(e)) => return Err(self.fail(e)),
+                Err(_) => {
+                    return Err(self.down(format!(
+                        "no answer from the server within {} s (after {total} done)",
+                        (self.statement_timeout + CONNECT_TIMEOUT).as_secs()
+                    )));
+                }
+            }
+        }
+        self.up.store(true, Ordering::Relaxed);
+        *self.error_slot() = None;
+        Ok(total)
     }
 }
 
@@ -294,7 +330,10 @@ impl Admin for PgAdmin {
         &'a self,
         queue: &'a str,
     ) -> BoxFuture<'a, Result<u64, AdminError>> {
-        Box::pin(self.on(queue, |q| async move { q.requeue_dead_letters().await }))
+        Box::pin(self.in_steps(
+            queue,
+            |q| async move { q.requeue_dead_step(None, STEP).await },
+        ))
     }
 
     fn delete_dead_letter_by_id<'a>(
@@ -308,7 +347,7 @@ impl Admin for PgAdmin {
     }
 
     fn purge_dead_letters<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u64, AdminError>> {
-        Box::pin(self.on(queue, |q| async move { q.purge_dead_letters().await }))
+        Box::pin(self.in_steps(queue, |q| async move { q.purge_dead_step().await }))
     }
 }
 

@@ -13,7 +13,7 @@ use crate::queue::PgQueue;
 
 /// Dead letters moved or deleted per statement: a large list is worked through in steps that
 /// each hold their locks briefly.
-const STEP: i64 = 1000;
+pub(crate) const STEP: i64 = 1000;
 
 /// A dead-letter row: id, item, reason, stalls, failures, when (milliseconds since the Unix
 /// epoch).

@@ -190,7 +190,7 @@ pub(crate) async fn one(
 /// [`Error::Database`], also when the schema is not installed.
 #[deprecated(
     since = "0.2.0",
-    note = "use `PgAdmin::new(url)?.queues()`: its pool has a statement timeout, its counts a cap"
+    note = "use `PgAdmin::from_pool(pool).queues()`, or `PgAdmin::new(url)`, whose pool has a statement timeout; its counts have a cap"
 )]
 pub async fn queues(pool: &PgPool) -> Result<Vec<QueueSummary>, Error> {
     list(pool, None).await
@@ -204,7 +204,7 @@ pub async fn queues(pool: &PgPool) -> Result<Vec<QueueSummary>, Error> {
 /// [`Error::Database`], also when the schema is not installed.
 #[deprecated(
     since = "0.2.0",
-    note = "use `PgAdmin::new(url)?.summary(name)`: its pool has a statement timeout, its counts a cap"
+    note = "use `PgAdmin::from_pool(pool).summary(name)`, or `PgAdmin::new(url)`, whose pool has a statement timeout; its counts have a cap"
 )]
 pub async fn queue_summary(pool: &PgPool, name: &str) -> Result<Option<QueueSummary>, Error> {
     one(pool, name, None).await
@@ -363,6 +363,18 @@ impl PgAdmin {
             settings_read: AtomicBool::new(false),
             settings: Mutex::new((Vec::new(), None)),
         }
+    }
+
+    /// Every queue of the database behind `pool`, a caller's pool, on which the admin runs
+    /// its statements. The pool is the caller's: its size and its connections' settings are
+    /// its own, so [`statement_timeout`](Self::statement_timeout) and
+    /// [`application_name`](Self::application_name) do not apply to it (set them on the
+    /// pool's options: `after_connect`, `PgConnectOptions::application_name`).
+    pub fn from_pool(pool: PgPool) -> Self {
+        let admin = Self::with_options((*pool.connect_options()).clone());
+        // A fresh `OnceLock`: it takes the pool.
+        let _ = admin.pool.set(pool);
+        admin
     }
 
     /// Names its connections `name` in `pg_stat_activity` (`wq dashboard` passes

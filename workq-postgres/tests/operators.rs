@@ -503,7 +503,7 @@ async fn the_listing_counts_every_part_of_every_queue_and_one_queue_alone() {
     other.add("x".to_owned()).await.unwrap();
     q.pause().await.unwrap();
 
-    let pg = workq_postgres::PgAdmin::new(&server.url()).unwrap();
+    let pg = workq_postgres::PgAdmin::from_pool(admin.clone());
     let all = pg.queues().await.unwrap();
     let listed = all.iter().find(|s| s.name == q.name()).unwrap();
     assert_eq!(
