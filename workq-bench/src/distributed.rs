@@ -189,7 +189,8 @@ impl Shared for PgQueue<u64> {
                 seen(lease.item());
             }
             count += current.len();
-            let out = self.done_and_get_many(current, batch).await.map_err(text)?;
+            let leases = current.into_iter().map(|lease| (lease, false)).collect();
+            let out = self.done_and_get_many(leases, batch).await.map_err(text)?;
             out.done
                 .into_iter()
                 .collect::<Result<(), _>>()

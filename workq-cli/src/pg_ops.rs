@@ -15,6 +15,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use workq::admin::End;
 use workq_postgres::PgQueue;
 
 use crate::ops::{View, block_on_as, paused, resumed};
@@ -130,24 +131,27 @@ fn block_on(
 pub(crate) fn run(args: PostgresArgs) -> ExitCode {
     match args.command {
         PostgresCommand::Queues(args) => block_on("queues", async move {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(1)
-                .connect(&args.url)
-                .await
-                .map_err(workq_postgres::Error::from)?;
-            let queues = workq_postgres::queues(&pool).await?;
+            let admin = workq_postgres::PgAdmin::new(&args.url)?.application_name("wq");
+            let queues = admin.queues().await?;
             println!(
                 "{:<40} {:>10} {:>10} {:>10} {:>10}",
                 "queue", "depth", "delayed", "in flight", "dead"
             );
             for q in &queues {
+                let count = |n: u64| {
+                    if q.is_capped(n) {
+                        format!("{}+", q.capped_at.unwrap_or_default())
+                    } else {
+                        n.to_string()
+                    }
+                };
                 println!(
                     "{:<40} {:>10} {:>10} {:>10} {:>10}{}",
                     q.name,
-                    q.depth,
-                    q.delayed,
-                    q.in_flight,
-                    q.dead,
+                    count(q.depth),
+                    count(q.delayed),
+                    count(q.in_flight),
+                    count(q.dead),
                     match (q.shut_down, q.paused) {
                         (true, _) => "  shut down",
                         (false, true) => "  paused",
@@ -193,17 +197,23 @@ pub(crate) fn run(args: PostgresArgs) -> ExitCode {
 async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workq_postgres::Error> {
     match command {
         DeadLettersCommand::List { queue, limit } => {
-            let letters = open(&queue).await?.dead_letters(limit).await?;
+            let letters = open(&queue).await?.dead_letters(End::Last, limit).await?;
             for l in &letters {
+                let at_ms =
+                    l.at.duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |at| at.as_millis());
                 println!(
-                    "{}  {}  {}  (stalls {}, failures {}, at {} ms)",
-                    l.id, l.item, l.reason, l.stalls, l.failures, l.at_unix_ms
+                    "{}  {}  {}  (stalls {}, failures {}, at {at_ms} ms)",
+                    l.id, l.item, l.error, l.stalls, l.failures
                 );
             }
             eprintln!("{} dead letters listed", letters.len());
         }
         DeadLettersCommand::Requeue { queue, id } => {
-            let moved = open(&queue).await?.requeue_dead_by_id(id).await?;
+            let moved = open(&queue)
+                .await?
+                .requeue_dead_letter_by_id(&id.to_string())
+                .await?;
             if !moved {
                 eprintln!(
                     "wq postgres dead-letters: no dead letter {id} in {}",
@@ -228,25 +238,38 @@ async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workq_pos
 async fn stats(args: &StatsArgs) -> Result<String, workq_postgres::Error> {
     let queue = open(&args.queue).await?;
     let stats = queue.stats(args.limit).await?;
-    let dead = queue.dead_letters(args.limit).await?;
+    let dead = queue.dead_letters(End::Last, args.limit).await?;
+    let s = &stats.summary;
+    let n = |count: u64| usize::try_from(count).unwrap_or(usize::MAX);
     let view = View {
-        depth: stats.depth,
-        delayed: stats.delayed,
+        depth: n(s.depth),
+        delayed: n(s.delayed),
         next_delayed_in: stats.next_delayed_in,
-        in_flight: stats.in_flight,
-        in_flight_dirty: stats.in_flight_dirty,
+        in_flight: n(s.in_flight),
+        in_flight_dirty: n(s.in_flight_dirty),
         leases: stats
             .leases
             .iter()
-            .map(|l| (l.item.clone(), l.age, l.expires_in, l.token))
+            .map(|l| {
+                (
+                    l.item.clone(),
+                    l.lease.age,
+                    l.lease.expires_in,
+                    l.lease.token,
+                )
+            })
             .collect(),
-        failing: stats.failing,
-        failures: stats.failures.clone(),
-        stalled: stats.stalled,
-        dead: stats.dead,
-        dead_dropped: stats.dead_dropped,
-        shut_down: stats.shut_down,
-        paused: stats.paused,
+        failing: n(s.failing),
+        failures: stats
+            .failures
+            .iter()
+            .map(|(item, count)| (item.clone(), u64::from(*count)))
+            .collect(),
+        stalled: n(s.stalled),
+        dead: n(s.dead),
+        dead_dropped: s.dead_dropped,
+        shut_down: s.shut_down,
+        paused: s.paused,
         resume: "wq postgres resume",
     };
     let mut out = view.render(&args.queue.queue);
@@ -255,7 +278,7 @@ async fn stats(args: &StatsArgs) -> Result<String, workq_postgres::Error> {
         for letter in &dead {
             out.push_str(&format!(
                 "    {}  {}  {}\n",
-                letter.id, letter.item, letter.reason
+                letter.id, letter.item, letter.error
             ));
         }
     }

@@ -918,7 +918,7 @@ async fn a_postgres_queue_beside_a_redis_one_shows_its_figures_and_is_acted_on()
             .contains("requeued the dead letter")
     })
     .await;
-    assert_eq!(q.stats(1).await.unwrap().dead, 1);
+    assert_eq!(q.stats(1).await.unwrap().summary.dead, 1);
 
     // A delayed item run now.
     click(browser, "button[data-state=\"delayed\"]").await;
@@ -932,7 +932,7 @@ async fn a_postgres_queue_beside_a_redis_one_shows_its_figures_and_is_acted_on()
         q.item_detail("\"later\"")
             .await
             .unwrap()
-            .is_some_and(|d| d.states.contains(&workq_postgres::ItemState::Ready))
+            .is_some_and(|d| d.states.contains(&workq::admin::ItemState::Ready))
     );
 
     // Pause and resume.

@@ -490,7 +490,7 @@ async fn a_million_dead_letters_are_paged_from_both_ends_searched_and_purged() {
     assert!(answered_meanwhile >= 1);
     let again = post(&app, "/api/queues/dl/dead-letters/purge", json!({})).await;
     assert_eq!(again.json()["changed"], 0);
-    assert_eq!(dl.stats(1).await.unwrap().dead, 0);
+    assert_eq!(dl.stats(1).await.unwrap().summary.dead, 0);
     assert_eq!(dl.len().await.unwrap(), 1, "the requeued needle");
 }
 
@@ -667,7 +667,7 @@ async fn an_items_detail_and_every_action_idempotent_saying_what_it_did() {
         act("ops", "dead-letters/requeue-all", json!({})).await,
         said(0, "requeued 0 dead letters")
     );
-    assert_eq!(q.stats(1).await.unwrap().dead, 0);
+    assert_eq!(q.stats(1).await.unwrap().summary.dead, 0);
 
     // Pause and resume, each once; while shut down, dead letters stay and retries do nothing.
     assert_eq!(act("ops", "pause", json!({})).await, said(1, "paused"));
@@ -697,7 +697,7 @@ async fn an_items_detail_and_every_action_idempotent_saying_what_it_did() {
         retry("ops", "late").await,
         said(0, "the queue is shut down")
     );
-    assert_eq!(q.stats(1).await.unwrap().dead, 1);
+    assert_eq!(q.stats(1).await.unwrap().summary.dead, 1);
     assert_eq!(ok(&app, "/api/queues/ops").await["shut_down"], true);
 }
 
