@@ -107,19 +107,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// share of the queue. Its `get`s return `None` from now on (waiting ones wake), its adds
     /// are ignored, and its leases can still be renewed, finished or released. Other
     /// processes, and other handles built separately, go on: the queue on the server is not
-    /// touched, so the next deployment picks it up as it is. To stop every process, see
-    /// [`shut_down_fleet`](Self::shut_down_fleet).
-    ///
-    /// # Errors
-    ///
-    /// None today; the `Result` keeps the signature of the other operations.
-    pub async fn shut_down(&self) -> Result<(), Error> {
-        self.close();
-        Ok(())
-    }
-
-    /// What [`shut_down`](Self::shut_down) does, synchronously: it touches no server.
-    pub(crate) fn close(&self) {
+    /// touched (this makes no round trip), so the next deployment picks it up as it is. To
+    /// stop every process, see [`shut_down_fleet`](Self::shut_down_fleet).
+    pub fn shut_down(&self) {
         self.inner.shut.store(true, Ordering::SeqCst);
         self.inner.wake.wake_all();
     }
@@ -132,7 +122,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// None today.
     pub async fn shut_down_with_drain(&self) -> Result<(), Error> {
-        self.shut_down().await?;
+        self.shut_down();
         let mut rx = self.inner.wake.subscribe();
         while self.inner.leases_out.load(Ordering::SeqCst) > 0 {
             // A lease ending wakes this; the timeout only bounds a missed wake-up.

@@ -126,6 +126,8 @@ const TAKE: &str = include_str!("lua/take.lua");
 const FINISH: &str = include_str!("lua/finish.lua");
 /// `rate_limited_delay()`: the rate limiter of `add_rate_limited` and `retry_done`.
 const LIMIT: &str = include_str!("lua/limit.lua");
+/// `figures()`: a queue's figures, as `summary` and `stats` read them.
+pub(crate) const FIGURES: &str = include_str!("lua/figures.lua");
 
 /// Every operation's script. `EVALSHA` runs them; after a server restart or failover that lost
 /// the script cache, the client loads them again on `NOSCRIPT`.
@@ -178,7 +180,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     len: script(&[include_str!("lua/len.lua")], Oom::Allow),
     shut_down: script(&[include_str!("lua/shut_down.lua")], Oom::Allow),
     resume: script(&[include_str!("lua/resume.lua")], Oom::Allow),
-    stats: script(&[include_str!("lua/stats.lua")], Oom::Allow),
+    stats: script(&[FIGURES, include_str!("lua/stats.lua")], Oom::Allow),
     delete: script(&[include_str!("lua/delete.lua")], Oom::Allow),
 });
 
