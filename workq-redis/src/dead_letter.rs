@@ -249,7 +249,7 @@ mod tests {
     #[test]
     fn an_id_is_the_stored_entry_and_reads_back() {
         let entry =
-            br#"{"item":""a"","error":"boom","at_ms":1500,"stalls":2,"failures":3,"token":"9"}"#;
+            br#"{"item":"\"a\"","error":"boom","at_ms":1500,"stalls":2,"failures":3,"token":"9"}"#;
         let letter = letter_of(entry.to_vec());
         assert_eq!(letter.id.as_bytes(), entry);
         assert_eq!(entry_of(&letter.id).as_deref(), Some(&entry[..]));
