@@ -440,6 +440,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             )));
         }
         let renew_every = renew_every.max(Duration::from_millis(1));
+        let from_admin = self.shared.is_some();
         let (con, source, persistence) = match self.shared.take() {
             Some(shared) => {
                 let opened = shared.open().await?;
@@ -462,6 +463,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
                 (con, source, persistence)
             }
         };
+        // A handle an admin made registers nothing: an operator's look at a queue that does
+        // not exist must not make it appear.
+        let registering = if from_admin { None } else { Some(con.clone()) };
+        if let Some(mut con) = registering {
+            register(&mut con, &self.prefix, &self.name).await;
+        }
         let client_config = self.client_config();
         let keys = Keys::new(&self.prefix, &self.name);
         let poll = self.poll.max(Duration::from_millis(1));
@@ -529,5 +536,25 @@ mod no_switch {
 
     fn probe(builder: Builder<String>) -> NotInherent {
         builder.mutation(Mutation)
+    }
+}
+
+/// Registers queue `name` in the index of queue names under `prefix` (`SADD`, a command of
+/// its own, so it works on a cluster whatever the slots). A failure (an ACL user without
+/// `SADD` on the index, a server gone meanwhile) is logged and does not stop the queue: only
+/// the operators' listing misses it until a handle is built again.
+async fn register(con: &mut Conn, prefix: &str, name: &str) {
+    let added: redis::RedisResult<i64> = redis::cmd("SADD")
+        .arg(Keys::index(prefix))
+        .arg(name)
+        .query_async(con)
+        .await;
+    if let Err(e) = added {
+        tracing::warn!(
+            queue = name,
+            error = %e,
+            "workq-redis: the queue could not register in the index of queue names; \
+             operators' listings miss it until a handle is built again"
+        );
     }
 }

@@ -4,10 +4,31 @@
 //! with a thousand queues that is a thousand connections, close to a server's limit. A
 //! `RedisAdmin` holds one multiplexed connection that reconnects by itself (a connection
 //! manager on a single server, the cluster client on a cluster), opened on first use, lists
-//! the queues with `SCAN` on every primary, reads every queue's figures in one pipeline per
-//! primary, and makes queue handles ([`RedisAdmin::queue`]) that share its connection, so each
-//! of [`RedisQueue`]'s operations works on any queue without connecting again. The contract
-//! every backend implements (`workq::admin::Admin`) is in `admin.rs`.
+//! the queues from the index of queue names they keep themselves (`prefix:queues`, a set each
+//! queue registers in when a handle is built), reads every queue's figures in pipelines of
+//! 200, and makes queue handles ([`RedisAdmin::queue`]) that share its connection, so each of
+//! [`RedisQueue`]'s operations works on any queue without connecting again. The contract every
+//! backend implements (`workq::admin::Admin`) is in `admin.rs`.
+//!
+//! # The index of queue names
+//!
+//! A listing must not cost more on a server that holds millions of other keys: a `SCAN` of the
+//! keyspace looks at every key, whoever owns it. So queues register their names in a set,
+//! `prefix:queues` (`SADD` when a handle is built; `RedisQueue::delete` takes the name out),
+//! and a listing reads that set (`SMEMBERS`) and then each named queue's figures: its work
+//! grows with the number of queues, never with the size of the keyspace. A name whose queue
+//! holds no key (built and never used, or emptied by its last `done`) is read and left out.
+//!
+//! On a Redis Cluster the index is one key, in the slot of `prefix:queues`, on one primary;
+//! registering is a command of its own (never part of a queue's scripts, which may only touch
+//! the keys of their queue's slot), and the listing reads the index from that primary and each
+//! queue's figures from the primary of its own slot.
+//!
+//! Queues made by a version that kept no index are found once: the first listing under a
+//! prefix whose `prefix:queues:scanned` key is missing scans every primary for queue keys (the
+//! old way, `SCAN MATCH prefix:{*}:*`), adds the names it finds to the index and sets that
+//! key. [`RedisAdmin::reindex`] does it again on demand (for processes of an old version that
+//! kept making queues after the first listing).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,6 +55,9 @@ use crate::stats::figures;
 /// Queues summarised per pipeline: each call is about 20 small reads on the server, so a
 /// pipeline of 200 keeps the server's other clients waiting no longer than a few milliseconds.
 const SUMMARY_CHUNK: usize = 200;
+
+/// Names added to the index per `SADD` of [`RedisAdmin::reindex`].
+const INDEX_CHUNK: usize = 1000;
 
 /// Keys asked of each `SCAN` round.
 const SCAN_COUNT: usize = 5000;
@@ -72,8 +96,8 @@ enum Node {
 }
 
 /// Every queue under a key prefix of a Redis server or cluster, over one connection that is
-/// opened on first use and reconnects by itself: listings scan every primary and read every
-/// queue's figures in one pipeline per primary, and the queue handles it makes
+/// opened on first use and reconnects by itself: listings read the queues' own index of names
+/// (not the keyspace) and every queue's figures in pipelines, and the queue handles it makes
 /// ([`RedisAdmin::queue`]) share the connection, so a dashboard or a tool over a thousand
 /// queues holds one connection, not a thousand.
 ///
@@ -189,8 +213,7 @@ impl RedisAdmin {
     }
 
     /// The queues under `prefix` on a Redis Cluster, by the URLs of some of its nodes
-    /// (feature `cluster`). Does not connect yet, as [`new`](Self::new). Listings scan every
-    /// primary.
+    /// (feature `cluster`). Does not connect yet, as [`new`](Self::new).
     ///
     /// # Errors
     ///
@@ -232,7 +255,7 @@ impl RedisAdmin {
     }
 
     /// Connects to a Redis Cluster now, by the URLs of some of its nodes (feature
-    /// `cluster`), for the queues under `prefix`. Listings scan every primary.
+    /// `cluster`), for the queues under `prefix`.
     ///
     /// # Errors
     ///
@@ -325,13 +348,41 @@ impl RedisAdmin {
         parse_summary(name, value)
     }
 
-    /// The names of the queues under the prefix, sorted: every name `N` with a key
-    /// `prefix:{N}:...` on any primary.
+    /// The names in the index of queue names under the prefix, sorted: every queue a handle
+    /// was built for (and not deleted since), whether it holds anything or not. The first call
+    /// under a prefix that was never scanned finds the queues of older versions first (see
+    /// [`reindex`](Self::reindex)).
     ///
     /// # Errors
     ///
     /// A connection error.
     pub async fn queue_names(&self) -> Result<Vec<String>, Error> {
+        let mut con = self.open().await?.con.clone();
+        let scanned: bool = redis::cmd("EXISTS")
+            .arg(Keys::index_scanned(&self.prefix))
+            .query_async(&mut con)
+            .await?;
+        if !scanned {
+            self.reindex().await?;
+        }
+        let mut names: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(Keys::index(&self.prefix))
+            .query_async(&mut con)
+            .await?;
+        names.sort();
+        Ok(names)
+    }
+
+    /// Scans every primary for the keys of queues under the prefix (`SCAN MATCH
+    /// prefix:{*}:*`, work in proportion to the whole keyspace) and adds their names to the
+    /// index of queue names; answers how many names the scan found. The first listing under a
+    /// prefix does it once by itself, for queues made by a version that kept no index; call it
+    /// again while processes of such a version still make new queues.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn reindex(&self) -> Result<usize, Error> {
         let mut names: Vec<String> = self
             .names_by_node()
             .await?
@@ -340,12 +391,26 @@ impl RedisAdmin {
             .collect();
         names.sort();
         names.dedup();
-        Ok(names)
+        let mut con = self.open().await?.con.clone();
+        for chunk in names.chunks(INDEX_CHUNK) {
+            let _: i64 = redis::cmd("SADD")
+                .arg(Keys::index(&self.prefix))
+                .arg(chunk)
+                .query_async(&mut con)
+                .await?;
+        }
+        let _: () = redis::cmd("SET")
+            .arg(Keys::index_scanned(&self.prefix))
+            .arg(1)
+            .query_async(&mut con)
+            .await?;
+        Ok(names.len())
     }
 
     /// Every queue under the prefix with its figures, sorted by name, in a bounded number of
-    /// round trips: `SCAN` rounds on each primary, then one pipelined script call per queue,
-    /// 200 to a pipeline. A queue that cannot be read (a key of the wrong type under its
+    /// round trips whatever the size of the keyspace: the index of queue names
+    /// ([`queue_names`](Self::queue_names)), then one pipelined script call per queue, 200 to
+    /// a pipeline. A name in the index whose queue holds no key is left out. A queue that cannot be read (a key of the wrong type under its
     /// name, say) is listed with [`QueueSummary::broken`] set (the server's error, with no
     /// password) and does not stop the others.
     ///
@@ -394,15 +459,67 @@ impl RedisAdmin {
     async fn read_every_queue(
         &self,
     ) -> Result<Vec<(String, Result<Option<QueueSummary>, Error>)>, Error> {
-        let mut all = Vec::new();
-        for (node, names) in self.names_by_node().await? {
-            for chunk in names.chunks(SUMMARY_CHUNK) {
-                let replies = self.summary_pipeline(&node, chunk).await?;
-                all.extend(chunk.iter().cloned().zip(replies));
-            }
+        let names = self.queue_names().await?;
+        let mut all = Vec::with_capacity(names.len());
+        for chunk in names.chunks(SUMMARY_CHUNK) {
+            let replies = self.summaries(chunk).await?;
+            all.extend(chunk.iter().cloned().zip(replies));
         }
-        all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)
+    }
+
+    /// The summaries of the queues `names`: one pipeline on a single server; on a cluster,
+    /// where a pipeline goes to one primary and the queues' slots are spread, one call per
+    /// queue, all sent at once over the multiplexed connection.
+    async fn summaries(
+        &self,
+        names: &[String],
+    ) -> Result<Vec<Result<Option<QueueSummary>, Error>>, Error> {
+        match &self.open().await?.con {
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => {
+                let mut calls = tokio::task::JoinSet::new();
+                for (i, name) in names.iter().enumerate() {
+                    let mut con = c.clone();
+                    let keys = Keys::new(&self.prefix, name);
+                    calls.spawn(async move {
+                        let mut invocation = SUMMARY.prepare_invoke();
+                        for key in &keys.all {
+                            invocation.key(key.as_str());
+                        }
+                        (i, invocation.invoke_async::<Value>(&mut con).await)
+                    });
+                }
+                let mut replies: Vec<Option<Result<Value, redis::RedisError>>> =
+                    (0..names.len()).map(|_| None).collect();
+                while let Some(done) = calls.join_next().await {
+                    let (i, reply) =
+                        done.map_err(|e| Error::Protocol(format!("a summary call failed: {e}")))?;
+                    replies[i] = Some(reply);
+                }
+                let replies: Vec<_> = replies
+                    .into_iter()
+                    .zip(names)
+                    .map(|(reply, name)| match reply {
+                        Some(Ok(value)) => parse_summary(name, value),
+                        Some(Err(e)) => Err(Error::Redis(e)),
+                        None => Err(Error::Protocol("a summary call gave no answer".into())),
+                    })
+                    .collect();
+                // A server that cannot be reached fails the listing, as on a single server;
+                // only a queue's own error marks that queue broken.
+                let mut replies = replies;
+                if let Some(at) = replies
+                    .iter()
+                    .position(|r| r.as_ref().is_err_and(Error::is_connection))
+                    && let Err(e) = replies.swap_remove(at)
+                {
+                    return Err(e);
+                }
+                Ok(replies)
+            }
+            _ => self.summary_pipeline(&Node::Single, names).await,
+        }
     }
 
     /// One pipeline of summary calls on `node`; a `NOSCRIPT` (the server's script cache was

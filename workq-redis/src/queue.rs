@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use crate::error::Error;
 use crate::inner::Inner;
 use crate::persistence::Persistence;
-use crate::scripts::SCRIPTS;
+use crate::scripts::{Keys, SCRIPTS};
 
 /// A work queue on Redis with client-go's rules, shared by every process that opens it.
 ///
@@ -145,7 +145,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     }
 
     /// Deletes every key of the queue: its items (at every priority), leases, failure counts,
-    /// dead letters and shut-down flag. Workers holding leases will find them lost.
+    /// dead letters and shut-down flag, and takes its name out of the index of queue names
+    /// that operators' listings read. Workers holding leases will find them lost; a handle
+    /// built afterwards registers the name again.
     ///
     /// # Errors
     ///
@@ -157,6 +159,18 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 self.inner
                     .invocation(&SCRIPTS.delete)
                     .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        let index = Keys::index(self.inner.keys.prefix());
+        let index = index.as_str();
+        let _: i64 = self
+            .inner
+            .call("delete", |mut con| async move {
+                redis::cmd("SREM")
+                    .arg(index)
+                    .arg(self.inner.name.as_str())
+                    .query_async(&mut con)
                     .await
             })
             .await?;

@@ -61,7 +61,17 @@ async fn one_connection_lists_every_queue_with_its_figures() {
         }
         drop(q);
     }
-    let q = queue(&server, "busy").await;
+    // Failures back off for minutes: "flaky" stays delayed however slow the machine is.
+    let q: RedisQueue<String> = RedisQueue::builder("busy")
+        .url(server.url())
+        .check_persistence(false)
+        .rate_limit(workq_redis::RateLimit::exponential(
+            Duration::from_secs(300),
+            Duration::from_secs(900),
+        ))
+        .build()
+        .await
+        .unwrap();
     q.add("a".to_owned()).await.unwrap();
     q.add("b".to_owned()).await.unwrap();
     let lease = q.try_get().await.unwrap().into_lease().unwrap();
@@ -397,7 +407,7 @@ async fn retry_now_and_remove_keep_the_queues_rules() {
 
 #[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_listing_scans_every_primary() {
+async fn a_cluster_listing_finds_the_queues_of_every_primary() {
     if !support::server::require_binary() {
         return;
     }
@@ -442,4 +452,99 @@ async fn a_cluster_listing_scans_every_primary() {
     let q: RedisQueue<String> = admin.queue("c7").build().await.unwrap();
     assert!(q.pause().await.unwrap());
     assert!(q.try_get().await.unwrap().is_empty());
+}
+
+/// Every command the server has run so far, by `INFO commandstats` (commands run by
+/// scripts included).
+async fn commands_run(con: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(con)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            line.split_once("calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// The commands one listing costs the server, less those of the measure itself.
+async fn listing_cost(admin: &RedisAdmin, con: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let before = commands_run(con).await;
+    admin.queues().await.unwrap();
+    commands_run(con).await - before
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_costs_the_same_beside_a_million_unrelated_keys() {
+    let Some(server) = require_with(Durability::None, &["--enable-debug-command", "yes"]) else {
+        return;
+    };
+    let names = ["jobs", "mail", "pods", "reports", "thumbnails"];
+    for name in names {
+        queue(&server, name)
+            .await
+            .add("x".to_owned())
+            .await
+            .unwrap();
+    }
+    // A queue of a version that kept no index: its keys only.
+    let mut con = raw(&server).await;
+    let _: () = con.rpush("wq:{legacy}:ready", json("old")).await.unwrap();
+    let _: () = con.sadd("wq:{legacy}:dirty", json("old")).await.unwrap();
+    let admin = admin(&server).await;
+    // The first listing finds it by the one-time scan, and indexes it.
+    let listed: Vec<String> = admin
+        .queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(
+        listed,
+        ["jobs", "legacy", "mail", "pods", "reports", "thumbnails"]
+    );
+
+    let alone = listing_cost(&admin, &mut con).await;
+    // A second or so of the server's time: longer than the default response timeout.
+    let mut slow = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new()
+                .set_response_timeout(Some(Duration::from_secs(60))),
+        )
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEBUG")
+        .arg("POPULATE")
+        .arg(1_000_000)
+        .arg("junk")
+        .query_async(&mut slow)
+        .await
+        .unwrap();
+    let size: u64 = redis::cmd("DBSIZE").query_async(&mut con).await.unwrap();
+    assert!(size > 1_000_000, "{size} keys");
+    let crowded = listing_cost(&admin, &mut con).await;
+    assert_eq!(
+        crowded, alone,
+        "a listing's commands do not grow with the keyspace"
+    );
+    let all = admin.queues().await.unwrap();
+    assert_eq!(all.len(), 6, "every queue is still found");
+    assert!(all.iter().all(|s| s.depth == 1), "{all:?}");
+
+    // A queue deleted through the admin leaves the index, and the listing.
+    let pods: RedisQueue<String> = admin.queue("pods").build().await.unwrap();
+    pods.delete().await.unwrap();
+    let index: Vec<String> = con.smembers("wq:queues").await.unwrap();
+    assert!(!index.contains(&"pods".to_owned()), "{index:?}");
+    assert_eq!(admin.queues().await.unwrap().len(), 5);
+    assert_eq!(admin.queue_names().await.unwrap().len(), 5);
 }
