@@ -80,7 +80,10 @@ impl RedisAdmin {
     /// wrong password, an old server) leaves the server down until it is fixed.
     async fn reach(&self) -> Result<(), AdminError> {
         match self.open().await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.check_settings().await;
+                Ok(())
+            }
             Err(e) => Err(self.unreachable(&self.health().scrub(&e.to_string()))),
         }
     }
@@ -143,7 +146,9 @@ impl Admin for RedisAdmin {
 
     /// Up once a call reached the server (down until then, and after a call that could not);
     /// the warnings are the persistence settings' problems, the details the settings
-    /// themselves, both read when the connection opened.
+    /// themselves, read when the connection opened and again at most once per
+    /// [`settings_check_interval`](RedisAdmin::settings_check_interval) while the admin is
+    /// used.
     fn status(&self) -> ServerStatus {
         let health = self.health();
         let mut status = ServerStatus::new(health.up.load(Ordering::Relaxed), &health.server);

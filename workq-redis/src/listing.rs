@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{Client, FromRedisValue, Script, Value};
 use serde::Serialize;
@@ -133,7 +133,12 @@ pub struct RedisAdmin {
     shared: Arc<Shared>,
     health: Arc<Health>,
     retry_deadline: Duration,
+    settings_check: Duration,
 }
+
+/// How often, at most, the server's persistence settings are read again while the admin is
+/// used (see [`RedisAdmin::settings_check_interval`]).
+pub const SETTINGS_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 
 /// What the last call found of the server, and how to speak of it.
 pub(crate) struct Health {
@@ -145,6 +150,8 @@ pub(crate) struct Health {
     pub(crate) server: String,
     /// The URLs as given, and the passwords in them: taken out of every message.
     secrets: Vec<String>,
+    /// The persistence settings as last read again after the connection opened, and when.
+    pub(crate) settings: Mutex<Option<(Instant, Persistence)>>,
 }
 
 impl Health {
@@ -167,6 +174,7 @@ impl Health {
                 .collect::<Vec<_>>()
                 .join(", "),
             secrets,
+            settings: Mutex::new(None),
         }
     }
 
@@ -234,6 +242,7 @@ impl RedisAdmin {
             shared: Arc::new(Shared::new(target)),
             health: Arc::new(Health::new(urls)),
             retry_deadline: Duration::from_secs(1),
+            settings_check: SETTINGS_CHECK_INTERVAL,
         }
     }
 
@@ -279,15 +288,84 @@ impl RedisAdmin {
         self
     }
 
+    /// How often, at most, the server's persistence settings (`appendonly`, `appendfsync`,
+    /// `maxmemory-policy`) are read again while the admin is used: the first call of the
+    /// contract after the interval reads them (one `CONFIG GET` each), so a setting changed
+    /// on a running server (`CONFIG SET maxmemory-policy allkeys-lru`) shows in
+    /// [`status`](workq::admin::Admin::status)'s warnings, and is logged, without a
+    /// reconnect. Default [`SETTINGS_CHECK_INTERVAL`], a minute; an idle admin reads nothing.
+    #[must_use]
+    pub fn settings_check_interval(mut self, interval: Duration) -> Self {
+        self.settings_check = interval;
+        self
+    }
+
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
 
-    /// The server's persistence settings as read when the connection opened (`None` before
-    /// the first call, and on a cluster).
-    pub fn persistence(&self) -> Option<&Persistence> {
-        self.shared.opened()?.persistence.as_ref()
+    /// The server's persistence settings as last read: when the connection opened, or since
+    /// by the periodic check ([`settings_check_interval`](Self::settings_check_interval)).
+    /// `None` before the first call, and on a cluster.
+    pub fn persistence(&self) -> Option<Persistence> {
+        let checked = self
+            .health
+            .settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(_, p)| p.clone());
+        checked.or_else(|| self.shared.opened()?.persistence.clone())
+    }
+
+    /// Reads the persistence settings again if the last read is older than the interval
+    /// (the connection's opening counts as a read); logs a warning when their problems
+    /// changed and are not none. Nothing on a cluster (the settings are per node), before
+    /// the connection opened, or while the last call found the server down (a read would
+    /// only wait out the timeouts).
+    pub(crate) async fn check_settings(&self) {
+        let Some(opened) = self.shared.opened() else {
+            return;
+        };
+        if !self.health.up.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let Some(at_open) = &opened.persistence else {
+            return;
+        };
+        let before = {
+            let mut settings = self
+                .health
+                .settings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let (read_at, last) = settings.get_or_insert_with(|| (Instant::now(), at_open.clone()));
+            if read_at.elapsed() < self.settings_check {
+                return;
+            }
+            // Whoever gets here first reads; the others keep the last reading meanwhile.
+            *read_at = Instant::now();
+            last.problems()
+        };
+        let now = Persistence::read(&mut opened.con.clone()).await;
+        if now == Persistence::default() {
+            // Nothing could be read (the server went away meanwhile): keep the last reading.
+            return;
+        }
+        let problems = now.problems();
+        if problems != before && !problems.is_empty() {
+            tracing::warn!(
+                server = %self.health.server,
+                problems = %problems.join("; "),
+                "workq-redis: the server's persistence settings changed: they cannot keep acknowledged work through a crash"
+            );
+        }
+        *self
+            .health
+            .settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), now));
     }
 
     /// What the last call found of the server (for `status`).

@@ -188,3 +188,84 @@ async fn remove_says_a_lease_stays_and_the_listing_counts_dirty_leases() {
     assert_eq!(stats.summary.in_flight_dirty, listed[0].in_flight_dirty);
     lease.done().await.unwrap();
 }
+
+/// The warnings about maxmemory-policy in `status()`.
+fn eviction_warnings(admin: &dyn Admin) -> Vec<String> {
+    admin
+        .status()
+        .warnings
+        .into_iter()
+        .filter(|w| w.contains("maxmemory-policy"))
+        .collect()
+}
+
+/// A `maxmemory-policy` that may evict the queues' keys, set on a running server, shows in
+/// `status()`'s warnings at the admin's next call after its check interval, without a
+/// reconnect; before the interval the admin reads nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_policy_set_on_a_running_server_is_reported() {
+    let Some(factory) = RedisAdminFactory::start() else {
+        return;
+    };
+    let url = factory.server.url();
+    let checking = RedisAdmin::new(&url, "wq")
+        .unwrap()
+        .settings_check_interval(Duration::ZERO);
+    let hourly = RedisAdmin::new(&url, "wq")
+        .unwrap()
+        .settings_check_interval(Duration::from_secs(3600));
+    factory
+        .queue("pods")
+        .await
+        .add("a".to_owned())
+        .await
+        .unwrap();
+    // Through the contract (the inherent `summary` of `RedisAdmin` is the plain read).
+    let (checking, hourly): (&dyn Admin, &dyn Admin) = (&checking, &hourly);
+    for admin in [checking, hourly] {
+        admin.summary("pods").await.unwrap();
+        assert_eq!(eviction_warnings(admin), Vec::<String>::new());
+        assert!(admin.status().up);
+    }
+
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    checking.summary("pods").await.unwrap();
+    let warnings = eviction_warnings(checking);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("allkeys-lru"), "{warnings:?}");
+    assert!(
+        checking
+            .status()
+            .details
+            .unwrap()
+            .contains("maxmemory-policy=allkeys-lru"),
+        "the details say the setting too"
+    );
+    hourly.summary("pods").await.unwrap();
+    assert_eq!(
+        eviction_warnings(hourly),
+        Vec::<String>::new(),
+        "read again at most once per interval"
+    );
+
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    checking.queues().await.unwrap();
+    assert_eq!(eviction_warnings(checking), Vec::<String>::new(), "fixed");
+}
