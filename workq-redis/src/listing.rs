@@ -447,6 +447,9 @@ impl RedisAdmin {
             .arg(Keys::index(&self.prefix))
             .query_async(&mut con)
             .await?;
+        // Anyone with write access may have put anything in the set: a name no queue can
+        // have (braces, white space) would make keys of another queue's slot; it is skipped.
+        names.retain(|name| validate("queue name", name).is_ok());
         names.sort();
         Ok(names)
     }

@@ -548,3 +548,25 @@ async fn a_listing_costs_the_same_beside_a_million_unrelated_keys() {
     assert_eq!(admin.queues().await.unwrap().len(), 5);
     assert_eq!(admin.queue_names().await.unwrap().len(), 5);
 }
+
+/// A name in the index that no queue can have (someone wrote it there) is skipped, and the
+/// real queues are listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_name_in_the_index_is_skipped() {
+    let Some(server) = require() else { return };
+    queue(&server, "jobs")
+        .await
+        .add("x".to_owned())
+        .await
+        .unwrap();
+    let mut con = raw(&server).await;
+    let _: () = con
+        .sadd("wq:queues", &["a}:x", "white space", "{jobs}", ""])
+        .await
+        .unwrap();
+    let admin = admin(&server).await;
+    assert_eq!(admin.queue_names().await.unwrap(), ["jobs"]);
+    let listed = admin.queues().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].name.as_str(), listed[0].depth), ("jobs", 1));
+}
