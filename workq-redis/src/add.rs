@@ -150,6 +150,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         if self.is_closed() {
             return Ok(Added::IGNORED);
         }
+        self.register_once().await;
         let raw = Self::encode(item.borrow())?;
         let raw = &raw;
         let value: Value = self
@@ -189,6 +190,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         if self.is_closed() {
             return Ok(Added::IGNORED);
         }
+        self.register_once().await;
         let raw = Self::encode(item.borrow())?;
         let raw = &raw;
         let limit = &self.inner.rate_limit;
@@ -269,6 +271,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         if self.is_closed() {
             return Ok(delays.iter().map(|_| Added::IGNORED).collect());
         }
+        self.register_once().await;
         if calls.is_empty() {
             return Ok(Vec::new());
         }

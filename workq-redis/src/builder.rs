@@ -317,7 +317,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     }
 
     /// The most dead letters kept; beyond it the oldest are dropped and counted
-    /// ([`Stats::dead_dropped`](crate::Stats::dead_dropped)). Default 10,000; 0 means no cap.
+    /// ([`QueueSummary::dead_dropped`](workq::admin::QueueSummary::dead_dropped)). Default
+    /// 10,000; 0 means no cap.
     pub fn dead_letter_cap(mut self, cap: usize) -> Self {
         self.dead_letter_cap = cap;
         self
@@ -408,7 +409,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         Ok((Conn::Manager(con), Source::Single(client), server))
     }
 
-    /// Connects and builds the queue.
+    /// Connects and builds the queue, and registers its name in the index of queue names
+    /// under the prefix (`SADD prefix:queues NAME`), which operators' listings read
+    /// ([`RedisAdmin::queues`](crate::RedisAdmin::queues)); a handle made by a
+    /// [`RedisAdmin`](crate::RedisAdmin) registers nothing. A refused registration (an ACL
+    /// user without `SADD` on the index) is logged, and the queue works on.
     ///
     /// # Errors
     ///
@@ -498,6 +503,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
                 persistence,
                 client_config,
                 shut: AtomicBool::new(false),
+                registered: AtomicBool::new(!from_admin),
                 leases_out: AtomicUsize::new(0),
                 wake,
             }),

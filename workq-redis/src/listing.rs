@@ -14,7 +14,8 @@
 //!
 //! A listing must not cost more on a server that holds millions of other keys: a `SCAN` of the
 //! keyspace looks at every key, whoever owns it. So queues register their names in a set,
-//! `prefix:queues` (`SADD` when a handle is built; `RedisQueue::delete` takes the name out),
+//! `prefix:queues` (`SADD` when a handle is built, or for a handle a `RedisAdmin` made, at its
+//! first add; `RedisQueue::delete` takes the name out),
 //! and a listing reads that set (`SMEMBERS`) and then each named queue's figures: its work
 //! grows with the number of queues, never with the size of the keyspace. A name whose queue
 //! holds no key (built and never used, or emptied by its last `done`) is read and left out.

@@ -144,6 +144,35 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         self.is_fleet_shut_down().await
     }
 
+    /// Registers the queue's name in the index of queue names if this handle has not (a
+    /// handle a `RedisAdmin` made, at its first add): a queue that holds items is listed
+    /// whoever made it. A failure is logged, once; the add goes on.
+    pub(crate) async fn register_once(&self) {
+        if self.inner.registered.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let index = Keys::index(self.inner.keys.prefix());
+        let index = index.as_str();
+        let added: Result<i64, Error> = self
+            .inner
+            .call("register", |mut con| async move {
+                redis::cmd("SADD")
+                    .arg(index)
+                    .arg(self.inner.name.as_str())
+                    .query_async(&mut con)
+                    .await
+            })
+            .await;
+        if let Err(e) = added {
+            tracing::warn!(
+                queue = %self.inner.name,
+                error = %e,
+                "workq-redis: the queue could not register in the index of queue names; \
+                 operators' listings miss it until a handle is built again"
+            );
+        }
+    }
+
     /// Deletes every key of the queue: its items (at every priority), leases, failure counts,
     /// dead letters and shut-down flag, and takes its name out of the index of queue names
     /// that operators' listings read. Workers holding leases will find them lost; a handle

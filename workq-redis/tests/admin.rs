@@ -570,3 +570,22 @@ async fn a_hostile_name_in_the_index_is_skipped() {
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].name.as_str(), listed[0].depth), ("jobs", 1));
 }
+
+/// A queue made through the admin's own handles is listed once it holds an item: the handle
+/// registers at its first add (not at build, so that an operator's look creates nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_an_admin_handle_adds_to_is_listed() {
+    let Some(server) = require() else { return };
+    let admin = admin(&server).await;
+    assert_eq!(admin.queue_names().await.unwrap(), Vec::<String>::new());
+    let made: RedisQueue<String> = admin.queue("made-here").build().await.unwrap();
+    assert_eq!(
+        admin.queue_names().await.unwrap(),
+        Vec::<String>::new(),
+        "built, not registered"
+    );
+    made.add("x".to_owned()).await.unwrap();
+    let listed = admin.queues().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].name.as_str(), listed[0].depth), ("made-here", 1));
+}
