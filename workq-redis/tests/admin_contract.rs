@@ -189,6 +189,26 @@ async fn remove_says_a_lease_stays_and_the_listing_counts_dirty_leases() {
     lease.done().await.unwrap();
 }
 
+/// What the `tracing` events of the current thread wrote, as text.
+#[derive(Clone, Default)]
+struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Log {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
 /// The warnings about maxmemory-policy in `status()`.
 fn eviction_warnings(admin: &dyn Admin) -> Vec<String> {
     admin
@@ -200,13 +220,22 @@ fn eviction_warnings(admin: &dyn Admin) -> Vec<String> {
 }
 
 /// A `maxmemory-policy` that may evict the queues' keys, set on a running server, shows in
-/// `status()`'s warnings at the admin's next call after its check interval, without a
-/// reconnect; before the interval the admin reads nothing more.
+/// `status()`'s warnings at the admin's next call after its check interval, and in a logged
+/// warning, without a reconnect; before the interval the admin reads nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_policy_set_on_a_running_server_is_reported() {
     let Some(factory) = RedisAdminFactory::start() else {
         return;
     };
+    // The admin's calls run on this thread (awaited here, not spawned): its log is this one.
+    let log = Log::default();
+    let writer = log.clone();
+    let _logging = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish(),
+    );
     let url = factory.server.url();
     let checking = RedisAdmin::new(&url, "wq")
         .unwrap()
@@ -251,6 +280,11 @@ async fn an_eviction_policy_set_on_a_running_server_is_reported() {
             .unwrap()
             .contains("maxmemory-policy=allkeys-lru"),
         "the details say the setting too"
+    );
+    let logged = log.text();
+    assert!(
+        logged.contains("WARN") && logged.contains("maxmemory-policy is \"allkeys-lru\""),
+        "{logged}"
     );
     hourly.summary("pods").await.unwrap();
     assert_eq!(
