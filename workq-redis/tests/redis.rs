@@ -292,11 +292,21 @@ async fn keys_are_namespaced_per_queue_with_one_hash_tag() {
     let keys: Vec<String> = con.keys("*").await.unwrap();
     assert!(!keys.is_empty());
     for key in &keys {
+        // Each prefix's index of queue names is the one key outside a queue's hash tag.
         assert!(
-            key.starts_with("wq:{orders}:") || key.starts_with("wq:{invoices}:"),
+            key.starts_with("wq:{orders}:")
+                || key.starts_with("wq:{invoices}:")
+                || key == "wq:queues"
+                || key == "other:queues",
             "{key}"
         );
     }
+    let mut indexed: Vec<String> = con.smembers("wq:queues").await.unwrap();
+    indexed.sort();
+    assert_eq!(indexed, ["invoices", "orders"]);
+    let other: Vec<String> = con.smembers("other:queues").await.unwrap();
+    assert_eq!(other, ["orders"]);
+    let keys: Vec<String> = keys.into_iter().filter(|k| k.contains('{')).collect();
     let slots = |name: &str| -> Vec<String> {
         keys.iter()
             .filter(|k| k.contains(name))
