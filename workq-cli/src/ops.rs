@@ -17,6 +17,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use workq::admin::End;
 use workq_redis::RedisQueue;
 
 /// Options of `wq redis`.
@@ -226,18 +227,23 @@ pub(crate) fn block_on_as<E: std::fmt::Display>(
 async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workq_redis::Error> {
     match command {
         DeadLettersCommand::List { queue, limit } => {
-            let letters = open(&queue).await?.dead_letters(limit).await?;
+            let letters = open(&queue).await?.dead_letters(End::First, limit).await?;
             for letter in &letters {
+                let at_ms = letter
+                    .at
+                    .duration_since(std::time::SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis();
                 println!(
-                    "{}  {}  (stalls {}, failures {}, at {} ms)",
-                    letter.item, letter.error, letter.stalls, letter.failures, letter.at_ms
+                    "{}  {}  (stalls {}, failures {}, at {at_ms} ms)",
+                    letter.item, letter.error, letter.stalls, letter.failures
                 );
             }
             eprintln!("{} dead letters listed", letters.len());
         }
         DeadLettersCommand::Requeue { queue, item } => {
             let q = open(&queue).await?;
-            let letters = q.dead_letters(usize::MAX / 2).await?;
+            let letters = q.dead_letters(End::First, usize::MAX / 2).await?;
             let Some(letter) = letters.iter().find(|l| l.item == item) else {
                 eprintln!("wq redis dead-letters: no dead letter for {item}");
                 return Ok(ExitCode::FAILURE);
@@ -260,26 +266,38 @@ async fn dead_letters(command: DeadLettersCommand) -> Result<ExitCode, workq_red
 async fn stats(args: &StatsArgs) -> Result<String, workq_redis::Error> {
     let queue = open(&args.queue).await?;
     let stats = queue.stats(args.limit).await?;
-    let paused = queue.is_paused().await?;
-    let dead = queue.dead_letters(args.limit).await?;
+    let dead = queue.dead_letters(End::First, args.limit).await?;
+    let figures = &stats.summary;
+    let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     let view = View {
-        depth: stats.depth,
-        delayed: stats.delayed,
+        depth: size(figures.depth),
+        delayed: size(figures.delayed),
         next_delayed_in: stats.next_delayed_in,
-        in_flight: stats.in_flight,
-        in_flight_dirty: stats.in_flight_dirty,
+        in_flight: size(figures.in_flight),
+        in_flight_dirty: size(figures.in_flight_dirty),
         leases: stats
             .leases
             .iter()
-            .map(|l| (l.item.clone(), l.age, l.expires_in, l.token))
+            .map(|l| {
+                (
+                    l.item.clone(),
+                    l.lease.age,
+                    l.lease.expires_in,
+                    l.lease.token,
+                )
+            })
             .collect(),
-        failing: stats.failing,
-        failures: stats.failures.clone(),
-        stalled: stats.stalled,
-        dead: stats.dead,
-        dead_dropped: stats.dead_dropped,
-        shut_down: stats.shut_down,
-        paused,
+        failing: size(figures.failing),
+        failures: stats
+            .failures
+            .iter()
+            .map(|(item, n)| (item.clone(), u64::from(*n)))
+            .collect(),
+        stalled: size(figures.stalled),
+        dead: size(figures.dead),
+        dead_dropped: figures.dead_dropped,
+        shut_down: figures.shut_down,
+        paused: figures.paused,
         resume: "wq redis resume",
     };
     let mut out = view.render(&args.queue.queue);

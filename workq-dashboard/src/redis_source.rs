@@ -8,11 +8,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde_json::value::RawValue;
 use tokio::sync::Mutex;
-use workq_redis::{Admin, DeadLetter, RedisQueue, Retried, Summary};
+use workq::admin::{DeadLetter, LeaseInfo, PageQuery, QueueSummary, Retried};
+use workq_redis::{RedisAdmin as Admin, RedisQueue};
 
 use crate::redact;
 use crate::source::{
@@ -165,14 +166,14 @@ impl RedisSource {
     }
 
     /// Queue `name`'s summary; [`SourceError::NotFound`] if it has no key.
-    async fn summary(&self, name: &str) -> Result<Summary, SourceError> {
+    async fn summary(&self, name: &str) -> Result<QueueSummary, SourceError> {
         let admin = self.admin().await?;
         match admin.summary(name).await {
-            Ok(s) if s.exists => {
+            Ok(Some(s)) => {
                 self.up.store(true, Ordering::Relaxed);
                 Ok(s)
             }
-            Ok(_) => Err(SourceError::NotFound),
+            Ok(None) => Err(SourceError::NotFound),
             Err(workq_redis::Error::Config(_)) => Err(SourceError::NotFound),
             Err(e) => Err(self.error(&e)),
         }
@@ -183,39 +184,50 @@ impl RedisSource {
     }
 }
 
-fn view(name: &str, s: &Summary) -> QueueView {
+/// A count as the views hold it.
+fn size(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+fn view(name: &str, s: &QueueSummary) -> QueueView {
+    if let Some(why) = &s.broken {
+        return QueueView::broken(name, why.clone());
+    }
     QueueView {
-        depth: s.depth,
-        delayed: s.delayed,
-        in_flight: s.in_flight,
-        failing: s.failing,
+        depth: size(s.depth),
+        delayed: size(s.delayed),
+        in_flight: size(s.in_flight),
+        failing: size(s.failing),
         failures: s.failures,
-        stalled: s.stalled,
-        dead: s.dead,
+        stalled: size(s.stalled),
+        dead: size(s.dead),
         dead_dropped: s.dead_dropped,
         paused: s.paused,
         shut_down: s.shut_down,
         longest_running_s: s.longest_lease.as_secs_f64(),
         unfinished_work_s: s.lease_age_sum.as_secs_f64(),
-        adds_total: Some(s.counters.adds),
-        completions_total: Some(s.counters.completions),
-        retries_total: Some(s.counters.failures),
+        adds_total: s.counters.map(|c| c.adds),
+        completions_total: s.counters.map(|c| c.completions),
+        retries_total: s.counters.map(|c| c.retries),
         ..QueueView::named(name)
     }
 }
 
 fn letter(d: &DeadLetter) -> DeadLetterView {
     DeadLetterView {
-        id: d.id(),
+        id: d.id.clone(),
         item: d.item.clone(),
         error: d.error.clone(),
-        at_ms: d.at_ms,
-        stalls: d.stalls,
-        failures: d.failures,
+        at_ms: d
+            .at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        stalls: u64::from(d.stalls),
+        failures: u64::from(d.failures),
     }
 }
 
-fn lease(l: &workq_redis::InFlight) -> LeaseView {
+fn lease(l: &LeaseInfo) -> LeaseView {
     LeaseView {
         age_s: l.age.as_secs_f64(),
         expires_in_s: l.expires_in.as_secs_f64(),
@@ -224,13 +236,13 @@ fn lease(l: &workq_redis::InFlight) -> LeaseView {
     }
 }
 
-fn state_arg(state: ItemState) -> workq_redis::ItemState {
+fn state_arg(state: ItemState) -> workq::admin::ItemState {
     match state {
-        ItemState::Ready => workq_redis::ItemState::Ready,
-        ItemState::Delayed => workq_redis::ItemState::Delayed,
-        ItemState::InFlight => workq_redis::ItemState::InFlight,
-        ItemState::Failing => workq_redis::ItemState::Failing,
-        ItemState::Dead => workq_redis::ItemState::Dead,
+        ItemState::Ready => workq::admin::ItemState::Ready,
+        ItemState::Delayed => workq::admin::ItemState::Delayed,
+        ItemState::InFlight => workq::admin::ItemState::InFlight,
+        ItemState::Failing => workq::admin::ItemState::Failing,
+        ItemState::Dead => workq::admin::ItemState::Dead,
     }
 }
 
@@ -263,15 +275,9 @@ impl Source for RedisSource {
 
     async fn queues(&self) -> Result<Vec<QueueView>, SourceError> {
         let admin = self.admin().await?;
-        let all = admin.overview().await.map_err(|e| self.error(&e))?;
+        let all = admin.queues().await.map_err(|e| self.error(&e))?;
         self.up.store(true, Ordering::Relaxed);
-        Ok(all
-            .into_iter()
-            .map(|(name, summary)| match summary {
-                Ok(s) => view(&name, &s),
-                Err(e) => QueueView::broken(name, self.clean(e.to_string())),
-            })
-            .collect())
+        Ok(all.iter().map(|s| view(&s.name, s)).collect())
     }
 
     async fn queue(&self, name: &str) -> Result<QueueView, SourceError> {
@@ -287,85 +293,68 @@ impl Source for RedisSource {
         self.summary(name).await?;
         let queue = self.handle(name).await?;
         let from = match request.from {
-            End::First => workq_redis::End::First,
-            End::Last => workq_redis::End::Last,
+            End::First => workq::admin::End::First,
+            End::Last => workq::admin::End::Last,
         };
-        let page = queue
-            .page(
-                state_arg(request.state),
-                from,
-                request.cursor.as_deref(),
-                request.limit,
-                request.search.as_deref(),
-            )
-            .await
-            .map_err(|e| match e {
-                workq_redis::Error::Protocol(m) => SourceError::BadRequest(m),
-                e => self.error(&e),
-            })?;
-        // Offsets go back by a page; a search or a hash scan cannot (the page keeps the
-        // cursors it came through).
-        let prev = match (&request.search, request.state, request.cursor.as_deref()) {
-            (None, s, Some(c)) if s != ItemState::Failing => c
-                .parse::<usize>()
-                .ok()
-                .filter(|&n| n > 0)
-                .map(|n| n.saturating_sub(request.limit).to_string()),
-            _ => None,
-        };
+        let query = PageQuery::new(state_arg(request.state), request.limit)
+            .from(from)
+            .cursor(request.cursor.clone())
+            .search(request.search.clone());
+        let page = queue.page(&query).await.map_err(|e| match e {
+            workq_redis::Error::Protocol(m) => SourceError::BadRequest(m),
+            e => self.error(&e),
+        })?;
+        // Offsets go back by a page (the backend says where); a search or a hash scan
+        // cannot (the page keeps the cursors it came through).
         let items = page
-            .entries
+            .items
             .into_iter()
             .map(|e| ItemView {
                 priority: e.priority,
                 due_in_s: e.due_in.map(|d| d.as_secs_f64()),
                 lease: e.lease.as_ref().map(lease),
-                failures: e.failures,
+                failures: e.failures.map(u64::from),
                 dead: e.dead.as_ref().map(letter),
                 ..ItemView::new(e.item, request.state)
             })
             .collect();
         Ok(ItemPage {
             items,
-            total: page.total as u64,
+            total: page.total,
             next: page.next,
-            prev,
+            prev: page.prev,
         })
     }
 
     async fn item(&self, name: &str, item: &str) -> Result<ItemDetail, SourceError> {
         self.summary(name).await?;
         let queue = self.handle(name).await?;
-        let info = queue.inspect_raw(item).await.map_err(|e| self.error(&e))?;
-        if info.is_unknown() {
-            return Err(SourceError::NotFound);
-        }
-        let mut states = Vec::new();
-        if info.queued {
-            states.push(ItemState::Ready);
-        }
-        if info.due_in.is_some() {
-            states.push(ItemState::Delayed);
-        }
-        if info.lease.is_some() {
-            states.push(ItemState::InFlight);
-        }
-        if info.failures > 0 {
-            states.push(ItemState::Failing);
-        }
-        if !info.dead_letters.is_empty() {
-            states.push(ItemState::Dead);
-        }
+        let info = queue
+            .item_detail(item)
+            .await
+            .map_err(|e| self.error(&e))?
+            .ok_or(SourceError::NotFound)?;
+        let states = info
+            .states
+            .iter()
+            .map(|s| match s {
+                workq::admin::ItemState::Ready => ItemState::Ready,
+                workq::admin::ItemState::Delayed => ItemState::Delayed,
+                workq::admin::ItemState::InFlight => ItemState::InFlight,
+                workq::admin::ItemState::Failing => ItemState::Failing,
+                _ => ItemState::Dead,
+            })
+            .collect();
         Ok(ItemDetail {
             item: info.item.clone(),
             states,
-            priority: Some(info.priority),
-            position: info.position.map(|p| p as u64),
+            priority: info.priority,
+            position: info.position,
             due_in_s: info.due_in.map(|d| d.as_secs_f64()),
             lease: info.lease.as_ref().map(lease),
             readded: info.readded,
-            failures: info.failures,
-            stalls: info.stalls,
+            failures: u64::from(info.failures),
+            stalls: u64::from(info.stalls),
             dead_letters: info.dead_letters.iter().map(letter).collect(),
         })
     }
@@ -387,20 +376,27 @@ impl Source for RedisSource {
                 true => Outcome::new(1, "resumed"),
                 false => Outcome::new(0, "already running"),
             },
-            Action::RequeueDeadLetters => {
-                let n = queue.requeue_dead_letters().await.map_err(e)? as u64;
-                Outcome::new(n, format!("requeued {n} dead letters"))
-            }
+            Action::RequeueDeadLetters => match queue.requeue_dead_letters().await {
+                Ok(n) => Outcome::new(n, format!("requeued {n} dead letters")),
+                Err(workq_redis::Error::ShutDown) => Outcome::new(
+                    0,
+                    "the queue is shut down: no dead letter was requeued (resume it first)",
+                ),
+                Err(err) => return Err(e(err)),
+            },
             Action::PurgeDeadLetters => {
-                let n = queue.purge_dead_letters().await.map_err(e)? as u64;
+                let n = queue.purge_dead_letters().await.map_err(e)?;
                 Outcome::new(n, format!("purged {n} dead letters"))
             }
-            Action::RequeueDeadLetter { id } => {
-                match queue.requeue_dead_letter_by_id(id).await.map_err(e)? {
-                    true => Outcome::new(1, "requeued the dead letter"),
-                    false => Outcome::new(0, "no such dead letter (requeued or deleted already)"),
-                }
-            }
+            Action::RequeueDeadLetter { id } => match queue.requeue_dead_letter_by_id(id).await {
+                Ok(true) => Outcome::new(1, "requeued the dead letter"),
+                Ok(false) => Outcome::new(0, "no such dead letter (requeued or deleted already)"),
+                Err(workq_redis::Error::ShutDown) => Outcome::new(
+                    0,
+                    "the queue is shut down: the dead letter stays (resume it first)",
+                ),
+                Err(err) => return Err(e(err)),
+            },
             Action::DeleteDeadLetter { id } => {
                 match queue.delete_dead_letter_by_id(id).await.map_err(e)? {
                     true => Outcome::new(1, "deleted the dead letter"),

@@ -37,7 +37,7 @@ async fn with_dead_letter(server: &RedisServer, name: &str) -> RedisQueue<u32> {
         numbers.try_get().await.unwrap().is_empty(),
         "the bad item is not handed out"
     );
-    assert_eq!(numbers.stats(10).await.unwrap().dead, 1);
+    assert_eq!(numbers.stats(10).await.unwrap().summary.dead, 1);
     numbers
 }
 
@@ -125,7 +125,7 @@ async fn dead_letters_are_requeued_one_or_all_and_purged() {
     text.add("third".to_owned()).await.unwrap();
     assert!(q.try_get().await.unwrap().is_empty());
     assert!(q.try_get().await.unwrap().is_empty());
-    assert_eq!(q.stats(10).await.unwrap().dead, 3);
+    assert_eq!(q.stats(10).await.unwrap().summary.dead, 3);
     let app = dashboard(&server, Config::default());
 
     let one = post(
@@ -137,12 +137,12 @@ async fn dead_letters_are_requeued_one_or_all_and_purged() {
     assert_eq!(one.status, StatusCode::OK, "{}", one.body);
     assert_eq!(one.json()["count"], 1);
     let stats = q.stats(10).await.unwrap();
-    assert_eq!((stats.dead, stats.depth), (2, 1));
+    assert_eq!((stats.summary.dead, stats.summary.depth), (2, 1));
 
     let all = post(&app, "/api/queues/q/dead-letters/requeue-all", json!({})).await;
     assert_eq!(all.json()["count"], 2);
     let stats = q.stats(10).await.unwrap();
-    assert_eq!((stats.dead, stats.depth), (0, 3));
+    assert_eq!((stats.summary.dead, stats.summary.depth), (0, 3));
 
     // They fail again, and the purge drops them.
     for _ in 0..3 {
@@ -150,7 +150,7 @@ async fn dead_letters_are_requeued_one_or_all_and_purged() {
     }
     let purged = post(&app, "/api/queues/q/dead-letters/purge", json!({})).await;
     assert_eq!(purged.json()["count"], 3);
-    assert_eq!(q.stats(10).await.unwrap().dead, 0);
+    assert_eq!(q.stats(10).await.unwrap().summary.dead, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,7 +370,7 @@ async fn read_only_refuses_every_action() {
         assert_eq!(reply.status, StatusCode::FORBIDDEN, "{path}");
     }
     assert!(!q.is_paused().await.unwrap());
-    assert_eq!(q.stats(10).await.unwrap().dead, 1);
+    assert_eq!(q.stats(10).await.unwrap().summary.dead, 1);
     assert_eq!(get(&app, "/api/queues").await.json()["read_only"], true);
 }
 

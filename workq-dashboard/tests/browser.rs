@@ -365,7 +365,7 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
     // "Requeue all" empties the dead letters.
     click(browser, "button[data-action=\"requeue-all\"]").await;
     until("the dead letters are requeued", || async {
-        q.stats(10).await.unwrap().dead == 0
+        q.stats(10).await.unwrap().summary.dead == 0
     })
     .await;
     until("the page shows no dead letter", || async {
@@ -378,7 +378,7 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
             .contains("requeued 2 dead letters")
     );
     assert!(
-        q.stats(10).await.unwrap().depth >= 5,
+        q.stats(10).await.unwrap().summary.depth >= 5,
         "three items and the two requeued"
     );
 
@@ -511,7 +511,7 @@ async fn items_are_paged_searched_shown_and_acted_on_one_by_one() {
     )
     .await;
     until("the dead letter is requeued", || async {
-        q.stats(1).await.unwrap().dead == 119
+        q.stats(1).await.unwrap().summary.dead == 119
     })
     .await;
     until("the answer is shown", || async {
@@ -536,7 +536,7 @@ async fn items_are_paged_searched_shown_and_acted_on_one_by_one() {
     click(browser, "#items tr.item-row button[data-action=\"delete\"]").await;
     browser.accept_alert().await.unwrap();
     until("the dead letter is deleted", || async {
-        q.stats(1).await.unwrap().dead == 118
+        q.stats(1).await.unwrap().summary.dead == 118
     })
     .await;
 

@@ -172,7 +172,7 @@ async fn behind_nginx_without_the_token_nothing_is_read_or_done() {
         .await
         .unwrap();
     assert!(numbers.try_get().await.unwrap().is_empty());
-    assert_eq!(numbers.stats(10).await.unwrap().dead, 1);
+    assert_eq!(numbers.stats(10).await.unwrap().summary.dead, 1);
     let token = workq_dashboard::generate_token();
     let upstream = serve(
         Dashboard::new(Config {
@@ -212,7 +212,7 @@ async fn behind_nginx_without_the_token_nothing_is_read_or_done() {
         std::panic::resume_unwind(panic.into_panic());
     }
     assert_eq!(
-        numbers.stats(10).await.unwrap().dead,
+        numbers.stats(10).await.unwrap().summary.dead,
         1,
         "nothing was purged"
     );

@@ -43,7 +43,7 @@ async fn with_dead_letter(server: &RedisServer, name: &str) -> RedisQueue<u32> {
     text.add("not a number".to_owned()).await.unwrap();
     let numbers: RedisQueue<u32> = queue(server, name).await;
     assert!(numbers.try_get().await.unwrap().is_empty());
-    assert_eq!(numbers.stats(10).await.unwrap().dead, 1);
+    assert_eq!(numbers.stats(10).await.unwrap().summary.dead, 1);
     numbers
 }
 
@@ -77,7 +77,11 @@ async fn without_a_token_or_the_clients_address_every_request_is_refused() {
     )
     .await;
     assert_eq!(purge.status, StatusCode::FORBIDDEN, "{}", purge.body);
-    assert_eq!(q.stats(10).await.unwrap().dead, 1, "nothing was purged");
+    assert_eq!(
+        q.stats(10).await.unwrap().summary.dead,
+        1,
+        "nothing was purged"
+    );
     let read = send_without_peer(
         &app,
         Request::get("/api/queues")
@@ -274,7 +278,11 @@ async fn a_body_over_the_limit_is_refused_and_never_acted_on() {
         "{}",
         streamed.body
     );
-    assert_eq!(q.stats(10).await.unwrap().dead, 1, "nothing was purged");
+    assert_eq!(
+        q.stats(10).await.unwrap().summary.dead,
+        1,
+        "nothing was purged"
+    );
     let garbled = send(
         &app,
         action(
@@ -368,7 +376,11 @@ async fn a_request_that_never_finishes_its_body_is_answered_408() {
         .unwrap();
     let reply = String::from_utf8_lossy(&reply[..n]);
     assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
-    assert_eq!(q.stats(10).await.unwrap().dead, 1, "nothing was purged");
+    assert_eq!(
+        q.stats(10).await.unwrap().summary.dead,
+        1,
+        "nothing was purged"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
