@@ -242,7 +242,7 @@ pub use error::TryGetError;
 pub use lease::Lease;
 pub use parallelize::{Parallelizer, parallelize_until};
 pub use queue::{AddOptions, Builder, Drain, Get, WorkQueue};
-pub use stats::QueueStats;
+pub use stats::{FlowStats, GroupStats, QueueStats};
 #[cfg(feature = "tokio")]
 pub use workers::AsyncWorkers;
 pub use workers::{
