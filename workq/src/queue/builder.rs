@@ -351,12 +351,18 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
                     state.enable_times();
                     let weak = weak.clone();
                     let by_priority = weak.clone();
+                    let flow_weak = weak.clone();
                     let probe =
                         QueueProbe::new(move || weak.upgrade().map(|shared| shared.probe_stats()))
                             .with_depth_by_priority(move || {
                                 by_priority
                                     .upgrade()
                                     .map(|shared| shared.depth_by_priority())
+                            })
+                            .with_flow(move |top| {
+                                flow_weak
+                                    .upgrade()
+                                    .and_then(|shared| shared.flow_figures(top))
                             });
                     Some(provider.new_queue(name, probe))
                 }

@@ -475,6 +475,20 @@ impl<T> Shared<T> {
         read(&self.inner.lock())
     }
 
+    /// The flow control figures and the `top` groups, without promoting (what a
+    /// [`QueueProbe`](crate::metrics::QueueProbe) reads); `None` without flow control.
+    pub(crate) fn flow_figures(
+        &self,
+        top: usize,
+    ) -> Option<(crate::stats::FlowStats, Vec<crate::stats::GroupStats>)> {
+        self.peek(|inner| {
+            inner
+                .state
+                .flow()
+                .map(|flow| (flow.stats(), flow.top_groups(top)))
+        })
+    }
+
     /// The depth by priority, highest first (what
     /// [`WorkQueue::depth_by_priority`](super::WorkQueue::depth_by_priority) returns).
     pub(crate) fn depth_by_priority(&self) -> Vec<(i32, usize)> {

@@ -182,7 +182,8 @@ pub(crate) struct Flow {
     queue_wait: u64,
     /// Groups with no members, forgotten once their buckets are full.
     idle: VecDeque<u32>,
-    /// The group the next new item joins (set before each add).
+    /// The group the next new item joins (set by [`select`](Self::select) before each add;
+    /// an ungrouped queue's items all join the group `""`).
     pending: u32,
     /// Groups at their limit.
     saturated: usize,
@@ -190,7 +191,7 @@ pub(crate) struct Flow {
 
 impl Flow {
     pub(crate) fn new(config: FlowConfig) -> Self {
-        let mut flow = Self {
+        Self {
             config,
             groups: Slab::new(),
             by_name: HashMap::default(),
@@ -202,9 +203,7 @@ impl Flow {
             idle: VecDeque::new(),
             pending: 0,
             saturated: 0,
-        };
-        flow.pending = flow.intern("", 0);
-        flow
+        }
     }
 
     /// The id of the group `name`, made if new.
@@ -260,11 +259,6 @@ impl Flow {
                 self.idle.push_back(id);
                 return;
             }
-            // The default group stays: it is every item's group on an ungrouped queue.
-            if id == 0 {
-                group.idle = false;
-                continue;
-            }
             let group = self.groups.remove(id as usize);
             self.by_name.remove(&group.name);
         }
@@ -276,6 +270,7 @@ impl Flow {
     }
 
     /// Makes the slot of a new item a member of the pending group.
+    #[inline(never)]
     pub(super) fn assign(&mut self, slot: u32) {
         let slot = slot as usize;
         if slot >= self.group_of.len() {
@@ -286,6 +281,7 @@ impl Flow {
     }
 
     /// The slot's item is forgotten by the queue.
+    #[inline(never)]
     pub(super) fn release(&mut self, slot: u32) {
         let id = self.group_of[slot as usize];
         let group = &mut self.groups[id as usize];
@@ -297,6 +293,7 @@ impl Flow {
     }
 
     /// Queues the item in `slot` at `priority` in its group.
+    #[inline(never)]
     pub(super) fn push(&mut self, priority: i32, slot: u32) {
         let id = self.group_of[slot as usize];
         let group = &mut self.groups[id as usize];
@@ -311,6 +308,7 @@ impl Flow {
     }
 
     /// The queued item in `slot` leaves `priority` (it was raised).
+    #[inline(never)]
     pub(super) fn mark_stale(&mut self, priority: i32, slot: u32) {
         let id = self.group_of[slot as usize];
         let group = &mut self.groups[id as usize];
@@ -439,6 +437,7 @@ impl Flow {
     }
 
     /// The lease of the item in `slot` is done: its group may hand out again.
+    #[inline(never)]
     pub(super) fn done(&mut self, slot: u32) {
         let id = self.group_of[slot as usize];
         let group = &mut self.groups[id as usize];
@@ -466,6 +465,7 @@ impl Flow {
 
     /// Unparks every group whose token is due at `now`, and ends a queue-wide token wait
     /// that is due. Returns how many getters may now hand out.
+    #[inline(never)]
     pub(super) fn unpark(&mut self, now: u64) -> usize {
         let mut woken = 0;
         if self.queue_wait <= now {

@@ -282,11 +282,16 @@ impl<T, S> State<T, S> {
     /// waits for a token.
     #[inline]
     pub(crate) fn needs_promote(&self) -> bool {
-        !self.heap.is_empty()
-            || self
-                .flow
-                .as_ref()
-                .is_some_and(|f| f.next_deadline().is_some())
+        !self.heap.is_empty() || (self.flow.is_some() && self.flow_waits())
+    }
+
+    /// Whether flow control waits for a token; out of line, so that queues without flow
+    /// control keep [`needs_promote`](Self::needs_promote) small in every call.
+    #[inline(never)]
+    fn flow_waits(&self) -> bool {
+        self.flow
+            .as_ref()
+            .is_some_and(|flow| flow.next_deadline().is_some())
     }
 
     /// The flow control, if the queue has any.
