@@ -14,7 +14,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use workq::{AddOptions, Queue, QueueLease, WorkQueue};
@@ -448,6 +447,8 @@ pub mod rules {
 /// The rules that drive a `Workers` pool over the queue (feature `workers`).
 #[cfg(feature = "workers")]
 pub mod workers_rules {
+    use std::sync::{Arc, Mutex};
+
     use super::*;
     use workq::Workers;
 

@@ -313,3 +313,40 @@ fn a_zero_limit_is_refused() {
 fn a_nonsense_rate_is_refused() {
     let _ = WorkQueue::<String>::builder().hand_out_rate(f64::NAN, 1);
 }
+
+/// One clock step makes two tokens due while two getters wait: the step wakes one getter,
+/// and its hand-out, which leaves an item behind, wakes the other (no lease is dropped to
+/// do it).
+#[test]
+fn a_step_that_makes_two_tokens_due_serves_two_waiting_getters() {
+    let clock = FakeClock::new();
+    let queue: WorkQueue<String> = WorkQueue::builder()
+        .clock(clock.clone())
+        .hand_out_rate(1.0, 2)
+        .build();
+    for item in ["a", "b"] {
+        queue.add(item.to_owned());
+        drop(queue.try_get().unwrap());
+    }
+    queue.add("c".to_owned());
+    queue.add("d".to_owned());
+    let (tx, rx) = mpsc::channel();
+    let getters: Vec<_> = (0..2)
+        .map(|_| {
+            let (queue, tx) = (queue.clone(), tx.clone());
+            // The leases are kept (sent, not dropped): a done would wake the other getter.
+            thread::spawn(move || tx.send(queue.blocking_get()).unwrap())
+        })
+        .collect();
+    // Let both park (a spinning getter finds no token either way).
+    thread::sleep(Duration::from_millis(100));
+    clock.step(Duration::from_secs(2));
+    let first = recv(&rx, "the first token").unwrap();
+    let second = recv(&rx, "the second token").unwrap();
+    let mut got = vec![first.item().clone(), second.item().clone()];
+    got.sort();
+    assert_eq!(got, ["c", "d"]);
+    for getter in getters {
+        getter.join().unwrap();
+    }
+}

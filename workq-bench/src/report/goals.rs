@@ -9,7 +9,7 @@ use super::{
 
 /// A goal of the project for one figure of ours, shown beside it: issue 17's for W1, W2
 /// and W4's lateness max, issue 3's for the rest of the in-memory workloads, issue 26's for
-/// W7 on the servers, and issue 34's for P2 (an add under contention).
+/// W7 on the servers, issue 34's for P2 (an add under contention), and issue 32's for W8.
 struct Goal {
     workload: &'static str,
     metric: &'static str,
@@ -65,6 +65,14 @@ const GOALS: &[Goal] = &[
     in_memory("W6", "bytes_per_item", GoalKind::AtMost(50.0)),
     in_memory("W6", "bytes_per_delayed_item", GoalKind::AtMost(80.0)),
     in_memory("P2", "add_p99_us", GoalKind::Below(10.0)),
+    // Issue 32: quiet groups beside a noisy one, with groups; throughput at least 0.8 of
+    // the same fleet without groups.
+    in_memory("W8", "quiet_pickup_p99_ms", GoalKind::Below(20.0)),
+    in_memory(
+        "W8",
+        "items_per_s",
+        GoalKind::RatioAtLeast("workqueue-fifo", 0.8, None),
+    ),
     Goal {
         workload: "W7",
         metric: "items_per_s",
