@@ -12,12 +12,9 @@ use std::time::{Duration, Instant};
 use workq::clock::FakeClock;
 use workq::{TryGetError, WorkQueue};
 
-fn namespace(key: &String) -> String {
-    key.split_once('/').map_or("", |(ns, _)| ns).to_owned()
-}
-
 fn grouped() -> workq::Builder<String> {
-    WorkQueue::builder().group_by(namespace)
+    WorkQueue::builder()
+        .group_by(|key: &String| key.split_once('/').map_or("", |(ns, _)| ns).to_owned())
 }
 
 /// Receives within a generous bound, or fails naming what was awaited.

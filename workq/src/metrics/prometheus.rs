@@ -364,6 +364,10 @@ impl MetricsProvider for PrometheusMetrics {
 type PickHistogram = fn(&Series) -> &Histogram;
 /// Picks a value read at scrape time.
 type PickGauge = fn(&QueueStats) -> f64;
+/// Picks a queue's flow control figure.
+type PickFlow = fn(&FlowStats) -> usize;
+/// Picks a group's figure.
+type PickGroup = fn(&GroupStats) -> usize;
 
 /// Encodes every queue's series on each scrape.
 #[derive(Debug)]
@@ -462,7 +466,7 @@ impl Collector for WorkqueueCollector {
             })
             .collect();
         if !flows.is_empty() {
-            let counts: [(&str, &str, fn(&FlowStats) -> usize); 2] = [
+            let counts: [(&str, &str, PickFlow); 2] = [
                 ("workqueue_groups_ready", GROUPS_READY_HELP, |f| {
                     f.groups_ready
                 }),
@@ -479,7 +483,7 @@ impl Collector for WorkqueueCollector {
             }
         }
         if top > 0 && !flows.is_empty() {
-            let per_group: [(&str, &str, fn(&GroupStats) -> usize); 2] = [
+            let per_group: [(&str, &str, PickGroup); 2] = [
                 ("workqueue_group_depth", GROUP_DEPTH_HELP, |g| g.ready),
                 ("workqueue_group_in_flight", GROUP_IN_FLIGHT_HELP, |g| {
                     g.in_flight
