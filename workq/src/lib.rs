@@ -162,7 +162,7 @@
 //! holds its slot until it is dropped, so the limits count exactly the items being
 //! processed. [`WorkQueue::flow_stats`] and [`WorkQueue::top_groups`] report the groups;
 //! the Prometheus metrics add `workqueue_groups_ready` and `workqueue_group_saturated`. A
-//! queue without any of these pays one branch per call for them.
+//! queue without any of these pays a few predictable branches per call for them.
 //!
 //! //! # Backends
 //!

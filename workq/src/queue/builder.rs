@@ -195,7 +195,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
     /// hold nothing (and their [hand-out rate](Self::hand_out_rate_per_group), if any, has
     /// refilled), so a queue may see any number of them over its life.
     ///
-    /// Without `group_by`, limits or rates, a queue has none of this and pays one branch
+    /// Without `group_by`, limits or rates, a queue has none of this and pays a few branches
     /// for it.
     ///
     /// # Examples

@@ -1,7 +1,7 @@
 //! Flow control: groups taking turns, concurrency limits and hand-out rates.
 //!
 //! Kept only by queues built with a group function, a limit or a rate (`Some` in
-//! `State::flow`); every other queue pays one branch for it. With flow control, the ready
+//! `State::flow`); every other queue pays a branch per step for it. With flow control, the ready
 //! items live here instead of in the state's own lanes, in one [`Ready`] per group, and a
 //! hand-out goes:
 //!
