@@ -9,6 +9,10 @@
 //! - [`workers`] (feature `workers`): `workq::Workers` pools driven over a backend's queue
 //!   through the `workq::Queue` trait, with the same outcomes, retries, give-ups, panics,
 //!   timeouts, stops and summaries everywhere. [`for_each_workers_rule!`] names every rule.
+//! - [`flow`]: flow control (groups taking turns, concurrency limits, hand-out rates) as rules
+//!   over the `workq::Queue` trait, with a [`flow::FlowFactory`] a backend implements (or
+//!   answers [`flow::Unsupported`] while it has none). [`for_each_flow_rule!`] and
+//!   [`for_each_flow_workers_rule!`] name every rule.
 //! - [`admin`]: the operator's contract (`workq::admin::Admin`) as rules over
 //!   `Box<dyn Admin>`, with the [`admin::AdminFactory`] a backend implements to run them.
 //!   [`for_each_admin_rule!`] names every rule.
@@ -37,6 +41,7 @@
 
 pub mod admin;
 pub mod behaviour;
+pub mod flow;
 pub mod servers;
 #[cfg(feature = "workers")]
 pub mod workers;

@@ -71,6 +71,9 @@ pub(crate) const METRICS: &[&str] = &[
     "add_max_us",
     "us_per_op",
     "worker_cycles_per_s",
+    "quiet_pickup_p50_ms",
+    "quiet_pickup_p99_ms",
+    "max_group_in_flight",
 ];
 
 /// Whether a higher value of `metric` is better (rates: `Some(true)`) or a lower one (times,
@@ -244,6 +247,9 @@ pub(crate) fn metric_label(metric: &str) -> &str {
         "add_max_us" => "add max",
         "us_per_op" => "time/op",
         "worker_cycles_per_s" => "worker cycles/s",
+        "quiet_pickup_p50_ms" => "quiet pickup p50",
+        "quiet_pickup_p99_ms" => "quiet pickup p99",
+        "max_group_in_flight" => "most of one group at once",
         other => other,
     }
 }
