@@ -1,4 +1,4 @@
-//! The flow control suite (issue 32): groups taking turns, concurrency limits and hand-out
+//! The flow control suite: groups taking turns, concurrency limits and hand-out
 //! rates, as rules over the `workq::Queue` trait, so every backend runs the same text.
 //!
 //! A backend implements [`FlowFactory`]: a fresh queue built as a [`FlowSpec`] says, or

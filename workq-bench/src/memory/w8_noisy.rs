@@ -1,4 +1,4 @@
-//! W8 noisy neighbour (issue 32): one group adds 100,000 items at once (20,000 with
+//! W8 noisy neighbour: one group adds 100,000 items at once (20,000 with
 //! `--quick`); 100 quiet groups each add one item every 100 ms (1,000 items/s in all) for
 //! the first 3 s (1 s with `--quick`); [`Workers`] with `count` 16 handle them, the handler
 //! sleeping 1 ms (a thread's sleep, as in W7). Items are `"group/..."` keys; the queue
