@@ -239,6 +239,8 @@ mod lease;
 #[doc(hidden)]
 pub mod lease_clock;
 pub mod metrics;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod parallelize;
 mod queue;
 pub mod rate_limiter;
