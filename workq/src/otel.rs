@@ -34,6 +34,14 @@
 //! processing in another are linked. The `tracestate` of the adding span is not kept (it is
 //! vendor data of unbounded size, and a link needs only the ids).
 //!
+//! # Backends
+//!
+//! [`WorkQueue`](crate::WorkQueue) keeps the links in memory. A backend shared by many
+//! processes hands them out through [`QueueLease::links`](crate::QueueLease::links), whose
+//! default is none: a backend that does not store them yet (Redis and PostgreSQL, for now)
+//! hands out no links, and its workers' spans are unlinked as before. The design of their
+//! storage is in the repository's `docs/tracing.md`.
+//!
 //! # Example
 //!
 //! ```
