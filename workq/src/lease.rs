@@ -95,6 +95,11 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
     /// Re-adds the item with its priority while it is still processing, then marks it done,
     /// so that it is queued again; `false` if the queue is shut down and refused the re-add.
     pub(crate) fn re_add_and_done(self) -> bool {
+        // The links go back with the item, so its next hand-out links to the adds behind it.
+        #[cfg(feature = "otel")]
+        if let Some(links) = &self.links {
+            self.shared.restore_links(self.slot, links.clone());
+        }
         self.shared
             .add_now(self.item.clone(), Some(self.priority), false)
     }

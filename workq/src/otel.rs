@@ -20,7 +20,9 @@
 //! attribute `workqueue.links_dropped`. A hot item added ten thousand times while it waits
 //! costs four links, not ten thousand. Adds while the item is being processed are recorded
 //! for its next hand-out; a retry is an add too, so the next attempt links to the span of
-//! the attempt that failed.
+//! the attempt that failed. A lease released without processing
+//! ([`QueueLease::release`](crate::QueueLease::release)) gives its links back to the item,
+//! in front of those of adds made meanwhile.
 //!
 //! An add with no recording span (no `tracing-opentelemetry` layer, or a span that is not
 //! recorded) records nothing and costs the lookup of the current span.
@@ -38,7 +40,7 @@
 //!
 //! [`WorkQueue`](crate::WorkQueue) keeps the links in memory. A backend shared by many
 //! processes hands them out through [`QueueLease::links`](crate::QueueLease::links), whose
-//! default is none: a backend that does not store them yet (Redis and PostgreSQL, for now)
+//! default is none: a backend that does not store them yet (`workq-redis` and `workq-postgres`, for now)
 //! hands out no links, and its workers' spans are unlinked as before. The design of their
 //! storage is in the repository's `docs/tracing.md`.
 //!
@@ -258,7 +260,7 @@ impl std::error::Error for ParseTraceparentError {}
 
 /// The links an item keeps until it is handed out: the first [`MAX_LINKS`] adds, and how
 /// many were dropped after those.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Links {
     pub(crate) list: Vec<TraceLink>,
     pub(crate) dropped: u32,
@@ -278,6 +280,23 @@ impl Links {
             links.list.push(link);
         } else {
             links.dropped = links.dropped.saturating_add(1);
+        }
+    }
+}
+
+impl Links {
+    /// Appends `since` (the links of adds made while a lease was out) to these links, the
+    /// ones the lease took: the first [`MAX_LINKS`] are kept, the rest counted.
+    pub(crate) fn restore(&mut self, since: Option<Box<Links>>) {
+        if let Some(since) = since {
+            let room = MAX_LINKS.saturating_sub(self.list.len());
+            let over = since.list.len().saturating_sub(room);
+            self.list.extend(since.list.iter().take(room));
+            let over = u32::try_from(over).unwrap_or(u32::MAX);
+            self.dropped = self
+                .dropped
+                .saturating_add(since.dropped)
+                .saturating_add(over);
         }
     }
 }
@@ -357,5 +376,27 @@ mod tests {
         }
         let links = links.unwrap();
         assert_eq!((links.list.len(), links.dropped), (MAX_LINKS, 3));
+    }
+
+    #[test]
+    fn restored_links_go_in_front_and_stay_bounded() {
+        let link = |n: u64| TraceLink {
+            trace_id: TraceId::from(1),
+            span_id: SpanId::from(n),
+            flags: TraceFlags::SAMPLED,
+        };
+        let mut taken = None;
+        for n in 1..=3 {
+            Links::record(&mut taken, link(n));
+        }
+        let mut since = None;
+        for n in 10..=12 {
+            Links::record(&mut since, link(n));
+        }
+        let mut restored = taken.unwrap();
+        restored.restore(since);
+        let spans: Vec<_> = restored.list.iter().map(|l| l.span_id()).collect();
+        assert_eq!(spans, [1, 2, 3, 10].map(SpanId::from));
+        assert_eq!(restored.dropped, 2);
     }
 }

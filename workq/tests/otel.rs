@@ -15,7 +15,7 @@ use tracing::Subscriber;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 use workq::otel::{MAX_LINKS, TraceLink};
-use workq::{Outcome, WorkQueue, Workers};
+use workq::{Outcome, QueueLease, WorkQueue, Workers};
 
 /// A tracer provider exporting to memory, and a subscriber recording `tracing` spans to it.
 struct Recorder {
@@ -209,6 +209,23 @@ fn an_add_while_processing_links_the_next_hand_out() {
     // Handed out again with nothing added since: no links left over.
     queue.add("default/web-0");
     assert!(queue.try_get().unwrap().links().is_empty());
+}
+
+#[test]
+fn a_released_lease_gives_its_links_back() {
+    let producer = Recorder::new();
+    let queue = WorkQueue::new();
+    let first = under_span(&producer, "first", || queue.add("default/web-0"));
+    let lease = queue.try_get().unwrap();
+    // Added again while the lease is out: its link goes behind the first.
+    let second = under_span(&producer, "second", || queue.add("default/web-0"));
+    futures::executor::block_on(QueueLease::release(lease)).unwrap();
+    let lease = queue.try_get().unwrap();
+    let expected: Vec<TraceLink> = [first, second]
+        .iter()
+        .map(|c| TraceLink::from_span_context(c).unwrap())
+        .collect();
+    assert_eq!(lease.links(), expected);
 }
 
 #[test]

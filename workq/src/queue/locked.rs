@@ -226,6 +226,15 @@ impl<T> Shared<T> {
 }
 
 impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
+    /// Puts the links a lease took back on its item, which the lease still holds.
+    #[cfg(feature = "otel")]
+    pub(crate) fn restore_links(&self, slot: u32, links: Box<crate::otel::Links>) {
+        self.locked(move |inner, _| {
+            inner.state.restore_links(slot, links);
+            ((), After::NONE)
+        });
+    }
+
     /// The stats, promoting due items first (what [`WorkQueue::stats`](super::WorkQueue::stats)
     /// returns).
     pub(super) fn stats(&self) -> QueueStats {

@@ -599,6 +599,19 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         }
     }
 
+    /// Puts back the links the lease on the item in `slot` took, in front of those of the
+    /// adds made since (a release: the next hand-out still links to the adds that caused it).
+    #[cfg(feature = "otel")]
+    pub(crate) fn restore_links(&mut self, slot: u32, mut taken: Box<crate::otel::Links>) {
+        let entry = &mut self.entries[slot as usize];
+        debug_assert!(
+            entry.flags & PROCESSING != 0,
+            "links restored to an item not leased"
+        );
+        taken.restore(entry.links.take());
+        entry.links = Some(taken);
+    }
+
     /// [`add_hashed`](Self::add_hashed) once the item has its slot.
     #[inline]
     fn add_slot(&mut self, slot: u32, existed: bool, priority: Option<i32>, now: u64) -> Added {
