@@ -189,6 +189,26 @@ fn deduplicated_adds_keep_their_links_up_to_the_bound() {
 }
 
 #[test]
+fn a_hot_key_keeps_a_bounded_number_of_links() {
+    let producer = Recorder::new();
+    let queue = WorkQueue::new();
+    let first = under_span(&producer, "first", || queue.add("default/hot"));
+    tracing::subscriber::with_default(producer.subscriber("producer"), || {
+        for _ in 1..10_000 {
+            let _span = tracing::info_span!("event").entered();
+            queue.add("default/hot");
+        }
+    });
+    let lease = queue.try_get().unwrap();
+    assert_eq!(lease.links().len(), MAX_LINKS);
+    assert_eq!(
+        lease.links()[0],
+        TraceLink::from_span_context(&first).unwrap()
+    );
+    assert_eq!(lease.links_dropped() as usize, 10_000 - MAX_LINKS);
+}
+
+#[test]
 fn an_add_while_processing_links_the_next_hand_out() {
     let producer = Recorder::new();
     let queue = WorkQueue::new();
