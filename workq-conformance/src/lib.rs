@@ -9,6 +9,9 @@
 //! - [`workers`] (feature `workers`): `workq::Workers` pools driven over a backend's queue
 //!   through the `workq::Queue` trait, with the same outcomes, retries, give-ups, panics,
 //!   timeouts, stops and summaries everywhere. [`for_each_workers_rule!`] names every rule.
+//! - [`periodic`] (feature `periodic`): `workq::periodic` runners over several handles of
+//!   one queue, on a fake clock: one item per tick across the handles, pause, catch-up,
+//!   jitter. [`for_each_periodic_rule!`] names every rule.
 //! - [`admin`]: the operator's contract (`workq::admin::Admin`) as rules over
 //!   `Box<dyn Admin>`, with the [`admin::AdminFactory`] a backend implements to run them.
 //!   [`for_each_admin_rule!`] names every rule.
@@ -37,6 +40,8 @@
 
 pub mod admin;
 pub mod behaviour;
+#[cfg(feature = "periodic")]
+pub mod periodic;
 pub mod servers;
 #[cfg(feature = "workers")]
 pub mod workers;
