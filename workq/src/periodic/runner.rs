@@ -92,6 +92,7 @@ pub struct RunnerStatus {
 /// .clock(clock.clone(), start)
 /// .spawn();
 ///
+/// runner.wait_for(|s| s.next_tick.is_some()).await; // registered: waits for 09:00
 /// clock.step(Duration::from_secs(3600));
 /// runner.wait_for(|s| s.added == 1).await;
 /// assert_eq!(*queue.try_get().unwrap(), "report/1800003600");
@@ -172,7 +173,9 @@ impl<Q: Queue> Periodic<Q> {
 
     /// Reads time from `clock` instead of the system: the wall time is `now` at this call,
     /// and moves as `clock` does. For tests on a [`FakeClock`](crate::clock::FakeClock),
-    /// which moves only when stepped.
+    /// which moves only when stepped. A test waits for the runner to register (its
+    /// [`RunnerStatus::next_tick`] is set) before it steps the clock: a runner that starts
+    /// after a step starts from the stepped time, whose ticks it does not catch up.
     #[must_use]
     pub fn clock(mut self, clock: impl Clock, now: SystemTime) -> Self {
         self.wall = Wall::mapped(Arc::new(clock), now);
