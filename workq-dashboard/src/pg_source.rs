@@ -1,4 +1,5 @@
-//! Queues on PostgreSQL: [`PgSource`].
+//! Queues on PostgreSQL: [`PgSource`], the dashboard's [`Admin`] over `workq-postgres`'s
+//! operator calls until that crate implements the contract itself (`PgAdmin`).
 //!
 //! Every queue of the database is one row of `workqueue_queues` (crate `workq-postgres`),
 //! so one statement lists them all with their figures ([`workq_postgres::queues`]),
@@ -12,18 +13,17 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde_json::value::RawValue;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use workq_postgres::{AddKind, DeadLetter, PageQuery, PgQueue, QueueSummary, Removed};
-
-use crate::redact;
-use crate::source::{
-    Action, DeadLetterView, End, ItemDetail, ItemPage, ItemState, ItemView, LeaseView, Outcome,
-    PageRequest, QueueView, Source, SourceError, SourceStatus,
+use workq::admin::{
+    Admin, AdminError, BoxFuture, Capabilities, DeadLetter, End, InFlight, ItemDetail, ItemState,
+    LeaseInfo, Page, PageEntry, PageQuery, QueueSummary, Removed, Retried, ServerStatus, Stats,
+    redact_url as redact,
 };
+use workq_postgres::{AddKind, PgQueue};
 
 /// Items as stored: the raw JSON text is their identity (its hash is the row's key), kept
 /// byte for byte.
@@ -50,7 +50,7 @@ const APPLICATION_NAME: &str = "wq-dashboard";
 /// ```no_run
 /// use workq_dashboard::{Config, Dashboard, PgSource, RedisSource};
 ///
-/// # async fn run() -> Result<(), workq_dashboard::SourceError> {
+/// # async fn run() -> Result<(), workq::admin::AdminError> {
 /// let app = Dashboard::new(Config::default())
 ///     .source(RedisSource::new("redis://127.0.0.1/", "wq")?)
 ///     .source(PgSource::new("postgres://ops@127.0.0.1/app")?)
@@ -98,20 +98,20 @@ impl PgSource {
     /// # Errors
     ///
     /// A URL that does not parse (the message holds no password).
-    pub fn new(url: &str) -> Result<Self, SourceError> {
+    pub fn new(url: &str) -> Result<Self, AdminError> {
         // sqlx reads any URL's host and path, whatever its scheme.
         if !["postgres://", "postgresql://"]
             .iter()
             .any(|scheme| url.starts_with(scheme))
         {
-            return Err(SourceError::BadRequest(format!(
+            return Err(AdminError::BadRequest(format!(
                 "postgres URL {}: not a postgres:// or postgresql:// URL",
                 redact(url)
             )));
         }
         let mut options = PgConnectOptions::from_str(url).map_err(|e| {
             let text = e.to_string().replace(url, &redact(url));
-            SourceError::BadRequest(format!("postgres URL {}: {text}", redact(url)))
+            AdminError::BadRequest(format!("postgres URL {}: {text}", redact(url)))
         })?;
         if options.get_application_name().is_none() {
             options = options.application_name(APPLICATION_NAME);
@@ -167,7 +167,7 @@ impl PgSource {
     }
 
     /// An error's text without the URL's password.
-    fn clean(&self, text: String) -> String {
+    fn clean(&self, text: &str) -> String {
         let mut text = text.replace(&self.url, &redact(&self.url));
         if let Some(password) = &self.password {
             text = text.replace(password.as_str(), "***");
@@ -176,15 +176,15 @@ impl PgSource {
     }
 
     /// The server is down: the page says so, and the settings are read again once it is up.
-    fn down(&self, why: String) -> SourceError {
+    fn down(&self, why: String) -> AdminError {
         self.up.store(false, Ordering::Relaxed);
         self.settings_read.store(false, Ordering::Relaxed);
-        SourceError::Unavailable(why)
+        AdminError::Unavailable(why)
     }
 
     /// A queue error as the page shows it: the server cannot be reached, the request was
     /// wrong, or something else went wrong.
-    fn error(&self, e: workq_postgres::Error) -> SourceError {
+    fn error(&self, e: workq_postgres::Error) -> AdminError {
         use workq_postgres::Error as E;
         match &e {
             E::Database(sqlx::Error::PoolTimedOut) => self.down(format!(
@@ -193,25 +193,26 @@ impl PgSource {
                 CONNECT_TIMEOUT.as_secs(),
                 Self::MAX_CONNECTIONS
             )),
-            E::Database(db) if unreachable(db) => self.down(self.clean(e.to_string())),
+            E::Database(db) if unreachable(db) => self.down(self.clean(&e.to_string())),
             E::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01") => {
-                SourceError::Backend(format!(
+                AdminError::Backend(format!(
                     "the database has no workqueue tables on the search path (install the \
                      schema of workq-postgres, version {}): {}",
                     workq_postgres::SCHEMA_VERSION,
-                    self.clean(db.to_string())
+                    self.clean(&db.to_string())
                 ))
             }
-            E::Config(m) => SourceError::BadRequest(self.clean(m.clone())),
-            _ => SourceError::Backend(self.clean(e.to_string())),
+            E::Config(m) => AdminError::BadRequest(self.clean(m)),
+            E::ShutDown => AdminError::ShutDown,
+            _ => AdminError::Backend(self.clean(&e.to_string())),
         }
     }
 
-    /// `read`, failing as [`SourceError::Unavailable`] if it takes over [`READ_TIMEOUT`].
+    /// `read`, failing as [`AdminError::Unavailable`] if it takes over [`READ_TIMEOUT`].
     async fn read<T>(
         &self,
         read: impl Future<Output = Result<T, workq_postgres::Error>>,
-    ) -> Result<T, SourceError> {
+    ) -> Result<T, AdminError> {
         match tokio::time::timeout(READ_TIMEOUT, read).await {
             Ok(Ok(answer)) => {
                 self.up.store(true, Ordering::Relaxed);
@@ -243,12 +244,12 @@ impl PgSource {
         }
     }
 
-    /// A handle on queue `name` ([`SourceError::NotFound`] if the database has no such
+    /// A handle on queue `name` ([`AdminError::NotFound`] if the database has no such
     /// queue): a kept one, or one built on the pool (a look-up of the queue and of the
     /// schema's version).
-    async fn handle(&self, name: &str) -> Result<PgQueue<Item>, SourceError> {
+    async fn handle(&self, name: &str) -> Result<PgQueue<Item>, AdminError> {
         if let Some(why) = unopenable(name) {
-            return Err(SourceError::BadRequest(format!("queue {name:?}: {why}")));
+            return Err(AdminError::BadRequest(format!("queue {name:?}: {why}")));
         }
         if let Some(handle) = self.handles.lock().get(name) {
             return Ok(handle.clone());
@@ -265,7 +266,7 @@ impl PgSource {
             })
             .await?;
         if found.is_none() {
-            return Err(SourceError::NotFound);
+            return Err(AdminError::NotFound);
         }
         let built = PgQueue::<Item>::builder(name)
             .pool(self.pool().clone())
@@ -279,7 +280,7 @@ impl PgSource {
             .await;
         let handle = match built {
             Ok(handle) => handle,
-            Err(workq_postgres::Error::Config(_)) => return Err(SourceError::NotFound),
+            Err(workq_postgres::Error::Config(_)) => return Err(AdminError::NotFound),
             Err(e) => return Err(self.error(e)),
         };
         let mut handles = self.handles.lock();
@@ -293,76 +294,79 @@ impl PgSource {
         Ok(handle)
     }
 
-    fn item(text: &str) -> Result<Item, SourceError> {
-        serde_json::from_str(text).map_err(|e| SourceError::BadRequest(format!("item: {e}")))
+    fn item(text: &str) -> Result<Item, AdminError> {
+        serde_json::from_str(text).map_err(|e| AdminError::BadRequest(format!("item: {e}")))
     }
 
     /// "Retry now" of an item `retry_now` did not queue: what the item is doing, and for a
     /// failing item no longer in the queue or a leased one with a delayed re-add, an add
-    /// (queued now, or when its lease ends), as the Redis source does.
+    /// (queued now, or when its lease ends), as the Redis backend does.
     async fn retry_otherwise(
         &self,
         queue: &PgQueue<Item>,
         item: &str,
-    ) -> Result<Outcome, SourceError> {
+    ) -> Result<Retried, AdminError> {
         let detail = queue.item_detail(item).await.map_err(|e| self.error(e))?;
         let Some(d) = detail else {
-            return Ok(Outcome::new(0, "not delayed or failing in this queue"));
+            return Ok(Retried::Unknown);
         };
         let ready = d.states.contains(&workq_postgres::ItemState::Ready);
         if ready || d.readded {
-            return Ok(Outcome::new(0, "already queued"));
+            return Ok(Retried::AlreadyQueued);
         }
         let leased = d.lease.is_some();
         if leased && d.due_in.is_none() {
-            return Ok(Outcome::new(0, "being processed; nothing to retry"));
+            return Ok(Retried::InFlight);
         }
         if !leased && (d.due_in.is_some() || d.failures == 0) {
             // Delayed again since `retry_now`, or known only by its dead letters.
-            return Ok(Outcome::new(0, "not delayed or failing in this queue"));
+            return Ok(Retried::Unknown);
         }
         let added = queue
             .add(Self::item(item)?)
             .await
             .map_err(|e| self.error(e))?;
         Ok(match added.kind {
-            AddKind::Queued => Outcome::new(1, "queued now"),
-            AddKind::Deferred => Outcome::new(1, "queued again when its current lease ends"),
-            AddKind::Ignored => Outcome::new(0, "the queue is shut down"),
-            _ => Outcome::new(0, "already queued"),
+            AddKind::Queued => Retried::Queued,
+            AddKind::Deferred => Retried::Deferred,
+            AddKind::Ignored => Retried::ShutDown,
+            _ => Retried::AlreadyQueued,
         })
     }
 
     /// "Remove": out of the queue (a lease stays with its holder, its pending re-add goes),
-    /// and, unless it is leased, its failure count too, as the Redis source does.
-    async fn remove(&self, queue: &PgQueue<Item>, item: &str) -> Result<Outcome, SourceError> {
+    /// and, unless it is leased, its failure count too, as the Redis backend does.
+    async fn take_out(&self, queue: &PgQueue<Item>, item: &str) -> Result<Removed, AdminError> {
         let parsed = Self::item(item)?;
         let e = |e| self.error(e);
-        let removed = queue.remove(item).await.map_err(e)?;
-        let mut parts = Vec::new();
-        match removed {
-            Removed::Removed => parts.push("taken out of the queue"),
-            Removed::PendingDropped => {
-                parts.push("its pending re-add is dropped (the lease stays with its holder)");
-            }
+        let mut removed = Removed::default();
+        match queue.remove(item).await.map_err(e)? {
+            workq_postgres::Removed::Removed => removed.queued = true,
+            workq_postgres::Removed::PendingDropped => removed.readd = true,
             _ => {}
         }
         let detail = queue.item_detail(item).await.map_err(e)?;
-        let leased = detail.as_ref().is_some_and(|d| d.lease.is_some());
-        if !leased && detail.is_some_and(|d| d.failures > 0) {
+        removed.leased = detail.as_ref().is_some_and(|d| d.lease.is_some());
+        if !removed.leased && detail.is_some_and(|d| d.failures > 0) {
             queue.forget(parsed).await.map_err(e)?;
-            parts.push("its failure count is cleared");
+            removed.counts = true;
         }
-        Ok(if !parts.is_empty() {
-            Outcome::new(1, parts.join("; "))
-        } else if leased {
-            Outcome::new(
-                0,
-                "being processed with nothing pending: the lease stays with its holder",
-            )
-        } else {
-            Outcome::new(0, "not in the queue")
-        })
+        Ok(removed)
+    }
+
+    /// `call` on the handle of queue `name`, its errors told as the contract tells them.
+    async fn on<T, F>(
+        &self,
+        name: &str,
+        call: impl FnOnce(PgQueue<Item>) -> F,
+    ) -> Result<T, AdminError>
+    where
+        F: Future<Output = Result<T, workq_postgres::Error>>,
+    {
+        let queue = self.handle(name).await?;
+        let answer = call(queue).await.map_err(|e| self.error(e))?;
+        self.up.store(true, Ordering::Relaxed);
+        Ok(answer)
     }
 }
 
@@ -451,47 +455,42 @@ fn warnings(fsync: &str, synchronous_commit: &str, full_page_writes: &str) -> Ve
     out
 }
 
-fn view(s: &QueueSummary) -> QueueView {
-    QueueView {
-        broken: unopenable(&s.name),
-        depth: s.depth,
-        delayed: s.delayed,
-        in_flight: s.in_flight,
-        failing: s.failing,
-        failures: s.failures,
-        stalled: s.stalled,
-        dead: s.dead,
-        dead_dropped: s.dead_dropped,
-        paused: s.paused,
-        shut_down: s.shut_down,
-        longest_running_s: s.longest_lease.as_secs_f64(),
-        unfinished_work_s: s.lease_age_sum.as_secs_f64(),
-        // PostgreSQL keeps no running counts of adds, completions or retries.
-        adds_total: None,
-        completions_total: None,
-        retries_total: None,
-        ..QueueView::named(s.name.clone())
-    }
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-fn letter(d: &DeadLetter) -> DeadLetterView {
-    DeadLetterView {
-        id: d.id.to_string(),
-        item: d.item.clone(),
-        error: d.reason.clone(),
-        at_ms: d.at_unix_ms.max(0).unsigned_abs(),
-        stalls: u64::from(d.stalls),
-        failures: u64::from(d.failures),
-    }
+fn summary_of(s: &workq_postgres::QueueSummary) -> QueueSummary {
+    let mut q = QueueSummary::named(s.name.clone());
+    q.broken = unopenable(&s.name);
+    q.depth = count(s.depth);
+    q.delayed = count(s.delayed);
+    q.in_flight = count(s.in_flight);
+    q.in_flight_dirty = count(s.in_flight_dirty);
+    q.failing = count(s.failing);
+    q.failures = s.failures;
+    q.stalled = count(s.stalled);
+    q.dead = count(s.dead);
+    q.dead_dropped = s.dead_dropped;
+    q.paused = s.paused;
+    q.shut_down = s.shut_down;
+    q.oldest_ready = s.oldest_ready;
+    q.longest_lease = s.longest_lease;
+    q.lease_age_sum = s.lease_age_sum;
+    // PostgreSQL keeps no running counts of adds, completions or retries.
+    q
 }
 
-fn lease(l: &workq_postgres::LeaseInfo) -> LeaseView {
-    LeaseView {
-        age_s: l.age.as_secs_f64(),
-        expires_in_s: l.expires_in.as_secs_f64(),
-        token: l.token,
-        holder: None,
-    }
+fn letter(d: &workq_postgres::DeadLetter) -> DeadLetter {
+    let mut l = DeadLetter::new(d.id.to_string(), d.item.clone());
+    l.error.clone_from(&d.reason);
+    l.at = SystemTime::UNIX_EPOCH + Duration::from_millis(d.at_unix_ms.max(0).unsigned_abs());
+    l.stalls = d.stalls;
+    l.failures = d.failures;
+    l
+}
+
+fn lease(l: &workq_postgres::LeaseInfo) -> LeaseInfo {
+    LeaseInfo::new(l.age, l.expires_in, l.token)
 }
 
 fn state_arg(state: ItemState) -> workq_postgres::ItemState {
@@ -500,7 +499,7 @@ fn state_arg(state: ItemState) -> workq_postgres::ItemState {
         ItemState::Delayed => workq_postgres::ItemState::Delayed,
         ItemState::InFlight => workq_postgres::ItemState::InFlight,
         ItemState::Failing => workq_postgres::ItemState::Failing,
-        ItemState::Dead => workq_postgres::ItemState::Dead,
+        _ => workq_postgres::ItemState::Dead,
     }
 }
 
@@ -515,163 +514,239 @@ fn state_of(state: workq_postgres::ItemState) -> Option<ItemState> {
     }
 }
 
-impl Source for PgSource {
+fn letter_id(id: &str) -> Result<i64, AdminError> {
+    id.parse::<i64>()
+        .map_err(|_| AdminError::BadRequest(format!("not a dead-letter id: {id:?}")))
+}
+
+impl Admin for PgSource {
     fn kind(&self) -> &'static str {
         "postgres"
     }
 
-    fn has_actions(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
     }
 
-    fn has_items(&self) -> bool {
-        true
+    fn status(&self) -> ServerStatus {
+        let mut status = ServerStatus::new(self.up.load(Ordering::Relaxed), redact(&self.url));
+        status.warnings = self.warnings.lock().clone();
+        status
     }
 
-    async fn status(&self) -> SourceStatus {
-        SourceStatus {
-            up: self.up.load(Ordering::Relaxed),
-            error: None,
-            server: redact(&self.url),
-            warnings: self.warnings.lock().clone(),
-        }
+    fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueSummary>, AdminError>> {
+        Box::pin(async move {
+            let all = self.read(workq_postgres::queues(self.pool())).await?;
+            self.read_settings().await;
+            Ok(all.iter().map(summary_of).collect())
+        })
     }
 
-    async fn queues(&self) -> Result<Vec<QueueView>, SourceError> {
-        let all = self.read(workq_postgres::queues(self.pool())).await?;
-        self.read_settings().await;
-        Ok(all.iter().map(view).collect())
+    fn summary<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<QueueSummary, AdminError>> {
+        Box::pin(async move {
+            self.read(workq_postgres::queue_summary(self.pool(), queue))
+                .await?
+                .map(|s| summary_of(&s))
+                .ok_or(AdminError::NotFound)
+        })
     }
 
-    async fn queue(&self, name: &str) -> Result<QueueView, SourceError> {
-        self.read(workq_postgres::queue_summary(self.pool(), name))
-            .await?
-            .map(|s| view(&s))
-            .ok_or(SourceError::NotFound)
+    fn stats<'a>(
+        &'a self,
+        queue: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Stats, AdminError>> {
+        Box::pin(async move {
+            let summary = self.summary(queue).await?;
+            let handle = self.handle(queue).await?;
+            let s = self.read(handle.stats(limit)).await?;
+            let mut stats = Stats::new(summary);
+            stats.next_delayed_in = s.next_delayed_in;
+            stats.leases = s
+                .leases
+                .iter()
+                .map(|l| InFlight::new(l.item.clone(), LeaseInfo::new(l.age, l.expires_in, l.token)))
+                .collect();
+            stats.failures = s
+                .failures
+                .iter()
+                .map(|(item, n)| (item.clone(), u32::try_from(*n).unwrap_or(u32::MAX)))
+                .collect();
+            Ok(stats)
+        })
     }
 
-    async fn items(&self, name: &str, request: &PageRequest) -> Result<ItemPage, SourceError> {
-        let queue = self.handle(name).await?;
-        let query = PageQuery::new(state_arg(request.state), request.limit.clamp(1, 1000))
-            .from_last(request.from == End::Last)
-            .cursor(request.cursor.clone())
-            .search(request.search.clone());
-        let page = self.read(queue.items(&query)).await?;
-        let items = page
-            .items
-            .into_iter()
-            .map(|i| ItemView {
-                priority: i.priority,
-                due_in_s: i.due_in.map(|d| d.as_secs_f64()),
-                lease: i.lease.as_ref().map(lease),
-                failures: i.failures.map(u64::from),
-                dead: i.dead.as_ref().map(letter),
-                ..ItemView::new(i.item, request.state)
+    fn page<'a>(
+        &'a self,
+        queue: &'a str,
+        query: &'a PageQuery,
+    ) -> BoxFuture<'a, Result<Page, AdminError>> {
+        Box::pin(async move {
+            let handle = self.handle(queue).await?;
+            let q = workq_postgres::PageQuery::new(state_arg(query.state), query.effective_limit())
+                .from_last(query.from == End::Last)
+                .cursor(query.cursor.clone())
+                .search(query.search.clone());
+            let page = self.read(handle.items(&q)).await?;
+            let items = page
+                .items
+                .into_iter()
+                .map(|i| {
+                    let mut entry = PageEntry::new(i.item, query.state);
+                    entry.priority = i.priority;
+                    entry.due_in = i.due_in;
+                    entry.lease = i.lease.as_ref().map(lease);
+                    entry.failures = i.failures;
+                    entry.dead = i.dead.as_ref().map(letter);
+                    entry
+                })
+                .collect();
+            // Keyset cursors go forward only; the page keeps the cursors it came through.
+            let mut out = Page::new(items, page.total);
+            out.next = page.next;
+            Ok(out)
+        })
+    }
+
+    fn item_detail<'a>(
+        &'a self,
+        queue: &'a str,
+        item: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ItemDetail>, AdminError>> {
+        Box::pin(async move {
+            let handle = self.handle(queue).await?;
+            let Some(d) = self.read(handle.item_detail(item)).await? else {
+                return Ok(None);
+            };
+            let mut detail = ItemDetail::new(d.item.clone());
+            detail.states = d.states.iter().copied().filter_map(state_of).collect();
+            if !d.dead_letters.is_empty() {
+                detail.states.push(ItemState::Dead);
+            }
+            detail.priority = d.priority;
+            detail.position = d.position;
+            detail.due_in = d.due_in;
+            detail.lease = d.lease.as_ref().map(lease);
+            detail.readded = d.readded;
+            detail.failures = d.failures;
+            detail.stalls = d.stalls;
+            detail.dead_letters = d.dead_letters.iter().map(letter).collect();
+            Ok(Some(detail))
+        })
+    }
+
+    fn pause<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(self.on(queue, |q| async move { q.pause().await }))
+    }
+
+    fn resume<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(self.on(queue, |q| async move { q.resume().await }))
+    }
+
+    fn shut_down_fleet<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(self.on(queue, |q| async move {
+            let was = q.is_fleet_shut_down().await?;
+            q.shut_down_fleet().await?;
+            Ok(!was)
+        }))
+    }
+
+    fn resume_fleet<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(self.on(queue, |q| async move { q.resume_fleet().await }))
+    }
+
+    fn retry_now<'a>(
+        &'a self,
+        queue: &'a str,
+        item: &'a str,
+    ) -> BoxFuture<'a, Result<Retried, AdminError>> {
+        Box::pin(async move {
+            Self::item(item)?;
+            let handle = self.handle(queue).await?;
+            match handle.retry_now(item).await {
+                Ok(true) => Ok(Retried::Queued),
+                Ok(false) => self.retry_otherwise(&handle, item).await,
+                Err(workq_postgres::Error::ShutDown) => Ok(Retried::ShutDown),
+                Err(e) => Err(self.error(e)),
+            }
+        })
+    }
+
+    fn remove<'a>(
+        &'a self,
+        queue: &'a str,
+        item: &'a str,
+    ) -> BoxFuture<'a, Result<Removed, AdminError>> {
+        Box::pin(async move {
+            let handle = self.handle(queue).await?;
+            self.take_out(&handle, item).await
+        })
+    }
+
+    fn forget<'a>(
+        &'a self,
+        queue: &'a str,
+        item: &'a str,
+    ) -> BoxFuture<'a, Result<u32, AdminError>> {
+        Box::pin(async move {
+            let parsed = Self::item(item)?;
+            self.on(queue, |q| async move {
+                let n = q.num_requeues(&parsed).await?;
+                q.forget(parsed).await?;
+                Ok(u32::try_from(n).unwrap_or(u32::MAX))
             })
-            .collect();
-        // Keyset cursors go forward only; the page keeps the cursors it came through.
-        Ok(ItemPage {
-            items,
-            total: page.total,
-            next: page.next,
-            prev: None,
+            .await
         })
     }
 
-    async fn item(&self, name: &str, item: &str) -> Result<ItemDetail, SourceError> {
-        let queue = self.handle(name).await?;
-        let Some(d) = self.read(queue.item_detail(item)).await? else {
-            return Err(SourceError::NotFound);
-        };
-        let mut states: Vec<ItemState> = d.states.iter().copied().filter_map(state_of).collect();
-        if !d.dead_letters.is_empty() {
-            states.push(ItemState::Dead);
-        }
-        Ok(ItemDetail {
-            item: d.item.clone(),
-            states,
-            priority: d.priority,
-            position: d.position,
-            due_in_s: d.due_in.map(|d| d.as_secs_f64()),
-            lease: d.lease.as_ref().map(lease),
-            readded: d.readded,
-            failures: u64::from(d.failures),
-            stalls: u64::from(d.stalls),
-            dead_letters: d.dead_letters.iter().map(letter).collect(),
+    fn dead_letters<'a>(
+        &'a self,
+        queue: &'a str,
+        from: End,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<DeadLetter>, AdminError>> {
+        Box::pin(async move {
+            let query = PageQuery::new(ItemState::Dead, limit).from(from);
+            let page = self.page(queue, &query).await?;
+            Ok(page.items.into_iter().filter_map(|e| e.dead).collect())
         })
     }
 
-    async fn act(&self, name: &str, action: &Action) -> Result<Outcome, SourceError> {
-        use workq_postgres::Error as E;
-        let queue = self.handle(name).await?;
-        let e = |e| self.error(e);
-        let id = |id: &str| {
-            id.parse::<i64>()
-                .map_err(|_| SourceError::BadRequest(format!("not a dead-letter id: {id:?}")))
-        };
-        let outcome = match action {
-            Action::Pause => match queue.pause().await.map_err(e)? {
-                true => Outcome::new(1, "paused"),
-                false => Outcome::new(0, "already paused"),
-            },
-            Action::Resume => match queue.resume().await.map_err(e)? {
-                true => Outcome::new(1, "resumed"),
-                false => Outcome::new(0, "already running"),
-            },
-            Action::RequeueDeadLetters => match queue.requeue_dead_letters().await {
-                Ok(n) => Outcome::new(n as u64, format!("requeued {n} dead letters")),
-                Err(E::ShutDown) => Outcome::new(
-                    0,
-                    "the queue is shut down: no dead letter was requeued (resume it first)",
-                ),
-                Err(other) => return Err(e(other)),
-            },
-            Action::PurgeDeadLetters => {
-                let n = queue.purge_dead_letters().await.map_err(e)?;
-                Outcome::new(n as u64, format!("purged {n} dead letters"))
-            }
-            Action::RequeueDeadLetter { id: letter } => {
-                match queue.requeue_dead_by_id(id(letter)?).await {
-                    Ok(true) => Outcome::new(1, "requeued the dead letter"),
-                    Ok(false) => {
-                        Outcome::new(0, "no such dead letter (requeued or deleted already)")
-                    }
-                    Err(E::ShutDown) => Outcome::new(
-                        0,
-                        "the queue is shut down: the dead letter stays (resume it first)",
-                    ),
-                    Err(other) => return Err(e(other)),
-                }
-            }
-            Action::DeleteDeadLetter { id: letter } => {
-                match queue.delete_dead_letter(id(letter)?).await.map_err(e)? {
-                    true => Outcome::new(1, "deleted the dead letter"),
-                    false => Outcome::new(0, "no such dead letter (requeued or deleted already)"),
-                }
-            }
-            Action::RetryNow { item } => {
-                Self::item(item)?;
-                match queue.retry_now(item).await {
-                    Ok(true) => Outcome::new(1, "queued now"),
-                    Ok(false) => self.retry_otherwise(&queue, item).await?,
-                    Err(E::ShutDown) => Outcome::new(0, "the queue is shut down"),
-                    Err(other) => return Err(e(other)),
-                }
-            }
-            Action::Remove { item } => self.remove(&queue, item).await?,
-            Action::Forget { item } => {
-                let parsed = Self::item(item)?;
-                let n = queue.num_requeues(&parsed).await.map_err(e)?;
-                queue.forget(parsed).await.map_err(e)?;
-                if n > 0 {
-                    Outcome::new(1, format!("cleared {n} failures"))
-                } else {
-                    Outcome::new(0, "no failures to clear")
-                }
-            }
-        };
-        self.up.store(true, Ordering::Relaxed);
-        Ok(outcome)
+    fn requeue_dead_letter_by_id<'a>(
+        &'a self,
+        queue: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(async move {
+            let id = letter_id(id)?;
+            self.on(queue, |q| async move { q.requeue_dead_by_id(id).await })
+                .await
+        })
+    }
+
+    fn requeue_dead_letters<'a>(
+        &'a self,
+        queue: &'a str,
+    ) -> BoxFuture<'a, Result<u64, AdminError>> {
+        Box::pin(self.on(queue, |q| async move {
+            q.requeue_dead_letters().await.map(count)
+        }))
+    }
+
+    fn delete_dead_letter_by_id<'a>(
+        &'a self,
+        queue: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(async move {
+            let id = letter_id(id)?;
+            self.on(queue, |q| async move { q.delete_dead_letter(id).await })
+                .await
+        })
+    }
+
+    fn purge_dead_letters<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u64, AdminError>> {
+        Box::pin(self.on(queue, |q| async move { q.purge_dead_letters().await.map(count) }))
     }
 }
 

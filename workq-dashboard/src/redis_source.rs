@@ -1,24 +1,24 @@
-//! Queues on Redis: [`RedisSource`].
+//! Queues on Redis: [`RedisSource`], the dashboard's [`Admin`] over `workq-redis`'s
+//! operator calls until that crate implements the contract itself (`RedisAdmin`).
 //!
 //! Queues are found by scanning every primary for their keys: every key of queue `NAME` under
 //! prefix `P` is `P:{NAME}:SUFFIX` (the braces are its cluster hash tag), so `SCAN MATCH
 //! P:{*}:*` finds every queue that holds anything. A queue with no key at all (empty, never
-//! used) is not listed. Everything goes through one [`Admin`] connection, which reconnects by
-//! itself after the server restarts; the queues' handles share it.
+//! used) is not listed. Everything goes through one [`RedisAdmin`] connection, which
+//! reconnects by itself after the server restarts; the queues' handles share it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde_json::value::RawValue;
 use tokio::sync::Mutex;
-use workq_redis::{Admin, DeadLetter, RedisQueue, Retried, Summary};
-
-use crate::redact;
-use crate::source::{
-    Action, DeadLetterView, End, ItemDetail, ItemPage, ItemState, ItemView, LeaseView, Outcome,
-    PageRequest, QueueView, Source, SourceError, SourceStatus,
+use workq::admin::{
+    Admin, AdminError, BoxFuture, Capabilities, Counters, DeadLetter, End, InFlight, ItemDetail,
+    ItemState, LeaseInfo, Page, PageEntry, PageQuery, QueueSummary, Removed, Retried,
+    ServerStatus, Stats, redact_url,
 };
+use workq_redis::{Admin as RedisAdmin, RedisQueue, Summary};
 
 /// Items as stored: the raw JSON text is their identity, kept byte for byte.
 type Item = Box<RawValue>;
@@ -40,7 +40,7 @@ pub struct RedisSource {
     prefix: String,
     target: Target,
     /// Made on first use and kept: it reconnects by itself.
-    admin: Mutex<Option<Arc<Admin>>>,
+    admin: Mutex<Option<Arc<RedisAdmin>>>,
     up: AtomicBool,
     warnings: parking_lot::Mutex<Vec<String>>,
 }
@@ -50,7 +50,7 @@ impl std::fmt::Debug for RedisSource {
         f.debug_struct("RedisSource")
             .field(
                 "urls",
-                &self.urls.iter().map(|u| redact(u)).collect::<Vec<_>>(),
+                &self.urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
             )
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
@@ -64,9 +64,9 @@ impl RedisSource {
     /// # Errors
     ///
     /// A URL that does not parse (the message holds no password).
-    pub fn new(url: &str, prefix: &str) -> Result<Self, SourceError> {
+    pub fn new(url: &str, prefix: &str) -> Result<Self, AdminError> {
         let client = redis::Client::open(url).map_err(|e| {
-            SourceError::BadRequest(format!("redis URL {}: {:?}", redact(url), e.kind()))
+            AdminError::BadRequest(format!("redis URL {}: {:?}", redact_url(url), e.kind()))
         })?;
         Ok(Self::with_target(
             vec![url.to_owned()],
@@ -94,8 +94,8 @@ impl RedisSource {
     }
 
     /// An error's text without any password of the URLs.
-    fn clean(&self, text: String) -> String {
-        let mut text = text;
+    fn clean(&self, text: &str) -> String {
+        let mut text = text.to_owned();
         for url in &self.urls {
             if let Ok(info) = redis::IntoConnectionInfo::into_connection_info(url.as_str())
                 && let Some(password) = info.redis_settings().password()
@@ -103,39 +103,45 @@ impl RedisSource {
             {
                 text = text.replace(password, "***");
             }
-            text = text.replace(url.as_str(), &redact(url));
+            text = text.replace(url.as_str(), &redact_url(url));
         }
         text
     }
 
-    /// A Redis error as the page shows it: the server is down (the connection failed or
-    /// timed out), or something else went wrong.
-    fn error(&self, e: &workq_redis::Error) -> SourceError {
-        let text = self.clean(e.to_string());
+    /// A Redis error as the contract tells it: the server is down (the connection failed
+    /// or timed out), the request was wrong, or something else went wrong.
+    fn error(&self, e: &workq_redis::Error) -> AdminError {
+        let text = self.clean(&e.to_string());
         if e.is_connection() {
             self.up.store(false, Ordering::Relaxed);
-            SourceError::Unavailable(text)
+            AdminError::Unavailable(text)
+        } else if let workq_redis::Error::Protocol(m) = e {
+            AdminError::BadRequest(self.clean(m))
         } else {
-            SourceError::Backend(text)
+            AdminError::Backend(text)
         }
     }
 
-    async fn admin(&self) -> Result<Arc<Admin>, SourceError> {
+    async fn admin(&self) -> Result<Arc<RedisAdmin>, AdminError> {
         let mut slot = self.admin.lock().await;
         if let Some(admin) = slot.as_ref() {
             return Ok(admin.clone());
         }
         let connect = async {
             match &self.target {
-                Target::Single(client) => Admin::connect((**client).clone(), &self.prefix).await,
+                Target::Single(client) => {
+                    RedisAdmin::connect((**client).clone(), &self.prefix).await
+                }
                 #[cfg(feature = "redis-cluster")]
-                Target::Cluster(nodes) => Admin::connect_cluster(nodes.clone(), &self.prefix).await,
+                Target::Cluster(nodes) => {
+                    RedisAdmin::connect_cluster(nodes.clone(), &self.prefix).await
+                }
             }
         };
         let admin = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Err(_) => {
                 self.up.store(false, Ordering::Relaxed);
-                return Err(SourceError::Unavailable(
+                return Err(AdminError::Unavailable(
                     "timed out connecting to redis".into(),
                 ));
             }
@@ -143,7 +149,7 @@ impl RedisSource {
                 self.up.store(false, Ordering::Relaxed);
                 // Whatever stops the first connection (refused, a wrong password, an old
                 // server) leaves the dashboard without this source until it is fixed.
-                return Err(SourceError::Unavailable(self.clean(e.to_string())));
+                return Err(AdminError::Unavailable(self.clean(&e.to_string())));
             }
             Ok(Ok(admin)) => Arc::new(admin),
         };
@@ -154,74 +160,93 @@ impl RedisSource {
         Ok(admin)
     }
 
-    /// A handle on queue `name` over the shared connection (no round trip).
-    async fn handle(&self, name: &str) -> Result<RedisQueue<Item>, SourceError> {
-        let admin = self.admin().await?;
-        admin
-            .queue::<Item>(name)
-            .build()
-            .await
-            .map_err(|e| SourceError::BadRequest(e.to_string()))
-    }
-
-    /// Queue `name`'s summary; [`SourceError::NotFound`] if it has no key.
-    async fn summary(&self, name: &str) -> Result<Summary, SourceError> {
+    /// Queue `name`'s summary; [`AdminError::NotFound`] if it has no key (an action on it
+    /// would create keys).
+    async fn find(&self, name: &str) -> Result<Summary, AdminError> {
         let admin = self.admin().await?;
         match admin.summary(name).await {
             Ok(s) if s.exists => {
                 self.up.store(true, Ordering::Relaxed);
                 Ok(s)
             }
-            Ok(_) => Err(SourceError::NotFound),
-            Err(workq_redis::Error::Config(_)) => Err(SourceError::NotFound),
+            Ok(_) => Err(AdminError::NotFound),
+            Err(workq_redis::Error::Config(m)) => Err(AdminError::BadRequest(self.clean(&m))),
             Err(e) => Err(self.error(&e)),
         }
     }
 
-    fn item(text: &str) -> Result<Item, SourceError> {
-        serde_json::from_str(text).map_err(|e| SourceError::BadRequest(format!("item: {e}")))
+    /// A handle on queue `name`, which exists, over the shared connection.
+    async fn handle(&self, name: &str) -> Result<RedisQueue<Item>, AdminError> {
+        self.find(name).await?;
+        let admin = self.admin().await?;
+        admin
+            .queue::<Item>(name)
+            .build()
+            .await
+            .map_err(|e| AdminError::BadRequest(self.clean(&e.to_string())))
+    }
+
+    fn item(text: &str) -> Result<Item, AdminError> {
+        serde_json::from_str(text).map_err(|e| AdminError::BadRequest(format!("item: {e}")))
+    }
+
+    /// `call` on the handle of queue `name`, its errors told as the contract tells them.
+    async fn on<T, F>(
+        &self,
+        name: &str,
+        call: impl FnOnce(RedisQueue<Item>) -> F,
+    ) -> Result<T, AdminError>
+    where
+        F: Future<Output = Result<T, workq_redis::Error>>,
+    {
+        let queue = self.handle(name).await?;
+        call(queue).await.map_err(|e| self.error(&e))
     }
 }
 
-fn view(name: &str, s: &Summary) -> QueueView {
-    QueueView {
-        depth: s.depth,
-        delayed: s.delayed,
-        in_flight: s.in_flight,
-        failing: s.failing,
-        failures: s.failures,
-        stalled: s.stalled,
-        dead: s.dead,
-        dead_dropped: s.dead_dropped,
-        paused: s.paused,
-        shut_down: s.shut_down,
-        longest_running_s: s.longest_lease.as_secs_f64(),
-        unfinished_work_s: s.lease_age_sum.as_secs_f64(),
-        adds_total: Some(s.counters.adds),
-        completions_total: Some(s.counters.completions),
-        retries_total: Some(s.counters.failures),
-        ..QueueView::named(name)
-    }
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-fn letter(d: &DeadLetter) -> DeadLetterView {
-    DeadLetterView {
-        id: d.id(),
-        item: d.item.clone(),
-        error: d.error.clone(),
-        at_ms: d.at_ms,
-        stalls: d.stalls,
-        failures: d.failures,
-    }
+fn small(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-fn lease(l: &workq_redis::InFlight) -> LeaseView {
-    LeaseView {
-        age_s: l.age.as_secs_f64(),
-        expires_in_s: l.expires_in.as_secs_f64(),
-        token: l.token,
-        holder: None,
-    }
+fn summary_of(name: &str, s: &Summary) -> QueueSummary {
+    let mut q = QueueSummary::named(name);
+    q.depth = count(s.depth);
+    q.delayed = count(s.delayed);
+    q.in_flight = count(s.in_flight);
+    q.in_flight_dirty = count(s.in_flight_dirty);
+    q.failing = count(s.failing);
+    q.failures = s.failures;
+    q.stalled = count(s.stalled);
+    q.dead = count(s.dead);
+    q.dead_dropped = s.dead_dropped;
+    q.paused = s.paused;
+    q.shut_down = s.shut_down;
+    q.longest_lease = s.longest_lease;
+    q.lease_age_sum = s.lease_age_sum;
+    q.counters = Some(Counters::new(
+        s.counters.adds,
+        s.counters.completions,
+        s.counters.failures,
+    ));
+    q
+}
+
+fn letter(d: &workq_redis::DeadLetter) -> DeadLetter {
+    let mut l = DeadLetter::new(d.id(), d.item.clone());
+    l.error.clone_from(&d.error);
+    l.at = SystemTime::UNIX_EPOCH + Duration::from_millis(d.at_ms);
+    l.stalls = small(d.stalls);
+    l.failures = small(d.failures);
+    l.token = Some(d.token);
+    l
+}
+
+fn lease(l: &workq_redis::InFlight) -> LeaseInfo {
+    LeaseInfo::new(l.age, l.expires_in, l.token)
 }
 
 fn state_arg(state: ItemState) -> workq_redis::ItemState {
@@ -230,228 +255,292 @@ fn state_arg(state: ItemState) -> workq_redis::ItemState {
         ItemState::Delayed => workq_redis::ItemState::Delayed,
         ItemState::InFlight => workq_redis::ItemState::InFlight,
         ItemState::Failing => workq_redis::ItemState::Failing,
-        ItemState::Dead => workq_redis::ItemState::Dead,
+        _ => workq_redis::ItemState::Dead,
     }
 }
 
-impl Source for RedisSource {
+fn end_arg(end: End) -> workq_redis::End {
+    match end {
+        End::First => workq_redis::End::First,
+        End::Last => workq_redis::End::Last,
+    }
+}
+
+impl Admin for RedisSource {
     fn kind(&self) -> &'static str {
         "redis"
     }
 
-    fn has_actions(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
     }
 
-    fn has_items(&self) -> bool {
-        true
+    fn status(&self) -> ServerStatus {
+        let server = self
+            .urls
+            .iter()
+            .map(|u| redact_url(u))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut status = ServerStatus::new(self.up.load(Ordering::Relaxed), server);
+        status.warnings = self.warnings.lock().clone();
+        status
     }
 
-    async fn status(&self) -> SourceStatus {
-        SourceStatus {
-            up: self.up.load(Ordering::Relaxed),
-            error: None,
-            server: self
-                .urls
+    fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueSummary>, AdminError>> {
+        Box::pin(async move {
+            let admin = self.admin().await?;
+            let all = admin.overview().await.map_err(|e| self.error(&e))?;
+            self.up.store(true, Ordering::Relaxed);
+            Ok(all
+                .into_iter()
+                .map(|(name, summary)| match summary {
+                    Ok(s) => summary_of(&name, &s),
+                    Err(e) => QueueSummary::broken(name, self.clean(&e.to_string())),
+                })
+                .collect())
+        })
+    }
+
+    fn summary<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<QueueSummary, AdminError>> {
+        Box::pin(async move {
+            match self.find(queue).await {
+                Ok(s) => Ok(summary_of(queue, &s)),
+                // A queue with a key of the wrong type exists, broken.
+                Err(AdminError::Backend(why)) => Ok(QueueSummary::broken(queue, why)),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn stats<'a>(
+        &'a self,
+        queue: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Stats, AdminError>> {
+        Box::pin(async move {
+            let summary = summary_of(queue, &self.find(queue).await?);
+            let s = self.on(queue, |q| async move { q.stats(limit).await }).await?;
+            let mut stats = Stats::new(summary);
+            stats.next_delayed_in = s.next_delayed_in;
+            stats.leases = s
+                .leases
                 .iter()
-                .map(|u| redact(u))
-                .collect::<Vec<_>>()
-                .join(", "),
-            warnings: self.warnings.lock().clone(),
-        }
+                .map(|l| InFlight::new(l.item.clone(), lease(l)))
+                .collect();
+            stats.failures = s
+                .failures
+                .iter()
+                .map(|(item, n)| (item.clone(), small(*n)))
+                .collect();
+            Ok(stats)
+        })
     }
 
-    async fn queues(&self) -> Result<Vec<QueueView>, SourceError> {
-        let admin = self.admin().await?;
-        let all = admin.overview().await.map_err(|e| self.error(&e))?;
-        self.up.store(true, Ordering::Relaxed);
-        Ok(all
-            .into_iter()
-            .map(|(name, summary)| match summary {
-                Ok(s) => view(&name, &s),
-                Err(e) => QueueView::broken(name, self.clean(e.to_string())),
+    fn page<'a>(
+        &'a self,
+        queue: &'a str,
+        query: &'a PageQuery,
+    ) -> BoxFuture<'a, Result<Page, AdminError>> {
+        Box::pin(async move {
+            let limit = query.effective_limit();
+            let page = self
+                .on(queue, |q| async move {
+                    q.page(
+                        state_arg(query.state),
+                        end_arg(query.from),
+                        query.cursor.as_deref(),
+                        limit,
+                        query.search.as_deref(),
+                    )
+                    .await
+                })
+                .await?;
+            let items = page
+                .entries
+                .into_iter()
+                .map(|e| {
+                    let mut entry = PageEntry::new(e.item, query.state);
+                    entry.priority = e.priority;
+                    entry.due_in = e.due_in;
+                    entry.lease = e.lease.as_ref().map(lease);
+                    entry.failures = e.failures.map(small);
+                    entry.dead = e.dead.as_ref().map(letter);
+                    entry
+                })
+                .collect();
+            let mut out = Page::new(items, count(page.total));
+            out.next = page.next;
+            // Offsets go back by a page; a search or a hash scan cannot (the page keeps the
+            // cursors it came through).
+            out.prev = match (&query.search, query.state, query.cursor.as_deref()) {
+                (None, s, Some(c)) if s != ItemState::Failing => c
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .map(|n| n.saturating_sub(limit).to_string()),
+                _ => None,
+            };
+            Ok(out)
+        })
+    }
+
+    fn item_detail<'a>(
+        &'a self,
+        queue: &'a str,
+        item: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ItemDetail>, AdminError>> {
+        Box::pin(async move {
+            let info = self
+                .on(queue, |q| async move { q.inspect_raw(item).await })
+                .await?;
+            if info.is_unknown() {
+                return Ok(None);
+            }
+            let mut d = ItemDetail::new(info.item.clone());
+            if info.queued {
+                d.states.push(ItemState::Ready);
+            }
+            if info.due_in.is_some() {
+                d.states.push(ItemState::Delayed);
+            }
+            if info.lease.is_some() {
+                d.states.push(ItemState::InFlight);
+            }
+            if info.failures > 0 {
+                d.states.push(ItemState::Failing);
+            }
+            if !info.dead_letters.is_empty() {
+                d.states.push(ItemState::Dead);
+            }
+            d.priority = Some(info.priority);
+            d.position = info.position.map(count);
+            d.due_in = info.due_in;
+            d.lease = info.lease.as_ref().map(lease);
+            d.lease_priority = info.lease_priority;
+            d.readded = info.readded;
+            d.failures = small(info.failures);
+            d.stalls = small(info.stalls);
+            d.dead_letters = info.dead_letters.iter().map(letter).collect();
+            Ok(Some(d))
+        })
+    }
+
+    fn pause<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(self.on(queue, |q| async move { q.pause().await }))
+    }
+
+    fn resume<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(self.on(queue, |q| async move { q.resume().await }))
+    }
+
+    fn shut_down_fleet<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(self.on(queue, |q| async move {
+            let was = q.is_fleet_shut_down().await?;
+            q.shut_down_fleet().await?;
+            Ok(!was)
+        }))
+    }
+
+    fn resume_fleet<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(self.on(queue, |q| async move { q.resume_fleet().await }))
+    }
+
+    fn retry_now<'a>(
+        &'a self,
+        queue: &'a str,
+        item: &'a str,
+    ) -> BoxFuture<'a, Result<Retried, AdminError>> {
+        Box::pin(async move {
+            Self::item(item)?;
+            let retried = self
+                .on(queue, |q| async move { q.retry_now(item).await })
+                .await?;
+            Ok(match retried {
+                workq_redis::Retried::Queued => Retried::Queued,
+                workq_redis::Retried::Deferred => Retried::Deferred,
+                workq_redis::Retried::AlreadyQueued => Retried::AlreadyQueued,
+                workq_redis::Retried::InFlight => Retried::InFlight,
+                workq_redis::Retried::ShutDown => Retried::ShutDown,
+                _ => Retried::Unknown,
             })
-            .collect())
+        })
     }
 
-    async fn queue(&self, name: &str) -> Result<QueueView, SourceError> {
-        match self.summary(name).await {
-            Ok(s) => Ok(view(name, &s)),
-            // A queue with a key of the wrong type exists, broken.
-            Err(SourceError::Backend(why)) => Ok(QueueView::broken(name, why)),
-            Err(e) => Err(e),
-        }
+    fn remove<'a>(
+        &'a self,
+        queue: &'a str,
+        item: &'a str,
+    ) -> BoxFuture<'a, Result<Removed, AdminError>> {
+        Box::pin(async move {
+            Self::item(item)?;
+            let r = self
+                .on(queue, |q| async move { q.remove(item).await })
+                .await?;
+            let mut removed = Removed::default();
+            removed.queued = r.queued;
+            removed.delayed = r.delayed;
+            removed.readd = r.readd;
+            removed.counts = r.counts;
+            Ok(removed)
+        })
     }
 
-    async fn items(&self, name: &str, request: &PageRequest) -> Result<ItemPage, SourceError> {
-        self.summary(name).await?;
-        let queue = self.handle(name).await?;
-        let from = match request.from {
-            End::First => workq_redis::End::First,
-            End::Last => workq_redis::End::Last,
-        };
-        let page = queue
-            .page(
-                state_arg(request.state),
-                from,
-                request.cursor.as_deref(),
-                request.limit,
-                request.search.as_deref(),
-            )
+    fn forget<'a>(
+        &'a self,
+        queue: &'a str,
+        item: &'a str,
+    ) -> BoxFuture<'a, Result<u32, AdminError>> {
+        Box::pin(async move {
+            let parsed = Self::item(item)?;
+            self.on(queue, |q| async move {
+                let n = q.num_requeues(&parsed).await?;
+                q.forget(parsed).await?;
+                Ok(u32::try_from(n).unwrap_or(u32::MAX))
+            })
             .await
-            .map_err(|e| match e {
-                workq_redis::Error::Protocol(m) => SourceError::BadRequest(m),
-                e => self.error(&e),
-            })?;
-        // Offsets go back by a page; a search or a hash scan cannot (the page keeps the
-        // cursors it came through).
-        let prev = match (&request.search, request.state, request.cursor.as_deref()) {
-            (None, s, Some(c)) if s != ItemState::Failing => c
-                .parse::<usize>()
-                .ok()
-                .filter(|&n| n > 0)
-                .map(|n| n.saturating_sub(request.limit).to_string()),
-            _ => None,
-        };
-        let items = page
-            .entries
-            .into_iter()
-            .map(|e| ItemView {
-                priority: e.priority,
-                due_in_s: e.due_in.map(|d| d.as_secs_f64()),
-                lease: e.lease.as_ref().map(lease),
-                failures: e.failures,
-                dead: e.dead.as_ref().map(letter),
-                ..ItemView::new(e.item, request.state)
-            })
-            .collect();
-        Ok(ItemPage {
-            items,
-            total: page.total as u64,
-            next: page.next,
-            prev,
         })
     }
 
-    async fn item(&self, name: &str, item: &str) -> Result<ItemDetail, SourceError> {
-        self.summary(name).await?;
-        let queue = self.handle(name).await?;
-        let info = queue.inspect_raw(item).await.map_err(|e| self.error(&e))?;
-        if info.is_unknown() {
-            return Err(SourceError::NotFound);
-        }
-        let mut states = Vec::new();
-        if info.queued {
-            states.push(ItemState::Ready);
-        }
-        if info.due_in.is_some() {
-            states.push(ItemState::Delayed);
-        }
-        if info.lease.is_some() {
-            states.push(ItemState::InFlight);
-        }
-        if info.failures > 0 {
-            states.push(ItemState::Failing);
-        }
-        if !info.dead_letters.is_empty() {
-            states.push(ItemState::Dead);
-        }
-        Ok(ItemDetail {
-            item: info.item.clone(),
-            states,
-            priority: Some(info.priority),
-            position: info.position.map(|p| p as u64),
-            due_in_s: info.due_in.map(|d| d.as_secs_f64()),
-            lease: info.lease.as_ref().map(lease),
-            readded: info.readded,
-            failures: info.failures,
-            stalls: info.stalls,
-            dead_letters: info.dead_letters.iter().map(letter).collect(),
+    fn dead_letters<'a>(
+        &'a self,
+        queue: &'a str,
+        from: End,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<DeadLetter>, AdminError>> {
+        Box::pin(async move {
+            let query = PageQuery::new(ItemState::Dead, limit).from(from);
+            let page = self.page(queue, &query).await?;
+            Ok(page.items.into_iter().filter_map(|e| e.dead).collect())
         })
     }
 
-    async fn act(&self, name: &str, action: &Action) -> Result<Outcome, SourceError> {
-        // An action on a queue that does not exist would create keys: refuse it.
-        self.summary(name).await?;
-        let queue = self.handle(name).await?;
-        let e = |e: workq_redis::Error| match e {
-            workq_redis::Error::Protocol(m) => SourceError::BadRequest(m),
-            e => self.error(&e),
-        };
-        Ok(match action {
-            Action::Pause => match queue.pause().await.map_err(e)? {
-                true => Outcome::new(1, "paused"),
-                false => Outcome::new(0, "already paused"),
-            },
-            Action::Resume => match queue.resume().await.map_err(e)? {
-                true => Outcome::new(1, "resumed"),
-                false => Outcome::new(0, "already running"),
-            },
-            Action::RequeueDeadLetters => {
-                let n = queue.requeue_dead_letters().await.map_err(e)? as u64;
-                Outcome::new(n, format!("requeued {n} dead letters"))
-            }
-            Action::PurgeDeadLetters => {
-                let n = queue.purge_dead_letters().await.map_err(e)? as u64;
-                Outcome::new(n, format!("purged {n} dead letters"))
-            }
-            Action::RequeueDeadLetter { id } => {
-                match queue.requeue_dead_letter_by_id(id).await.map_err(e)? {
-                    true => Outcome::new(1, "requeued the dead letter"),
-                    false => Outcome::new(0, "no such dead letter (requeued or deleted already)"),
-                }
-            }
-            Action::DeleteDeadLetter { id } => {
-                match queue.delete_dead_letter_by_id(id).await.map_err(e)? {
-                    true => Outcome::new(1, "deleted the dead letter"),
-                    false => Outcome::new(0, "no such dead letter (requeued or deleted already)"),
-                }
-            }
-            Action::RetryNow { item } => {
-                Self::item(item)?;
-                match queue.retry_now(item).await.map_err(e)? {
-                    Retried::Queued => Outcome::new(1, "queued now"),
-                    Retried::Deferred => {
-                        Outcome::new(1, "queued again when its current lease ends")
-                    }
-                    Retried::AlreadyQueued => Outcome::new(0, "already queued"),
-                    Retried::InFlight => Outcome::new(0, "being processed; nothing to retry"),
-                    Retried::ShutDown => Outcome::new(0, "the queue is shut down"),
-                    _ => Outcome::new(0, "not delayed or failing in this queue"),
-                }
-            }
-            Action::Remove { item } => {
-                Self::item(item)?;
-                let removed = queue.remove(item).await.map_err(e)?;
-                let mut parts = Vec::new();
-                if removed.queued {
-                    parts.push("left the ready list");
-                }
-                if removed.delayed {
-                    parts.push("its delay is dropped");
-                }
-                if removed.readd {
-                    parts.push("its pending re-add is dropped (the lease stays with its holder)");
-                }
-                if removed.counts {
-                    parts.push("its failure and stall counts are cleared");
-                }
-                if parts.is_empty() {
-                    Outcome::new(0, "not in the queue")
-                } else {
-                    Outcome::new(1, parts.join("; "))
-                }
-            }
-            Action::Forget { item } => {
-                let parsed = Self::item(item)?;
-                let n = queue.num_requeues(&parsed).await.map_err(e)?;
-                queue.forget(parsed).await.map_err(e)?;
-                if n > 0 {
-                    Outcome::new(1, format!("cleared {n} failures"))
-                } else {
-                    Outcome::new(0, "no failures to clear")
-                }
-            }
-        })
+    fn requeue_dead_letter_by_id<'a>(
+        &'a self,
+        queue: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(self.on(queue, move |q| async move { q.requeue_dead_letter_by_id(id).await }))
+    }
+
+    fn requeue_dead_letters<'a>(
+        &'a self,
+        queue: &'a str,
+    ) -> BoxFuture<'a, Result<u64, AdminError>> {
+        Box::pin(self.on(queue, |q| async move {
+            q.requeue_dead_letters().await.map(count)
+        }))
+    }
+
+    fn delete_dead_letter_by_id<'a>(
+        &'a self,
+        queue: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(self.on(queue, move |q| async move { q.delete_dead_letter_by_id(id).await }))
+    }
+
+    fn purge_dead_letters<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u64, AdminError>> {
+        Box::pin(self.on(queue, |q| async move { q.purge_dead_letters().await.map(count) }))
     }
 }

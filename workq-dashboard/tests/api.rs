@@ -9,7 +9,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::json;
 use support::{RedisServer, get, post, send};
-use workq_dashboard::{Config, MemorySource, RedisSource, router};
+use workq_dashboard::admin::MemoryAdmin;
+use workq_dashboard::{Config, RedisSource, router};
 use workq_redis::RedisQueue;
 
 async fn queue<T>(server: &RedisServer, name: &str) -> RedisQueue<T>
@@ -460,14 +461,14 @@ async fn the_redis_password_is_never_shown() {
     assert_eq!(reply.json()["sources"][0]["up"], false);
     assert!(!reply.body.contains("wrong-secret-pass"), "{}", reply.body);
     assert_eq!(
-        workq_dashboard::redact("redis://user:pw@host:1/0"),
+        workq_dashboard::admin::redact_url("redis://user:pw@host:1/0"),
         "redis://***@host:1/0"
     );
 }
 
 #[tokio::test]
 async fn in_process_queues_show_through_their_probes() {
-    let source = MemorySource::new();
+    let source = MemoryAdmin::new();
     let queue: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(source.clone())
@@ -536,7 +537,7 @@ async fn only_the_queues_under_the_prefix_are_listed() {
 
 #[tokio::test]
 async fn the_router_mounts_under_a_path_beside_other_routes() {
-    let source = MemorySource::new();
+    let source = MemoryAdmin::new();
     let queue: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(source.clone())

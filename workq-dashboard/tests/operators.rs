@@ -14,7 +14,8 @@ use axum::http::{Request, StatusCode};
 use redis::AsyncCommands;
 use serde_json::json;
 use support::{RedisServer, get, post, send};
-use workq_dashboard::{Config, Dashboard, MemorySource, RedisSource, router};
+use workq_dashboard::admin::MemoryAdmin;
+use workq_dashboard::{Config, Dashboard, RedisSource, router};
 use workq_redis::RedisQueue;
 
 async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {
@@ -392,7 +393,7 @@ fn from(peer: &str, request: axum::http::request::Builder) -> Request<Body> {
 
 #[tokio::test]
 async fn without_a_token_only_this_machine_is_answered_whatever_the_host() {
-    let app = router(MemorySource::new(), Config::default());
+    let app = router(MemoryAdmin::new(), Config::default());
     let far = send(
         &app,
         from(
@@ -434,7 +435,7 @@ async fn without_a_token_only_this_machine_is_answered_whatever_the_host() {
 
 #[tokio::test]
 async fn behind_a_proxy_the_cookie_is_secure_and_scoped_to_the_public_path() {
-    let source = MemorySource::new();
+    let source = MemoryAdmin::new();
     let _q: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(source.clone())
@@ -532,7 +533,7 @@ async fn two_sources_are_listed_side_by_side() {
         .add("y".to_owned())
         .await
         .unwrap();
-    let memory = MemorySource::new();
+    let memory = MemoryAdmin::new();
     let local: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(memory.clone())

@@ -19,10 +19,10 @@ use axum::http::{Request, StatusCode};
 use serde_json::json;
 use support::{RedisServer, TOKEN, get, send, send_without_peer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use workq_dashboard::{
-    Action, ActionOutcome, Config, Dashboard, ItemDetail, ItemPage, MemorySource, PageRequest,
-    QueueView, RedisSource, Server, Source, SourceError, SourceStatus, router,
+use workq_dashboard::admin::{
+    Admin, AdminError, BoxFuture, Capabilities, MemoryAdmin, QueueSummary, ServerStatus, Stats,
 };
+use workq_dashboard::{Config, Dashboard, RedisSource, Server, router};
 use workq_redis::RedisQueue;
 
 async fn queue<T>(server: &RedisServer, name: &str) -> RedisQueue<T>
@@ -112,7 +112,7 @@ async fn weak_tokens_and_a_public_url_without_one_are_refused_at_start() {
             public_url: public.map(str::to_owned),
             ..Config::default()
         })
-        .source(MemorySource::new())
+        .source(MemoryAdmin::new())
         .router()
     };
     let short = build(Some("t0ken-123"), None).unwrap_err();
@@ -145,7 +145,7 @@ async fn weak_tokens_and_a_public_url_without_one_are_refused_at_start() {
 async fn the_token_in_the_address_is_percent_decoded() {
     let token = "Zq3Xv9Kp.L2mN8rT4~wY6bC1dF5gH7jQ0sUe";
     let app = router(
-        MemorySource::new(),
+        MemoryAdmin::new(),
         Config {
             token: Some(token.into()),
             ..Config::default()
@@ -180,7 +180,7 @@ fn from(peer: &str, token: &str) -> Request<Body> {
 /// the dashboard held its answer.
 #[tokio::test(start_paused = true)]
 async fn failed_attempts_are_counted_and_slowed_down_per_address() {
-    let app = router(MemorySource::new(), with_token());
+    let app = router(MemoryAdmin::new(), with_token());
     let wrong = "Aq3Xv9KpL2mN8rT4wY6bC1dF5gH7jQ0sUe";
     let mut held = Vec::new();
     for _ in 0..8 {
@@ -373,7 +373,7 @@ async fn a_request_that_never_finishes_its_body_is_answered_408() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_and_slow_connections_are_closed_and_a_flood_keeps_no_one_out() {
-    let app = router(MemorySource::new(), with_token());
+    let app = router(MemoryAdmin::new(), with_token());
     let addr = serve(app, |s| {
         s.max_connections(300)
             .max_connections_per_client(20)
@@ -423,7 +423,7 @@ async fn idle_and_slow_connections_are_closed_and_a_flood_keeps_no_one_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connections_of_one_address_are_capped_not_those_of_others() {
-    let app = router(MemorySource::new(), with_token());
+    let app = router(MemoryAdmin::new(), with_token());
     let addr = serve(app, |s| {
         s.max_connections(100).max_connections_per_client(5)
     })
@@ -466,7 +466,7 @@ async fn https_with_a_certificate_and_its_key() {
         .expect("a certificate and its key");
     assert!(server.is_tls());
     let addr = server.local_addr().unwrap();
-    tokio::spawn(server.serve(router(MemorySource::new(), with_token())));
+    tokio::spawn(server.serve(router(MemoryAdmin::new(), with_token())));
     // A key that is not the certificate's is refused at start.
     let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let other_key = dir.join("other.pem");
@@ -526,39 +526,35 @@ async fn no_url_secret_is_shown_whatever_the_scheme() {
 
 /// A source that counts how often its queues are listed (a real in-process source under
 /// it).
+#[derive(Debug)]
 struct Counting {
-    inner: MemorySource,
+    inner: MemoryAdmin,
     listings: Arc<AtomicUsize>,
 }
 
-impl Source for Counting {
+impl Admin for Counting {
     fn kind(&self) -> &'static str {
         "memory"
     }
-    fn has_actions(&self) -> bool {
-        false
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
-    fn has_items(&self) -> bool {
-        false
+    fn status(&self) -> ServerStatus {
+        self.inner.status()
     }
-    async fn status(&self) -> SourceStatus {
-        self.inner.status().await
-    }
-    async fn queues(&self) -> Result<Vec<QueueView>, SourceError> {
+    fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueSummary>, AdminError>> {
         self.listings.fetch_add(1, Ordering::SeqCst);
-        self.inner.queues().await
+        self.inner.queues()
     }
-    async fn queue(&self, name: &str) -> Result<QueueView, SourceError> {
-        self.inner.queue(name).await
+    fn summary<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<QueueSummary, AdminError>> {
+        self.inner.summary(queue)
     }
-    async fn items(&self, name: &str, request: &PageRequest) -> Result<ItemPage, SourceError> {
-        self.inner.items(name, request).await
-    }
-    async fn item(&self, name: &str, item: &str) -> Result<ItemDetail, SourceError> {
-        self.inner.item(name, item).await
-    }
-    async fn act(&self, name: &str, action: &Action) -> Result<ActionOutcome, SourceError> {
-        self.inner.act(name, action).await
+    fn stats<'a>(
+        &'a self,
+        queue: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Stats, AdminError>> {
+        self.inner.stats(queue, limit)
     }
 }
 
@@ -567,7 +563,7 @@ async fn the_sampler_asks_the_servers_nothing_while_nobody_reads() {
     let listings = Arc::new(AtomicUsize::new(0));
     let app = router(
         Counting {
-            inner: MemorySource::new(),
+            inner: MemoryAdmin::new(),
             listings: listings.clone(),
         },
         Config {
