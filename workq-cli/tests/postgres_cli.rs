@@ -223,13 +223,13 @@ fn the_operator_commands_run_on_postgres() {
     let (_, out, _) = pg(&url, &["queues"]);
     assert!(!out.contains("jobz"), "{out}");
 
-    let (ok, out, err) = pg(&url, &["shutdown", "jobs"]);
+    let (ok, out, err) = pg(&url, &["shutdown", "jobs", "--yes"]);
     assert!(
         ok && out.contains("shut down for every process"),
         "{out}{err}"
     );
     // Dead letters stay while the queue is shut down.
-    let (ok, _, err) = pg(&url, &["dead-letters", "requeue-all", "jobs"]);
+    let (ok, _, err) = pg(&url, &["dead-letters", "requeue-all", "jobs", "--yes"]);
     assert!(!ok && err.contains("shut down"), "{err}");
     let (_, out, _) = pg(&url, &["stats", "jobs"]);
     assert!(out.contains("shut down      yes"), "{out}");
@@ -251,7 +251,7 @@ fn the_operator_commands_run_on_postgres() {
     assert!(ok && out.contains("requeued"), "{out}");
     let (ok, _, err) = pg(&url, &["dead-letters", "requeue", "jobs", id]);
     assert!(!ok && err.contains("no dead letter"), "{err}");
-    let (ok, out, _) = pg(&url, &["dead-letters", "purge", "jobs"]);
+    let (ok, out, _) = pg(&url, &["dead-letters", "purge", "jobs", "--yes"]);
     assert!(ok && out.contains("0 dead letters purged"), "{out}");
     let (_, out, _) = pg(&url, &["stats", "jobs"]);
     assert!(out.contains("depth          3"), "{out}");

@@ -565,7 +565,9 @@ impl Admin for PgSource {
             stats.leases = s
                 .leases
                 .iter()
-                .map(|l| InFlight::new(l.item.clone(), LeaseInfo::new(l.age, l.expires_in, l.token)))
+                .map(|l| {
+                    InFlight::new(l.item.clone(), LeaseInfo::new(l.age, l.expires_in, l.token))
+                })
                 .collect();
             stats.failures = s
                 .failures
@@ -746,7 +748,10 @@ impl Admin for PgSource {
     }
 
     fn purge_dead_letters<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u64, AdminError>> {
-        Box::pin(self.on(queue, |q| async move { q.purge_dead_letters().await.map(count) }))
+        Box::pin(self.on(
+            queue,
+            |q| async move { q.purge_dead_letters().await.map(count) },
+        ))
     }
 }
 

@@ -15,8 +15,8 @@ use serde_json::value::RawValue;
 use tokio::sync::Mutex;
 use workq::admin::{
     Admin, AdminError, BoxFuture, Capabilities, Counters, DeadLetter, End, InFlight, ItemDetail,
-    ItemState, LeaseInfo, Page, PageEntry, PageQuery, QueueSummary, Removed, Retried,
-    ServerStatus, Stats, redact_url,
+    ItemState, LeaseInfo, Page, PageEntry, PageQuery, QueueSummary, Removed, Retried, ServerStatus,
+    Stats, redact_url,
 };
 use workq_redis::{Admin as RedisAdmin, RedisQueue, Summary};
 
@@ -320,7 +320,9 @@ impl Admin for RedisSource {
     ) -> BoxFuture<'a, Result<Stats, AdminError>> {
         Box::pin(async move {
             let summary = summary_of(queue, &self.find(queue).await?);
-            let s = self.on(queue, |q| async move { q.stats(limit).await }).await?;
+            let s = self
+                .on(queue, |q| async move { q.stats(limit).await })
+                .await?;
             let mut stats = Stats::new(summary);
             stats.next_delayed_in = s.next_delayed_in;
             stats.leases = s
@@ -520,7 +522,9 @@ impl Admin for RedisSource {
         queue: &'a str,
         id: &'a str,
     ) -> BoxFuture<'a, Result<bool, AdminError>> {
-        Box::pin(self.on(queue, move |q| async move { q.requeue_dead_letter_by_id(id).await }))
+        Box::pin(self.on(queue, move |q| async move {
+            q.requeue_dead_letter_by_id(id).await
+        }))
     }
 
     fn requeue_dead_letters<'a>(
@@ -537,10 +541,15 @@ impl Admin for RedisSource {
         queue: &'a str,
         id: &'a str,
     ) -> BoxFuture<'a, Result<bool, AdminError>> {
-        Box::pin(self.on(queue, move |q| async move { q.delete_dead_letter_by_id(id).await }))
+        Box::pin(self.on(queue, move |q| async move {
+            q.delete_dead_letter_by_id(id).await
+        }))
     }
 
     fn purge_dead_letters<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u64, AdminError>> {
-        Box::pin(self.on(queue, |q| async move { q.purge_dead_letters().await.map(count) }))
+        Box::pin(self.on(
+            queue,
+            |q| async move { q.purge_dead_letters().await.map(count) },
+        ))
     }
 }
