@@ -22,6 +22,7 @@ mod args;
 mod checks;
 pub(crate) mod distributed;
 mod format;
+pub(crate) mod install;
 mod no_server;
 mod on_postgres;
 mod on_redis;
