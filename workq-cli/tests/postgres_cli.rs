@@ -143,6 +143,24 @@ fn the_demo_on_postgres_shares_its_queue_with_a_workers_only_process() {
         "{helper_text}"
     );
     assert!(row(&helper_text, "reconciles") > 0, "{helper_text}");
+
+    // The server is left as the demo found it: no queue (shut down for ever, listed by
+    // every dashboard), no bookkeeping.
+    let (ok, listed, err) = pg(&url, &["list"]);
+    assert!(ok, "{err}");
+    assert!(!listed.contains("shared"), "{listed}");
+    let left: i64 = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let pool = sqlx::PgPool::connect(&url).await.unwrap();
+        sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM wq_demo_claims) + (SELECT count(*) FROM wq_demo_done)
+                  + (SELECT count(*) FROM wq_demo_given_up) + (SELECT count(*) FROM wq_demo_helpers)
+                  + (SELECT count(*) FROM wq_demo_ending)",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    });
+    assert_eq!(left, 0, "bookkeeping rows left");
 }
 
 /// `--redis` and `--postgres` together are refused before anything connects, and
