@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use clap::Args;
 use workq::admin::redact_url as redact;
-use workq_dashboard::{Config, Dashboard, RedisSource, Server, check_token, generate_token};
+use workq_dashboard::{Config, Dashboard, Server, check_token, generate_token};
+use workq_redis::RedisAdmin;
 
 /// Serves the dashboard: a page, a JSON API under `/api/` and `/metrics`.
 #[derive(Debug, Args)]
@@ -142,7 +143,7 @@ fn sources(args: &DashboardArgs, dashboard: Dashboard) -> Result<(Dashboard, Vec
         .clone()
         .or_else(|| std::env::var("WQ_REDIS_URL").ok());
     if let Some(url) = &redis {
-        let source = RedisSource::new(url, &args.prefix).map_err(|e| e.to_string())?;
+        let source = RedisAdmin::new(url, &args.prefix).map_err(|e| e.to_string())?;
         dashboard = dashboard.source(source);
         described.push(format!(
             "the queues under {:?} on {}",
@@ -152,7 +153,8 @@ fn sources(args: &DashboardArgs, dashboard: Dashboard) -> Result<(Dashboard, Vec
     }
     if !cluster.is_empty() {
         let shown: Vec<String> = cluster.iter().map(|u| redact(u)).collect();
-        dashboard = dashboard.source(RedisSource::cluster(cluster, &args.prefix));
+        let source = RedisAdmin::cluster(cluster, &args.prefix).map_err(|e| e.to_string())?;
+        dashboard = dashboard.source(source);
         described.push(format!(
             "the queues under {:?} on the cluster of {}",
             args.prefix,

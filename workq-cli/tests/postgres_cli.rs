@@ -349,3 +349,44 @@ fn the_command_the_demo_prints_without_a_server_starts_one_it_runs_on() {
     assert_checks_hold(&text);
     assert_eq!(row(&text, "events added"), 600, "{text}");
 }
+
+/// `wq postgres queues` counts each state up to 10,000 and shows a count over it as
+/// "10000+": a listing of a huge queue reads 10,001 rows of it, not all of them.
+#[test]
+fn a_count_over_the_cap_is_shown_as_n_plus() {
+    let Some(server) = server::PgServer::start() else {
+        return;
+    };
+    let url = server.url();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let big: workq_postgres::PgQueue<String> =
+            workq_postgres::PgQueue::connect(&url, "big").await.unwrap();
+        big.add_all((0..10_050).map(|i| format!("item-{i}")))
+            .await
+            .unwrap();
+        let exact: workq_postgres::PgQueue<String> =
+            workq_postgres::PgQueue::connect(&url, "exact")
+                .await
+                .unwrap();
+        exact
+            .add_all((0..10_000).map(|i| format!("item-{i}")))
+            .await
+            .unwrap();
+    });
+    let (ok, out, err) = pg(&url, &["queues"]);
+    assert!(ok, "{err}");
+    let row = |name: &str| -> Vec<String> {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row {name} in:\n{out}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(row("big")[..3], ["big", "10000+", "0"], "{out}");
+    assert_eq!(row("exact")[..3], ["exact", "10000", "0"], "{out}");
+    let (ok, out, err) = pg(&url, &["stats", "big"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("depth          10000+\n"), "{out}");
+}

@@ -219,26 +219,28 @@ fn on_postgres_destructive_commands_ask_dry_run_and_refuse_unknown_queues() {
 
 #[test]
 fn text_from_the_server_reaches_the_terminal_escaped() {
-    let Some(server) = redis::require() else {
+    let Some(server) = postgres::PgServer::start() else {
         return;
     };
     let url = server.url();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        // The library refuses such a name; anyone who can write to the server is not
-        // stopped by that.
-        let client = ::redis::Client::open(url.as_str()).unwrap();
-        let mut c = client.get_multiplexed_async_connection().await.unwrap();
-        let _: () = ::redis::cmd("SET")
-            .arg(format!("wq:{{{HOSTILE}}}:ready"))
-            .arg("x")
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        let jobs: workq_redis::RedisQueue<String> = workq_redis::RedisQueue::connect(&url, "jobs")
+        let jobs: workq_postgres::PgQueue<String> = workq_postgres::PgQueue::connect(&url, "jobs")
             .await
             .unwrap();
         jobs.add("\u{1b}[31mred\u{202e}".to_owned()).await.unwrap();
+        // The library refuses such a name; anyone who can write to the database is not
+        // stopped by that.
+        let _hostile: workq_postgres::PgQueue<String> =
+            workq_postgres::PgQueue::connect(&url, "hostile")
+                .await
+                .unwrap();
+        let pool = sqlx::PgPool::connect(&url).await.unwrap();
+        sqlx::query("UPDATE workqueue_queues SET name = $1 WHERE name = 'hostile'")
+            .bind(HOSTILE)
+            .execute(&pool)
+            .await
+            .unwrap();
     });
     let listed = wq(&url, &["queue", "list"]);
     assert_no_control(&listed);
@@ -252,6 +254,7 @@ fn text_from_the_server_reaches_the_terminal_escaped() {
         &["queue", "dead-letters", "purge", HOSTILE, "--yes"],
         &["queue", "items", "jobs", "--state", "ready"],
         &["queue", "item", "jobs", "\"\\u001b[31mred\\u202e\""],
+        &["queue", "stats", "jobs"],
     ] {
         assert_no_control(&wq(&url, args));
     }

@@ -169,16 +169,16 @@ fn the_redis_demo_runs_workers_in_two_processes_and_its_checks_hold() {
         "{helper_text}"
     );
 
-    // The server is left as the demo found it: no queue (shut down for ever, listed by
-    // every dashboard), no bookkeeping, no key at all.
-    let listed = stdout(&wq(&url, &["redis", "list"]));
-    assert!(!listed.contains("cli-demo"), "{listed}");
+    // The server is left as the demo found it: no key at all (so no bookkeeping, and no
+    // queue shut down for ever, listed by every dashboard).
     let keys: u64 = tokio::runtime::Runtime::new().unwrap().block_on(async {
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut con = client.get_multiplexed_async_connection().await.unwrap();
         redis::cmd("DBSIZE").query_async(&mut con).await.unwrap()
     });
     assert_eq!(keys, 0, "keys left on the server");
+    let listed = stdout(&wq(&url, &["redis", "list"]));
+    assert!(!listed.contains("cli-demo"), "{listed}");
 }
 
 /// A `redis-server` started by the command `wq demo` prints, shut down (without saving) when

@@ -94,10 +94,6 @@ pub mod exposition;
 mod guard;
 mod history;
 mod metrics;
-#[cfg(feature = "postgres")]
-mod pg_source;
-#[cfg(feature = "redis")]
-mod redis_source;
 mod respond;
 mod server;
 mod state;
@@ -105,10 +101,6 @@ mod token;
 
 pub use config::Config;
 pub use history::Sample;
-#[cfg(feature = "postgres")]
-pub use pg_source::PgSource;
-#[cfg(feature = "redis")]
-pub use redis_source::RedisSource;
 pub use server::Server;
 pub use token::{MIN_TOKEN_BITS, check_token, generate_token};
 /// The operator contract the dashboard reads its sources through (`workq::admin`).

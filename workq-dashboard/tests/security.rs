@@ -22,7 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use workq_dashboard::admin::{
     Admin, AdminError, BoxFuture, Capabilities, MemoryAdmin, QueueSummary, ServerStatus, Stats,
 };
-use workq_dashboard::{Config, Dashboard, RedisSource, Server, router};
+use workq_dashboard::{Config, Dashboard, Server, router};
+use workq_redis::RedisAdmin;
 use workq_redis::RedisQueue;
 
 async fn queue<T>(server: &RedisServer, name: &str) -> RedisQueue<T>
@@ -43,7 +44,7 @@ async fn with_dead_letter(server: &RedisServer, name: &str) -> RedisQueue<u32> {
     text.add("not a number".to_owned()).await.unwrap();
     let numbers: RedisQueue<u32> = queue(server, name).await;
     assert!(numbers.try_get().await.unwrap().is_empty());
-    assert_eq!(numbers.stats(10).await.unwrap().dead, 1);
+    assert_eq!(numbers.stats(10).await.unwrap().summary.dead, 1);
     numbers
 }
 
@@ -64,7 +65,7 @@ async fn without_a_token_or_the_clients_address_every_request_is_refused() {
     };
     let q = with_dead_letter(&server, "orders").await;
     let app = router(
-        RedisSource::new(&server.url(), "wq").unwrap(),
+        RedisAdmin::new(&server.url(), "wq").unwrap(),
         Config::default(),
     );
     let purge = send_without_peer(
@@ -77,7 +78,11 @@ async fn without_a_token_or_the_clients_address_every_request_is_refused() {
     )
     .await;
     assert_eq!(purge.status, StatusCode::FORBIDDEN, "{}", purge.body);
-    assert_eq!(q.stats(10).await.unwrap().dead, 1, "nothing was purged");
+    assert_eq!(
+        q.stats(10).await.unwrap().summary.dead,
+        1,
+        "nothing was purged"
+    );
     let read = send_without_peer(
         &app,
         Request::get("/api/queues")
@@ -92,7 +97,7 @@ async fn without_a_token_or_the_clients_address_every_request_is_refused() {
         assert!(read.body.contains(hint), "{hint} in {}", read.body);
     }
     // With a token, the same router needs no peer address.
-    let app = router(RedisSource::new(&server.url(), "wq").unwrap(), with_token());
+    let app = router(RedisAdmin::new(&server.url(), "wq").unwrap(), with_token());
     let ok = send_without_peer(
         &app,
         Request::get("/api/queues")
@@ -244,7 +249,7 @@ async fn a_body_over_the_limit_is_refused_and_never_acted_on() {
         return;
     };
     let q = with_dead_letter(&server, "orders").await;
-    let app = router(RedisSource::new(&server.url(), "wq").unwrap(), with_token());
+    let app = router(RedisAdmin::new(&server.url(), "wq").unwrap(), with_token());
     let huge = format!("{{\"item\": \"{}\"}}", "x".repeat(200_000));
     let declared = send(
         &app,
@@ -274,7 +279,11 @@ async fn a_body_over_the_limit_is_refused_and_never_acted_on() {
         "{}",
         streamed.body
     );
-    assert_eq!(q.stats(10).await.unwrap().dead, 1, "nothing was purged");
+    assert_eq!(
+        q.stats(10).await.unwrap().summary.dead,
+        1,
+        "nothing was purged"
+    );
     let garbled = send(
         &app,
         action(
@@ -342,7 +351,7 @@ async fn a_request_that_never_finishes_its_body_is_answered_408() {
     };
     let q = with_dead_letter(&server, "orders").await;
     let app = router(
-        RedisSource::new(&server.url(), "wq").unwrap(),
+        RedisAdmin::new(&server.url(), "wq").unwrap(),
         Config {
             request_timeout: Duration::from_millis(500),
             ..with_token()
@@ -368,7 +377,11 @@ async fn a_request_that_never_finishes_its_body_is_answered_408() {
         .unwrap();
     let reply = String::from_utf8_lossy(&reply[..n]);
     assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
-    assert_eq!(q.stats(10).await.unwrap().dead, 1, "nothing was purged");
+    assert_eq!(
+        q.stats(10).await.unwrap().summary.dead,
+        1,
+        "nothing was purged"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -509,7 +522,7 @@ async fn https_with_a_certificate_and_its_key() {
 #[tokio::test]
 async fn no_url_secret_is_shown_whatever_the_scheme() {
     let url = "redis+unix:///nonexistent/wq-test.sock?db=0&pass=hunter2-s3cret";
-    let source = RedisSource::new(url, "wq").unwrap();
+    let source = RedisAdmin::new(url, "wq").unwrap();
     assert!(!format!("{source:?}").contains("hunter2"), "{source:?}");
     let app = router(source, Config::default());
     let reply = get(&app, "/api/queues").await;
@@ -602,7 +615,7 @@ async fn listings_cut_long_items_and_the_detail_shows_them_whole() {
     q.add(long.clone()).await.unwrap();
     q.add("short".to_owned()).await.unwrap();
     let app = router(
-        RedisSource::new(&server.url(), "wq").unwrap(),
+        RedisAdmin::new(&server.url(), "wq").unwrap(),
         Config::default(),
     );
     let reply = get(&app, "/api/queues/big/items?state=ready&limit=10").await;

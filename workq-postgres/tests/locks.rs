@@ -317,6 +317,112 @@ async fn a_locked_failure_row_holds_its_done_alone() {
     assert_eq!(q.len().await.unwrap(), 0);
 }
 
+/// A row held for a moment (most often by the step that handed its lease out, between its
+/// answer and its commit) does not send a done out of its step: the step waits for the row
+/// (up to `workqueue.step_wait`, here long enough for the test's timing not to matter), and
+/// the done is applied when the step answers. With `workqueue.step_wait` at 0 the step waits
+/// for no row: the held item's done is settled after the step, once the row is free.
+async fn a_row_held_for_a_moment(step_wait: &str) {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let options = PgConnectOptions::from_str(&server.url())
+        .unwrap()
+        .options([("workqueue.step_wait", step_wait)]);
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let q: PgQueue<String> = PgQueue::builder(unique("moment"))
+        .pool(pool)
+        .build()
+        .await
+        .unwrap();
+    q.add_all(["a", "b"].map(String::from)).await.unwrap();
+    let leases = q.try_get_many(2).await.unwrap();
+    assert_eq!(leases.len(), 2);
+    let admin = PgPool::connect(&server.url()).await.unwrap();
+    let mut tx = admin.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM workqueue_items WHERE key = workqueue_key('\"b\"') FOR UPDATE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let step = tokio::spawn({
+        let q = q.clone();
+        async move {
+            workq::Queue::done_and_next_many(
+                &q,
+                leases.into_iter().map(|l| (l, false)).collect(),
+                0,
+            )
+            .await
+        }
+    });
+    let waits = step_wait != "0";
+    if waits {
+        // The step is waiting for b's row (and has not given b's done back).
+        eventually(
+            "the step waiting for b's row",
+            Duration::from_secs(10),
+            || {
+                let admin = admin.clone();
+                let finished = step.is_finished();
+                async move {
+                    assert!(
+                        !finished,
+                        "the step gave b's done back without waiting for its row"
+                    );
+                    sqlx::query_scalar::<_, i64>(
+                        "SELECT count(*) FROM pg_stat_activity
+                     WHERE wait_event_type = 'Lock' AND query LIKE '%workqueue_step%'",
+                    )
+                    .fetch_one(&admin)
+                    .await
+                    .unwrap()
+                        == 1
+                }
+            },
+        )
+        .await;
+    } else {
+        // The step answers while the row is still held: b's done is left to be settled.
+        while !step.is_finished() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(
+            q.processing_len().await.unwrap(),
+            1,
+            "b's done waits for its row"
+        );
+    }
+    tx.commit().await.unwrap();
+    let step = step.await.unwrap().unwrap();
+    assert!(step.done.iter().all(Result::is_ok), "{:?}", step.done);
+    if waits {
+        assert_eq!(
+            q.processing_len().await.unwrap(),
+            0,
+            "b's done was applied in the step"
+        );
+    }
+    eventually("both done", Duration::from_secs(5), || async {
+        q.processing_len().await.unwrap() == 0
+    })
+    .await;
+    assert_eq!(q.len().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_held_for_a_moment_is_waited_for_in_the_step() {
+    a_row_held_for_a_moment("10s").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_held_with_step_wait_off_is_settled_after_the_step() {
+    a_row_held_for_a_moment("0").await;
+}
+
 /// A queue with client-go's token bucket slowed down to one retry a second (a burst of 100),
 /// and a backoff of 1 ms per item.
 async fn bucket_queue(server: &PgServer) -> PgQueue<String> {

@@ -1,6 +1,6 @@
-//! P1 priorities (issue 7): 1,000 keys spread over 5 priorities (key `i` gets priority
+//! P1 priorities: 1,000 keys spread over 5 priorities (key `i` gets priority
 //! `i % 5`) are added with `add_with(key, AddOptions::default().priority(p))`, then all are
-//! got (`try_get`) and done, and this round repeats: 1,000 rounds (200 with `--quick`), on
+//! got (`try_get`) and done, and this repeats: 1,000 rounds (200 with `--quick`), on
 //! one thread. Figure: cycles/s, a cycle being one item's add + get + done, so it reads
 //! beside W1's items/s.
 //!

@@ -8,8 +8,8 @@
 //! - `workqueue-async`: the same producers; 4 consumer tasks awaiting `get()` on a tokio
 //!   multi-thread runtime with one worker per core.
 //! - `limit-single-thread`: W1's, on the same keys: one thread doing client-go's add / get /
-//!   done with no lock, the most one core can do with the cycle (issue 17's goal for W2 is a
-//!   share of it, as for W1).
+//!   done with no lock, the most one core can do with the cycle (the goal for W2 is a share of
+//!   it, as for W1).
 //! - `crossbeam-channel`: one unbounded channel, 4 sending threads, 4 receiving threads.
 //!
 //! Caveats: 8 busy threads on a 2-core machine spend much of their time preempted; a

@@ -7,9 +7,10 @@ use super::{
     BULLMQ, Figure, LIMIT, OURS, OURS_ASYNC, OURS_POSTGRES, OURS_REDIS, PGBOSS, format_value,
 };
 
-/// A goal of the project for one figure of ours, shown beside it: issue 17's for W1, W2
-/// and W4's lateness max, issue 3's for the rest of the in-memory workloads, issue 26's for
-/// W7 on the servers, and issue 34's for P2 (an add under contention).
+/// A goal of the project for one figure of ours, shown beside it: the share of the
+/// single-thread limit for W1 and W2, the lateness bound for W4, ratios to the reference for
+/// the rest of the in-memory workloads, W7's figures on the servers, and P2's (an add under
+/// contention). docs/bench-workloads.md lists them.
 struct Goal {
     workload: &'static str,
     metric: &'static str,

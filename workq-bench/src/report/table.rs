@@ -177,8 +177,7 @@ fn footer(rows: &[Row], quick: bool) -> String {
     if rows.iter().any(|row| !row[7].is_empty()) {
         let _ = write!(
             out,
-            " Goals are issue 17's for W1, W2 and W4's lateness max, issue 3's for the rest \
-             in memory, issue 26's for W7 on a server, issue 34's for P2, for the full sizes{}; \
+            " Goals are the project's, for the full sizes (docs/bench-workloads.md lists them){}; \
              none of this is a pass/fail test.",
             if quick {
                 " (--quick shrinks the workloads, so they are indicative only)"

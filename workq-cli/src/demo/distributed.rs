@@ -279,6 +279,50 @@ impl<B: Backend> Queue for Checked<B> {
     async fn is_shutting_down(&self) -> Result<bool, Error<B>> {
         Queue::is_shutting_down(self.backend.queue()).await
     }
+
+    /// A failed item's re-add and done, as the backend's one fenced step (a stale holder's
+    /// failure path changes nothing), with the claim given back first and the token recorded
+    /// as [`done`](QueueLease::done) does. A lease the shut-down queue hands back is claimed
+    /// again: it is still this worker's.
+    async fn retry_and_done(
+        &self,
+        mut lease: CheckedLease<B>,
+        options: AddOptions,
+        forget: bool,
+    ) -> Result<Option<CheckedLease<B>>, Error<B>> {
+        lease.unclaim().await?;
+        let (item, token) = (lease.lease.item().clone(), lease.token);
+        let backend = self.backend.clone();
+        match Queue::retry_and_done(backend.queue(), lease.lease, options, forget).await {
+            Ok(None) => {
+                backend.ended(&item, token, true).await?;
+                Ok(None)
+            }
+            Ok(Some(kept)) => {
+                let claimed = backend.claim(&item, token).await?;
+                if !claimed {
+                    self.counters.overlaps.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Some(CheckedLease {
+                    lease: kept,
+                    token,
+                    claimed,
+                    queue: self.clone(),
+                }))
+            }
+            Err(error) => {
+                if B::is_lease_lost(&error) {
+                    self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                backend.ended(&item, token, false).await?;
+                Err(error)
+            }
+        }
+    }
+
+    fn is_lease_lost(error: &Error<B>) -> bool {
+        B::is_lease_lost(error)
+    }
 }
 
 impl<B: Backend> QueueLease for CheckedLease<B> {

@@ -121,7 +121,7 @@ impl Backend for OnPostgres {
     }
 
     async fn shut_down_fleet(&self) -> Result<(), Error> {
-        self.queue.shut_down_fleet().await
+        self.queue.shut_down_fleet().await.map(drop)
     }
 
     async fn is_fleet_shut_down(&self) -> Result<bool, Error> {

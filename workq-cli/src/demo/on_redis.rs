@@ -79,11 +79,12 @@ impl Backend for OnRedis {
     /// One script reads the queue's depth, delayed and in-flight counts together.
     async fn is_drained(&self) -> Result<bool, Error> {
         let stats = self.queue.stats(1).await?;
-        Ok(stats.depth == 0 && stats.delayed == 0 && stats.in_flight == 0)
+        let figures = &stats.summary;
+        Ok(figures.depth == 0 && figures.delayed == 0 && figures.in_flight == 0)
     }
 
     async fn shut_down_fleet(&self) -> Result<(), Error> {
-        self.queue.shut_down_fleet().await
+        self.queue.shut_down_fleet().await.map(|_| ())
     }
 
     async fn is_fleet_shut_down(&self) -> Result<bool, Error> {

@@ -110,13 +110,14 @@ pub(crate) fn admin_for(
     prefix: &str,
     application: &str,
 ) -> Result<Box<dyn Admin>, String> {
-    let _ = application;
     Ok(match backend_of(url)? {
         Backend::Redis => {
-            Box::new(workq_dashboard::RedisSource::new(url, prefix).map_err(|e| e.to_string())?)
+            Box::new(workq_redis::RedisAdmin::new(url, prefix).map_err(|e| e.to_string())?)
         }
-        Backend::Postgres => {
-            Box::new(workq_dashboard::PgSource::new(url).map_err(|e| e.to_string())?)
-        }
+        Backend::Postgres => Box::new(
+            workq_postgres::PgAdmin::new(url)
+                .map_err(|e| e.to_string())?
+                .application_name(application),
+        ),
     })
 }

@@ -34,6 +34,14 @@ pub(crate) fn escape(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// One of `summary`'s counts: past the backend's cap, `CAP+` (more than that).
+fn count(n: u64, summary: &QueueSummary) -> String {
+    match summary.capped_at {
+        Some(cap) if summary.is_capped(n) => format!("{cap}+"),
+        _ => n.to_string(),
+    }
+}
+
 fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
@@ -50,16 +58,17 @@ pub(crate) fn stats(stats: &Stats, resume: &str) -> String {
     let s = &stats.summary;
     let mut out = String::new();
     let _ = writeln!(out, "queue          {}", escape(&s.name));
-    let _ = writeln!(out, "depth          {}", s.depth);
+    let _ = writeln!(out, "depth          {}", count(s.depth, s));
     let next = stats
         .next_delayed_in
         .map(|d| format!(" (next due in {})", secs(d)))
         .unwrap_or_default();
-    let _ = writeln!(out, "delayed        {}{next}", s.delayed);
+    let _ = writeln!(out, "delayed        {}{next}", count(s.delayed, s));
     let _ = writeln!(
         out,
         "in flight      {} ({} re-added while processing)",
-        s.in_flight, s.in_flight_dirty
+        count(s.in_flight, s),
+        s.in_flight_dirty
     );
     for l in &stats.leases {
         let _ = writeln!(
@@ -72,18 +81,25 @@ pub(crate) fn stats(stats: &Stats, resume: &str) -> String {
         );
     }
     let listed = u64::try_from(stats.leases.len()).unwrap_or(u64::MAX);
-    if listed < s.in_flight {
+    if s.is_capped(s.in_flight) {
+        let _ = writeln!(out, "    ... more");
+    } else if listed < s.in_flight {
         let _ = writeln!(out, "    ... {} more", s.in_flight - listed);
     }
-    let _ = writeln!(out, "failures       {} items tracked", s.failing);
+    let _ = writeln!(out, "failures       {} items tracked", count(s.failing, s));
     for (item, count) in &stats.failures {
         let _ = writeln!(out, "    {}  {count} requeues", escape(item));
     }
-    let _ = writeln!(out, "stalled        {} items (leases reclaimed)", s.stalled);
+    let _ = writeln!(
+        out,
+        "stalled        {} items (leases reclaimed)",
+        count(s.stalled, s)
+    );
     let _ = writeln!(
         out,
         "dead letters   {} ({} dropped by the cap)",
-        s.dead, s.dead_dropped
+        count(s.dead, s),
+        s.dead_dropped
     );
     let flag = |on: bool| {
         if on {
@@ -126,10 +142,10 @@ pub(crate) fn list(queues: &[QueueSummary]) -> String {
             out,
             "{:<40} {:>10} {:>10} {:>10} {:>10}{state}",
             escape(&q.name),
-            q.depth,
-            q.delayed,
-            q.in_flight,
-            q.dead
+            count(q.depth, q),
+            count(q.delayed, q),
+            count(q.in_flight, q),
+            count(q.dead, q)
         );
     }
     out

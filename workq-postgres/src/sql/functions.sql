@@ -1,5 +1,5 @@
 -- workq-postgres: every SQL function of the queue's schema as the migrations leave it
--- (schema version 4), ordered by name, each with its body and settings exactly as
+-- (schema version 5), ordered by name, each with its body and settings exactly as
 -- PostgreSQL shows them (pg_get_functiondef) in a database migrated from empty, in the schema
 -- `public`, and with the comment above its last CREATE in the migrations.
 --
@@ -19,7 +19,7 @@
 --   workqueue_reclaim        0004_lock_order.sql
 --   workqueue_requeue_dead   0004_lock_order.sql
 --   workqueue_retry_done     0004_lock_order.sql
---   workqueue_step           0004_lock_order.sql
+--   workqueue_step           0005_step_wait.sql
 --   workqueue_wake           0003_keys_and_order.sql
 
 
@@ -743,18 +743,8 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_step, as last created by src/sql/migrations/0004_lock_order.sql
+-- workqueue_step, as last created by src/sql/migrations/0005_step_wait.sql
 -- --------------------------------------------------------------------------------------------
--- step(queue, keys, tokens, forgets, then workqueue_get's arguments): a worker's step from
--- its items to the next ones, which waits for no row. Each lease's done (after its forget),
--- fenced by its token, as workqueue_done does it; then, unless every done was refused,
--- workqueue_get. One statement: one round trip and one commit.
---
--- `done` has, per lease, workqueue_done's answer (1 done, 2 done and queued again, 0 another
--- lease holds the item, -1 none does), or, when another transaction holds the item's row (or
--- its failure row, for a forget): 3 if the lease is still running, 4 if it has expired (the
--- holder may be a sweep taking it back). Such a done changed nothing: the caller settles it on
--- its own (workqueue_done, which waits for the row), and the step goes on without it.
 CREATE OR REPLACE FUNCTION public.workqueue_step(q integer, ks bytea[], toks bigint[], forgets boolean[], n integer, lease_us bigint, sweep boolean, max_stalls integer, dead_cap integer, OUT done integer[], OUT kind integer, OUT items text[], OUT keys bytea[], OUT tokens bigint[], OUT priorities integer[], OUT wait_us bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -771,6 +761,15 @@ DECLARE
     forget boolean;
     plain tid[] := '{}';
     forgotten tid[] := '{}';
+    got boolean;
+    -- How long a done waits for a row another transaction holds, in ms: the setting
+    -- workqueue.step_wait (20ms if unset; 0 waits not at all), or the session's own
+    -- lock_timeout if that is shorter.
+    saved text := current_setting('lock_timeout');
+    wait_ms integer := least(
+        coalesce((extract(epoch FROM nullif(current_setting('workqueue.step_wait', true), '')
+                  ::interval) * 1000)::integer, 20),
+        coalesce(nullif((extract(epoch FROM saved::interval) * 1000)::integer, 0), 2147483647));
 BEGIN
     done := array_fill(0, ARRAY[coalesce(cardinality(ks), 0)]);
     kind := 0;
@@ -782,7 +781,25 @@ BEGIN
         forget := coalesce(forgets[o], false);
         SELECT i.ctid, i.token, i.dirty, i.due INTO r FROM workqueue_items i
             WHERE i.queue = q AND i.key = ks[o] FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
+        got := FOUND;
+        IF NOT got AND wait_ms > 0 THEN
+            -- Held by another transaction. Most often for an instant: the step that handed
+            -- this lease out has sent its answer and not yet committed (on a busy host, a
+            -- few ms). Wait that long for the row here, rather than send the done back for a
+            -- round trip of its own; a row held longer (an application's open transaction)
+            -- costs this step at most wait_ms, once.
+            BEGIN
+                PERFORM set_config('lock_timeout', wait_ms || 'ms', true);
+                SELECT i.ctid, i.token, i.dirty, i.due INTO r FROM workqueue_items i
+                    WHERE i.queue = q AND i.key = ks[o] FOR UPDATE;
+                got := FOUND;
+                PERFORM set_config('lock_timeout', saved, true);
+            EXCEPTION WHEN lock_not_available THEN
+                -- The setting is undone with the block.
+                got := false;
+            END;
+        END IF;
+        IF NOT got THEN
             -- Gone, or held by another transaction: its last committed version tells which.
             SELECT i.token, i.lease_until > clock_timestamp() AS running INTO c
                 FROM workqueue_items i WHERE i.queue = q AND i.key = ks[o];
