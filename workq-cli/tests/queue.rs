@@ -84,6 +84,17 @@ fn destructive_commands_ask_first(url: &str) {
     };
     dead("1");
 
+    // A dead letter's id as `list` prints it (shell-quoted where it needs it) pastes into the
+    // next command.
+    let listed = ok(&wq(url, &["queue", "dead-letters", "list", "jobs"]));
+    let line = listed.lines().next().expect("a dead letter");
+    let id = shlex::split(line).expect("shell words")[0].clone();
+    let said = ok(&wq(
+        url,
+        &["queue", "dead-letters", "requeue", "jobs", &id, "--dry-run"],
+    ));
+    assert!(said.contains("would requeue dead letter"), "{said}");
+
     // Without a terminal: refused, saying what it would have done and how to go on.
     for args in [
         &["queue", "dead-letters", "purge", "jobs"][..],
