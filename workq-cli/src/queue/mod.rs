@@ -396,7 +396,17 @@ impl Run {
                 item,
             } => {
                 // An id of the queue's letters, else an item's text: its oldest letter.
-                let id = if !item && self.is_letter(&queue, &letter).await? {
+                if !item && !self.dry_run {
+                    match a.requeue_dead_letter_by_id(&queue, &letter).await {
+                        Ok(true) => {
+                            println!("requeued");
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                        Ok(false) | Err(AdminError::BadRequest(_)) => {}
+                        Err(e) => return Err(self.fail(&queue, e)),
+                    }
+                }
+                let id = if !item && self.dry_run && self.is_letter(&queue, &letter).await? {
                     Some(letter.clone())
                 } else {
                     match a.item_detail(&queue, &letter).await {
@@ -441,7 +451,8 @@ impl Run {
         Ok(ExitCode::SUCCESS)
     }
 
-    /// Whether `id` is one of `queue`'s dead letters (among the newest 1,000).
+    /// Whether `id` is one of `queue`'s dead letters (among the newest 1,000: what
+    /// `--dry-run` can tell without acting).
     async fn is_letter(&self, queue: &str, id: &str) -> Result<bool, String> {
         let letters = self.admin.dead_letters(queue, End::Last, 1000).await;
         Ok(letters
