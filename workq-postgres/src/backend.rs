@@ -1,7 +1,7 @@
 //! [`PgQueue`] as a [`workq::Queue`]: the backend [`workq::Workers`] run on.
 //!
-//! Each trait method is the queue's own method of the same name, with what API.md says of
-//! backends beyond one process: a lease dropped without `done` is released; `shut_down`
+//! Each trait method is the queue's own method of the same name, with what docs/api-contract.md
+//! says of backends beyond one process: a lease dropped without `done` is released; `shut_down`
 //! stops this handle only and drops nothing (delayed items stay in the database).
 
 use std::future::Future;

@@ -1,7 +1,7 @@
 //! [`RedisQueue`] as a [`workq::Queue`]: the backend [`workq::Workers`] run on.
 //!
 //! Each trait method is the queue's own method of the same name; what differs from the
-//! in-memory queue is what API.md says of backends beyond one process:
+//! in-memory queue is what docs/api-contract.md says of backends beyond one process:
 //!
 //! - a lease dropped without [`done`](QueueLease::done) is released, so the worker loop ends
 //!   every lease explicitly;
