@@ -22,7 +22,7 @@ pub(crate) fn block_on_as<E: std::fmt::Display>(
     match runtime.block_on(work) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{command}: {}", crate::queue::escape(&e.to_string()));
+            eprintln!("{command}: {}", crate::queue::print::escape(&e.to_string()));
             ExitCode::FAILURE
         }
     }

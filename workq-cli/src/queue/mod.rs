@@ -18,10 +18,10 @@ use std::process::ExitCode;
 use workq::admin::{Action, Admin, AdminError, End, ItemState, PageQuery, act, redact_url};
 
 mod open;
-mod print;
+pub(crate) mod print;
 
 pub(crate) use open::{Alias, admin_for};
-pub(crate) use print::escape;
+use print::escape;
 
 /// Options of `wq queue` (and of its aliases).
 #[derive(Debug, clap::Args)]

@@ -50,7 +50,7 @@ pub(crate) fn backend_of(url: &str) -> Result<Backend, String> {
         _ => Err(format!(
             "URL scheme `{}` is neither redis nor postgres (redis://, rediss://, \
              redis+unix://, postgres://, postgresql://)",
-            super::escape(scheme)
+            super::print::escape(scheme)
         )),
     }
 }

@@ -13,7 +13,7 @@
 
 mod builder;
 mod futures;
-mod locked;
+pub(crate) mod locked;
 mod timer;
 
 use std::fmt;
@@ -25,7 +25,7 @@ use crossbeam_utils::Backoff;
 
 pub use builder::{AddOptions, Builder};
 pub use futures::{Drain, Get};
-pub(crate) use locked::Shared;
+use locked::Shared;
 use locked::{After, join_unless_current};
 
 use crate::error::TryGetError;
