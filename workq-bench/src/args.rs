@@ -59,7 +59,7 @@ pub(crate) struct Args {
     )]
     pub(crate) peers: Vec<String>,
 
-    /// Workloads to run, comma separated (in memory: W1, P1, W2, W3, W3R, W4, W5, W6, W7, P2,
+    /// Workloads to run, comma separated (in memory: W1, P1, W2, W3, W3R, W4, W5, W6, W7, W8, P2,
     /// P3, P4; with --redis or --postgres: W1, W3, W3P, W4, W7, W7S); all by default (but
     /// W7S, which --plot adds unless --compare is given).
     #[arg(

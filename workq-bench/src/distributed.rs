@@ -1,8 +1,8 @@
-//! `wq-bench --redis URL` and `wq-bench --postgres URL`: BENCH.md's W1, W3 and W4, and W3P
-//! (W3 with distinct keys), on our queue on a server (`impl` `workq-redis` or
-//! `workq-postgres`), beside the references that live on the same kind of server
-//! (`crate::peers`: BullMQ and pg-boss in node; with `--compare` the Rust crates), doing the
-//! same adds and completions on the same server in the same run.
+//! `wq-bench --redis URL` and `wq-bench --postgres URL`: docs/bench-workloads.md's W1, W3 and W4,
+//! and W3P (W3 with distinct keys), on our queue on a server (`impl` `workq-redis` or
+//! `workq-postgres`), beside the references that live on the same kind of server (`crate::peers`:
+//! BullMQ and pg-boss in node; with `--compare` the Rust crates), doing the same adds and
+//! completions on the same server in the same run.
 //!
 //! The drivers of the workloads are written once, over [`Shared`]: what each backend
 //! does per batch of adds and how its consumer takes and completes items.
@@ -43,8 +43,9 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+use workq::DoneMany;
 use workq_postgres::PgQueue;
-use workq_redis::{DoneAndGetMany, Lease, RedisQueue};
+use workq_redis::{Lease, RedisQueue};
 
 use crate::ctx::Ctx;
 use crate::report::Sample;
@@ -126,8 +127,11 @@ impl Shared for RedisQueue<u64> {
                 seen(lease.item());
             }
             count += current.len();
-            let DoneAndGetMany { done, next, .. } =
-                self.done_and_get_many(current, batch).await.map_err(text)?;
+            let finished = current.into_iter().map(|lease| (lease, false)).collect();
+            let DoneMany { done, next, .. } = self
+                .done_and_get_many(finished, batch)
+                .await
+                .map_err(text)?;
             done.into_iter().collect::<Result<(), _>>().map_err(text)?;
             current = if next.is_empty() {
                 self.get().await.map_err(text)?.into_iter().collect()
@@ -143,7 +147,8 @@ impl Shared for RedisQueue<u64> {
     }
 
     async fn shut_down(&self) -> Result<(), Error> {
-        RedisQueue::shut_down(self).await.map_err(text)
+        RedisQueue::shut_down(self);
+        Ok(())
     }
 
     async fn delete(&self) -> Result<(), Error> {
@@ -189,7 +194,8 @@ impl Shared for PgQueue<u64> {
                 seen(lease.item());
             }
             count += current.len();
-            let out = self.done_and_get_many(current, batch).await.map_err(text)?;
+            let leases = current.into_iter().map(|lease| (lease, false)).collect();
+            let out = self.done_and_get_many(leases, batch).await.map_err(text)?;
             out.done
                 .into_iter()
                 .collect::<Result<(), _>>()

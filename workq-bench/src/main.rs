@@ -1,7 +1,7 @@
 //! `wq-bench`: the standard workloads of the project's benchmark notes, each beside its
 //! references, in one run.
 //!
-//! In memory (the default) the workloads are W1-W7 (`memory/` and `fleet`), P1 (priorities)
+//! In memory (the default) the workloads are W1-W8 (`memory/` and `fleet`), P1 (priorities)
 //! and P2-P4 (controller-runtime's priority-queue benchmarks), and W3R (W3 at a fixed consumer
 //! rate). With `--redis URL` and/or `--postgres URL` they are W1, W3, W3P, W4 and W7 on our
 //! queues on those servers (`distributed`, `fleet`) beside the references that live on the

@@ -63,6 +63,11 @@ pub(crate) const IN_MEMORY: &[Workload] = &[
         run: fleet::run_memory,
     },
     Workload {
+        id: memory::w8_noisy::ID,
+        title: "noisy neighbour, 1 group's burst beside 100 quiet groups, Workers with count 16",
+        run: memory::w8_noisy::run,
+    },
+    Workload {
         id: memory::controller_runtime::CONTENDED,
         title: "controller-runtime's add under contention: 1,000,000 queued, 1,000 workers",
         run: memory::controller_runtime::run_contended,

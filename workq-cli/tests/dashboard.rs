@@ -419,7 +419,7 @@ fn behind_a_proxy_on_this_machine_the_token_is_still_wanted() {
                 .build()
                 .await
                 .unwrap();
-            q.stats(10).await.unwrap().dead
+            q.stats(10).await.unwrap().summary.dead
         })
     };
     runtime.block_on(async {

@@ -12,6 +12,10 @@
 //! - [`periodic`] (feature `periodic`): `workq::periodic` runners over several handles of
 //!   one queue, on a fake clock: one item per tick across the handles, pause, catch-up,
 //!   jitter. [`for_each_periodic_rule!`] names every rule.
+//! - [`flow`]: flow control (groups taking turns, concurrency limits, hand-out rates) as rules
+//!   over the `workq::Queue` trait, with a [`flow::FlowFactory`] a backend implements (or
+//!   answers [`flow::Unsupported`] while it has none). [`for_each_flow_rule!`] and
+//!   [`for_each_flow_workers_rule!`] name every rule.
 //! - [`admin`]: the operator's contract (`workq::admin::Admin`) as rules over
 //!   `Box<dyn Admin>`, with the [`admin::AdminFactory`] a backend implements to run them.
 //!   [`for_each_admin_rule!`] names every rule.
@@ -40,6 +44,7 @@
 
 pub mod admin;
 pub mod behaviour;
+pub mod flow;
 #[cfg(feature = "periodic")]
 pub mod periodic;
 pub mod servers;

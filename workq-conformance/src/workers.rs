@@ -100,6 +100,13 @@ pub struct BatchedMemory;
 #[derive(Debug, Clone)]
 pub struct Batched(WorkQueue<String>);
 
+impl Batched {
+    /// Wraps `queue` so that `Workers` batch its steps.
+    pub fn new(queue: WorkQueue<String>) -> Self {
+        Self(queue)
+    }
+}
+
 impl Queue for Batched {
     type Item = String;
     type Lease = workq::Lease<String>;

@@ -9,7 +9,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::json;
 use support::{RedisServer, get, post, send};
-use workq_dashboard::{Config, MemorySource, RedisSource, router};
+use workq_dashboard::admin::MemoryAdmin;
+use workq_dashboard::{Config, router};
+use workq_redis::RedisAdmin;
 use workq_redis::RedisQueue;
 
 async fn queue<T>(server: &RedisServer, name: &str) -> RedisQueue<T>
@@ -25,7 +27,7 @@ where
 }
 
 fn dashboard(server: &RedisServer, config: Config) -> axum::Router {
-    router(RedisSource::new(&server.url(), "wq").unwrap(), config)
+    router(RedisAdmin::new(&server.url(), "wq").unwrap(), config)
 }
 
 /// Queue `name` with one dead letter: a stored item that is no number.
@@ -37,7 +39,7 @@ async fn with_dead_letter(server: &RedisServer, name: &str) -> RedisQueue<u32> {
         numbers.try_get().await.unwrap().is_empty(),
         "the bad item is not handed out"
     );
-    assert_eq!(numbers.stats(10).await.unwrap().dead, 1);
+    assert_eq!(numbers.stats(10).await.unwrap().summary.dead, 1);
     numbers
 }
 
@@ -125,7 +127,7 @@ async fn dead_letters_are_requeued_one_or_all_and_purged() {
     text.add("third".to_owned()).await.unwrap();
     assert!(q.try_get().await.unwrap().is_empty());
     assert!(q.try_get().await.unwrap().is_empty());
-    assert_eq!(q.stats(10).await.unwrap().dead, 3);
+    assert_eq!(q.stats(10).await.unwrap().summary.dead, 3);
     let app = dashboard(&server, Config::default());
 
     let one = post(
@@ -137,12 +139,12 @@ async fn dead_letters_are_requeued_one_or_all_and_purged() {
     assert_eq!(one.status, StatusCode::OK, "{}", one.body);
     assert_eq!(one.json()["count"], 1);
     let stats = q.stats(10).await.unwrap();
-    assert_eq!((stats.dead, stats.depth), (2, 1));
+    assert_eq!((stats.summary.dead, stats.summary.depth), (2, 1));
 
     let all = post(&app, "/api/queues/q/dead-letters/requeue-all", json!({})).await;
     assert_eq!(all.json()["count"], 2);
     let stats = q.stats(10).await.unwrap();
-    assert_eq!((stats.dead, stats.depth), (0, 3));
+    assert_eq!((stats.summary.dead, stats.summary.depth), (0, 3));
 
     // They fail again, and the purge drops them.
     for _ in 0..3 {
@@ -150,7 +152,7 @@ async fn dead_letters_are_requeued_one_or_all_and_purged() {
     }
     let purged = post(&app, "/api/queues/q/dead-letters/purge", json!({})).await;
     assert_eq!(purged.json()["count"], 3);
-    assert_eq!(q.stats(10).await.unwrap().dead, 0);
+    assert_eq!(q.stats(10).await.unwrap().summary.dead, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,7 +372,7 @@ async fn read_only_refuses_every_action() {
         assert_eq!(reply.status, StatusCode::FORBIDDEN, "{path}");
     }
     assert!(!q.is_paused().await.unwrap());
-    assert_eq!(q.stats(10).await.unwrap().dead, 1);
+    assert_eq!(q.stats(10).await.unwrap().summary.dead, 1);
     assert_eq!(get(&app, "/api/queues").await.json()["read_only"], true);
 }
 
@@ -452,7 +454,7 @@ async fn the_redis_password_is_never_shown() {
         return;
     };
     let url = format!("redis://:wrong-secret-pass@127.0.0.1:{}/", server.port());
-    let source = RedisSource::new(&url, "wq").unwrap();
+    let source = RedisAdmin::new(&url, "wq").unwrap();
     assert!(!format!("{source:?}").contains("wrong-secret-pass"));
     let app = router(source, Config::default());
     let reply = get(&app, "/api/queues").await;
@@ -460,14 +462,14 @@ async fn the_redis_password_is_never_shown() {
     assert_eq!(reply.json()["sources"][0]["up"], false);
     assert!(!reply.body.contains("wrong-secret-pass"), "{}", reply.body);
     assert_eq!(
-        workq_dashboard::redact("redis://user:pw@host:1/0"),
+        workq_dashboard::admin::redact_url("redis://user:pw@host:1/0"),
         "redis://***@host:1/0"
     );
 }
 
 #[tokio::test]
 async fn in_process_queues_show_through_their_probes() {
-    let source = MemorySource::new();
+    let source = MemoryAdmin::new();
     let queue: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(source.clone())
@@ -516,7 +518,7 @@ async fn only_the_queues_under_the_prefix_are_listed() {
         q.add(1).await.unwrap();
     }
     let app = router(
-        RedisSource::new(&server.url(), "team").unwrap(),
+        RedisAdmin::new(&server.url(), "team").unwrap(),
         Config::default(),
     );
     let names: Vec<String> = get(&app, "/api/queues").await.json()["queues"]
@@ -536,7 +538,7 @@ async fn only_the_queues_under_the_prefix_are_listed() {
 
 #[tokio::test]
 async fn the_router_mounts_under_a_path_beside_other_routes() {
-    let source = MemorySource::new();
+    let source = MemoryAdmin::new();
     let queue: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(source.clone())

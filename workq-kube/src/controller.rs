@@ -132,6 +132,21 @@ where
     builder.build()
 }
 
+/// [`default_queue`], taking turns between namespaces
+/// ([`Controller::group_by_namespace`]).
+fn default_queue_by_namespace<K>(name: &str) -> WorkQueue<ObjectRef<K>>
+where
+    K: Resource + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    let builder = WorkQueue::builder()
+        .name(name)
+        .group_by(|object: &ObjectRef<K>| object.namespace.clone().unwrap_or_default());
+    #[cfg(feature = "prometheus")]
+    let builder = builder.metrics(crate::metrics::provider());
+    builder.build()
+}
+
 impl<K> Controller<K>
 where
     K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
@@ -147,6 +162,25 @@ where
         K::DynamicType: Default,
     {
         Self::new_with(api, config, K::DynamicType::default())
+    }
+
+    /// Makes the default queue take turns between namespaces: within a priority, each
+    /// hand-out goes to the next namespace with keys waiting (cluster-scoped objects share
+    /// the namespace `""`), so one namespace that changes 100,000 objects at once does not
+    /// put every other namespace's keys behind them (kubernetes#25744). Keys of one
+    /// namespace still come out in the order they became ready, and priorities stay strict
+    /// (a listed key still waits behind watched ones).
+    ///
+    /// For limits per namespace or hand-out rates, build the queue yourself and pass it
+    /// with [`with_queue`](Self::with_queue) or [`on_queue`](Self::on_queue):
+    /// `WorkQueue::builder().group_by(|o: &ObjectRef<K>| o.namespace.clone().unwrap_or_default())
+    /// .max_in_flight_per_group(4)` (see [`workq::Builder::group_by`]). This applies to the
+    /// default queue only; a queue you pass is used as built.
+    pub fn group_by_namespace(mut self) -> Self {
+        if self.queue.is_none() {
+            self.default_queue = Some(default_queue_by_namespace::<K>);
+        }
+        self
     }
 
     /// [`new`](Self::new) for a kind known only at run time (`DynamicObject`). This is

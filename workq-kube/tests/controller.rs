@@ -778,3 +778,41 @@ async fn an_api_server_outage_is_survived_and_the_changes_meanwhile_reconciled()
         .expect("an outage is not fatal");
     assert_eq!(summary.given_up, 0);
 }
+
+/// A ConfigMap `name` in `namespace`.
+fn configmap_in(namespace: &str, name: &str) -> ConfigMap {
+    let mut object = configmap(name, "v1");
+    object.metadata.namespace = Some(namespace.to_owned());
+    object
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_by_namespace_gives_a_quiet_namespace_a_turn_before_a_noisy_backlog() {
+    let server = FakeApiServer::start().await;
+    server.apply(&configmap_in("noisy", "blocker"));
+    for i in 0..5 {
+        server.apply(&configmap_in("noisy", &format!("noisy-{i}")));
+    }
+    server.apply(&configmap_in("quiet", "quiet"));
+    let recorder = Recorder::new();
+    recorder.close();
+    let controller = Controller::new(Api::all(server.client()), watcher::Config::default())
+        .group_by_namespace()
+        .run(reconcile, recorder.clone());
+
+    // One worker: the list's first key (blocker) holds it; the rest wait, noisy first.
+    eventually("blocker in flight", || recorder.in_flight() == 1).await;
+    eventually("the listed keys queued", || controller.queue().len() == 6).await;
+    recorder.open();
+    eventually("every reconcile", || {
+        *recorder.finished.lock().unwrap() == 7
+    })
+    .await;
+    let names = recorder.names();
+    assert_eq!(
+        names[..2],
+        ["blocker", "quiet"],
+        "the quiet namespace's turn comes before the noisy backlog: {names:?}"
+    );
+    controller.shut_down().await.unwrap();
+}

@@ -111,7 +111,13 @@ async fn main() -> Result<(), workq_postgres::Error> {
                     let mut current = vec![first];
                     while !current.is_empty() {
                         done.fetch_add(current.len() as u64, Ordering::Relaxed);
-                        current = queue.done_and_get_many(current, 50).await?.next;
+                        current = queue
+                            .done_and_get_many(
+                                current.into_iter().map(|l| (l, false)).collect(),
+                                50,
+                            )
+                            .await?
+                            .next;
                     }
                 }
                 Ok::<_, workq_postgres::Error>(())

@@ -1,6 +1,6 @@
 //! Adds: one by one, in batches, on the queue's pool or inside the caller's transaction, and
-//! what each did ([`AddKind`], [`Added`]); a failed item's re-add and done in one step
-//! (`retry_and_done`); and the rate limiter's `forget` and `num_requeues`.
+//! what each did (`workq`'s [`AddKind`] and [`Added`]); a failed item's re-add and done in
+//! one step (`retry_and_done`); and the rate limiter's `forget` and `num_requeues`.
 //!
 //! Every add is one call of `workqueue_add`, which takes a batch: one statement (so one
 //! commit outside a transaction), rows locked in key order (concurrent batches cannot
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::{PgConnection, PgExecutor};
-use workq::AddOptions;
+use workq::{AddKind, AddOptions, Added};
 
 use crate::error::Error;
 use crate::inner::pause_after;
@@ -21,57 +21,16 @@ use crate::lease::Lease;
 use crate::queue::PgQueue;
 use crate::units::{count, deadline_after, micros};
 
-/// What an add did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AddKind {
-    /// The queue (or this handle) is shut down: the add was ignored.
-    Ignored,
-    /// The item was queued (it was new, or waiting for a delay and is ready now).
-    Queued,
-    /// The item was already queued (or already due to be queued again when its lease ends):
-    /// nothing changed but perhaps its priority.
-    Duplicate,
-    /// The item is being processed: it will be queued again when its lease is done.
-    Deferred,
-    /// The item waits for its delay (the earliest of its pending delays).
-    Delayed,
-}
-
-impl AddKind {
-    /// The kind `workqueue_add` answers with a number.
-    pub(crate) fn from_code(code: i16) -> Self {
-        match code {
-            1 => AddKind::Queued,
-            2 => AddKind::Duplicate,
-            3 => AddKind::Deferred,
-            4 => AddKind::Delayed,
-            _ => AddKind::Ignored,
-        }
+/// The kind of add `workqueue_add` answers with a number.
+fn kind_of(code: i16) -> AddKind {
+    match code {
+        1 => AddKind::Queued,
+        2 => AddKind::Duplicate,
+        3 => AddKind::Deferred,
+        4 => AddKind::Delayed,
+        _ => AddKind::Ignored,
     }
 }
-
-/// The outcome of an add.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct Added {
-    /// What the add did.
-    pub kind: AddKind,
-    /// The add's place in the queue's order, from the sequence that also issues lease
-    /// tokens: a lease of the item whose token is larger covers the add (it was handed out
-    /// after the add took effect, so its handler sees what the add announced). Zero when the
-    /// add was ignored.
-    pub seq: u64,
-    /// The delay the item got (for a rate-limited add, the rate limiter's answer).
-    pub delay: Duration,
-}
-
-/// The answer to an add that was ignored (the handle, or the queue, is shut down).
-pub(crate) const IGNORED: Added = Added {
-    kind: AddKind::Ignored,
-    seq: 0,
-    delay: Duration::ZERO,
-};
 
 /// Items per statement in a batched add: large enough that a batch pays one round trip and
 /// one commit for many items, small enough that one statement does not hold its row locks
@@ -132,7 +91,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         options: AddOptions,
     ) -> Result<Added, Error> {
         let added = self.add_all_with([(item, options)]).await?;
-        Ok(added.into_iter().next().unwrap_or(IGNORED))
+        Ok(added.into_iter().next().unwrap_or(Added::IGNORED))
     }
 
     /// Adds every item, as [`add`](Self::add) does one by one, in one statement and one
@@ -183,7 +142,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     {
         let batch = Batch::encode::<T, _, _>(items)?;
         if self.is_closed() {
-            return Ok(vec![IGNORED; batch.len()]);
+            return Ok(vec![Added::IGNORED; batch.len()]);
         }
         let mut added = Vec::with_capacity(batch.len());
         for chunk in batch.chunks() {
@@ -243,7 +202,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         options: AddOptions,
     ) -> Result<Added, Error> {
         let added = self.add_all_with_in(conn, [(item, options)]).await?;
-        Ok(added.into_iter().next().unwrap_or(IGNORED))
+        Ok(added.into_iter().next().unwrap_or(Added::IGNORED))
     }
 
     /// [`add_all`](Self::add_all) inside the caller's transaction (see
@@ -310,13 +269,34 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     {
         let batch = Batch::encode::<T, _, _>(items)?;
         if self.is_closed() {
-            return Ok(vec![IGNORED; batch.len()]);
+            return Ok(vec![Added::IGNORED; batch.len()]);
         }
         let mut added = Vec::with_capacity(batch.len());
         for chunk in batch.chunks() {
             added.extend(self.add_chunk(&mut *conn, &chunk).await?);
         }
         Ok(added)
+    }
+
+    /// One call of `workqueue_add` on `conn` for items already stored as text (`raws`), each
+    /// with `options`.
+    pub(crate) async fn add_texts<'c>(
+        &self,
+        conn: impl PgExecutor<'c>,
+        raws: &[String],
+        options: &AddOptions,
+    ) -> Result<Vec<Added>, sqlx::Error> {
+        let n = raws.len();
+        let priorities = vec![options.requested_priority(); n];
+        let delays = vec![micros(options.delay()); n];
+        let limited = vec![options.is_rate_limited(); n];
+        let chunk = Chunk {
+            raws,
+            priorities: &priorities,
+            delays: &delays,
+            limited: &limited,
+        };
+        self.add_chunk(conn, &chunk).await
     }
 
     /// One call of `workqueue_add` for `chunk` on `conn`.
@@ -344,13 +324,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             .iter()
             .zip(&delays)
             .zip(&seqs)
-            .map(|((&kind, &delay), &seq)| match AddKind::from_code(kind) {
-                AddKind::Ignored => IGNORED,
-                kind => Added {
+            .map(|((&kind, &delay), &seq)| match kind_of(kind) {
+                AddKind::Ignored => Added::IGNORED,
+                kind => Added::new(
                     kind,
-                    seq: seq.unsigned_abs(),
-                    delay: Duration::from_micros(delay.max(0).unsigned_abs()),
-                },
+                    seq.unsigned_abs(),
+                    Duration::from_micros(delay.max(0).unsigned_abs()),
+                ),
             })
             .collect())
     }

@@ -1,7 +1,7 @@
 //! [`PgQueue`] as a [`workq::Queue`]: the backend [`workq::Workers`] run on.
 //!
-//! Each trait method is the queue's own method of the same name, with what API.md says of
-//! backends beyond one process: a lease dropped without `done` is released; `shut_down`
+//! Each trait method is the queue's own method of the same name, with what docs/api-contract.md
+//! says of backends beyond one process: a lease dropped without `done` is released; `shut_down`
 //! stops this handle only and drops nothing (delayed items stay in the database).
 
 use std::future::Future;
@@ -11,7 +11,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use workq::{AddOptions, DoneMany, Queue, QueueLease};
 
-use crate::add::AddKind;
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::queue::PgQueue;
@@ -36,17 +35,14 @@ where
 
     async fn add_with(&self, item: T, options: AddOptions) -> Result<bool, Error> {
         let added = PgQueue::add_with(self, &item, options).await?;
-        Ok(added.kind != AddKind::Ignored)
+        Ok(added.accepted())
     }
 
     /// [`PgQueue::add_all_with`]: one statement (and one commit) per thousand items, with the
     /// rules of adding them one by one, rate-limited ones included.
     async fn add_all_with(&self, items: Vec<T>, options: AddOptions) -> Result<usize, Error> {
         let added = PgQueue::add_all_with(self, items.iter().map(|item| (item, options))).await?;
-        Ok(added
-            .iter()
-            .filter(|added| added.kind != AddKind::Ignored)
-            .count())
+        Ok(added.iter().filter(|added| added.accepted()).count())
     }
 
     fn forget(&self, item: &T) -> impl Future<Output = Result<(), Error>> + Send {
@@ -93,11 +89,7 @@ where
         leases: Vec<(Lease<T>, bool)>,
         max: usize,
     ) -> Result<DoneMany<Lease<T>, Error>, Error> {
-        let out = PgQueue::done_and_get_many_with(self, leases, max).await?;
-        Ok(DoneMany {
-            done: out.done,
-            next: out.next,
-        })
+        PgQueue::done_and_get_many(self, leases, max).await
     }
 
     /// A step of many leases is one statement and one commit, instead of one each.

@@ -12,13 +12,14 @@ use crate::wait::channel;
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Shuts the queue down for every process: client-go's `ShutDown` of the shared queue.
     /// Adds are ignored, ready items are still handed out, delayed ones wait (in the
-    /// database) for [`resume_fleet`](Self::resume_fleet).
+    /// database) for [`resume_fleet`](Self::resume_fleet). Returns whether the queue was
+    /// running.
     ///
     /// # Errors
     ///
     /// As for [`len`](Self::len).
-    pub async fn shut_down_fleet(&self) -> Result<(), Error> {
-        self.set_flag("shut_down", true).await.map(|_| ())
+    pub async fn shut_down_fleet(&self) -> Result<bool, Error> {
+        self.set_flag("shut_down", true).await
     }
 
     /// Undoes [`shut_down_fleet`](Self::shut_down_fleet); `Ok(true)` if the queue was shut

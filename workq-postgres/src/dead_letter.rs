@@ -1,74 +1,70 @@
 //! Dead letters: items given up on (their leases kept expiring, or their text no longer
 //! deserializes), and the operator's ways to look at them, queue them again or delete them.
+//! A letter is `workq`'s [`DeadLetter`], its id the row's id in decimal.
+
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use workq::admin::{DeadLetter, End};
 
 use crate::error::Error;
 use crate::queue::PgQueue;
-use crate::units::count;
 
 /// Dead letters moved or deleted per statement: a large list is worked through in steps that
 /// each hold their locks briefly.
-const STEP: i64 = 1000;
+pub(crate) const STEP: i64 = 1000;
 
-/// One item given up on: what [`PgQueue::dead_letters`] lists.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DeadLetter {
-    /// Its place in the dead-letter table.
-    pub id: i64,
-    /// The item as stored (its JSON text).
-    pub item: String,
-    /// Why: `stalled` (its leases expired [`max_stalls`](crate::Builder::max_stalls) times in
-    /// a row), or the error that kept it from deserializing.
-    pub reason: String,
-    /// Its expired leases in a row when it was given up.
-    pub stalls: u32,
-    /// Its rate limiter's failure count then.
-    pub failures: u32,
-    /// When, in milliseconds since the Unix epoch (database clock).
-    pub at_unix_ms: i64,
+/// A dead-letter row: id, item, reason, stalls, failures, when (milliseconds since the Unix
+/// epoch).
+pub(crate) type Row = (i64, String, String, i32, i32, i64);
+
+/// The columns of a [`Row`], from `workqueue_dead` as `d` (or unqualified).
+pub(crate) const COLUMNS: &str =
+    "id, item, reason, stalls, failures, (extract(epoch FROM at) * 1000)::bigint";
+
+/// A [`DeadLetter`] from its row.
+pub(crate) fn letter((id, item, reason, stalls, failures, at_ms): Row) -> DeadLetter {
+    let mut letter = DeadLetter::new(id.to_string(), item);
+    letter.error = reason;
+    letter.stalls = stalls.max(0).unsigned_abs();
+    letter.failures = failures.max(0).unsigned_abs();
+    letter.at = SystemTime::UNIX_EPOCH + Duration::from_millis(at_ms.max(0).unsigned_abs());
+    letter
 }
 
-/// A dead-letter row.
-type Row = (i64, String, String, i32, i32, i64);
-
-impl From<Row> for DeadLetter {
-    fn from((id, item, reason, stalls, failures, at_unix_ms): Row) -> Self {
-        DeadLetter {
-            id,
-            item,
-            reason,
-            stalls: stalls.max(0).unsigned_abs(),
-            failures: failures.max(0).unsigned_abs(),
-            at_unix_ms,
-        }
-    }
+/// The row id a [`DeadLetter::id`] names: its decimal text.
+fn id_of(id: &str) -> Result<i64, Error> {
+    id.parse()
+        .map_err(|_| Error::Config(format!("not a dead-letter id: {id:?}")))
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
-    /// The newest dead letters, at most `limit`.
+    /// At most `limit` dead letters from `from`'s end: [`End::First`] the oldest first,
+    /// [`End::Last`] the newest first.
     ///
     /// # Errors
     ///
     /// A database error that outlasted the retry deadline.
-    pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, Error> {
+    pub async fn dead_letters(&self, from: End, limit: usize) -> Result<Vec<DeadLetter>, Error> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let order = match from {
+            End::First => "ASC",
+            End::Last => "DESC",
+        };
+        let sql = format!(
+            "SELECT {COLUMNS} FROM workqueue_dead WHERE queue = $1 ORDER BY id {order} LIMIT $2"
+        );
         let rows: Vec<Row> = self
             .inner
             .call("dead_letters", || {
-                sqlx::query_as(
-                    "SELECT id, item, reason, stalls, failures,
-                            (extract(epoch FROM at) * 1000)::bigint
-                     FROM workqueue_dead WHERE queue = $1 ORDER BY id DESC LIMIT $2",
-                )
-                .bind(self.inner.id)
-                .bind(limit)
-                .fetch_all(&self.inner.pool)
+                sqlx::query_as(&sql)
+                    .bind(self.inner.id)
+                    .bind(limit)
+                    .fetch_all(&self.inner.pool)
             })
             .await?;
-        Ok(rows.into_iter().map(DeadLetter::from).collect())
+        Ok(rows.into_iter().map(letter).collect())
     }
 
     /// Queues a dead letter's item again and removes the letter, in one statement;
@@ -77,16 +73,31 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// # Errors
     ///
     /// [`Error::ShutDown`] while this handle or the queue is shut down (the letter stays);
-    /// as for [`dead_letters`](Self::dead_letters).
+    /// [`Error::Config`] for an id this queue's letters cannot have; as for
+    /// [`dead_letters`](Self::dead_letters).
     pub async fn requeue_dead_letter(&self, letter: &DeadLetter) -> Result<bool, Error> {
-        self.requeue_dead_by_id(letter.id).await
+        self.requeue_dead_letter_by_id(&letter.id).await
     }
 
-    /// [`requeue_dead_letter`](Self::requeue_dead_letter) by the letter's id.
+    /// [`requeue_dead_letter`](Self::requeue_dead_letter) by the letter's
+    /// [`id`](DeadLetter::id).
     ///
     /// # Errors
     ///
     /// As for [`requeue_dead_letter`](Self::requeue_dead_letter).
+    pub async fn requeue_dead_letter_by_id(&self, id: &str) -> Result<bool, Error> {
+        Ok(self.requeue_dead_step(Some(vec![id_of(id)?]), 1).await? == 1)
+    }
+
+    /// [`requeue_dead_letter_by_id`](Self::requeue_dead_letter_by_id) by the row id.
+    ///
+    /// # Errors
+    ///
+    /// As for [`requeue_dead_letter`](Self::requeue_dead_letter).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `requeue_dead_letter_by_id(&id.to_string())`: a dead letter's id is text"
+    )]
     pub async fn requeue_dead_by_id(&self, id: i64) -> Result<bool, Error> {
         Ok(self.requeue_dead_step(Some(vec![id]), 1).await? == 1)
     }
@@ -101,7 +112,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// If the queue is shut down between two steps, the letters of the steps already taken
     /// are queued, the rest stay, and their count is returned. As for
     /// [`dead_letters`](Self::dead_letters).
-    pub async fn requeue_dead_letters(&self) -> Result<usize, Error> {
+    pub async fn requeue_dead_letters(&self) -> Result<u64, Error> {
         let mut total = 0;
         loop {
             match self.requeue_dead_step(None, STEP).await {
@@ -113,8 +124,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         }
     }
 
-    /// One call of `workqueue_requeue_dead`.
-    async fn requeue_dead_step(&self, ids: Option<Vec<i64>>, limit: i64) -> Result<usize, Error> {
+    /// One call of `workqueue_requeue_dead`: the letters `ids`, or (with `None`) the oldest
+    /// `limit` ones; how many it requeued.
+    pub(crate) async fn requeue_dead_step(
+        &self,
+        ids: Option<Vec<i64>>,
+        limit: i64,
+    ) -> Result<u64, Error> {
         if self.is_closed() {
             return Err(Error::ShutDown);
         }
@@ -131,15 +147,34 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         if n < 0 {
             return Err(Error::ShutDown);
         }
-        Ok(count(n))
+        Ok(n.unsigned_abs())
     }
 
-    /// Deletes one dead letter; `Ok(false)` if it was gone already.
+    /// Deletes one dead letter, by its [`id`](DeadLetter::id); `Ok(false)` if it was gone
+    /// already.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an id this queue's letters cannot have; as for
+    /// [`dead_letters`](Self::dead_letters).
+    pub async fn delete_dead_letter_by_id(&self, id: &str) -> Result<bool, Error> {
+        self.delete_dead_row(id_of(id)?).await
+    }
+
+    /// [`delete_dead_letter_by_id`](Self::delete_dead_letter_by_id) by the row id.
     ///
     /// # Errors
     ///
     /// As for [`dead_letters`](Self::dead_letters).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `delete_dead_letter_by_id(&id.to_string())`: a dead letter's id is text"
+    )]
     pub async fn delete_dead_letter(&self, id: i64) -> Result<bool, Error> {
+        self.delete_dead_row(id).await
+    }
+
+    async fn delete_dead_row(&self, id: i64) -> Result<bool, Error> {
         let rows = self
             .inner
             .call("delete_dead_letter", || {
@@ -159,26 +194,31 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     ///
     /// As for [`dead_letters`](Self::dead_letters); letters deleted before the error stay
     /// deleted.
-    pub async fn purge_dead_letters(&self) -> Result<usize, Error> {
+    pub async fn purge_dead_letters(&self) -> Result<u64, Error> {
         let mut total = 0;
         loop {
-            let rows = self
-                .inner
-                .call("purge_dead_letters", || {
-                    sqlx::query(
-                        "DELETE FROM workqueue_dead WHERE id IN (
-                            SELECT id FROM workqueue_dead WHERE queue = $1 ORDER BY id LIMIT $2)",
-                    )
-                    .bind(self.inner.id)
-                    .bind(STEP)
-                    .execute(&self.inner.pool)
-                })
-                .await?;
-            let n = usize::try_from(rows.rows_affected()).unwrap_or(usize::MAX);
+            let n = self.purge_dead_step().await?;
             total += n;
             if n == 0 {
                 return Ok(total);
             }
         }
+    }
+
+    /// Deletes the oldest thousand dead letters; how many.
+    pub(crate) async fn purge_dead_step(&self) -> Result<u64, Error> {
+        let rows = self
+            .inner
+            .call("purge_dead_letters", || {
+                sqlx::query(
+                    "DELETE FROM workqueue_dead WHERE id IN (
+                        SELECT id FROM workqueue_dead WHERE queue = $1 ORDER BY id LIMIT $2)",
+                )
+                .bind(self.inner.id)
+                .bind(STEP)
+                .execute(&self.inner.pool)
+            })
+            .await?;
+        Ok(rows.rows_affected())
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
-use workq::TryGet;
+use workq::{DoneMany, TryGet};
 
 use crate::error::Error;
 use crate::inner::pause_after;
@@ -57,17 +57,9 @@ pub(crate) enum Attempt<T> {
     Empty(Option<Duration>),
 }
 
-/// The outcome of [`PgQueue::done_and_get_many`].
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct DoneAndGetMany<T> {
-    /// The outcome of each lease's `done`, in the order the leases were given (see
-    /// [`Lease::done`]).
-    pub done: Vec<Result<(), Error>>,
-    /// The leases handed out, in the queue's order: none when nothing was ready, when every
-    /// `done` was refused, or when the handle is shut down.
-    pub next: Vec<Lease<T>>,
-}
+/// What [`PgQueue::done_and_get_many`] answers: each lease's `done`, and the leases handed
+/// out.
+type Stepped<T> = DoneMany<Lease<T>, Error>;
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Waits for the next item and hands it out under a [`Lease`]: client-go's `Get`.
@@ -293,18 +285,20 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         lease: Lease<T>,
         forget: bool,
     ) -> Result<Option<Lease<T>>, Error> {
-        let DoneAndGetMany { done, next } =
-            self.step(vec![(lease, forget)], 1, Skipped::Wait).await?;
+        let DoneMany { done, next } = self.step(vec![(lease, forget)], 1, Skipped::Wait).await?;
         done.into_iter().next().unwrap_or(Ok(()))?;
         Ok(next.into_iter().next())
     }
 
-    /// Marks every lease done and hands out up to `max` ready items, in one statement and one
-    /// commit: a batched worker loop, which pays one round trip for many items. With no
-    /// leases it is a [`try_get_many`](Self::try_get_many).
+    /// Marks every lease done (after forgetting its item's failures when its flag is `true`,
+    /// as [`Lease::done`] after [`forget`](Self::forget) would) and hands out up to `max`
+    /// ready items, in one statement and one commit: a batched worker loop, which pays one
+    /// round trip for many items. With no leases it is a
+    /// [`try_get_many`](Self::try_get_many). [`workq::Queue::done_and_next_many`] is this
+    /// call.
     ///
     /// The items handed out are leased from the moment of the call, and their leases are
-    /// renewed while held as any lease is. [`DoneAndGetMany::done`] has the outcome of each
+    /// renewed while held as any lease is. [`DoneMany::done`] has the outcome of each
     /// lease's `done`; nothing is handed out when every `done` was refused (a stale holder
     /// takes no more work).
     ///
@@ -321,19 +315,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As for [`done_and_get`](Self::done_and_get).
     pub async fn done_and_get_many(
         &self,
-        leases: Vec<Lease<T>>,
-        max: usize,
-    ) -> Result<DoneAndGetMany<T>, Error> {
-        self.done_and_get_many_with(leases.into_iter().map(|l| (l, false)).collect(), max)
-            .await
-    }
-
-    /// [`done_and_get_many`](Self::done_and_get_many), each lease with its `forget`.
-    pub(crate) async fn done_and_get_many_with(
-        &self,
         leases: Vec<(Lease<T>, bool)>,
         max: usize,
-    ) -> Result<DoneAndGetMany<T>, Error> {
+    ) -> Result<DoneMany<Lease<T>, Error>, Error> {
         self.step(leases, max, Skipped::Background).await
     }
 
@@ -344,7 +328,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         leases: Vec<(Lease<T>, bool)>,
         max: usize,
         skipped: Skipped,
-    ) -> Result<DoneAndGetMany<T>, Error> {
+    ) -> Result<Stepped<T>, Error> {
         if self.is_closed() || self.inner.faults.any() {
             return self.plain_dones(leases, max).await;
         }
@@ -365,7 +349,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         &self,
         leases: Vec<(Lease<T>, bool)>,
         max: usize,
-    ) -> Result<DoneAndGetMany<T>, Error> {
+    ) -> Result<Stepped<T>, Error> {
         let mut done = Vec::with_capacity(leases.len());
         for (mut lease, forget) in leases {
             let claim = lease.finish_for_call();
@@ -377,7 +361,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         } else {
             self.try_get_many(max).await?
         };
-        Ok(DoneAndGetMany { done, next })
+        Ok(DoneMany { done, next })
     }
 
     /// The step itself. The leases are renewed until their outcome is known: through a step
@@ -388,7 +372,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         leases: Vec<(Lease<T>, bool)>,
         max: usize,
         skipped: Skipped,
-    ) -> Result<DoneAndGetMany<T>, Error> {
+    ) -> Result<Stepped<T>, Error> {
         let claims: Vec<(Claim, bool)> = leases.iter().map(|(l, f)| (l.claim(), *f)).collect();
         let deadline = deadline_after(self.inner.retry_deadline);
         let mut backoff = Duration::from_millis(20);
@@ -415,7 +399,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 // not (rolled back until the deadline): each done is settled on its own.
                 let unsure = !error.is_rolled_back();
                 let done = self.settle_each(leases, unsure).await;
-                return Ok(DoneAndGetMany {
+                return Ok(DoneMany {
                     done,
                     next: Vec::new(),
                 });
@@ -479,7 +463,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 Vec::new()
             }
         };
-        Ok(DoneAndGetMany { done, next })
+        Ok(DoneMany { done, next })
     }
 
     /// Settles one lease's `done` on its own (after its forget), waiting for its row, retried

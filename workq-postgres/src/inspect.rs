@@ -1,173 +1,34 @@
 //! Looking at single items, for operators and dashboards: pages of the items in one state
 //! from either end (keyset cursors, so the millionth page costs what the first does), search,
-//! one item's detail, and actions on one item (run it now, remove it).
+//! one item's detail, and actions on one item (run it now, remove it), with `workq`'s
+//! operator types ([`Page`], [`ItemDetail`], [`Retried`], [`Removed`]).
 //!
-//! Every call does bounded work: a page reads at most [`SCAN`] rows, so a search through a
-//! million dead letters is many short calls, each answering where to go on.
-
-use std::time::Duration;
+//! Every call does bounded work: a page reads at most [`SEARCH_BUDGET`] rows, so a search
+//! through a million dead letters is many short calls, each answering where to go on.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use workq::admin::{
+    End, ItemDetail, ItemState, LeaseInfo, MAX_PAGE_LIMIT, Page, PageEntry, PageQuery, Removed,
+    Retried,
+};
+use workq::{AddKind, AddOptions};
 
-use crate::dead_letter::DeadLetter;
+use crate::dead_letter::{COLUMNS, Row as DeadRow, letter};
 use crate::error::Error;
 use crate::queue::PgQueue;
-use crate::units::seconds;
+use crate::units::{count_limit, seconds};
 use crate::wait::channel;
 
 /// Rows one page reads at most (a search may return fewer matches and a cursor to go on).
+pub const SEARCH_BUDGET: usize = 5000;
+
+/// Rows one page reads at most.
+#[deprecated(since = "0.2.0", note = "use `SEARCH_BUDGET`")]
 pub const SCAN: i64 = 5000;
 
-/// The states an item can be listed in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ItemState {
-    /// Ready to hand out, in hand-out order (highest priority first, then the moment each
-    /// became ready).
-    Ready,
-    /// Waiting for a delay (and not leased), soonest due first.
-    Delayed,
-    /// Under a lease, nearest deadline first.
-    InFlight,
-    /// With a failure count, in the order of their keys.
-    Failing,
-    /// Dead letters, oldest first.
-    Dead,
-}
-
-/// A request for one page of a queue's items in one state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PageQuery {
-    /// Which items.
-    pub state: ItemState,
-    /// From the last of the state's order backwards, instead of from the first.
-    pub from_last: bool,
-    /// Where to go on: a [`Page::next`] of the same state, end and search; `None` to start at
-    /// the end.
-    pub cursor: Option<String>,
-    /// At most this many items (1 to 1,000).
-    pub limit: usize,
-    /// Only items whose text contains this (any case); dead letters also by their reason.
-    pub search: Option<String>,
-}
-
-impl PageQuery {
-    /// The first page of `state`, `limit` items, from its first.
-    pub fn new(state: ItemState, limit: usize) -> Self {
-        PageQuery {
-            state,
-            from_last: false,
-            cursor: None,
-            limit,
-            search: None,
-        }
-    }
-
-    /// From the last of the state's order backwards.
-    #[must_use]
-    pub fn from_last(mut self, from_last: bool) -> Self {
-        self.from_last = from_last;
-        self
-    }
-
-    /// Going on from `cursor` (a [`Page::next`]).
-    #[must_use]
-    pub fn cursor(mut self, cursor: Option<String>) -> Self {
-        self.cursor = cursor;
-        self
-    }
-
-    /// Only items whose text contains `search`.
-    #[must_use]
-    pub fn search(mut self, search: Option<String>) -> Self {
-        self.search = search.filter(|s| !s.is_empty());
-        self
-    }
-}
-
-/// An item's lease, as [`ItemInfo`] and [`ItemDetail`] show it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LeaseInfo {
-    /// How long ago it was handed out (database clock).
-    pub age: Duration,
-    /// How long until it expires if not renewed (zero if it has).
-    pub expires_in: Duration,
-    /// Its fencing token.
-    pub token: u64,
-}
-
-/// One item of a [`Page`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ItemInfo {
-    /// The item as stored (its JSON text).
-    pub item: String,
-    /// Ready or delayed: its priority.
-    pub priority: Option<i32>,
-    /// Delayed: the time until it is due (zero when it is due and no get promoted it yet).
-    pub due_in: Option<Duration>,
-    /// In flight: its lease.
-    pub lease: Option<LeaseInfo>,
-    /// Failing: its failure count.
-    pub failures: Option<u32>,
-    /// Dead: the dead letter.
-    pub dead: Option<DeadLetter>,
-}
-
-/// One page of items ([`PgQueue::items`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Page {
-    /// The items, in the state's order from the requested end.
-    pub items: Vec<ItemInfo>,
-    /// How many items are in the state, whatever the search.
-    pub total: u64,
-    /// Where the next page starts, if anything is left to read (with a search, a page may
-    /// hold fewer items than asked and still have a next one).
-    pub next: Option<String>,
-}
-
-/// Everything the queue knows about one item ([`PgQueue::item_detail`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ItemDetail {
-    /// The item as stored.
-    pub item: String,
-    /// Every state it is in (dead letters aside).
-    pub states: Vec<ItemState>,
-    /// Its priority: queued or delayed at, or given by the re-adds while leased.
-    pub priority: Option<i32>,
-    /// When ready: how many items go before it.
-    pub position: Option<u64>,
-    /// When it waits for a delay: the time until it is due.
-    pub due_in: Option<Duration>,
-    /// Its lease, when it is being processed.
-    pub lease: Option<LeaseInfo>,
-    /// Re-added while processing: queued again when its lease ends.
-    pub readded: bool,
-    /// Its failure count.
-    pub failures: u32,
-    /// Its leases that expired in a row.
-    pub stalls: u32,
-    /// Its newest dead letters (at most ten), oldest first.
-    pub dead_letters: Vec<DeadLetter>,
-}
-
-/// What [`PgQueue::remove`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Removed {
-    /// The item was queued or delayed: it is gone.
-    Removed,
-    /// The item is being processed: its lease stays with its holder, and the re-adds it had
-    /// pending (queued again after the lease) are dropped.
-    PendingDropped,
-    /// The queue knew nothing of it (or nothing pending for a leased item).
-    Nothing,
-}
+/// [`SEARCH_BUDGET`] as the statements bind it.
+const BUDGET: i64 = 5000;
 
 /// The row of an item page: item, priority, due in (s), lease age (s), lease left (s),
 /// token, failures, dead letter id, reason, stalls, failures, at (ms), the cursor, and the
@@ -194,7 +55,7 @@ type Row = (
 /// rows to read; the page's `$4` is the search pattern (or NULL) and `$5` the items to
 /// answer. Each reads through an index in its order, after the cursor; a cursor is a row's
 /// place in that order, as text.
-fn page_sql(state: ItemState, from_last: bool) -> (String, String) {
+fn page_sql(state: ItemState, from_last: bool) -> Result<(String, String), Error> {
     let (dir, cmp) = if from_last {
         ("DESC", "<")
     } else {
@@ -269,6 +130,7 @@ fn page_sql(state: ItemState, from_last: bool) -> (String, String) {
             "i.id::text",
             "(s.item ILIKE $4 OR s.reason ILIKE $4)",
         ),
+        other => return Err(unknown_state(other)),
     };
     let scan = format!("FROM {from} AND ($2::text IS NULL OR {after}) ORDER BY {order} LIMIT $3");
     let page = format!(
@@ -280,19 +142,72 @@ fn page_sql(state: ItemState, from_last: bool) -> (String, String) {
          ORDER BY s.place LIMIT $5"
     );
     let last = format!("SELECT {key} {scan} OFFSET $3 - 1", key = key);
-    (page, last)
+    Ok((page, last))
+}
+
+/// The error for a state this version does not know (the core's `ItemState` may grow).
+fn unknown_state(state: ItemState) -> Error {
+    Error::Config(format!("items in the state {state:?} cannot be listed"))
+}
+
+/// The table and filter of the rows of `state`, for counting.
+fn state_rows(state: ItemState) -> Result<(&'static str, &'static str), Error> {
+    Ok(match state {
+        ItemState::Ready => (
+            "workqueue_items WHERE queue = $1 AND ready",
+            "coalesce(priority, 0) DESC, avail_at, seq",
+        ),
+        ItemState::Delayed => (
+            "workqueue_items WHERE queue = $1 AND due IS NOT NULL AND token IS NULL",
+            "due",
+        ),
+        ItemState::InFlight => (
+            "workqueue_items WHERE queue = $1 AND token IS NOT NULL",
+            "token",
+        ),
+        ItemState::Failing => ("workqueue_failures WHERE queue = $1", "key"),
+        ItemState::Dead => ("workqueue_dead WHERE queue = $1", "id"),
+        other => return Err(unknown_state(other)),
+    })
+}
+
+/// Checks that `raw` is JSON: an item's text as the queue stores it.
+pub(crate) fn json(raw: &str) -> Result<(), Error> {
+    serde_json::from_str::<serde::de::IgnoredAny>(raw)
+        .map(drop)
+        .map_err(|e| Error::Config(format!("item: not JSON ({e})")))
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
-    /// One page of the queue's items in one state (see [`PageQuery`]). Reads at most
-    /// [`SCAN`] rows: with a search, a page may hold fewer matches than asked and still have
-    /// a [`next`](Page::next).
+    /// One page of the queue's items in one state (see [`PageQuery`]), its total exact.
+    /// Reads at most [`SEARCH_BUDGET`] rows: with a search, a page may hold fewer matches
+    /// than asked and still have a [`next`](Page::next). Keyset cursors go one way:
+    /// [`Page::prev`] is `None` (a client keeps the cursors it came through).
     ///
     /// # Errors
     ///
     /// [`Error::Config`] for a cursor of another kind of page; a database error.
+    pub async fn page(&self, query: &PageQuery) -> Result<Page, Error> {
+        self.page_capped(query, None).await
+    }
+
+    /// One page of the queue's items in one state.
+    ///
+    /// # Errors
+    ///
+    /// As for [`page`](Self::page).
+    #[deprecated(since = "0.2.0", note = "use `page`")]
     pub async fn items(&self, query: &PageQuery) -> Result<Page, Error> {
-        let limit = query.limit.clamp(1, 1000);
+        self.page(query).await
+    }
+
+    /// [`page`](Self::page) with its total counted up to `cap` (see [`Page::capped_at`]).
+    pub(crate) async fn page_capped(
+        &self,
+        query: &PageQuery,
+        cap: Option<u64>,
+    ) -> Result<Page, Error> {
+        let limit = query.limit.clamp(1, MAX_PAGE_LIMIT);
         let pattern = query.search.as_ref().map(|s| {
             format!(
                 "%{}%",
@@ -301,10 +216,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                     .replace('_', "\\_")
             )
         });
-        let (page_sql, last_sql) = page_sql(query.state, query.from_last);
+        let (page_sql, last_sql) = page_sql(query.state, query.from == End::Last)?;
         // Without a search the page reads its items; with one, a bounded stretch to filter.
         let limit_i64 = i64::try_from(limit).unwrap_or(1000);
-        let read = if pattern.is_some() { SCAN } else { limit_i64 };
+        let read = if pattern.is_some() { BUDGET } else { limit_i64 };
         let bad_cursor = |e: sqlx::Error| match &e {
             sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("22")) => {
                 Error::Config(format!("a cursor that is not this page's: {db}"))
@@ -336,34 +251,35 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 None
             };
         }
-        let total = self.state_count(query.state).await?;
-        Ok(Page {
-            items: rows.into_iter().map(info).collect(),
+        let total = self.state_count(query.state, cap).await?;
+        let mut page = Page::new(
+            rows.into_iter()
+                .map(|row| entry(row, query.state))
+                .collect(),
             total,
-            next,
-        })
+        );
+        page.next = next;
+        page.capped_at = cap;
+        Ok(page)
     }
 
-    /// How many items are in `state`.
-    async fn state_count(&self, state: ItemState) -> Result<u64, Error> {
-        let filter = match state {
-            ItemState::Ready => "workqueue_items WHERE queue = $1 AND ready",
-            ItemState::Delayed => {
-                "workqueue_items WHERE queue = $1 AND due IS NOT NULL AND token IS NULL"
-            }
-            ItemState::InFlight => "workqueue_items WHERE queue = $1 AND token IS NOT NULL",
-            ItemState::Failing => "workqueue_failures WHERE queue = $1",
-            ItemState::Dead => "workqueue_dead WHERE queue = $1",
-        };
-        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {filter}"))
+    /// How many items are in `state`, counted up to `cap` and one more.
+    async fn state_count(&self, state: ItemState, cap: Option<u64>) -> Result<u64, Error> {
+        let (rows, order) = state_rows(state)?;
+        let sql =
+            format!("SELECT count(*) FROM (SELECT 1 FROM {rows} ORDER BY {order} LIMIT $2) i");
+        let n: i64 = sqlx::query_scalar(&sql)
             .bind(self.inner.id)
+            .bind(count_limit(cap))
             .fetch_one(&self.inner.pool)
             .await?;
         Ok(n.max(0).unsigned_abs())
     }
 
     /// Everything the queue knows about the item stored as `raw` (its JSON text), or `None`
-    /// if it knows nothing of it (no row, no failure count, no dead letter).
+    /// if it knows nothing of it (no row, no failure count, no dead letter). Its states are
+    /// in the order of [`ItemState::ALL`], [`ItemState::Dead`] when it has dead letters (of
+    /// which the newest ten are listed, oldest first).
     ///
     /// # Errors
     ///
@@ -407,12 +323,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             .bind(raw)
             .fetch_one(&self.inner.pool)
             .await?;
-        let dead: Vec<(i64, String, String, i32, i32, i64)> = sqlx::query_as(
+        let dead: Vec<DeadRow> = sqlx::query_as(&format!(
             "SELECT * FROM (
-                SELECT id, item, reason, stalls, failures, (extract(epoch FROM at) * 1000)::bigint
-                FROM workqueue_dead WHERE queue = $1 AND item = $2 ORDER BY id DESC LIMIT 10
-             ) d ORDER BY id",
-        )
+                SELECT {COLUMNS} FROM workqueue_dead
+                WHERE queue = $1 AND item = $2 ORDER BY id DESC LIMIT 10
+             ) d ORDER BY id"
+        ))
         .bind(self.inner.id)
         .bind(raw)
         .fetch_all(&self.inner.pool)
@@ -420,71 +336,89 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         if ready.is_none() && failures.is_none() && dead.is_empty() {
             return Ok(None);
         }
-        let mut states = Vec::new();
-        if ready == Some(true) {
-            states.push(ItemState::Ready);
-        }
-        if token.is_none() && due_in.is_some() {
-            states.push(ItemState::Delayed);
-        }
-        if token.is_some() {
-            states.push(ItemState::InFlight);
-        }
-        if failures.is_some() {
-            states.push(ItemState::Failing);
-        }
         let leased = token.is_some();
-        Ok(Some(ItemDetail {
-            item: raw.to_owned(),
-            states,
-            priority: if leased {
-                priority
-            } else {
-                ready.map(|_| priority.unwrap_or(0))
-            },
-            position: position.map(|p| p.max(0).unsigned_abs()),
-            due_in: due_in.map(seconds),
-            lease: token.map(|token| LeaseInfo {
-                age: seconds(age.unwrap_or(0.0)),
-                expires_in: seconds(left.unwrap_or(0.0)),
-                token: token.unsigned_abs(),
-            }),
-            readded: dirty == Some(true),
-            failures: failures.unwrap_or(0).max(0).unsigned_abs(),
-            stalls: stalls.unwrap_or(0).max(0).unsigned_abs(),
-            dead_letters: dead.into_iter().map(DeadLetter::from).collect(),
-        }))
+        let mut detail = ItemDetail::new(raw);
+        for (state, is) in [
+            (ItemState::Ready, ready == Some(true)),
+            (ItemState::Delayed, !leased && due_in.is_some()),
+            (ItemState::InFlight, leased),
+            (ItemState::Failing, failures.is_some()),
+            (ItemState::Dead, !dead.is_empty()),
+        ] {
+            if is {
+                detail.states.push(state);
+            }
+        }
+        detail.priority = if leased {
+            priority
+        } else {
+            ready.map(|_| priority.unwrap_or(0))
+        };
+        detail.position = position.map(|p| p.max(0).unsigned_abs());
+        detail.due_in = due_in.map(seconds);
+        detail.lease = token.map(|token| {
+            LeaseInfo::new(
+                seconds(age.unwrap_or(0.0)),
+                seconds(left.unwrap_or(0.0)),
+                token.unsigned_abs(),
+            )
+        });
+        detail.readded = dirty == Some(true);
+        detail.failures = failures.unwrap_or(0).max(0).unsigned_abs();
+        detail.stalls = stalls.unwrap_or(0).max(0).unsigned_abs();
+        detail.dead_letters = dead.into_iter().map(letter).collect();
+        Ok(Some(detail))
     }
 
-    /// Runs a delayed item now: it is queued at once (at the tail of its priority), its
-    /// failure count kept. `Ok(false)` if it was not waiting for a delay (queued already,
-    /// leased, or unknown). Refused while the queue is shut down, as an add would be.
+    /// "Run it now" for the item stored as `raw` (its JSON text), its failure count kept:
+    /// waiting for a delay, it is queued at once (at the tail of its priority); failing and
+    /// neither queued nor leased, it is added as [`add`](Self::add) would; leased with a
+    /// delayed re-add pending, that re-add happens as soon as the lease ends. The answer says
+    /// which, or why nothing changed ([`Retried::ShutDown`] while the queue is shut down, as
+    /// an add would be ignored).
     ///
     /// # Errors
     ///
-    /// [`Error::ShutDown`]; a database error.
-    pub async fn retry_now(&self, raw: &str) -> Result<bool, Error> {
+    /// [`Error::Config`] if `raw` is not JSON; a database error.
+    pub async fn retry_now(&self, raw: &str) -> Result<Retried, Error> {
+        json(raw)?;
         if self.is_closed() {
-            return Err(Error::ShutDown);
+            return Ok(Retried::ShutDown);
         }
         // The item's row first, then the queue's (the lock order): the queue is kept from
-        // shutting down until this commits, and a shut-down queue rolls the move back.
-        let n: i64 = self
+        // shutting down until this commits, and a shut-down queue rolls the move back. The
+        // item's state is read from the statement's snapshot, before its changes.
+        type Seen = (i64, i64, Option<bool>, Option<bool>, Option<bool>, bool);
+        let seen: Option<Seen> = self
             .inner
             .call("retry_now", || async move {
                 let mut tx = self.inner.pool.begin().await?;
-                let moved = sqlx::query(
-                    "UPDATE workqueue_items i SET ready = true, due = NULL,
-                         avail_at = clock_timestamp(), seq = nextval('workqueue_seq'),
-                         last_add = 1
-                     WHERE i.queue = $1 AND i.key = workqueue_key($2)
-                       AND i.token IS NULL AND i.due IS NOT NULL",
+                let seen: Seen = sqlx::query_as(
+                    "WITH moved AS (
+                        UPDATE workqueue_items i SET ready = true, due = NULL,
+                            avail_at = clock_timestamp(), seq = nextval('workqueue_seq'),
+                            last_add = 1
+                        WHERE i.queue = $1 AND i.key = workqueue_key($2)
+                          AND i.token IS NULL AND i.due IS NOT NULL
+                        RETURNING 1),
+                     deferred AS (
+                        UPDATE workqueue_items i SET dirty = true, due = NULL
+                        WHERE i.queue = $1 AND i.key = workqueue_key($2)
+                          AND i.token IS NOT NULL AND i.due IS NOT NULL AND NOT i.dirty
+                        RETURNING 1),
+                     old AS (
+                        SELECT ready, token IS NOT NULL AS leased, dirty
+                        FROM workqueue_items WHERE queue = $1 AND key = workqueue_key($2))
+                     SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM deferred),
+                            (SELECT ready FROM old), (SELECT leased FROM old),
+                            (SELECT dirty FROM old),
+                            EXISTS (SELECT 1 FROM workqueue_failures
+                                    WHERE queue = $1 AND key = workqueue_key($2))",
                 )
                 .bind(self.inner.id)
                 .bind(raw)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+                .fetch_one(&mut *tx)
+                .await?;
                 let shut: bool = sqlx::query_scalar(
                     "SELECT coalesce((SELECT shut_down FROM workqueue_queues
                                       WHERE id = $1 FOR SHARE), false)",
@@ -494,54 +428,114 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 .await?;
                 if shut {
                     tx.rollback().await?;
-                    return Ok(-1);
+                    return Ok(None);
                 }
                 tx.commit().await?;
-                Ok(i64::try_from(moved).unwrap_or(i64::MAX))
+                Ok(Some(seen))
             })
             .await?;
-        if n < 0 {
-            return Err(Error::ShutDown);
-        }
-        if n > 0 {
+        let Some((moved, deferred, ready, leased, dirty, failing)) = seen else {
+            return Ok(Retried::ShutDown);
+        };
+        if moved > 0 {
             self.notify(1).await?;
+            return Ok(Retried::Queued);
         }
-        Ok(n > 0)
+        if deferred > 0 {
+            return Ok(Retried::Deferred);
+        }
+        Ok(match (ready, leased, dirty) {
+            (Some(true), _, _) | (_, Some(true), Some(true)) => Retried::AlreadyQueued,
+            (_, Some(true), _) => Retried::InFlight,
+            (None, _, _) if failing => match self.add_raw(raw).await?.kind {
+                AddKind::Queued => Retried::Queued,
+                AddKind::Deferred => Retried::Deferred,
+                AddKind::Ignored => Retried::ShutDown,
+                _ => Retried::AlreadyQueued,
+            },
+            _ => Retried::Unknown,
+        })
     }
 
-    /// Takes the item stored as `raw` out of the queue: queued or delayed, it is gone (its
-    /// failure count stays until [`forget`](Self::forget)); leased, its lease stays with its
-    /// holder and its pending re-adds are dropped.
+    /// Takes the item stored as `raw` out of the queue, in one statement: queued or
+    /// delayed, it is gone, and its failure count with it; leased, its lease stays with its
+    /// holder ([`Removed::leased`]), its pending re-add is dropped, and its failure count
+    /// stays. Its dead letters stay. A second call finds nothing.
     ///
     /// # Errors
     ///
-    /// A database error.
+    /// [`Error::Config`] if `raw` is not JSON; a database error.
     pub async fn remove(&self, raw: &str) -> Result<Removed, Error> {
-        let (deleted, dropped): (i64, i64) = self
+        json(raw)?;
+        let (queued, delayed, readd, leased, counts): (bool, bool, bool, bool, bool) = self
             .inner
             .call("remove", || {
+                // Items' rows, then failure rows: the lock order.
                 sqlx::query_as(
                     "WITH gone AS (
                         DELETE FROM workqueue_items
                         WHERE queue = $1 AND key = workqueue_key($2) AND token IS NULL
-                        RETURNING 1),
+                        RETURNING ready, due IS NOT NULL AS delayed),
                      kept AS (
                         UPDATE workqueue_items SET dirty = false, due = NULL, priority = NULL
                         WHERE queue = $1 AND key = workqueue_key($2) AND token IS NOT NULL
                           AND (dirty OR due IS NOT NULL)
+                        RETURNING 1),
+                     held AS (
+                        SELECT 1 FROM workqueue_items
+                        WHERE queue = $1 AND key = workqueue_key($2) AND token IS NOT NULL),
+                     counts AS (
+                        DELETE FROM workqueue_failures
+                        WHERE queue = $1 AND key = workqueue_key($2)
+                          AND NOT EXISTS (SELECT 1 FROM held)
                         RETURNING 1)
-                     SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM kept)",
+                     SELECT coalesce((SELECT ready FROM gone), false),
+                            coalesce((SELECT delayed AND NOT ready FROM gone), false),
+                            EXISTS (SELECT 1 FROM kept), EXISTS (SELECT 1 FROM held),
+                            EXISTS (SELECT 1 FROM counts)",
                 )
                 .bind(self.inner.id)
                 .bind(raw)
                 .fetch_one(&self.inner.pool)
             })
             .await?;
-        Ok(match (deleted, dropped) {
-            (d, _) if d > 0 => Removed::Removed,
-            (_, k) if k > 0 => Removed::PendingDropped,
-            _ => Removed::Nothing,
-        })
+        let mut removed = Removed::default();
+        removed.queued = queued;
+        removed.delayed = delayed;
+        removed.readd = readd;
+        removed.leased = leased;
+        removed.counts = counts;
+        Ok(removed)
+    }
+
+    /// Clears the failure count of the item stored as `raw` (its JSON text); the count it
+    /// had.
+    pub(crate) async fn forget_raw(&self, raw: &str) -> Result<u32, Error> {
+        json(raw)?;
+        let n: Option<i32> = self
+            .inner
+            .call("forget", || {
+                sqlx::query_scalar(
+                    "DELETE FROM workqueue_failures WHERE queue = $1 AND key = workqueue_key($2)
+                     RETURNING failures",
+                )
+                .bind(self.inner.id)
+                .bind(raw)
+                .fetch_optional(&self.inner.pool)
+            })
+            .await?;
+        Ok(n.unwrap_or(0).max(0).unsigned_abs())
+    }
+
+    /// Adds the item stored as `raw`, as [`add`](Self::add) adds an item.
+    async fn add_raw(&self, raw: &str) -> Result<workq::Added, Error> {
+        let raws = [raw.to_owned()];
+        let options = AddOptions::default();
+        let added = self
+            .inner
+            .call("add", || self.add_texts(&self.inner.pool, &raws, &options))
+            .await?;
+        Ok(added.into_iter().next().unwrap_or(workq::Added::IGNORED))
     }
 
     /// Wakes up to `n` getters of the queue in every process.
@@ -555,8 +549,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     }
 }
 
-/// An [`ItemInfo`] from a page's row.
-fn info(row: Row) -> ItemInfo {
+/// A [`PageEntry`] of `state` from a page's row.
+fn entry(row: Row, state: ItemState) -> PageEntry {
     let (
         item,
         priority,
@@ -573,25 +567,26 @@ fn info(row: Row) -> ItemInfo {
         _,
         _,
     ) = row;
-    ItemInfo {
-        item: item.clone(),
-        priority,
-        due_in: due_in.map(seconds),
-        lease: token.map(|token| LeaseInfo {
-            age: seconds(age.unwrap_or(0.0)),
-            expires_in: seconds(left.unwrap_or(0.0)),
-            token: token.unsigned_abs(),
-        }),
-        failures: failures.map(|f| f.max(0).unsigned_abs()),
-        dead: id.map(|id| {
-            DeadLetter::from((
-                id,
-                item,
-                reason.unwrap_or_default(),
-                stalls.unwrap_or(0),
-                dead_failures.unwrap_or(0),
-                at.unwrap_or(0),
-            ))
-        }),
-    }
+    let mut entry = PageEntry::new(item.clone(), state);
+    entry.priority = priority;
+    entry.due_in = due_in.map(seconds);
+    entry.lease = token.map(|token| {
+        LeaseInfo::new(
+            seconds(age.unwrap_or(0.0)),
+            seconds(left.unwrap_or(0.0)),
+            token.unsigned_abs(),
+        )
+    });
+    entry.failures = failures.map(|f| f.max(0).unsigned_abs());
+    entry.dead = id.map(|id| {
+        letter((
+            id,
+            item,
+            reason.unwrap_or_default(),
+            stalls.unwrap_or(0),
+            dead_failures.unwrap_or(0),
+            at.unwrap_or(0),
+        ))
+    });
+    entry
 }

@@ -191,6 +191,22 @@
 //! from `PUBLIC`. A process of such a role may keep `migrate(true)`: a current schema is only
 //! read.
 //!
+//! An operator's role, for [`PgAdmin`] (the dashboard, `wq`), needs less: it reads the
+//! tables and acts through the operator's calls, and cannot create or delete a queue, count
+//! a failure or write a dead letter:
+//!
+//! ```sql
+//! GRANT USAGE ON SCHEMA app TO operator;
+//! GRANT SELECT ON workqueue_queues, workqueue_items, workqueue_failures, workqueue_dead,
+//!     workqueue_migrations TO operator;
+//! GRANT UPDATE (paused, shut_down) ON workqueue_queues TO operator;
+//! GRANT INSERT, UPDATE, DELETE ON workqueue_items TO operator;
+//! GRANT DELETE ON workqueue_failures, workqueue_dead TO operator;
+//! GRANT USAGE ON SEQUENCE workqueue_seq TO operator;
+//! ```
+//!
+//! A worker's grants include these: no operator action is refused to a worker's role.
+//!
 //! # PgBouncer
 //!
 //! Every call is one statement or one short transaction, so the queue's own SQL suits
@@ -215,6 +231,7 @@
 //! downstream where that matters.
 
 mod add;
+mod admin;
 mod backend;
 mod builder;
 mod control;
@@ -234,17 +251,60 @@ mod stats;
 mod units;
 mod wait;
 
-pub use add::{AddKind, Added};
 pub use builder::{Builder, MAX_NAME_BYTES};
-pub use dead_letter::DeadLetter;
 pub use error::Error;
 #[cfg(feature = "fault-injection")]
 pub use faults::Mutation;
-pub use get::DoneAndGetMany;
-pub use inspect::{ItemDetail, ItemInfo, ItemState, LeaseInfo, Page, PageQuery, Removed, SCAN};
+#[expect(deprecated, reason = "the old name stays one release")]
+pub use inspect::SCAN;
+pub use inspect::SEARCH_BUDGET;
 pub use lease::Lease;
-pub use listing::{QueueSummary, queue_summary, queues};
+pub use listing::PgAdmin;
+#[expect(deprecated, reason = "the old free functions stay one release")]
+pub use listing::{queue_summary, queues};
 pub use migrate::SCHEMA_VERSION;
 pub use queue::PgQueue;
-pub use stats::{InFlight, Stats};
 pub use wait::APPLICATION_NAME;
+
+/// What an add did: `workq`'s.
+#[deprecated(since = "0.2.0", note = "use `workq::AddKind`")]
+pub type AddKind = workq::AddKind;
+/// The outcome of an add: `workq`'s.
+#[deprecated(since = "0.2.0", note = "use `workq::Added`")]
+pub type Added = workq::Added;
+/// The outcome of [`PgQueue::done_and_get_many`]: `workq`'s `DoneMany`.
+#[deprecated(since = "0.2.0", note = "use `workq::DoneMany<Lease<T>, Error>`")]
+pub type DoneAndGetMany<T> = workq::DoneMany<Lease<T>, Error>;
+/// A queue's figures for operators: `workq`'s.
+#[deprecated(since = "0.2.0", note = "use `workq::admin::Stats`")]
+pub type Stats = workq::admin::Stats;
+/// One item under a lease: `workq`'s.
+#[deprecated(since = "0.2.0", note = "use `workq::admin::InFlight`")]
+pub type InFlight = workq::admin::InFlight;
+/// A dead letter: `workq`'s (its id is text now, its reason `error`).
+#[deprecated(since = "0.2.0", note = "use `workq::admin::DeadLetter`")]
+pub type DeadLetter = workq::admin::DeadLetter;
+/// The states an item can be listed in: `workq`'s.
+#[deprecated(since = "0.2.0", note = "use `workq::admin::ItemState`")]
+pub type ItemState = workq::admin::ItemState;
+/// One page of items: `workq`'s.
+#[deprecated(since = "0.2.0", note = "use `workq::admin::Page`")]
+pub type Page = workq::admin::Page;
+/// A request for one page of items: `workq`'s.
+#[deprecated(since = "0.2.0", note = "use `workq::admin::PageQuery`")]
+pub type PageQuery = workq::admin::PageQuery;
+/// One item of a page: `workq`'s `PageEntry`.
+#[deprecated(since = "0.2.0", note = "use `workq::admin::PageEntry`")]
+pub type ItemInfo = workq::admin::PageEntry;
+/// Everything known of one item: `workq`'s.
+#[deprecated(since = "0.2.0", note = "use `workq::admin::ItemDetail`")]
+pub type ItemDetail = workq::admin::ItemDetail;
+/// A lease as operators see it: `workq`'s.
+#[deprecated(since = "0.2.0", note = "use `workq::admin::LeaseInfo`")]
+pub type LeaseInfo = workq::admin::LeaseInfo;
+/// What a removal did: `workq`'s (a struct of flags now).
+#[deprecated(since = "0.2.0", note = "use `workq::admin::Removed`")]
+pub type Removed = workq::admin::Removed;
+/// One queue's figures: `workq`'s.
+#[deprecated(since = "0.2.0", note = "use `workq::admin::QueueSummary`")]
+pub type QueueSummary = workq::admin::QueueSummary;

@@ -11,10 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workq::AddOptions;
 use workq::periodic::{ScheduleInfo, ScheduleUpdate, TickClaim, TickOutcome};
+use workq::{AddKind, AddOptions};
 
-use crate::add::AddKind;
 use crate::error::Error;
 use crate::queue::PgQueue;
 

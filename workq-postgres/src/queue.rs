@@ -126,6 +126,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         Ok(())
     }
 
+    /// A handle of item type `T` on the queue `inner` serves.
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
+        PgQueue {
+            inner,
+            _item: PhantomData,
+        }
+    }
+
     /// The item's JSON text, as the queue stores it.
     pub(crate) fn encode(item: &T) -> Result<String, Error> {
         serde_json::to_string(item).map_err(Error::Serialize)

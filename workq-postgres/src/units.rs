@@ -36,3 +36,9 @@ pub(crate) fn count(n: i64) -> usize {
 pub(crate) fn seconds(s: f64) -> Duration {
     Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
 }
+
+/// The `LIMIT` of a count capped at `cap` (`cap + 1` rows tell "more than `cap`"); `None`, a
+/// `LIMIT NULL`, counts every row.
+pub(crate) fn count_limit(cap: Option<u64>) -> Option<i64> {
+    cap.map(|cap| i64::try_from(cap.saturating_add(1)).unwrap_or(i64::MAX))
+}

@@ -11,8 +11,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use support::{PgServer, unique};
+use workq::AddKind;
 use workq::AddOptions;
-use workq_postgres::{AddKind, Lease, PgQueue};
+use workq_postgres::{Lease, PgQueue};
 
 async fn queue(server: &PgServer) -> PgQueue<String> {
     PgQueue::builder(unique("batch"))
@@ -97,9 +98,8 @@ async fn same_answers(server: &PgServer, ops: Vec<Op>) -> Result<(), TestCaseErr
                             .unwrap(),
                     );
                 }
-                let kinds = |v: &[workq_postgres::Added]| -> Vec<AddKind> {
-                    v.iter().map(|a| a.kind).collect()
-                };
+                let kinds =
+                    |v: &[workq::Added]| -> Vec<AddKind> { v.iter().map(|a| a.kind).collect() };
                 prop_assert_eq!(kinds(&got), kinds(&want), "kinds of {:?}", adds);
             }
             Op::Get => {
@@ -410,7 +410,10 @@ async fn concurrent_batches_never_deadlock() {
             for _ in 0..200 {
                 let next = q.try_get_many(16).await.unwrap();
                 handed += next.len();
-                let out = q.done_and_get_many(next, 0).await.unwrap();
+                let out = q
+                    .done_and_get_many(next.into_iter().map(|l| (l, false)).collect(), 0)
+                    .await
+                    .unwrap();
                 assert!(out.done.iter().all(Result::is_ok));
             }
             handed
@@ -431,7 +434,10 @@ async fn concurrent_batches_never_deadlock() {
         for l in &next {
             seen.insert(l.item().clone());
         }
-        q.done_and_get_many(next, 0).await.unwrap();
+        let _ = q
+            .done_and_get_many(next.into_iter().map(|l| (l, false)).collect(), 0)
+            .await
+            .unwrap();
     }
     assert!(q.processing_len().await.unwrap() == 0);
     assert_eq!(q.len().await.unwrap(), 0);

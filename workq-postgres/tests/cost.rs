@@ -224,7 +224,10 @@ async fn a_delayed_backlog_adds_nothing_to_the_cost_of_a_get() {
             "{what}: {a:.1} buffers per call empty, {b:.1} behind the backlog"
         );
     }
-    backlog.done_and_get_many(held, 0).await.unwrap();
+    let _ = backlog
+        .done_and_get_many(held.into_iter().map(|l| (l, false)).collect(), 0)
+        .await
+        .unwrap();
 }
 
 /// Statistics taken while the table was nearly empty (a fresh deployment, a queue that grew

@@ -40,8 +40,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::{PgServer, unique};
+use workq::AddKind;
 use workq::{AddOptions, DoneMany, Outcome, Queue, QueueLease, Workers};
-use workq_postgres::{AddKind, Error, Lease, Mutation, PgQueue};
+use workq_postgres::{Error, Lease, Mutation, PgQueue};
 
 /// Microseconds since the Unix epoch: one clock for every process on this host.
 fn now_us() -> u64 {

@@ -64,7 +64,10 @@ async fn drain(q: &PgQueue<String>) -> Vec<String> {
             return out;
         }
         out.extend(next.iter().map(|l| l.item().clone()));
-        q.done_and_get_many(next, 0).await.unwrap();
+        let _ = q
+            .done_and_get_many(next.into_iter().map(|l| (l, false)).collect(), 0)
+            .await
+            .unwrap();
     }
 }
 
@@ -81,7 +84,11 @@ async fn requeueing_dead_letters_while_shut_down_refuses_and_keeps_them() {
         q.requeue_dead_letters().await,
         Err(Error::ShutDown)
     ));
-    let one = q.dead_letters(1).await.unwrap().remove(0);
+    let one = q
+        .dead_letters(workq::admin::End::Last, 1)
+        .await
+        .unwrap()
+        .remove(0);
     assert!(matches!(
         q.requeue_dead_letter(&one).await,
         Err(Error::ShutDown)
@@ -126,9 +133,11 @@ async fn large_dead_letter_lists_are_worked_through_in_steps_with_exact_counts()
     assert_eq!(&items[2..4], ["x0", "x1"]);
 
     bury(&admin, &q, "y", 2345).await;
-    let id = q.dead_letters(1).await.unwrap()[0].id;
-    assert!(q.delete_dead_letter(id).await.unwrap());
-    assert!(!q.delete_dead_letter(id).await.unwrap());
+    let id = q.dead_letters(workq::admin::End::Last, 1).await.unwrap()[0]
+        .id
+        .clone();
+    assert!(q.delete_dead_letter_by_id(&id).await.unwrap());
+    assert!(!q.delete_dead_letter_by_id(&id).await.unwrap());
     assert_eq!(q.purge_dead_letters().await.unwrap(), 2344);
     assert_eq!(q.purge_dead_letters().await.unwrap(), 0);
     assert_eq!(dead_count(&admin, &q).await, 0);
@@ -203,13 +212,15 @@ async fn stats_show_every_part_and_delete_empties_the_queue() {
     q.add(held.item().clone()).await.unwrap(); // re-added while leased
     bury(&admin, &q, "dead", 2).await;
     let stats = q.stats(10).await.unwrap();
-    assert_eq!(stats.depth, 2);
-    assert_eq!(stats.delayed, 2, "later and the rate-limited retry");
-    assert_eq!(stats.in_flight, 1);
-    assert_eq!(stats.in_flight_dirty, 1);
-    assert_eq!(stats.failing, 1);
-    assert_eq!(stats.dead, 2);
-    assert!(!stats.shut_down && !stats.paused);
+    let s = &stats.summary;
+    assert_eq!(s.depth, 2);
+    assert_eq!(s.delayed, 2, "later and the rate-limited retry");
+    assert_eq!(s.in_flight, 1);
+    assert_eq!(s.in_flight_dirty, 1);
+    assert_eq!(s.failing, 1);
+    assert_eq!(s.dead, 2);
+    assert!(!s.shut_down && !s.paused);
+    assert_eq!(s.capped_at, None, "a handle's counts are exact");
     assert_eq!(stats.leases.len(), 1);
     assert_eq!(stats.leases[0].item, "\"a\"");
     assert_eq!(stats.failures, [("\"failing\"".to_owned(), 1)]);
@@ -221,7 +232,7 @@ async fn stats_show_every_part_and_delete_empties_the_queue() {
 
     q.delete().await.unwrap();
     assert!(held.done().await.unwrap_err().is_lease_lost());
-    let stats = q.stats(10).await.unwrap();
+    let stats = q.stats(10).await.unwrap().summary;
     assert_eq!(
         (
             stats.depth,
@@ -238,14 +249,14 @@ async fn stats_show_every_part_and_delete_empties_the_queue() {
 }
 
 use workq::AddOptions;
-use workq_postgres::{ItemState, PageQuery, Removed};
+use workq::admin::{ItemState, PageQuery, Removed, Retried};
 
 /// Every page of `query` in turn.
 async fn all_pages(q: &PgQueue<String>, mut query: PageQuery) -> (Vec<String>, usize) {
     let mut items = Vec::new();
     let mut pages = 0;
     loop {
-        let page = q.items(&query).await.unwrap();
+        let page = q.page(&query).await.unwrap();
         pages += 1;
         items.extend(page.items.into_iter().map(|i| i.item));
         match page.next {
@@ -281,14 +292,15 @@ async fn pages_of_every_state_reach_both_ends_and_searches_go_on_where_they_stop
     let (ready, pages) = all_pages(&q, PageQuery::new(ItemState::Ready, 1000)).await;
     assert_eq!((ready.len(), pages), (2503 - 3, 3));
     assert_eq!(ready, handout);
-    let (backwards, _) = all_pages(&q, PageQuery::new(ItemState::Ready, 700).from_last(true)).await;
+    let (backwards, _) = all_pages(
+        &q,
+        PageQuery::new(ItemState::Ready, 700).from(workq::admin::End::Last),
+    )
+    .await;
     let mut reversed = handout.clone();
     reversed.reverse();
     assert_eq!(backwards, reversed);
-    let first = q
-        .items(&PageQuery::new(ItemState::Ready, 10))
-        .await
-        .unwrap();
+    let first = q.page(&PageQuery::new(ItemState::Ready, 10)).await.unwrap();
     assert_eq!(first.total, 2500);
     assert_eq!(first.items[0].priority, Some(5));
 
@@ -302,14 +314,14 @@ async fn pages_of_every_state_reach_both_ends_and_searches_go_on_where_they_stop
     assert_eq!(delayed[29], "\"d29\"");
     let held = q.try_get_many(5).await.unwrap();
     let page = q
-        .items(&PageQuery::new(ItemState::InFlight, 10))
+        .page(&PageQuery::new(ItemState::InFlight, 10))
         .await
         .unwrap();
     assert_eq!(page.items.len(), 5);
     assert!(page.items.iter().all(|i| i.lease.is_some()));
     q.add_rate_limited("f".to_owned()).await.unwrap();
     let page = q
-        .items(&PageQuery::new(ItemState::Failing, 10))
+        .page(&PageQuery::new(ItemState::Failing, 10))
         .await
         .unwrap();
     assert_eq!(
@@ -321,7 +333,7 @@ async fn pages_of_every_state_reach_both_ends_and_searches_go_on_where_they_stop
     // more than one stretch of rows finds every match, page after page.
     bury(&admin, &q, "x", 12_000).await;
     let newest = q
-        .items(&PageQuery::new(ItemState::Dead, 3).from_last(true))
+        .page(&PageQuery::new(ItemState::Dead, 3).from(workq::admin::End::Last))
         .await
         .unwrap();
     assert_eq!(newest.total, 12_000);
@@ -330,7 +342,7 @@ async fn pages_of_every_state_reach_both_ends_and_searches_go_on_where_they_stop
         newest.items[0]
             .dead
             .as_ref()
-            .is_some_and(|d| d.reason == "stalled")
+            .is_some_and(|d| d.error == "stalled")
     );
     let query = PageQuery::new(ItemState::Dead, 50).search(Some("X11".to_owned()));
     let (found, pages) = all_pages(&q, query).await;
@@ -345,17 +357,20 @@ async fn pages_of_every_state_reach_both_ends_and_searches_go_on_where_they_stop
     );
     // A wildcard in a search is text.
     let page = q
-        .items(&PageQuery::new(ItemState::Dead, 10).search(Some("%".to_owned())))
+        .page(&PageQuery::new(ItemState::Dead, 10).search(Some("%".to_owned())))
         .await
         .unwrap();
     assert!(page.items.is_empty());
     // A cursor of another state is refused.
     let err = q
-        .items(&PageQuery::new(ItemState::Ready, 10).cursor(Some("12".to_owned())))
+        .page(&PageQuery::new(ItemState::Ready, 10).cursor(Some("12".to_owned())))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Config(_)), "{err}");
-    q.done_and_get_many(held, 0).await.unwrap();
+    let _ = q
+        .done_and_get_many(held.into_iter().map(|l| (l, false)).collect(), 0)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -379,8 +394,11 @@ async fn an_item_has_a_detail_and_single_item_actions_are_idempotent() {
     let detail = q.item_detail("\"late\"").await.unwrap().unwrap();
     assert_eq!(detail.states, [ItemState::Delayed, ItemState::Failing]);
     assert!(detail.due_in.is_some());
-    assert!(q.retry_now("\"late\"").await.unwrap());
-    assert!(!q.retry_now("\"late\"").await.unwrap());
+    assert_eq!(q.retry_now("\"late\"").await.unwrap(), Retried::Queued);
+    assert_eq!(
+        q.retry_now("\"late\"").await.unwrap(),
+        Retried::AlreadyQueued
+    );
     let detail = q.item_detail("\"late\"").await.unwrap().unwrap();
     assert_eq!(detail.states, [ItemState::Ready, ItemState::Failing]);
     assert_eq!((detail.failures, detail.position), (1, Some(3)));
@@ -391,22 +409,34 @@ async fn an_item_has_a_detail_and_single_item_actions_are_idempotent() {
     let detail = q.item_detail("\"a\"").await.unwrap().unwrap();
     assert_eq!(detail.states, [ItemState::InFlight]);
     assert!(detail.readded && detail.lease.is_some_and(|l| l.token == lease.token()));
-    assert_eq!(q.remove("\"a\"").await.unwrap(), Removed::PendingDropped);
-    assert_eq!(q.remove("\"a\"").await.unwrap(), Removed::Nothing);
+    let removed = q.remove("\"a\"").await.unwrap();
+    assert!(removed.readd && removed.leased && !removed.queued && !removed.counts);
+    let again = q.remove("\"a\"").await.unwrap();
+    assert!(again.leased && !again.any(), "{again:?}");
     lease.done().await.unwrap();
     assert!(
         q.item_detail("\"a\"").await.unwrap().is_none(),
         "not queued again"
     );
     // A queued item goes.
-    assert_eq!(q.remove("\"b\"").await.unwrap(), Removed::Removed);
-    assert_eq!(q.remove("\"b\"").await.unwrap(), Removed::Nothing);
+    let removed = q.remove("\"b\"").await.unwrap();
+    assert!(removed.queued && !removed.leased && !removed.counts);
+    assert_eq!(q.remove("\"b\"").await.unwrap(), Removed::default());
     assert_eq!(drain(&q).await, ["c", "late"]);
+    // A queued item with a failure count goes with its count: one call, where the
+    // dashboard used to need a second.
+    q.add("e".to_owned()).await.unwrap();
+    q.add_rate_limited("e".to_owned()).await.unwrap();
+    assert_eq!(q.num_requeues("e".to_owned()).await.unwrap(), 1);
+    let removed = q.remove("\"e\"").await.unwrap();
+    assert!(removed.queued && removed.counts, "{removed:?}");
+    assert_eq!(q.num_requeues("e".to_owned()).await.unwrap(), 0, "cleared");
+    assert!(q.item_detail("\"e\"").await.unwrap().is_none());
 
     // A dead item's detail lists its letters.
     bury(&admin, &q, "gone", 1).await;
     let detail = q.item_detail("\"gone0\"").await.unwrap().unwrap();
-    assert!(detail.states.is_empty());
+    assert_eq!(detail.states, [ItemState::Dead]);
     assert_eq!(detail.dead_letters.len(), 1);
 
     // Run now is refused while the queue is shut down, as an add is.
@@ -414,10 +444,14 @@ async fn an_item_has_a_detail_and_single_item_actions_are_idempotent() {
         .await
         .unwrap();
     q.shut_down_fleet().await.unwrap();
-    assert!(matches!(
-        q.retry_now("\"later\"").await,
-        Err(Error::ShutDown)
-    ));
+    assert_eq!(q.retry_now("\"later\"").await.unwrap(), Retried::ShutDown);
+    assert!(
+        q.item_detail("\"later\"")
+            .await
+            .unwrap()
+            .is_some_and(|d| d.due_in.is_some()),
+        "still delayed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -469,7 +503,8 @@ async fn the_listing_counts_every_part_of_every_queue_and_one_queue_alone() {
     other.add("x".to_owned()).await.unwrap();
     q.pause().await.unwrap();
 
-    let all = workq_postgres::queues(&admin).await.unwrap();
+    let pg = workq_postgres::PgAdmin::from_pool(admin.clone());
+    let all = pg.queues().await.unwrap();
     let listed = all.iter().find(|s| s.name == q.name()).unwrap();
     assert_eq!(
         (
@@ -501,10 +536,7 @@ async fn the_listing_counts_every_part_of_every_queue_and_one_queue_alone() {
     );
 
     // One queue alone: the same figures (the lease ages grow by the time between the two).
-    let one = workq_postgres::queue_summary(&admin, q.name())
-        .await
-        .unwrap()
-        .unwrap();
+    let one = pg.summary(q.name()).await.unwrap().unwrap();
     assert_eq!(
         (
             one.depth,
@@ -518,11 +550,9 @@ async fn the_listing_counts_every_part_of_every_queue_and_one_queue_alone() {
     );
     assert_eq!((one.dead, one.paused), (3, true));
     assert!(one.longest_lease >= listed.longest_lease);
-    assert!(
-        workq_postgres::queue_summary(&admin, "no such queue")
-            .await
-            .unwrap()
-            .is_none()
-    );
-    q.done_and_get_many(held, 0).await.unwrap();
+    assert!(pg.summary("no such queue").await.unwrap().is_none());
+    let _ = q
+        .done_and_get_many(held.into_iter().map(|l| (l, false)).collect(), 0)
+        .await
+        .unwrap();
 }

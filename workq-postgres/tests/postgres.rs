@@ -8,8 +8,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{PgServer, unique};
+use workq::AddKind;
 use workq::{AddOptions, TryGetError};
-use workq_postgres::{AddKind, Error, Lease, PgQueue};
+use workq_postgres::{Error, Lease, PgQueue};
 
 async fn queue(server: &PgServer, lease: Duration) -> PgQueue<String> {
     PgQueue::builder(unique("pg"))
@@ -319,10 +320,13 @@ async fn an_item_whose_leases_keep_expiring_becomes_a_dead_letter() {
             Some(TryGetError::Empty)
         );
     }
-    let letters = queue.dead_letters(10).await.unwrap();
+    let letters = queue
+        .dead_letters(workq::admin::End::Last, 10)
+        .await
+        .unwrap();
     let items: Vec<&str> = letters.iter().map(|l| l.item.as_str()).collect();
     assert_eq!(items, ["\"p3\"", "\"p2\""], "capped at 2, newest first");
-    assert_eq!(letters[0].reason, "stalled");
+    assert_eq!(letters[0].error, "stalled");
     assert_eq!(letters[0].stalls, 2);
     assert_eq!(letters[0].failures, 1);
     assert_eq!(queue.dead_dropped().await.unwrap(), 1);
@@ -333,7 +337,13 @@ async fn an_item_whose_leases_keep_expiring_becomes_a_dead_letter() {
     assert_eq!(p3.item(), "p3");
     p3.done().await.unwrap();
     assert_eq!(queue.purge_dead_letters().await.unwrap(), 1);
-    assert!(queue.dead_letters(10).await.unwrap().is_empty());
+    assert!(
+        queue
+            .dead_letters(workq::admin::End::Last, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -361,13 +371,16 @@ async fn an_item_that_does_not_deserialize_becomes_a_dead_letter() {
         .unwrap();
     assert_eq!(*lease.item(), 7);
     lease.done().await.unwrap();
-    let letters = numbers.dead_letters(10).await.unwrap();
+    let letters = numbers
+        .dead_letters(workq::admin::End::Last, 10)
+        .await
+        .unwrap();
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].item, "\"not a number\"");
     assert!(
-        letters[0].reason.contains("invalid type"),
+        letters[0].error.contains("invalid type"),
         "{}",
-        letters[0].reason
+        letters[0].error
     );
 }
 
@@ -585,7 +598,10 @@ async fn an_upgrade_from_version_2_keeps_every_item() {
     assert_eq!(q.num_requeues("third".to_owned()).await.unwrap(), 1);
     assert_eq!(q.delayed_len().await.unwrap(), 1);
     assert_eq!(q.processing_len().await.unwrap(), 1);
-    assert_eq!(q.dead_letters(10).await.unwrap()[0].item, "\"buried\"");
+    assert_eq!(
+        q.dead_letters(workq::admin::End::Last, 10).await.unwrap()[0].item,
+        "\"buried\""
+    );
     // New adds go behind the carried-over ones.
     q.add("new".to_owned()).await.unwrap();
     let mut order = Vec::new();
@@ -697,7 +713,10 @@ async fn an_upgrade_from_version_3_keeps_every_item() {
     assert_eq!(q.num_requeues("third".to_owned()).await.unwrap(), 1);
     assert_eq!(q.delayed_len().await.unwrap(), 1);
     assert_eq!(q.processing_len().await.unwrap(), 2);
-    assert_eq!(q.dead_letters(10).await.unwrap()[0].item, "\"buried\"");
+    assert_eq!(
+        q.dead_letters(workq::admin::End::Last, 10).await.unwrap()[0].item,
+        "\"buried\""
+    );
     // The old holders' tokens end their leases: `held` (re-added) through the step, queued
     // again; `held-late` through the fenced retry, delayed by its backoff; a wrong token
     // changes nothing.

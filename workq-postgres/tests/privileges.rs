@@ -12,7 +12,8 @@ use serde_json::json;
 use sqlx::Executor;
 use sqlx::postgres::PgPoolOptions;
 use support::{PgServer, unique};
-use workq_postgres::{Error, MAX_NAME_BYTES, PgQueue};
+use workq::admin::{Admin, AdminError, End, ItemState, PageQuery, Retried};
+use workq_postgres::{Error, MAX_NAME_BYTES, PgAdmin, PgQueue};
 
 /// The grants of the README's "Least privileges" list, for the role `worker`.
 const GRANTS: &str = "
@@ -68,7 +69,7 @@ async fn a_worker_role_with_the_listed_grants_runs_the_queue() {
         assert!(q.pause().await.unwrap());
         assert!(q.resume().await.unwrap());
         q.stats(10).await.unwrap();
-        q.dead_letters(10).await.unwrap();
+        q.dead_letters(End::Last, 10).await.unwrap();
         q.requeue_dead_letters().await.unwrap();
         q.purge_dead_letters().await.unwrap();
         q.shut_down_fleet().await.unwrap();
@@ -88,6 +89,202 @@ async fn a_worker_role_with_the_listed_grants_runs_the_queue() {
             .await
             .is_err()
     );
+}
+
+/// The grants of the operator role (docs/postgres.md, "Least privileges"), for the role
+/// `operator`: what `PgAdmin` (the dashboard, `wq queue`) needs, and no more.
+const OPERATOR_GRANTS: &str = "
+    CREATE ROLE operator LOGIN;
+    GRANT USAGE ON SCHEMA public TO operator;
+    GRANT SELECT ON workqueue_queues, workqueue_items, workqueue_failures, workqueue_dead,
+        workqueue_migrations TO operator;
+    GRANT UPDATE (paused, shut_down) ON workqueue_queues TO operator;
+    GRANT INSERT, UPDATE, DELETE ON workqueue_items TO operator;
+    GRANT DELETE ON workqueue_failures, workqueue_dead TO operator;
+    GRANT USAGE ON SEQUENCE workqueue_seq TO operator;
+";
+
+/// Puts items of queue `name` in every state, as the schema's owner: ready `ready`,
+/// delayed `later`, failing and delayed an hour `failed`, failing and in no other state
+/// `lone`, leased `held` (the lease is returned), and two dead letters.
+async fn every_state(server: &PgServer, name: &str) -> workq_postgres::Lease<String> {
+    let q: PgQueue<String> = PgQueue::builder(name)
+        .url(server.url())
+        .backoff(Duration::from_secs(3600), Duration::from_secs(7200))
+        .token_bucket(None)
+        .build()
+        .await
+        .unwrap();
+    let any: PgQueue<serde_json::Value> = PgQueue::builder(name)
+        .url(server.url())
+        .build()
+        .await
+        .unwrap();
+    for letter in [json!({"letter": 1}), json!({"letter": 2})] {
+        any.add(letter).await.unwrap();
+        assert!(q.try_get().await.unwrap().into_lease().is_none());
+    }
+    q.add("held".to_owned()).await.unwrap();
+    let held = q.get().await.unwrap().unwrap();
+    q.add_rate_limited("lone".to_owned()).await.unwrap();
+    assert_eq!(q.retry_now("\"lone\"").await.unwrap(), Retried::Queued);
+    let lone = q.get().await.unwrap().unwrap();
+    assert_eq!(lone.item(), "lone");
+    lone.done().await.unwrap();
+    q.add("ready".to_owned()).await.unwrap();
+    q.add_after("later".to_owned(), Duration::from_secs(3600))
+        .await
+        .unwrap();
+    q.add_rate_limited("failed".to_owned()).await.unwrap();
+    held
+}
+
+/// Everything `PgAdmin` does, as the role of `url`, on the queue `every_state` filled.
+async fn operate(url: &str, name: &str) {
+    let admin = PgAdmin::new(url).unwrap();
+    let listed = Admin::queues(&admin).await.unwrap();
+    assert!(listed.iter().any(|q| q.name == name));
+    let s = Admin::summary(&admin, name).await.unwrap();
+    assert_eq!(
+        (s.depth, s.delayed, s.in_flight, s.failing, s.dead),
+        (1, 2, 1, 2, 2),
+        "{s:?}"
+    );
+    let stats = admin.stats(name, 10).await.unwrap();
+    assert_eq!(stats.leases.len(), 1);
+    for state in ItemState::ALL {
+        admin.page(name, &PageQuery::new(state, 10)).await.unwrap();
+    }
+    let held = admin.item_detail(name, "\"held\"").await.unwrap().unwrap();
+    assert_eq!(held.states, [ItemState::InFlight]);
+
+    assert_eq!(admin.pause(name).await, Ok(true));
+    assert_eq!(admin.resume(name).await, Ok(true));
+    assert_eq!(admin.shut_down_fleet(name).await, Ok(true));
+    assert_eq!(
+        admin.requeue_dead_letters(name).await,
+        Err(AdminError::ShutDown)
+    );
+    assert_eq!(admin.resume_fleet(name).await, Ok(true));
+
+    assert_eq!(
+        admin.retry_now(name, "\"later\"").await,
+        Ok(Retried::Queued)
+    );
+    // Known by its failure count only: added as an add would.
+    assert_eq!(admin.retry_now(name, "\"lone\"").await, Ok(Retried::Queued));
+    assert_eq!(admin.forget(name, "\"failed\"").await, Ok(1));
+    let removed = admin.remove(name, "\"ready\"").await.unwrap();
+    assert!(removed.queued, "{removed:?}");
+
+    let letters = admin.dead_letters(name, End::First, 10).await.unwrap();
+    assert_eq!(letters.len(), 2);
+    assert_eq!(
+        admin.requeue_dead_letter_by_id(name, &letters[0].id).await,
+        Ok(true)
+    );
+    assert_eq!(
+        admin.delete_dead_letter_by_id(name, &letters[1].id).await,
+        Ok(true)
+    );
+    assert_eq!(admin.requeue_dead_letters(name).await, Ok(0));
+    assert_eq!(admin.purge_dead_letters(name).await, Ok(0));
+    let s = Admin::summary(&admin, name).await.unwrap();
+    assert_eq!(
+        (s.depth, s.delayed, s.in_flight, s.failing, s.dead),
+        (3, 1, 1, 1, 0),
+        "later, lone and a letter's item ready; failed delayed; held; lone failing"
+    );
+}
+
+/// An operator-role login runs every call of `PgAdmin`; it cannot create or delete a queue,
+/// count a failure, write a dead letter, change what a queue holds other than by the
+/// operator's calls, or change the schema. The worker role runs every call of `PgAdmin`
+/// too: on PostgreSQL no action is an operator's only (a worker's handle has `pause`,
+/// `requeue_dead_letters` and the rest), so the roles differ by what the operator cannot do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_role_with_the_listed_grants_runs_pg_admin_and_nothing_more() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let owner = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    PgQueue::<String>::migrate(&owner).await.unwrap();
+    owner.execute(GRANTS).await.unwrap();
+    owner.execute(OPERATOR_GRANTS).await.unwrap();
+    let operator_url = server.url().replace("postgres@", "operator@");
+    let worker_url = server.url().replace("postgres@", "worker@");
+    for url in [&operator_url, &worker_url] {
+        let name = unique("operated");
+        let held = every_state(&server, &name).await;
+        operate(url, &name).await;
+        held.done().await.unwrap();
+    }
+
+    let name = unique("guarded");
+    let _held = every_state(&server, &name).await;
+    let denied = |answer: Result<(), Error>, what: &str| match answer {
+        Err(e) => assert!(
+            ["permission denied", "must be owner"]
+                .iter()
+                .any(|refusal| e.to_string().contains(refusal)),
+            "{what}: {e}"
+        ),
+        Ok(()) => panic!("{what}: the operator role may not"),
+    };
+    // A queue the database does not have is not made.
+    let made = PgQueue::<String>::builder(unique("new"))
+        .url(&operator_url)
+        .migrate(false)
+        .build()
+        .await;
+    denied(made.map(drop), "create a queue");
+    let q: PgQueue<String> = PgQueue::builder(name.as_str())
+        .url(&operator_url)
+        .migrate(false)
+        .create(false)
+        .listen(false)
+        .build()
+        .await
+        .unwrap();
+    denied(
+        q.add_rate_limited("ready".to_owned()).await.map(drop),
+        "count a failure",
+    );
+    denied(q.delete().await, "delete a queue");
+    let operator = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&operator_url)
+        .await
+        .unwrap();
+    for (sql, what) in [
+        (
+            "UPDATE workqueue_queues SET dead_dropped = 0",
+            "rewrite a queue's figures",
+        ),
+        (
+            "INSERT INTO workqueue_dead (queue, item, reason, stalls, failures)
+             SELECT id, '1', 'x', 0, 0 FROM workqueue_queues",
+            "write a dead letter",
+        ),
+        (
+            "UPDATE workqueue_failures SET failures = 0",
+            "rewrite a failure count",
+        ),
+        ("DROP TABLE workqueue_items", "change the schema"),
+        ("CREATE TABLE workqueue_extra (x int)", "add to the schema"),
+    ] {
+        denied(
+            operator.execute(sql).await.map(drop).map_err(Error::from),
+            what,
+        );
+    }
+    // What it may do, it does through the admin's calls: a switch, a removal.
+    let admin = PgAdmin::new(&operator_url).unwrap();
+    assert_eq!(admin.pause(&name).await, Ok(true));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

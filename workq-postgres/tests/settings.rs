@@ -99,7 +99,10 @@ async fn retry_deadline_max_retries_without_limit() {
     one_item(&q).await;
     q.add_all(["x", "y"].map(String::from)).await.unwrap();
     let next = q.try_get_many(2).await.unwrap();
-    let out = q.done_and_get_many(next, 2).await.unwrap();
+    let out = q
+        .done_and_get_many(next.into_iter().map(|l| (l, false)).collect(), 2)
+        .await
+        .unwrap();
     assert!(out.done.iter().all(Result::is_ok));
 }
 

@@ -1,4 +1,4 @@
-//! Adds: [`AddKind`] and [`Added`], the add operations, the failure counts that
+//! Adds: the add operations (each answers a [`workq::Added`]), the failure counts that
 //! rate-limited adds keep (`forget`, `num_requeues`), and a failed item's step
 //! ([`Queue::retry_and_done`](workq::Queue::retry_and_done)): the re-add and the `done` in one
 //! script run (`retry_done`), fenced by the lease's token.
@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::{FromRedisValue, ParsingError, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workq::AddOptions;
+use workq::{AddKind, AddOptions, Added};
 
 use crate::error::{Error, Transient};
 use crate::lease::Lease;
@@ -18,49 +18,14 @@ use crate::reply::{self, number, parts};
 use crate::scripts::SCRIPTS;
 use crate::units::{from_now, micros};
 
-/// What an add did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AddKind {
-    /// The queue is shut down: the add was ignored.
-    Ignored,
-    /// The item was queued (it was new, or waiting for a delay and is ready now).
-    Queued,
-    /// The item was already queued (or already due to be queued again when its lease ends):
-    /// nothing changed.
-    Duplicate,
-    /// The item is being processed: it will be queued again when its lease ends.
-    Deferred,
-    /// The item waits for its delay (the earliest of its pending delays).
-    Delayed,
-}
-
-/// The outcome of [`RedisQueue::add`], [`add_after`](RedisQueue::add_after) and
-/// [`add_rate_limited`](RedisQueue::add_rate_limited).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct Added {
-    /// What the add did.
-    pub kind: AddKind,
-    /// The add's place in the queue's total order: taken from the counter that also issues
-    /// lease tokens, so a lease whose token is larger was handed out after this add. Zero when
-    /// the add was ignored.
-    pub seq: u64,
-    /// The delay the item got (for [`add_rate_limited`](RedisQueue::add_rate_limited), the
-    /// rate limiter's answer).
-    pub delay: Duration,
-}
-
-impl Added {
-    /// Reads an add script's reply; `delay` is the caller's, if it chose one.
-    fn parse(value: Value, delay: Option<Duration>) -> Result<Self, Error> {
-        let reply: AddReply = reply::parse("add", value)?;
-        Ok(Added {
-            kind: reply.kind,
-            seq: reply.seq,
-            delay: delay.or(reply.delay).unwrap_or(Duration::ZERO),
-        })
-    }
+/// Reads an add script's reply; `delay` is the caller's, if it chose one.
+fn added(value: Value, delay: Option<Duration>) -> Result<Added, Error> {
+    let reply: AddReply = reply::parse("add", value)?;
+    Ok(Added::new(
+        reply.kind,
+        reply.seq,
+        delay.or(reply.delay).unwrap_or(Duration::ZERO),
+    ))
 }
 
 /// The reply of the add scripts: `{outcome, seq}`, and `{outcome, seq, delay}` from
@@ -100,13 +65,6 @@ fn priority_arg(priority: Option<i32>) -> String {
 
 /// Adds per run of the `add_many` script: about a millisecond of the server's time.
 const ADD_MANY_CHUNK: usize = 200;
-
-/// The reply of an add that this handle ignored because it is shut down.
-const IGNORED: Added = Added {
-    kind: AddKind::Ignored,
-    seq: 0,
-    delay: Duration::ZERO,
-};
 
 /// What the `retry_done` script did with the lease (its reply's first part).
 enum Settled {
@@ -190,8 +148,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         priority: Option<i32>,
     ) -> Result<Added, Error> {
         if self.is_closed() {
-            return Ok(IGNORED);
+            return Ok(Added::IGNORED);
         }
+        self.register_once().await;
         let raw = Self::encode(item.borrow())?;
         let raw = &raw;
         let value: Value = self
@@ -206,7 +165,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .await
             })
             .await?;
-        Added::parse(value, Some(delay))
+        added(value, Some(delay))
     }
 
     /// Adds `item` after the delay the queue's [`RateLimit`](crate::RateLimit) gives it:
@@ -229,8 +188,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         priority: Option<i32>,
     ) -> Result<Added, Error> {
         if self.is_closed() {
-            return Ok(IGNORED);
+            return Ok(Added::IGNORED);
         }
+        self.register_once().await;
         let raw = Self::encode(item.borrow())?;
         let raw = &raw;
         let limit = &self.inner.rate_limit;
@@ -251,7 +211,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .await
             })
             .await?;
-        Added::parse(value, None)
+        added(value, None)
     }
 
     /// Adds every item, as [`add`](Self::add) does one by one, in one round trip (the
@@ -309,8 +269,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             .map(|chunk| (&SCRIPTS.add_many, chunk.to_vec()))
             .collect();
         if self.is_closed() {
-            return Ok(delays.iter().map(|_| IGNORED).collect());
+            return Ok(delays.iter().map(|_| Added::IGNORED).collect());
         }
+        self.register_once().await;
         if calls.is_empty() {
             return Ok(Vec::new());
         }
@@ -351,7 +312,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         replies
             .into_iter()
             .zip(delays)
-            .map(|(value, delay)| Added::parse(value, Some(delay)))
+            .map(|(value, delay)| added(value, Some(delay)))
             .collect()
     }
 
@@ -362,11 +323,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// A connection error.
     pub async fn forget(&self, item: impl Borrow<T>) -> Result<(), Error> {
-        self.forget_raw(&Self::encode(item.borrow())?).await
-    }
-
-    /// [`forget`](Self::forget) of an item's stored text.
-    pub(crate) async fn forget_raw(&self, raw: &str) -> Result<(), Error> {
+        let raw = Self::encode(item.borrow())?;
+        let raw = &raw;
         let _: i64 = self
             .inner
             .call("forget", |mut con| async move {
@@ -378,6 +336,27 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             })
             .await?;
         Ok(())
+    }
+
+    /// [`forget`](Self::forget) of an item's stored text for an operator; answers the count it
+    /// cleared (read and cleared together, in one transaction).
+    pub(crate) async fn forget_counted(&self, raw: &str) -> Result<u64, Error> {
+        let (count, _): (Option<u64>, i64) = self
+            .inner
+            .call("forget", |mut con| async move {
+                redis::pipe()
+                    .atomic()
+                    .cmd("HGET")
+                    .arg(self.inner.keys.fail())
+                    .arg(raw)
+                    .cmd("HDEL")
+                    .arg(self.inner.keys.fail())
+                    .arg(raw)
+                    .query_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(count.unwrap_or(0))
     }
 
     /// How many times `item` was rate limited since it was last forgotten: client-go's

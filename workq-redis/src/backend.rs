@@ -1,7 +1,7 @@
 //! [`RedisQueue`] as a [`workq::Queue`]: the backend [`workq::Workers`] run on.
 //!
 //! Each trait method is the queue's own method of the same name; what differs from the
-//! in-memory queue is what API.md says of backends beyond one process:
+//! in-memory queue is what docs/api-contract.md says of backends beyond one process:
 //!
 //! - a lease dropped without [`done`](QueueLease::done) is released, so the worker loop ends
 //!   every lease explicitly;
@@ -15,9 +15,8 @@ use std::hash::Hash;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workq::{AddOptions, DoneMany, Queue, QueueLease};
+use workq::{AddKind, AddOptions, DoneMany, Queue, QueueLease};
 
-use crate::add::AddKind;
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::queue::RedisQueue;
@@ -129,38 +128,31 @@ where
     }
 
     /// The forget, the done and the next hand-out in one round trip and one script run
-    /// ([`RedisQueue::done_and_get_many`] of one lease, forgetting first when `forget`).
+    /// ([`RedisQueue::done_and_get`]).
     ///
     /// # Errors
     ///
     /// As for [`RedisQueue::done_and_get`]; a lease the call took is released.
-    async fn done_and_next(
+    fn done_and_next(
         &self,
         lease: Lease<T>,
         forget: bool,
-    ) -> Result<Option<Lease<T>>, Error> {
-        let mut step = self.done_and_get_with(vec![lease], 1, vec![forget]).await?;
-        step.done.pop().unwrap_or(Ok(()))?;
-        Ok(step.next.pop())
+    ) -> impl Future<Output = Result<Option<Lease<T>>, Error>> + Send {
+        RedisQueue::done_and_get(self, lease, forget)
     }
 
     /// Every lease's forget and done, and up to `max` hand-outs, in one round trip and one
-    /// script run ([`RedisQueue::done_and_get_many`], forgetting where asked).
+    /// script run ([`RedisQueue::done_and_get_many`]).
     ///
     /// # Errors
     ///
     /// As for [`RedisQueue::done_and_get_many`].
-    async fn done_and_next_many(
+    fn done_and_next_many(
         &self,
         leases: Vec<(Lease<T>, bool)>,
         max: usize,
-    ) -> Result<DoneMany<Lease<T>, Error>, Error> {
-        let (leases, forget) = leases.into_iter().unzip();
-        let step = self.done_and_get_with(leases, max, forget).await?;
-        Ok(DoneMany {
-            done: step.done,
-            next: step.next,
-        })
+    ) -> impl Future<Output = Result<DoneMany<Lease<T>, Error>, Error>> + Send {
+        RedisQueue::done_and_get_many(self, leases, max)
     }
 
     /// 64: a step costs a round trip and a script run whatever its size, and a run blocks
@@ -191,7 +183,7 @@ where
     /// Stops this handle ([`RedisQueue::shut_down`]); the queue on the server goes on for the
     /// other processes, so nothing is dropped.
     fn shut_down(&self) -> Vec<T> {
-        self.close();
+        RedisQueue::shut_down(self);
         Vec::new()
     }
 

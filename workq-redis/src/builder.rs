@@ -67,16 +67,118 @@ pub struct Builder<T> {
     dead_letter_cap: usize,
     retry_deadline: Duration,
     faults: Faults,
-    /// A connection shared with an [`Admin`](crate::Admin): no connection of its own.
-    shared: Option<Shared>,
+    /// A connection shared with a [`RedisAdmin`](crate::RedisAdmin): no connection of its
+    /// own.
+    shared: Option<Arc<Shared>>,
     _item: PhantomData<fn() -> T>,
 }
 
-/// What a queue handle made by an [`Admin`](crate::Admin) takes from it instead of connecting.
+/// How long opening a [`Shared`] connection may take before the server counts as down.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where a [`Shared`] connection connects.
+pub(crate) enum Target {
+    /// A single server (boxed: a client is ten times the size of the other variant).
+    Single(Box<Client>),
+    /// A Redis Cluster, by the URLs of some of its nodes.
+    #[cfg(feature = "cluster")]
+    Cluster(Vec<String>),
+}
+
+/// A connection opened on first use and shared: a [`RedisAdmin`](crate::RedisAdmin)'s, and
+/// the queue handles it makes take it instead of connecting.
 pub(crate) struct Shared {
+    target: Target,
+    opened: tokio::sync::OnceCell<Opened>,
+}
+
+/// A [`Shared`] connection once open.
+pub(crate) struct Opened {
+    /// Commands (multiplexed, reconnecting by itself).
     pub(crate) con: Conn,
+    /// Where more connections come from (the handles' blocking waits).
     pub(crate) source: Source,
+    /// The server's persistence settings, read when it opened (`None` on a cluster).
     pub(crate) persistence: Option<Persistence>,
+}
+
+impl Shared {
+    /// A connection to `target`, not open yet.
+    pub(crate) fn new(target: Target) -> Self {
+        Shared {
+            target,
+            opened: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The connection, if it is open.
+    pub(crate) fn opened(&self) -> Option<&Opened> {
+        self.opened.get()
+    }
+
+    /// The connection, opened now if it is not yet (once, whoever asks at the same time;
+    /// after a failure the next call tries again). Opening checks the server's version, and
+    /// reads its persistence settings (warning once when they cannot keep acknowledged
+    /// work). Gives up after 5 s.
+    pub(crate) async fn open(&self) -> Result<&Opened, Error> {
+        self.opened
+            .get_or_try_init(|| async {
+                match tokio::time::timeout(OPEN_TIMEOUT, self.connect()).await {
+                    Ok(opened) => opened,
+                    Err(_) => Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "timed out connecting to redis",
+                    )))),
+                }
+            })
+            .await
+    }
+
+    async fn connect(&self) -> Result<Opened, Error> {
+        // Answers within 5 s, and a reconnect that gives up quickly while the server is down
+        // (the next call tries again).
+        let timeout = OPEN_TIMEOUT;
+        match &self.target {
+            Target::Single(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(timeout))
+                    .set_connection_timeout(Some(timeout))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_millis(200));
+                let mut con =
+                    Conn::Manager(client.get_connection_manager_with_config(config).await?);
+                check_version(&mut con).await?;
+                let persistence = Persistence::read(&mut con).await;
+                persistence::warn_once(
+                    &client.get_connection_info().addr().to_string(),
+                    &persistence,
+                );
+                Ok(Opened {
+                    con,
+                    source: Source::Single((**client).clone()),
+                    persistence: Some(persistence),
+                })
+            }
+            #[cfg(feature = "cluster")]
+            Target::Cluster(nodes) => {
+                let client = redis::cluster::ClusterClient::builder(nodes.clone())
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .build()?;
+                let blocking = redis::cluster::ClusterClient::builder(nodes.clone())
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout * 2)
+                    .build()?;
+                let mut con = Conn::Cluster(client.get_async_connection().await?);
+                check_version(&mut con).await?;
+                Ok(Opened {
+                    con,
+                    source: Source::Cluster { blocking },
+                    persistence: None,
+                })
+            }
+        }
+    }
 }
 
 impl<T> fmt::Debug for Builder<T> {
@@ -138,8 +240,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         }
     }
 
-    /// Uses `shared`'s connection instead of opening one: `build` then makes no round trip.
-    pub(crate) fn shared(mut self, shared: Shared) -> Self {
+    /// Uses `shared`'s connection instead of opening one: `build` then opens it if it is not
+    /// open yet, and makes no round trip otherwise.
+    pub(crate) fn shared(mut self, shared: Arc<Shared>) -> Self {
         self.shared = Some(shared);
         self
     }
@@ -214,7 +317,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     }
 
     /// The most dead letters kept; beyond it the oldest are dropped and counted
-    /// ([`Stats::dead_dropped`](crate::Stats::dead_dropped)). Default 10,000; 0 means no cap.
+    /// ([`QueueSummary::dead_dropped`](workq::admin::QueueSummary::dead_dropped)). Default
+    /// 10,000; 0 means no cap.
     pub fn dead_letter_cap(mut self, cap: usize) -> Self {
         self.dead_letter_cap = cap;
         self
@@ -305,7 +409,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         Ok((Conn::Manager(con), Source::Single(client), server))
     }
 
-    /// Connects and builds the queue.
+    /// Connects and builds the queue, and registers its name in the index of queue names
+    /// under the prefix (`SADD prefix:queues NAME`), which operators' listings read
+    /// ([`RedisAdmin::queues`](crate::RedisAdmin::queues)); a handle made by a
+    /// [`RedisAdmin`](crate::RedisAdmin) registers nothing. A refused registration (an ACL
+    /// user without `SADD` on the index) is logged, and the queue works on.
     ///
     /// # Errors
     ///
@@ -337,8 +445,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             )));
         }
         let renew_every = renew_every.max(Duration::from_millis(1));
+        let from_admin = self.shared.is_some();
         let (con, source, persistence) = match self.shared.take() {
-            Some(shared) => (shared.con, shared.source, shared.persistence),
+            Some(shared) => {
+                let opened = shared.open().await?;
+                (
+                    opened.con.clone(),
+                    opened.source.clone(),
+                    opened.persistence.clone(),
+                )
+            }
             None => {
                 let (mut con, source, server) = self.connect().await?;
                 check_version(&mut con).await?;
@@ -352,6 +468,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
                 (con, source, persistence)
             }
         };
+        // A handle an admin made registers nothing: an operator's look at a queue that does
+        // not exist must not make it appear.
+        let registering = if from_admin { None } else { Some(con.clone()) };
+        if let Some(mut con) = registering {
+            register(&mut con, &self.prefix, &self.name).await;
+        }
         let client_config = self.client_config();
         let keys = Keys::new(&self.prefix, &self.name);
         let poll = self.poll.max(Duration::from_millis(1));
@@ -381,6 +503,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
                 persistence,
                 client_config,
                 shut: AtomicBool::new(false),
+                registered: AtomicBool::new(!from_admin),
                 leases_out: AtomicUsize::new(0),
                 wake,
             }),
@@ -419,5 +542,25 @@ mod no_switch {
 
     fn probe(builder: Builder<String>) -> NotInherent {
         builder.mutation(Mutation)
+    }
+}
+
+/// Registers queue `name` in the index of queue names under `prefix` (`SADD`, a command of
+/// its own, so it works on a cluster whatever the slots). A failure (an ACL user without
+/// `SADD` on the index, a server gone meanwhile) is logged and does not stop the queue: only
+/// the operators' listing misses it until a handle is built again.
+async fn register(con: &mut Conn, prefix: &str, name: &str) {
+    let added: redis::RedisResult<i64> = redis::cmd("SADD")
+        .arg(Keys::index(prefix))
+        .arg(name)
+        .query_async(con)
+        .await;
+    if let Err(e) = added {
+        tracing::warn!(
+            queue = name,
+            error = %e,
+            "workq-redis: the queue could not register in the index of queue names; \
+             operators' listings miss it until a handle is built again"
+        );
     }
 }

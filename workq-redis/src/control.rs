@@ -90,13 +90,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// delayed items wait (they are kept, and come due after the resume), queued items are
     /// still handed out, and then every `get` returns `None`; blocked getters wake. Use it to
     /// stop a whole fleet (`wq redis shutdown`); a process that only stops itself calls
-    /// [`shut_down`](Self::shut_down).
+    /// [`shut_down`](Self::shut_down). Returns whether the queue was running.
     ///
     /// # Errors
     ///
     /// A connection error.
-    pub async fn shut_down_fleet(&self) -> Result<(), Error> {
-        let _: i64 = self
+    pub async fn shut_down_fleet(&self) -> Result<bool, Error> {
+        let was_running: i64 = self
             .inner
             .call("shut_down_fleet", |mut con| async move {
                 self.inner
@@ -105,7 +105,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .await
             })
             .await?;
-        Ok(())
+        Ok(was_running == 1)
     }
 
     /// Ends a [`shut_down_fleet`](Self::shut_down_fleet): adds count again and delayed items

@@ -1,85 +1,71 @@
-//! [`DeadLetter`]s: items moved aside instead of being handed out again, and the operations
-//! that list, requeue (one, by id, or all), delete (by id) and purge them.
+//! Dead letters (the core's [`DeadLetter`]): items moved aside instead of being handed out
+//! again, how their stored entries read, and the operations that list, requeue (one, by id,
+//! or all), delete (by id) and purge them.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use workq::admin::{DeadLetter, End};
 
 use crate::error::Error;
 use crate::inner::Inner;
 use crate::queue::RedisQueue;
 use crate::scripts::SCRIPTS;
+use crate::units::saturated;
 
-/// An item moved aside instead of being handed out again: it could not be deserialized (or
-/// was not valid UTF-8), or its workers kept dying ([`max_stalls`](crate::Builder::max_stalls)).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DeadLetter {
-    /// The item as stored (its JSON text; invalid UTF-8 shown with replacement characters).
-    pub item: String,
-    /// Why it was moved: the deserialization error, or the expired leases.
-    pub error: String,
-    /// When it was moved, in milliseconds since the Unix epoch (server clock).
-    pub at_ms: u64,
-    /// Its leases that had expired in a row when it was moved.
-    pub stalls: u64,
-    /// Its failure count (`add_rate_limited` since the last `forget`) when it was moved; the
-    /// queue's count was cleared.
-    pub failures: u64,
-    /// The fencing token of its last lease.
-    pub token: u64,
-    /// The stored entry, byte for byte: what `requeue_dead_letter` finds it by.
-    pub(crate) entry: Vec<u8>,
+/// Reads a stored entry (the scripts' JSON) as a [`DeadLetter`] whose [`id`](DeadLetter::id)
+/// is the entry itself ([`id_of`]). An item that was not valid UTF-8 makes an entry that is
+/// not either: it is read leniently.
+pub(crate) fn letter_of(entry: Vec<u8>) -> DeadLetter {
+    let text = String::from_utf8_lossy(&entry);
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    let mut letter = DeadLetter::new(
+        id_of(&entry),
+        value["item"].as_str().unwrap_or(&text).to_owned(),
+    );
+    letter.error = value["error"].as_str().unwrap_or_default().to_owned();
+    letter.at = SystemTime::UNIX_EPOCH + Duration::from_millis(number(&value["at_ms"]));
+    letter.stalls = saturated(number(&value["stalls"]));
+    letter.failures = saturated(number(&value["failures"]));
+    letter.token = Some(number(&value["token"]));
+    letter
 }
 
-impl DeadLetter {
-    /// Reads a stored entry. Entries are JSON written by the scripts, but an item that was not
-    /// valid UTF-8 makes one invalid too: it is read leniently.
-    pub(crate) fn from_entry(entry: Vec<u8>) -> Self {
-        let text = String::from_utf8_lossy(&entry);
-        let value: serde_json::Value =
-            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-        DeadLetter {
-            item: value["item"].as_str().unwrap_or(&text).to_owned(),
-            error: value["error"].as_str().unwrap_or_default().to_owned(),
-            at_ms: number(&value["at_ms"]),
-            stalls: number(&value["stalls"]),
-            failures: number(&value["failures"]),
-            token: number(&value["token"]),
-            entry,
-        }
-    }
-
-    /// The dead letter's identity among the queue's dead letters, for
-    /// [`RedisQueue::requeue_dead_letter_by_id`] and
-    /// [`RedisQueue::delete_dead_letter_by_id`]: the stored entry
-    /// itself (two dead letters of one item differ by their time and token), as its text, or
-    /// `hex:` and its bytes in hexadecimal when it is not valid UTF-8.
-    pub fn id(&self) -> String {
-        match std::str::from_utf8(&self.entry) {
-            Ok(text) => text.to_owned(),
-            Err(_) => {
-                let mut id = String::from("hex:");
-                for b in &self.entry {
-                    id.push_str(&format!("{b:02x}"));
-                }
-                id
+/// A dead letter's id: the stored entry itself (two dead letters of one item differ by
+/// their time and token), as its text, or `hex:` and its bytes in hexadecimal when it is not
+/// valid UTF-8.
+fn id_of(entry: &[u8]) -> String {
+    match std::str::from_utf8(entry) {
+        Ok(text) => text.to_owned(),
+        Err(_) => {
+            let mut id = String::from("hex:");
+            for b in entry {
+                let _ = write!(id, "{b:02x}");
             }
+            id
         }
     }
+}
 
-    /// The stored entry of an [`id`](Self::id); `None` if it is malformed.
-    pub(crate) fn entry_of(id: &str) -> Option<Vec<u8>> {
-        let Some(hex) = id.strip_prefix("hex:") else {
-            return Some(id.as_bytes().to_vec());
-        };
-        if hex.len() % 2 != 0 {
-            return None;
-        }
-        (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-            .collect()
+/// The stored entry of a dead letter's [`id`](DeadLetter::id); `None` if it is malformed.
+pub(crate) fn entry_of(id: &str) -> Option<Vec<u8>> {
+    let Some(hex) = id.strip_prefix("hex:") else {
+        return Some(id.as_bytes().to_vec());
+    };
+    if hex.len() % 2 != 0 {
+        return None;
     }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The stored entry of `id`, or [`Error::Protocol`] for a malformed one.
+fn entry_or_error(id: &str) -> Result<Vec<u8>, Error> {
+    entry_of(id).ok_or_else(|| Error::Protocol(format!("not a dead-letter id: {id:?}")))
 }
 
 /// A number field of a dead letter (numbers or decimal strings).
@@ -93,7 +79,7 @@ fn number(value: &serde_json::Value) -> u64 {
 }
 
 /// How many dead letters one call of `requeue_dead_letters` moves (keeps each script short).
-const DEAD_BATCH: usize = 500;
+const DEAD_BATCH: u64 = 500;
 
 impl Inner {
     /// Moves an item that cannot be deserialized to the dead-letter list.
@@ -119,29 +105,37 @@ impl Inner {
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
-    /// The dead letters, oldest first, at most `limit`: items that could not be deserialized
-    /// (or were not valid UTF-8), and items whose workers kept dying
-    /// ([`max_stalls`](crate::Builder::max_stalls)).
+    /// At most `limit` dead letters from `from`'s end ([`End::First`]: oldest first;
+    /// [`End::Last`]: newest first): items that could not be deserialized (or were not valid
+    /// UTF-8), and items whose workers kept dying ([`max_stalls`](crate::Builder::max_stalls)).
     ///
     /// # Errors
     ///
     /// A connection error.
-    pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, Error> {
+    pub async fn dead_letters(&self, from: End, limit: usize) -> Result<Vec<DeadLetter>, Error> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let entries: Vec<Vec<u8>> = self
+        let n = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (start, stop) = match from {
+            End::First => (0, n - 1),
+            End::Last => (-n, -1),
+        };
+        let mut entries: Vec<Vec<u8>> = self
             .inner
             .call("dead_letters", |mut con| async move {
                 redis::cmd("LRANGE")
                     .arg(self.inner.keys.dead())
-                    .arg(0)
-                    .arg(limit as i64 - 1)
+                    .arg(start)
+                    .arg(stop)
                     .query_async(&mut con)
                     .await
             })
             .await?;
-        Ok(entries.into_iter().map(DeadLetter::from_entry).collect())
+        if from == End::Last {
+            entries.reverse();
+        }
+        Ok(entries.into_iter().map(letter_of).collect())
     }
 
     /// Moves one dead letter back to the queue as a fresh item (no failures, no stalls), as an
@@ -149,21 +143,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// # Errors
     ///
-    /// A connection error.
+    /// [`Error::ShutDown`] while this handle or the queue is shut down (adds are ignored: the
+    /// letter stays); [`Error::Protocol`] for a letter whose id is malformed; a connection
+    /// error.
     pub async fn requeue_dead_letter(&self, letter: &DeadLetter) -> Result<bool, Error> {
-        let entry = letter.entry.as_slice();
-        let n: i64 = self
-            .inner
-            .call("requeue_dead_letter", |mut con| async move {
-                self.inner
-                    .invocation(&SCRIPTS.dead_requeue)
-                    .arg(entry)
-                    .arg(1)
-                    .invoke_async(&mut con)
-                    .await
-            })
-            .await?;
-        Ok(n == 1)
+        self.requeue_dead_letter_by_id(&letter.id).await
     }
 
     /// Requeues the dead letter with this [`id`](DeadLetter::id), as
@@ -172,50 +156,49 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// # Errors
     ///
-    /// A connection error; [`Error::Protocol`] for a malformed id.
+    /// As for [`requeue_dead_letter`](Self::requeue_dead_letter).
     pub async fn requeue_dead_letter_by_id(&self, id: &str) -> Result<bool, Error> {
-        let entry = DeadLetter::entry_of(id)
-            .ok_or_else(|| Error::Protocol(format!("not a dead-letter id: {id:?}")))?;
-        let entry = entry.as_slice();
-        let n: i64 = self
-            .inner
-            .call("requeue_dead_letter", |mut con| async move {
-                self.inner
-                    .invocation(&SCRIPTS.dead_requeue)
-                    .arg(entry)
-                    .arg(1)
-                    .invoke_async(&mut con)
-                    .await
-            })
-            .await?;
-        Ok(n == 1)
+        let entry = entry_or_error(id)?;
+        Ok(self.requeue(&entry, 1).await? == 1)
     }
 
     /// Moves every dead letter back to the queue, oldest first, as
-    /// [`requeue_dead_letter`](Self::requeue_dead_letter) does. Returns how many.
+    /// [`requeue_dead_letter`](Self::requeue_dead_letter) does, 500 per script run. Returns
+    /// how many.
     ///
     /// # Errors
     ///
-    /// A connection error; the dead letters moved until then stay moved.
-    pub async fn requeue_dead_letters(&self) -> Result<usize, Error> {
+    /// [`Error::ShutDown`] while this handle or the queue is shut down (nothing is requeued,
+    /// or, shut down meanwhile, nothing more); a connection error. The dead letters moved
+    /// until then stay moved.
+    pub async fn requeue_dead_letters(&self) -> Result<u64, Error> {
         let mut total = 0;
         loop {
-            let n: usize = self
-                .inner
-                .call("requeue_dead_letters", |mut con| async move {
-                    self.inner
-                        .invocation(&SCRIPTS.dead_requeue)
-                        .arg("")
-                        .arg(DEAD_BATCH)
-                        .invoke_async(&mut con)
-                        .await
-                })
-                .await?;
+            let n = self.requeue(b"", DEAD_BATCH).await?;
             total += n;
             if n < DEAD_BATCH {
                 return Ok(total);
             }
         }
+    }
+
+    /// One run of `dead_requeue`: the letter `entry`, or (empty) the `max` oldest.
+    async fn requeue(&self, entry: &[u8], max: u64) -> Result<u64, Error> {
+        if self.inner.shut.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::ShutDown);
+        }
+        let n: i64 = self
+            .inner
+            .call("requeue_dead_letters", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.dead_requeue)
+                    .arg(entry)
+                    .arg(max)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        u64::try_from(n).map_err(|_| Error::ShutDown)
     }
 
     /// Deletes the dead letter with this [`id`](DeadLetter::id). Returns `false` if no dead
@@ -225,8 +208,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// A connection error; [`Error::Protocol`] for a malformed id.
     pub async fn delete_dead_letter_by_id(&self, id: &str) -> Result<bool, Error> {
-        let entry = DeadLetter::entry_of(id)
-            .ok_or_else(|| Error::Protocol(format!("not a dead-letter id: {id:?}")))?;
+        let entry = entry_or_error(id)?;
         let entry = entry.as_slice();
         let n: i64 = self
             .inner
@@ -248,7 +230,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Errors
     ///
     /// A connection error.
-    pub async fn purge_dead_letters(&self) -> Result<usize, Error> {
+    pub async fn purge_dead_letters(&self) -> Result<u64, Error> {
         self.inner
             .call("purge_dead_letters", |mut con| async move {
                 self.inner
@@ -257,5 +239,40 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .await
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_is_the_stored_entry_and_reads_back() {
+        let entry =
+            br#"{"item":"\"a\"","error":"boom","at_ms":1500,"stalls":2,"failures":3,"token":"9"}"#;
+        let letter = letter_of(entry.to_vec());
+        assert_eq!(letter.id.as_bytes(), entry);
+        assert_eq!(entry_of(&letter.id).as_deref(), Some(&entry[..]));
+        assert_eq!(
+            (
+                letter.item.as_str(),
+                letter.error.as_str(),
+                letter.stalls,
+                letter.failures
+            ),
+            ("\"a\"", "boom", 2, 3)
+        );
+        assert_eq!(
+            letter.at,
+            SystemTime::UNIX_EPOCH + Duration::from_millis(1500)
+        );
+        assert_eq!(letter.token, Some(9));
+
+        let bytes = vec![0xff, b'{', 0x00];
+        let odd = letter_of(bytes.clone());
+        assert_eq!(odd.id, "hex:ff7b00");
+        assert_eq!(entry_of(&odd.id), Some(bytes));
+        assert_eq!(entry_of("hex:zz"), None);
+        assert_eq!(entry_of("hex:abc"), None);
     }
 }

@@ -27,6 +27,10 @@ pub enum Error {
     /// The server is older than [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION), or its
     /// version could not be read: the queue needs features it lacks (script flags).
     UnsupportedServer(String),
+    /// The queue is shut down (this handle, or the queue for every process): an operator
+    /// call that would queue items again (a dead letter's requeue) was refused and changed
+    /// nothing.
+    ShutDown,
 }
 
 impl Error {
@@ -62,6 +66,9 @@ impl fmt::Display for Error {
             Error::Protocol(msg) => write!(f, "unexpected reply: {msg}"),
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::UnsupportedServer(msg) => write!(f, "unsupported server: {msg}"),
+            Error::ShutDown => {
+                f.write_str("the queue is shut down: nothing was queued again (resume it first)")
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
-//! Getters: [`get`](RedisQueue::get) (which waits), [`try_get`](RedisQueue::try_get) and
-//! [`done_and_get`](RedisQueue::done_and_get), all made of one look at the queue (the `get`
-//! script), and their results [`DoneAndGet`] and [`DoneAndGetMany`].
+//! Getters: [`get`](RedisQueue::get) (which waits), [`try_get`](RedisQueue::try_get),
+//! [`done_and_get`](RedisQueue::done_and_get) and
+//! [`done_and_get_many`](RedisQueue::done_and_get_many), all made of one look at the queue
+//! (the `get` script); the batched step answers the core's [`DoneMany`].
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, ParsingError, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use workq::TryGet;
+use workq::{DoneMany, TryGet};
 
 use crate::error::{Error, Transient};
 use crate::inner::Inner;
@@ -18,50 +19,6 @@ use crate::reply::{self, number, parts};
 use crate::scripts::SCRIPTS;
 use crate::units::{from_now, micros};
 use crate::wait::{Owed, Waiting};
-
-/// What [`RedisQueue::done_and_get`] did: the `done` of the lease it was given, and the next
-/// lease, from one round trip.
-#[must_use = "the done's outcome is in `done`, and a lease in `next` is released when dropped"]
-#[non_exhaustive]
-pub struct DoneAndGet<T> {
-    /// The `done`'s outcome, as [`Lease::done`] reports it: `Err(`[`Error::LeaseLost`]`)` if
-    /// the lease was lost (the server changed nothing; the item was reclaimed),
-    /// `Err(`[`Error::OutcomeUnknown`]`)` if a retry after a lost answer found the lease gone.
-    pub done: Result<(), Error>,
-    /// The next lease, or `None` if nothing was ready (call [`get`](RedisQueue::get) to
-    /// wait), or the queue (or this handle) is shut down.
-    pub next: Option<Lease<T>>,
-}
-
-impl<T> fmt::Debug for DoneAndGet<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DoneAndGet")
-            .field("done", &self.done)
-            .field("next", &self.next)
-            .finish()
-    }
-}
-
-/// What [`RedisQueue::done_and_get_many`] did: the `done` of each lease it was given, and the
-/// next leases, from one round trip.
-#[must_use = "the dones' outcomes are in `done`, and leases in `next` are released when dropped"]
-#[non_exhaustive]
-pub struct DoneAndGetMany<T> {
-    /// Each `done`'s outcome, in the order of the leases given, as [`Lease::done`] reports it.
-    pub done: Vec<Result<(), Error>>,
-    /// The leases handed out, in hand-out order: as many as were ready, up to the `max` asked
-    /// for, and none once the queue (or this handle) is shut down.
-    pub next: Vec<Lease<T>>,
-}
-
-impl<T> fmt::Debug for DoneAndGetMany<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DoneAndGetMany")
-            .field("done", &self.done)
-            .field("next", &self.next)
-            .finish()
-    }
-}
 
 /// One attempt of `get`.
 enum Attempt<T> {
@@ -195,33 +152,44 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         })
     }
 
-    /// Marks `lease`'s item done and hands out the next ready item, in one round trip and one
-    /// script run (`done` then `get`, atomic together). [`DoneAndGet::done`] is the `done`'s
-    /// outcome (see [`Lease::done`]); [`DoneAndGet::next`] is the next lease, or `None` if
-    /// nothing was ready (call [`get`](Self::get) to wait) or the queue (or this handle) is
-    /// shut down.
+    /// Marks `lease`'s item done (after forgetting its failures if `forget`: client-go's
+    /// `Forget` after a success) and hands out the next ready item, in one round trip and one
+    /// script run (`done` then `get`, atomic together): the step
+    /// [`Queue::done_and_next`](workq::Queue::done_and_next) of [`workq::Workers`]. `Ok(None)`
+    /// when nothing was ready (call [`get`](Self::get) to wait) or the queue (or this handle)
+    /// is shut down.
     ///
     /// # Errors
     ///
-    /// As for [`done_and_get_many`](Self::done_and_get_many).
-    pub async fn done_and_get(&self, lease: Lease<T>) -> Result<DoneAndGet<T>, Error> {
-        let DoneAndGetMany { mut done, next } = self.done_and_get_many(vec![lease], 1).await?;
-        Ok(DoneAndGet {
-            done: done.pop().unwrap_or(Ok(())),
-            next: next.into_iter().next(),
-        })
+    /// The `done`'s failure, as [`Lease::done`] reports it: [`Error::LeaseLost`] if the lease
+    /// was lost (the server changed nothing; the item was reclaimed), [`Error::OutcomeUnknown`]
+    /// if a retry after a lost answer found the lease gone; a lease the step took for the
+    /// caller meanwhile is released. Otherwise as for
+    /// [`done_and_get_many`](Self::done_and_get_many).
+    pub async fn done_and_get(
+        &self,
+        lease: Lease<T>,
+        forget: bool,
+    ) -> Result<Option<Lease<T>>, Error> {
+        let mut step = self.done_and_get_with(vec![lease], 1, vec![forget]).await?;
+        step.done.pop().unwrap_or(Ok(()))?;
+        Ok(step.next.pop())
     }
 
-    /// Marks every lease's item done and hands out up to `max` ready items, in one round trip
-    /// and one script run: a batched worker loop, which pays one round trip for many items.
-    /// With no leases it is a [`try_get`](Self::try_get) of up to `max` items.
+    /// Marks every lease's item done (after forgetting its failures where its flag is set)
+    /// and hands out up to `max` ready items, in one round trip and one script run: a batched
+    /// worker loop, which pays one round trip for many items (the step
+    /// [`Queue::done_and_next_many`](workq::Queue::done_and_next_many) of
+    /// [`workq::Workers`]). With no leases it is a [`try_get`](Self::try_get) of up to `max`
+    /// items.
     ///
     /// The items handed out are leased from the moment of the call, and their leases are
     /// renewed while held as any lease is; a worker that takes more than it can start soon
-    /// only keeps them from the other workers. [`DoneAndGetMany::done`] has the outcome of
-    /// each lease's `done`, in the order of `leases`; [`DoneAndGetMany::next`] has the new
-    /// leases in hand-out order, fewer than `max` (or none) when fewer were ready or the queue
-    /// (or this handle) is shut down.
+    /// only keeps them from the other workers. [`DoneMany::done`] has the outcome of each
+    /// lease's `done` (as [`Lease::done`] reports it), in the order of `leases`;
+    /// [`DoneMany::next`] has the new leases in hand-out order, fewer than `max` (or none)
+    /// when fewer were ready or the queue (or this handle) is shut down. The forgets ride in
+    /// the step's one script run, each only where its `done` is accepted.
     ///
     /// Transient server states (`BUSY`, `LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`, a
     /// dropped connection, a restart) are waited out as [`Lease::done`] waits them out: while
@@ -241,17 +209,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// taken are reclaimed when they expire.
     pub async fn done_and_get_many(
         &self,
-        leases: Vec<Lease<T>>,
+        leases: Vec<(Lease<T>, bool)>,
         max: usize,
-    ) -> Result<DoneAndGetMany<T>, Error> {
-        let forget = vec![false; leases.len()];
+    ) -> Result<DoneMany<Lease<T>, Error>, Error> {
+        let (leases, forget) = leases.into_iter().unzip();
         self.done_and_get_with(leases, max, forget).await
     }
 
-    /// [`done_and_get_many`](Self::done_and_get_many), forgetting the failures of each item
-    /// whose flag in `forget` (one per lease) is set first (client-go's `Forget` after a
-    /// success). The forgets ride in the step's one script run, each only where its `done`
-    /// is accepted.
+    /// [`done_and_get_many`](Self::done_and_get_many) with the leases and their `forget`
+    /// flags (one per lease) apart.
     ///
     /// Retries as `done_and_get_many` says: an attempt the server refused (a `BUSY`, say)
     /// did not run and is simply made again; after a connection failure the next attempts
@@ -262,7 +228,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         leases: Vec<Lease<T>>,
         max: usize,
         forget: Vec<bool>,
-    ) -> Result<DoneAndGetMany<T>, Error> {
+    ) -> Result<DoneMany<Lease<T>, Error>, Error> {
         debug_assert_eq!(forget.len(), leases.len());
         let inner = &self.inner;
         // Counts as out until the dones are through, for a drain.
@@ -360,7 +326,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 next.push(lease);
             }
         }
-        Ok(DoneAndGetMany { done, next })
+        Ok(DoneMany { done, next })
     }
 
     /// One look at the queue (the `get` script), until `deadline` for transient states.
@@ -445,7 +411,7 @@ fn forget_mask(forget: &[bool]) -> String {
     }
 }
 
-/// Ends a lease count taken by `done_and_get` when dropped.
+/// Ends a lease count taken by `done_and_get_with` when dropped.
 struct LeaseOut<'a>(&'a Inner);
 
 impl Drop for LeaseOut<'_> {

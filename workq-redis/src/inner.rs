@@ -42,6 +42,9 @@ pub(crate) struct Inner {
     pub(crate) persistence: Option<Persistence>,
     /// This handle (and its clones) is shut down: no more gets or adds here.
     pub(crate) shut: AtomicBool,
+    /// The queue's name is in the index of queue names (or registering was tried): done at
+    /// build, or for a handle a `RedisAdmin` made, at its first add.
+    pub(crate) registered: AtomicBool,
     /// Leases handed out by this handle that are not finished yet.
     pub(crate) leases_out: AtomicUsize,
     /// The blocking wait this handle's getters share, and their wake-ups.

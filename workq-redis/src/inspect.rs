@@ -1,23 +1,26 @@
 //! What an operator does to one item: pages of the items in one state ([`RedisQueue::page`]),
-//! everything about one item ([`RedisQueue::inspect`]), and the single-item actions
+//! everything about one item ([`RedisQueue::item_detail`]), and the single-item actions
 //! ([`retry_now`](RedisQueue::retry_now), [`remove`](RedisQueue::remove); the dead-letter
 //! ones by id are in `dead_letter.rs`). Each is one script or one command, so each keeps the
 //! queue's rules: an item under a lease stays with its holder, a queued item is never queued
-//! twice, and a retried item goes through the same add as a worker's.
+//! twice, and a retried item goes through the same add as a worker's. The answers are the
+//! core's operator types ([`workq::admin`]).
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
-use redis::{FromRedisValue, ParsingError, Script, Value};
+use redis::{ParsingError, Script, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use workq::admin::{
+    DeadLetter, End, ItemDetail, ItemState, LeaseInfo, Page, PageEntry, PageQuery, Removed, Retried,
+};
 
-use crate::dead_letter::DeadLetter;
+use crate::dead_letter::letter_of;
 use crate::error::Error;
 use crate::queue::RedisQueue;
-use crate::reply::{self, count, number, parts, parts_ref, span, text};
+use crate::reply::{count, number, parts, parts_ref, span, text};
 use crate::scripts::{Oom, script};
-use crate::stats::InFlight;
+use crate::units::saturated;
 
 static PAGE: LazyLock<Script> =
     LazyLock::new(|| script(&[include_str!("lua/page.lua")], Oom::Allow));
@@ -33,180 +36,94 @@ static REMOVE: LazyLock<Script> =
 /// never one long one.
 pub const SEARCH_BUDGET: usize = 10_000;
 
-/// How many of the newest dead letters [`RedisQueue::inspect`] looks through for the item.
+/// How many of the newest dead letters [`RedisQueue::item_detail`] looks through for the
+/// item.
 const INSPECT_DEAD_SCAN: usize = 1_000;
 
-/// The state of the items a [`Page`] lists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ItemState {
-    /// Ready to hand out, in hand-out order (highest priority first, FIFO within one).
-    Ready,
-    /// Waiting for a delay, soonest due first.
-    Delayed,
-    /// Under a lease, nearest deadline first.
-    InFlight,
-    /// With a failure count (in the order of the server's hash; `from` does not apply).
-    Failing,
-    /// Dead letters, oldest first.
-    Dead,
-}
-
-impl ItemState {
-    fn arg(self) -> &'static str {
-        match self {
-            ItemState::Ready => "ready",
-            ItemState::Delayed => "delayed",
-            ItemState::InFlight => "in_flight",
-            ItemState::Failing => "failing",
-            ItemState::Dead => "dead",
-        }
+/// Checks that `cursor` is one a page of `state` gives: an offset, or for
+/// [`ItemState::Failing`] a scan position (digits, perhaps followed by `:` and an item).
+pub(crate) fn check_cursor(state: ItemState, cursor: &str) -> Result<(), Error> {
+    let position = match state {
+        ItemState::Failing => cursor.split_once(':').map_or(cursor, |(at, _)| at),
+        _ => cursor,
+    };
+    if cursor.is_empty() || position.parse::<u64>().is_ok() {
+        Ok(())
+    } else {
+        Err(Error::Protocol(format!("not a page cursor: {cursor:?}")))
     }
 }
 
-/// Which end of a state's order a page starts from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum End {
-    /// The first in the state's order: the next out, the soonest due, the oldest dead letter.
-    #[default]
-    First,
-    /// The last: the last queued, the latest due, the newest dead letter.
-    Last,
+/// A stored dead-letter entry in a reply.
+fn entry(value: &Value) -> Result<DeadLetter, ParsingError> {
+    Ok(letter_of(match value {
+        Value::BulkString(b) => b.clone(),
+        other => text(other)?.into_bytes(),
+    }))
 }
 
-/// One item in a [`Page`], with what its state says about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PageEntry {
-    /// The item as stored (its JSON text).
-    pub item: String,
-    /// Ready: the priority it is queued at.
-    pub priority: Option<i32>,
-    /// Delayed: how long until it is due (zero if it is due and not promoted yet).
-    pub due_in: Option<Duration>,
-    /// In flight: its lease.
-    pub lease: Option<InFlight>,
-    /// Failing: its failure count.
-    pub failures: Option<u64>,
-    /// Dead: the dead letter.
-    pub dead: Option<DeadLetter>,
+/// A priority in a reply.
+fn priority(value: &Value) -> Result<i32, ParsingError> {
+    let n = number(value)?;
+    i32::try_from(n).map_err(|_| ParsingError::from(format!("priority {n} out of range")))
 }
 
-/// One page of the items in one state ([`RedisQueue::page`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Page {
-    /// How many items are in the state (whatever the search).
-    pub total: usize,
-    /// The entries, in the state's order from the requested end.
-    pub entries: Vec<PageEntry>,
-    /// Where the next page starts (further from the end), if anything is left to look at.
-    /// With a search, a page may hold fewer entries than asked (the call looked at
-    /// [`SEARCH_BUDGET`] entries) and still have a next one.
-    pub next: Option<String>,
-}
-
-impl FromRedisValue for Page {
-    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
-        let p = parts(value)?;
-        if p.len() < 4 {
-            return Err(format!("short page reply: {} fields", p.len()).into());
-        }
-        let now = number(&p[0])?;
-        let total = count(&p[1])? as usize;
-        let next = text(&p[2])?;
-        let entries = parts_ref(&p[3])?
-            .iter()
-            .map(|entry| {
-                let f = parts_ref(entry)?;
-                let mut e = PageEntry {
-                    item: String::new(),
-                    priority: None,
-                    due_in: None,
-                    lease: None,
-                    failures: None,
-                    dead: None,
-                };
-                match f {
-                    [raw] => {
-                        let letter = DeadLetter::from_entry(match raw {
-                            Value::BulkString(b) => b.clone(),
-                            other => text(other)?.into_bytes(),
-                        });
-                        e.item = letter.item.clone();
-                        e.dead = Some(letter);
-                    }
-                    [item, a] => {
-                        e.item = text(item)?;
-                        // Ready entries carry a priority, delayed ones a due time, failing ones a
-                        // count: the caller knows which it asked for; all three are numbers.
-                        let n = number(a)?;
-                        e.priority = i32::try_from(n).ok();
-                        e.due_in = Some(span(now, n));
-                        e.failures = Some(n.max(0) as u64);
-                    }
-                    [item, deadline, since, token] => {
-                        e.item = text(item)?;
-                        e.lease = Some(InFlight {
-                            item: e.item.clone(),
-                            age: span(number(since)?, now),
-                            expires_in: span(now, number(deadline)?),
-                            token: count(token)?,
-                        });
-                    }
-                    _ => return Err(ParsingError::from("a malformed page entry".to_owned())),
+/// Reads the reply of the `page` script for a page of `state` (see `page.lua`).
+fn parse_page(state: ItemState, value: Value) -> Result<Page, ParsingError> {
+    let p = parts(value)?;
+    if p.len() < 4 {
+        return Err(format!("short page reply: {} fields", p.len()).into());
+    }
+    let now = number(&p[0])?;
+    let total = count(&p[1])?;
+    let next = text(&p[2])?;
+    let items = parts_ref(&p[3])?
+        .iter()
+        .map(|e| {
+            let fields = parts_ref(e)?;
+            if let (ItemState::Dead, [raw]) = (state, fields) {
+                let letter = entry(raw)?;
+                let mut entry = PageEntry::new(letter.item.clone(), state);
+                entry.dead = Some(letter);
+                return Ok(entry);
+            }
+            let Some(item) = fields.first() else {
+                return Err(ParsingError::from("an empty page entry".to_owned()));
+            };
+            let mut entry = PageEntry::new(text(item)?, state);
+            match (state, &fields[1..]) {
+                (ItemState::Ready, [p]) => entry.priority = Some(priority(p)?),
+                (ItemState::Delayed, [due, p]) => {
+                    entry.due_in = Some(span(now, number(due)?));
+                    entry.priority = Some(priority(p)?);
                 }
-                Ok(e)
-            })
-            .collect::<Result<Vec<_>, ParsingError>>()?;
-        Ok(Page {
-            total,
-            entries,
-            next: (!next.is_empty()).then_some(next),
+                (ItemState::InFlight, [deadline, since, token]) => {
+                    entry.lease = Some(LeaseInfo::new(
+                        span(number(since)?, now),
+                        span(now, number(deadline)?),
+                        count(token)?,
+                    ));
+                }
+                (ItemState::Failing, [n]) => entry.failures = Some(saturated(count(n)?)),
+                _ => return Err(ParsingError::from("a malformed page entry".to_owned())),
+            }
+            Ok(entry)
         })
-    }
+        .collect::<Result<Vec<_>, ParsingError>>()?;
+    let mut page = Page::new(items, total);
+    page.next = (!next.is_empty()).then_some(next);
+    Ok(page)
 }
 
-/// Everything the queue knows about one item ([`RedisQueue::inspect`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ItemInfo {
-    /// The item as asked for (its JSON text).
-    pub item: String,
-    /// Queued: ready to hand out.
-    pub queued: bool,
-    /// Its place in the hand-out order when queued (0: next out), if found within the first
-    /// 100,000 of its priority.
-    pub position: Option<usize>,
-    /// The priority it is queued (or delayed, or to be re-added) at.
-    pub priority: i32,
-    /// When it waits for a delay: how long until it is due.
-    pub due_in: Option<Duration>,
-    /// Its lease, when it is being processed.
-    pub lease: Option<InFlight>,
-    /// The priority its current lease was handed out with.
-    pub lease_priority: Option<i32>,
-    /// Re-added while processing: queued again when its lease ends.
-    pub readded: bool,
-    /// Its failure count (`add_rate_limited` since the last `forget`).
-    pub failures: u64,
-    /// Its leases that expired in a row.
-    pub stalls: u64,
-    /// Its dead letters among the newest 1,000, oldest first.
-    pub dead_letters: Vec<DeadLetter>,
-}
-
-impl ItemInfo {
-    /// Whether the queue knows nothing of the item.
-    pub fn is_unknown(&self) -> bool {
-        !self.queued
-            && !self.readded
-            && self.due_in.is_none()
-            && self.lease.is_none()
-            && self.failures == 0
-            && self.stalls == 0
-            && self.dead_letters.is_empty()
+/// The cursor of the page before the one `query` asks for, where cursors are offsets (every
+/// state but [`ItemState::Failing`], without a search): its offset less a page.
+fn previous(query: &PageQuery) -> Option<String> {
+    if query.search.is_some() || query.state == ItemState::Failing {
+        return None;
     }
+    let at = query.cursor.as_deref()?.parse::<u64>().ok()?;
+    let limit = u64::try_from(query.effective_limit()).unwrap_or(u64::MAX);
+    (at > 0).then(|| at.saturating_sub(limit).to_string())
 }
 
 /// An optional number in a reply: `''` means none.
@@ -218,171 +135,130 @@ fn maybe(value: &Value) -> Result<Option<i64>, ParsingError> {
     }
 }
 
-fn parse_info(item: &str, value: Value) -> Result<ItemInfo, ParsingError> {
+/// Reads the reply of the `inspect` script (see `inspect.lua`); `None` if the queue knows
+/// nothing of `item`.
+fn parse_detail(item: &str, value: Value) -> Result<Option<ItemDetail>, ParsingError> {
     let p = parts(value)?;
     if p.len() < 13 {
         return Err(format!("short inspect reply: {} fields", p.len()).into());
     }
     let now = number(&p[0])?;
-    let deadline = maybe(&p[2])?;
-    let lease = match deadline {
-        Some(deadline) => Some(InFlight {
-            item: item.to_owned(),
-            age: span(maybe(&p[3])?.unwrap_or(now), now),
-            expires_in: span(now, deadline),
-            token: maybe(&p[4])?.unwrap_or(0).max(0) as u64,
-        }),
+    let lease = match maybe(&p[2])? {
+        Some(deadline) => Some(LeaseInfo::new(
+            span(maybe(&p[3])?.unwrap_or(now), now),
+            span(now, deadline),
+            u64::try_from(maybe(&p[4])?.unwrap_or(0)).unwrap_or(0),
+        )),
         None => None,
     };
     let dirty = number(&p[1])? == 1;
+    let due_in = maybe(&p[5])?.map(|due| span(now, due));
     let given = maybe(&p[6])?;
     let lane = maybe(&p[10])?;
-    let position = number(&p[11])?;
-    let dead_letters = parts_ref(&p[12])?
+    let queued = dirty && lease.is_none();
+    let readded = dirty && lease.is_some();
+    let mut detail = ItemDetail::new(item);
+    detail.dead_letters = parts_ref(&p[12])?
         .iter()
-        .map(|e| {
-            Ok(DeadLetter::from_entry(match e {
-                Value::BulkString(b) => b.clone(),
-                other => text(other)?.into_bytes(),
-            }))
-        })
+        .map(entry)
         .collect::<Result<Vec<_>, ParsingError>>()?;
-    Ok(ItemInfo {
-        item: item.to_owned(),
-        queued: dirty && lease.is_none(),
-        position: (position >= 0).then_some(position as usize),
-        priority: lane.or(given).unwrap_or(0) as i32,
-        due_in: maybe(&p[5])?.map(|due| span(now, due)),
-        lease_priority: maybe(&p[7])?.map(|p| p as i32),
-        readded: dirty && lease.is_some(),
-        lease,
-        failures: count(&p[8])?,
-        stalls: count(&p[9])?,
-        dead_letters,
-    })
-}
-
-/// What [`RedisQueue::retry_now`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Retried {
-    /// The item is queued now (its delay, if any, is gone).
-    Queued,
-    /// The item is being processed: it is queued again when its lease ends.
-    Deferred,
-    /// It was queued already: nothing changed.
-    AlreadyQueued,
-    /// It is being processed with no add pending: nothing to bring forward.
-    InFlight,
-    /// The queue is shut down for every process: nothing changed.
-    ShutDown,
-    /// The queue does not know the item (not delayed, not failing): nothing changed.
-    Unknown,
-}
-
-/// What [`RedisQueue::remove`] took out of the queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub struct Removed {
-    /// It was queued, and left its ready list.
-    pub queued: bool,
-    /// It waited for a delay, which is gone.
-    pub delayed: bool,
-    /// It was being processed and re-added meanwhile: the re-add is dropped (the lease stays
-    /// with its holder).
-    pub readd: bool,
-    /// Its failure and stall counts were cleared.
-    pub counts: bool,
-}
-
-impl Removed {
-    /// Whether anything was removed.
-    pub fn any(&self) -> bool {
-        self.queued || self.delayed || self.readd || self.counts
+    detail.failures = saturated(count(&p[8])?);
+    detail.stalls = saturated(count(&p[9])?);
+    let states = [
+        (ItemState::Ready, queued),
+        (ItemState::Delayed, due_in.is_some()),
+        (ItemState::InFlight, lease.is_some()),
+        (ItemState::Failing, detail.failures > 0),
+        (ItemState::Dead, !detail.dead_letters.is_empty()),
+    ];
+    detail.states = states
+        .into_iter()
+        .filter_map(|(state, is)| is.then_some(state))
+        .collect();
+    if detail.states.is_empty() && detail.stalls == 0 && !readded {
+        return Ok(None);
     }
+    // Queued: the priority of its ready list; delayed or re-added while leased: the one its
+    // adds gave (none given: 0); otherwise no add is pending.
+    let pending = if queued {
+        lane.or(given)
+    } else if due_in.is_some() || readded {
+        Some(given.unwrap_or(0))
+    } else {
+        None
+    };
+    detail.priority = pending
+        .map(i32::try_from)
+        .transpose()
+        .map_err(|_| ParsingError::from(format!("priority {pending:?} out of range")))?;
+    let position = number(&p[11])?;
+    detail.position = u64::try_from(position).ok();
+    detail.due_in = due_in;
+    detail.lease_priority = maybe(&p[7])?.and_then(|p| i32::try_from(p).ok());
+    detail.readded = readded;
+    detail.lease = lease;
+    Ok(Some(detail))
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
-    /// A page of the items in `state`, starting `cursor` (a page's [`Page::next`], or `None`
-    /// for the first page) from `from`'s end, at most `limit` entries, and only those whose
-    /// item text (or dead letter) contains `search`, compared in lower case. Reads only: each
-    /// call is one script that looks at no more than `limit` entries without a search and
-    /// [`SEARCH_BUDGET`] with one, so even a million dead letters are paged without blocking
-    /// the server, from either end.
+    /// A page of the items in `query.state`, from `query.from`'s end, starting at
+    /// `query.cursor` (a page's [`Page::next`] or [`Page::prev`], or `None` for the end
+    /// itself), at most [`query.effective_limit()`](PageQuery::effective_limit) entries,
+    /// and only those whose item text (dead letters: or error) contains `query.search`, in
+    /// any case. Reads only: each call is one script that looks at no more than the limit
+    /// without a search and [`SEARCH_BUDGET`] entries with one, so even a million dead letters
+    /// are paged without blocking the server, from either end.
+    ///
+    /// Cursors are offsets from the end, so a page without a search has a [`Page::prev`];
+    /// [`ItemState::Failing`] is listed in the server's hash order (`from` does not apply)
+    /// with scan cursors, which only go forward.
     ///
     /// # Errors
     ///
-    /// A connection error, or [`Error::Protocol`] for a cursor this queue did not give.
-    pub async fn page(
-        &self,
-        state: ItemState,
-        from: End,
-        cursor: Option<&str>,
-        limit: usize,
-        search: Option<&str>,
-    ) -> Result<Page, Error> {
-        let cursor = cursor.unwrap_or("");
-        if state != ItemState::Failing && !cursor.is_empty() && cursor.parse::<u64>().is_err() {
-            return Err(Error::Protocol(format!("not a page cursor: {cursor:?}")));
-        }
-        let needle = search.unwrap_or("").to_lowercase();
-        let from = match from {
+    /// A connection error, or [`Error::Protocol`] for a cursor no page of that state gave.
+    pub async fn page(&self, query: &PageQuery) -> Result<Page, Error> {
+        let state = query.state;
+        let cursor = query.cursor.as_deref().unwrap_or("");
+        check_cursor(state, cursor)?;
+        let needle = query.search.as_deref().unwrap_or("").to_lowercase();
+        let needle = needle.as_str();
+        let from = match query.from {
             End::First => "first",
             End::Last => "last",
         };
-        let limit = limit.clamp(1, 1000);
+        let limit = query.effective_limit();
         let value: Value = self
             .inner
-            .call("page", |mut con| {
-                let needle = needle.clone();
-                async move {
-                    self.inner
-                        .invocation(&PAGE)
-                        .arg(state.arg())
-                        .arg(from)
-                        .arg(cursor)
-                        .arg(limit)
-                        .arg(needle)
-                        .arg(SEARCH_BUDGET)
-                        .invoke_async(&mut con)
-                        .await
-                }
+            .call("page", |mut con| async move {
+                self.inner
+                    .invocation(&PAGE)
+                    .arg(state.name())
+                    .arg(from)
+                    .arg(cursor)
+                    .arg(limit)
+                    .arg(needle)
+                    .arg(SEARCH_BUDGET)
+                    .invoke_async(&mut con)
+                    .await
             })
             .await?;
-        let mut page: Page = reply::parse("page", value)?;
-        for entry in &mut page.entries {
-            // Keep only what the state says (the reply's pairs are read all three ways).
-            if state != ItemState::Ready {
-                entry.priority = None;
-            }
-            if state != ItemState::Delayed {
-                entry.due_in = None;
-            }
-            if state != ItemState::Failing {
-                entry.failures = None;
-            }
-        }
+        let mut page =
+            parse_page(state, value).map_err(|e| Error::Protocol(format!("page: {e}")))?;
+        page.prev = previous(query);
         Ok(page)
     }
 
-    /// Everything the queue knows about `item`: queued (and where), delayed (and until when),
-    /// under a lease (its token, age and deadline), re-added meanwhile, its failure and stall
-    /// counts and its recent dead letters. Reads only.
-    ///
-    /// # Errors
-    ///
-    /// A serialization or connection error.
-    pub async fn inspect(&self, item: &T) -> Result<ItemInfo, Error> {
-        let raw = serde_json::to_string(item).map_err(Error::Serialize)?;
-        self.inspect_raw(&raw).await
-    }
-
-    /// [`inspect`](Self::inspect) of an item given as its stored JSON text.
+    /// Everything the queue knows about an item, given as its stored JSON text: every state
+    /// it is in, where it is queued (its place in the hand-out order, if within the first
+    /// 100,000 of its priority) and at which priority, when it is due, its lease (token, age,
+    /// deadline) and the priority it was handed out with, whether it was re-added meanwhile,
+    /// its failure and stall counts and its dead letters among the newest 1,000. `None` if
+    /// the queue knows nothing of it. Reads only.
     ///
     /// # Errors
     ///
     /// A connection error.
-    pub async fn inspect_raw(&self, raw: &str) -> Result<ItemInfo, Error> {
+    pub async fn item_detail(&self, raw: &str) -> Result<Option<ItemDetail>, Error> {
         let value: Value = self
             .inner
             .call("inspect", |mut con| async move {
@@ -394,14 +270,44 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .await
             })
             .await?;
-        parse_info(raw, value).map_err(|e| Error::Protocol(format!("inspect: {e}")))
+        parse_detail(raw, value).map_err(|e| Error::Protocol(format!("inspect: {e}")))
+    }
+
+    /// [`item_detail`](Self::item_detail) of `item`; an item the queue does not know has a
+    /// detail with no state.
+    ///
+    /// # Errors
+    ///
+    /// A serialization or connection error.
+    #[deprecated(since = "0.2.0", note = "use `item_detail` with the item's JSON text")]
+    pub async fn inspect(&self, item: &T) -> Result<ItemDetail, Error> {
+        let raw = serde_json::to_string(item).map_err(Error::Serialize)?;
+        Ok(self
+            .item_detail(&raw)
+            .await?
+            .unwrap_or_else(|| ItemDetail::new(raw)))
+    }
+
+    /// [`item_detail`](Self::item_detail); an item the queue does not know has a detail with
+    /// no state.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    #[deprecated(since = "0.2.0", note = "use `item_detail`")]
+    pub async fn inspect_raw(&self, raw: &str) -> Result<ItemDetail, Error> {
+        Ok(self
+            .item_detail(raw)
+            .await?
+            .unwrap_or_else(|| ItemDetail::new(raw)))
     }
 
     /// An operator's "run it now" for an item that waits for a delay or has a failure count:
     /// it is added as [`add`](Self::add) would add it (a delayed item is queued at once, one
     /// under a lease is queued again when the lease ends). Its failure count stays (use
     /// [`forget`](Self::forget)). Idempotent: a second call finds it queued. The item is
-    /// given as its stored JSON text.
+    /// given as its stored JSON text. Nothing changes while the queue is shut down for every
+    /// process ([`Retried::ShutDown`]).
     ///
     /// # Errors
     ///
@@ -429,15 +335,17 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     }
 
     /// Takes an item (its stored JSON text) out of the queue: out of its ready list or its
-    /// delay; if it is being processed its lease stays with the holder, and only a re-add
-    /// pending for when the lease ends is dropped. An item no longer leased also loses its
-    /// failure and stall counts. Its dead letters are not touched. Idempotent.
+    /// delay; if it is being processed its lease stays with the holder
+    /// ([`Removed::leased`]), and only a re-add pending for when the lease ends is dropped.
+    /// An item not under a lease also loses its failure and stall counts. Its dead letters
+    /// are not touched. Idempotent: a second call finds nothing ([`Removed::any`] is
+    /// `false`).
     ///
     /// # Errors
     ///
     /// A connection error.
     pub async fn remove(&self, raw: &str) -> Result<Removed, Error> {
-        let (queued, delayed, readd, counts): (i64, i64, i64, i64) = self
+        let (queued, delayed, readd, counts, leased): (i64, i64, i64, i64, i64) = self
             .inner
             .call("remove", |mut con| async move {
                 self.inner
@@ -447,11 +355,84 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .await
             })
             .await?;
-        Ok(Removed {
-            queued: queued > 0,
-            delayed: delayed > 0,
-            readd: readd > 0,
-            counts: counts > 0,
-        })
+        let mut removed = Removed::default();
+        removed.queued = queued > 0;
+        removed.delayed = delayed > 0;
+        removed.readd = readd > 0;
+        removed.counts = counts > 0;
+        removed.leased = leased > 0;
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_are_checked_before_the_server_sees_them() {
+        assert!(check_cursor(ItemState::Ready, "").is_ok());
+        assert!(check_cursor(ItemState::Dead, "120").is_ok());
+        assert!(check_cursor(ItemState::Dead, "nonsense").is_err());
+        assert!(check_cursor(ItemState::Ready, "12:\"a\"").is_err());
+        assert!(check_cursor(ItemState::Failing, "12:\"a:b\"").is_ok());
+        assert!(check_cursor(ItemState::Failing, "x:\"a\"").is_err());
+    }
+
+    #[test]
+    fn offsets_go_back_a_page_and_scans_do_not() {
+        let query = |state, cursor: &str| {
+            PageQuery::new(state, 10).cursor((!cursor.is_empty()).then(|| cursor.to_owned()))
+        };
+        assert_eq!(previous(&query(ItemState::Ready, "25")), Some("15".into()));
+        assert_eq!(previous(&query(ItemState::Dead, "4")), Some("0".into()));
+        assert_eq!(previous(&query(ItemState::Dead, "0")), None);
+        assert_eq!(previous(&query(ItemState::Dead, "")), None);
+        assert_eq!(previous(&query(ItemState::Failing, "25")), None);
+        let search = query(ItemState::Ready, "25").search(Some("x".into()));
+        assert_eq!(previous(&search), None);
+    }
+
+    #[test]
+    fn a_page_reply_is_read_by_the_state_asked_for() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = |entries: Vec<Value>| {
+            Value::Array(vec![
+                Value::Int(1_000_000),
+                Value::Int(2),
+                bulk(""),
+                Value::Array(entries),
+            ])
+        };
+        let delayed = parse_page(
+            ItemState::Delayed,
+            reply(vec![Value::Array(vec![
+                bulk("\"a\""),
+                bulk("3000000"),
+                bulk("4"),
+            ])]),
+        )
+        .unwrap();
+        let entry = &delayed.items[0];
+        assert_eq!(entry.state, ItemState::Delayed);
+        assert_eq!(
+            (entry.due_in, entry.priority, entry.failures),
+            (Some(std::time::Duration::from_secs(2)), Some(4), None)
+        );
+        assert_eq!((delayed.total, delayed.next.as_deref()), (2, None));
+        let failing = parse_page(
+            ItemState::Failing,
+            reply(vec![Value::Array(vec![bulk("\"b\""), bulk("7")])]),
+        )
+        .unwrap();
+        assert_eq!(failing.items[0].failures, Some(7));
+        assert!(
+            parse_page(
+                ItemState::InFlight,
+                reply(vec![Value::Array(vec![bulk("\"b\""), bulk("7")])]),
+            )
+            .is_err(),
+            "an entry of another state's shape"
+        );
     }
 }

@@ -1,35 +1,64 @@
-//! [`Admin`]: an operator's view of every queue under a key prefix, over one connection.
+//! [`RedisAdmin`]: an operator's view of every queue under a key prefix, over one connection.
 //!
 //! A dashboard or a command that looks at many queues must not open a connection per queue:
-//! with a thousand queues that is a thousand connections, close to a server's limit. An
-//! `Admin` holds one multiplexed connection that reconnects by itself (a connection manager on
-//! a single server, the cluster client on a cluster), lists the queues with `SCAN` on every
-//! primary, reads every queue's figures in one pipeline per primary, and makes queue handles
-//! ([`Admin::queue`]) that share its connection, so each of [`RedisQueue`]'s operations works
-//! on any queue without connecting again.
+//! with a thousand queues that is a thousand connections, close to a server's limit. A
+//! `RedisAdmin` holds one multiplexed connection that reconnects by itself (a connection
+//! manager on a single server, the cluster client on a cluster), opened on first use, lists
+//! the queues from the index of queue names they keep themselves (`prefix:queues`, a set each
+//! queue registers in when a handle is built), reads every queue's figures in pipelines of
+//! 200, and makes queue handles ([`RedisAdmin::queue`]) that share its connection, so each of
+//! [`RedisQueue`]'s operations works on any queue without connecting again. The contract every
+//! backend implements (`workq::admin::Admin`) is in `admin.rs`.
+//!
+//! # The index of queue names
+//!
+//! A listing must not cost more on a server that holds millions of other keys: a `SCAN` of the
+//! keyspace looks at every key, whoever owns it. So queues register their names in a set,
+//! `prefix:queues` (`SADD` when a handle is built, or for a handle a `RedisAdmin` made, at its
+//! first add; `RedisQueue::delete` takes the name out),
+//! and a listing reads that set (`SMEMBERS`) and then each named queue's figures: its work
+//! grows with the number of queues, never with the size of the keyspace. A name whose queue
+//! holds no key (built and never used, or emptied by its last `done`) is read and left out.
+//!
+//! On a Redis Cluster the index is one key, in the slot of `prefix:queues`, on one primary;
+//! registering is a command of its own (never part of a queue's scripts, which may only touch
+//! the keys of their queue's slot), and the listing reads the index from that primary and each
+//! queue's figures from the primary of its own slot.
+//!
+//! Queues made by a version that kept no index are found once: the first listing under a
+//! prefix whose `prefix:queues:scanned` key is missing scans every primary for queue keys (the
+//! old way, `SCAN MATCH prefix:{*}:*`), adds the names it finds to the index and sets that
+//! key. [`RedisAdmin::reindex`] does it again on demand (for processes of an old version that
+//! kept making queues after the first listing).
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::LazyLock;
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManagerConfig;
-use redis::{Client, FromRedisValue, ParsingError, Script, Value};
+use redis::{Client, FromRedisValue, Script, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use workq::admin::{QueueSummary, redact_url, redact_urls_in};
 
-use crate::builder::{Builder, Shared};
-use crate::connection::{Conn, Source, check_version, validate};
+use crate::builder::{Builder, Opened, Shared, Target};
+#[cfg(feature = "cluster")]
+use crate::connection::Conn;
+use crate::connection::validate;
 use crate::error::Error;
-use crate::persistence::{self, Persistence};
+use crate::persistence::Persistence;
 use crate::queue::RedisQueue;
-use crate::reply::{self, count, number, parts, span};
-use crate::scripts::{Keys, Oom, script_source};
-use crate::stats::Counters;
+use crate::reply::{number, parts, parts_ref};
+use crate::scripts::{FIGURES, Keys, Oom, script_source};
+use crate::stats::figures;
 
 /// Queues summarised per pipeline: each call is about 20 small reads on the server, so a
 /// pipeline of 200 keeps the server's other clients waiting no longer than a few milliseconds.
 const SUMMARY_CHUNK: usize = 200;
+
+/// Names added to the index per `SADD` of [`RedisAdmin::reindex`].
+const INDEX_CHUNK: usize = 1000;
 
 /// Keys asked of each `SCAN` round.
 const SCAN_COUNT: usize = 5000;
@@ -37,84 +66,24 @@ const SCAN_COUNT: usize = 5000;
 /// At most this many `SCAN` rounds per primary per listing.
 const MAX_SCAN_ROUNDS: usize = 100_000;
 
-/// The script behind [`Admin::overview`].
+/// The script behind [`RedisAdmin::summary`] and [`RedisAdmin::queues`].
 static SUMMARY_SOURCE: LazyLock<String> =
-    LazyLock::new(|| script_source(&[include_str!("lua/summary.lua")], Oom::Allow));
+    LazyLock::new(|| script_source(&[FIGURES, include_str!("lua/summary.lua")], Oom::Allow));
 static SUMMARY: LazyLock<Script> = LazyLock::new(|| Script::new(&SUMMARY_SOURCE));
 
-/// One queue's figures in a listing ([`Admin::overview`]), read atomically on the server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Summary {
-    /// Items ready to hand out, at every priority.
-    pub depth: usize,
-    /// Items waiting for a delay.
-    pub delayed: usize,
-    /// Items under a lease.
-    pub in_flight: usize,
-    /// Items under a lease that were re-added meanwhile.
-    pub in_flight_dirty: usize,
-    /// Items with a failure count.
-    pub failing: usize,
-    /// The sum of the failure counts (of the first 1,000 items when more are failing).
-    pub failures: u64,
-    /// Items whose lease expired at least once and was reclaimed.
-    pub stalled: usize,
-    /// Dead letters.
-    pub dead: usize,
-    /// Dead letters dropped by the cap.
-    pub dead_dropped: u64,
-    /// Whether the queue is shut down for every process.
-    pub shut_down: bool,
-    /// Whether the queue is paused ([`RedisQueue::pause`]).
-    pub paused: bool,
-    /// The queue's running totals.
-    pub counters: Counters,
-    /// How long the oldest lease out has been held (server clock).
-    pub longest_lease: Duration,
-    /// The sum of how long the leases out have been held (of the 1,000 with the nearest
-    /// deadlines when more are out).
-    pub lease_age_sum: Duration,
-    /// Whether any key of the queue exists (a queue with none holds nothing and has never
-    /// counted anything).
-    pub exists: bool,
-}
-
-impl FromRedisValue for Summary {
-    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+/// Reads the reply of the `summary` script for queue `name`: its figures, or `None` if it
+/// has no key.
+fn parse_summary(name: &str, value: Value) -> Result<Option<QueueSummary>, Error> {
+    let read = || {
         let p = parts(value)?;
-        if p.len() < 18 {
+        if p.len() < 2 {
             return Err(format!("short summary reply: {} fields", p.len()).into());
         }
-        let now = number(&p[0])?;
-        let n = |i: usize| count(&p[i]).map(|c| c as usize);
-        let depth = n(1)?;
-        let oldest = match &p[14] {
-            Value::BulkString(b) if b.is_empty() => None,
-            other => Some(number(other)?),
-        };
-        Ok(Summary {
-            depth,
-            delayed: n(2)?,
-            in_flight: n(3)?,
-            in_flight_dirty: n(4)?.saturating_sub(depth),
-            failing: n(5)?,
-            stalled: n(6)?,
-            dead: n(7)?,
-            shut_down: number(&p[8])? == 1,
-            paused: number(&p[9])? == 1,
-            dead_dropped: count(&p[10])?,
-            counters: Counters {
-                adds: count(&p[11])?,
-                completions: count(&p[12])?,
-                failures: count(&p[13])?,
-            },
-            longest_lease: oldest.map_or(Duration::ZERO, |t| span(t, now)),
-            lease_age_sum: Duration::from_micros(count(&p[15])?),
-            failures: count(&p[17])?,
-            exists: p.get(18).map(count).transpose()?.unwrap_or(1) > 0,
-        })
-    }
+        figures(name, number(&p[0])?, parts_ref(&p[1])?)
+    };
+    let (summary, exists) =
+        read().map_err(|e: redis::ParsingError| Error::Protocol(format!("summary: {e}")))?;
+    Ok(exists.then_some(summary))
 }
 
 /// A primary of a cluster, or the single server.
@@ -127,87 +96,176 @@ enum Node {
     Addr(String, u16),
 }
 
-/// Every queue under a key prefix, over one connection that reconnects by itself: listings
-/// scan every primary and read every queue's figures in one pipeline per primary, and the
-/// queue handles it makes ([`Admin::queue`]) share the connection, so a dashboard or a tool
-/// over a thousand queues holds one connection, not a thousand.
+/// Every queue under a key prefix of a Redis server or cluster, over one connection that is
+/// opened on first use and reconnects by itself: listings read the queues' own index of names
+/// (not the keyspace) and every queue's figures in pipelines, and the queue handles it makes
+/// ([`RedisAdmin::queue`]) share the connection, so a dashboard or a tool over a thousand
+/// queues holds one connection, not a thousand.
+///
+/// It implements the operator's contract, [`workq::admin::Admin`]: what the dashboard and
+/// `wq` use, as `Box<dyn Admin>`. Its own methods are the Redis-specific rest (handles, the
+/// persistence settings, a ping). Clones share the connection.
 ///
 /// ```no_run
-/// use workq_redis::{Admin, RedisQueue};
+/// use workq::admin::Admin;
+/// use workq_redis::{RedisAdmin, RedisQueue};
 ///
-/// # async fn run() -> Result<(), workq_redis::Error> {
-/// let admin = Admin::connect(redis::Client::open("redis://127.0.0.1:6379")?, "wq").await?;
-/// for (name, summary) in admin.overview().await? {
-///     match summary {
-///         Ok(s) => println!("{name}: {} ready, {} dead", s.depth, s.dead),
-///         Err(e) => println!("{name}: cannot be read: {e}"),
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// // No connection yet: the first call connects, so a server that is down reads as down.
+/// let admin = RedisAdmin::new("redis://127.0.0.1:6379", "wq")?;
+/// for queue in admin.queues().await? {
+///     match &queue.broken {
+///         None => println!("{}: {} ready, {} dead", queue.name, queue.depth, queue.dead),
+///         Some(why) => println!("{}: cannot be read: {why}", queue.name),
 ///     }
 /// }
+/// // Through the contract, as every backend answers it.
+/// let operator: Box<dyn Admin> = Box::new(admin.clone());
+/// operator.pause("pods").await?;
+/// // A typed handle on the same connection.
 /// let pods: RedisQueue<String> = admin.queue("pods").build().await?;
-/// pods.pause().await?;
+/// pods.add("default/web-0".to_owned()).await?;
 /// # Ok(())
 /// # }
 /// ```
-pub struct Admin {
+#[derive(Clone)]
+pub struct RedisAdmin {
     prefix: String,
-    con: Conn,
-    source: Source,
-    persistence: Option<Persistence>,
+    shared: Arc<Shared>,
+    health: Arc<Health>,
     retry_deadline: Duration,
+    settings_check: Duration,
 }
 
-impl fmt::Debug for Admin {
+/// How often, at most, the server's persistence settings are read again while the admin is
+/// used (see [`RedisAdmin::settings_check_interval`]).
+pub const SETTINGS_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What the last call found of the server, and how to speak of it.
+pub(crate) struct Health {
+    /// The last call reached the server.
+    pub(crate) up: AtomicBool,
+    /// Why the last call did not (no password in it).
+    pub(crate) error: Mutex<Option<String>>,
+    /// Where the queues live, for people: the URLs with no password.
+    pub(crate) server: String,
+    /// The URLs as given, and the passwords in them: taken out of every message.
+    secrets: Vec<String>,
+    /// The persistence settings as last read again after the connection opened, and when.
+    pub(crate) settings: Mutex<Option<(Instant, Persistence)>>,
+}
+
+impl Health {
+    fn new(urls: &[String]) -> Self {
+        let mut secrets = Vec::new();
+        for url in urls {
+            if let Ok(info) = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                && let Some(password) = info.redis_settings().password()
+                && !password.is_empty()
+            {
+                secrets.push(password.to_owned());
+            }
+        }
+        Health {
+            up: AtomicBool::new(false),
+            error: Mutex::new(None),
+            server: urls
+                .iter()
+                .map(|url| redact_url(url))
+                .collect::<Vec<_>>()
+                .join(", "),
+            secrets,
+            settings: Mutex::new(None),
+        }
+    }
+
+    /// `text` with no password: every URL in it redacted, and the passwords of the admin's
+    /// URLs wherever they appear.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        let mut text = redact_urls_in(text);
+        for secret in &self.secrets {
+            text = text.replace(secret.as_str(), "***");
+        }
+        text
+    }
+}
+
+impl fmt::Debug for RedisAdmin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Admin")
+        f.debug_struct("RedisAdmin")
+            .field("server", &self.health.server)
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
 }
 
-/// The command connection's configuration: answers within `timeout`, and a reconnect that
-/// gives up quickly while the server is down (the next call tries again).
-fn manager_config(timeout: Duration) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_response_timeout(Some(timeout))
-        .set_connection_timeout(Some(timeout))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(200))
-}
+impl RedisAdmin {
+    /// The queues under `prefix` (`wq` is the queues' default) on the server at `url`
+    /// (`redis://[user:password@]host:port[/db]`, `rediss://` with the feature `tls`). Does
+    /// not connect yet: the first call does (within 5 s), so a server that is down reads as
+    /// down ([`workq::admin::AdminError::Unavailable`]) rather than failing a start-up, and
+    /// as up again once it is back.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a URL that does not parse (the message holds no password) or a
+    /// bad prefix.
+    pub fn new(url: &str, prefix: &str) -> Result<Self, Error> {
+        validate("key prefix", prefix)?;
+        let client = Client::open(url)
+            .map_err(|e| Error::Config(format!("redis URL {}: {:?}", redact_url(url), e.kind())))?;
+        Ok(Self::with(
+            &[url.to_owned()],
+            prefix,
+            Target::Single(Box::new(client)),
+        ))
+    }
 
-impl Admin {
-    /// Connects to the server of `client` for the queues under `prefix`: one connection,
-    /// which reconnects by itself after the server restarts. Reads the server's persistence
-    /// settings once ([`persistence`](Self::persistence)).
+    /// The queues under `prefix` on a Redis Cluster, by the URLs of some of its nodes
+    /// (feature `cluster`). Does not connect yet, as [`new`](Self::new).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a bad prefix.
+    #[cfg(feature = "cluster")]
+    pub fn cluster<S: Into<String>>(
+        nodes: impl IntoIterator<Item = S>,
+        prefix: &str,
+    ) -> Result<Self, Error> {
+        validate("key prefix", prefix)?;
+        let nodes: Vec<String> = nodes.into_iter().map(Into::into).collect();
+        Ok(Self::with(&nodes, prefix, Target::Cluster(nodes.clone())))
+    }
+
+    fn with(urls: &[String], prefix: &str, target: Target) -> Self {
+        RedisAdmin {
+            prefix: prefix.to_owned(),
+            shared: Arc::new(Shared::new(target)),
+            health: Arc::new(Health::new(urls)),
+            retry_deadline: Duration::from_secs(1),
+            settings_check: SETTINGS_CHECK_INTERVAL,
+        }
+    }
+
+    /// Connects to the server of `client` for the queues under `prefix`, now: one
+    /// connection, which reconnects by itself after the server restarts. Reads the server's
+    /// persistence settings once ([`persistence`](Self::persistence)).
     ///
     /// # Errors
     ///
     /// [`Error::Config`] for a bad prefix, [`Error::UnsupportedServer`] for a server older than
     /// [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION), [`Error::Redis`] if the server cannot
-    /// be reached.
+    /// be reached within 5 s.
     pub async fn connect(client: Client, prefix: &str) -> Result<Self, Error> {
         validate("key prefix", prefix)?;
-        let mut con = Conn::Manager(
-            client
-                .get_connection_manager_with_config(manager_config(Duration::from_secs(5)))
-                .await?,
-        );
-        check_version(&mut con).await?;
-        let persistence = Persistence::read(&mut con).await;
-        persistence::warn_once(
-            &client.get_connection_info().addr().to_string(),
-            &persistence,
-        );
-        Ok(Admin {
-            prefix: prefix.to_owned(),
-            con,
-            source: Source::Single(client),
-            persistence: Some(persistence),
-            retry_deadline: Duration::from_secs(1),
-        })
+        let url = client.get_connection_info().addr().to_string();
+        let admin = Self::with(&[url], prefix, Target::Single(Box::new(client)));
+        admin.open().await?;
+        Ok(admin)
     }
 
-    /// Connects to a Redis Cluster by the URLs of some of its nodes (feature `cluster`), for
-    /// the queues under `prefix`. Listings scan every primary.
+    /// Connects to a Redis Cluster now, by the URLs of some of its nodes (feature
+    /// `cluster`), for the queues under `prefix`.
     ///
     /// # Errors
     ///
@@ -217,34 +275,29 @@ impl Admin {
         nodes: impl IntoIterator<Item = S>,
         prefix: &str,
     ) -> Result<Self, Error> {
-        validate("key prefix", prefix)?;
-        let nodes: Vec<String> = nodes.into_iter().map(Into::into).collect();
-        let timeout = Duration::from_secs(5);
-        let client = redis::cluster::ClusterClient::builder(nodes.clone())
-            .connection_timeout(timeout)
-            .response_timeout(timeout)
-            .build()?;
-        let blocking = redis::cluster::ClusterClient::builder(nodes)
-            .connection_timeout(timeout)
-            .response_timeout(timeout * 2)
-            .build()?;
-        let mut con = Conn::Cluster(client.get_async_connection().await?);
-        check_version(&mut con).await?;
-        Ok(Admin {
-            prefix: prefix.to_owned(),
-            con,
-            source: Source::Cluster { blocking },
-            persistence: None,
-            retry_deadline: Duration::from_secs(1),
-        })
+        let admin = Self::cluster(nodes, prefix)?;
+        admin.open().await?;
+        Ok(admin)
     }
 
-    /// How long the handles of [`queue`](Self::queue) wait out a server that is restarting
-    /// or unreachable before an operation fails. Default 1 s: an operator's page should say
-    /// the server is down rather than hang.
+    /// How long the handles of [`queue`](Self::queue) (and the contract's calls) wait out a
+    /// server that is restarting or unreachable before an operation fails. Default 1 s: an
+    /// operator's page should say the server is down rather than hang.
     #[must_use]
     pub fn retry_deadline(mut self, deadline: Duration) -> Self {
         self.retry_deadline = deadline;
+        self
+    }
+
+    /// How often, at most, the server's persistence settings (`appendonly`, `appendfsync`,
+    /// `maxmemory-policy`) are read again while the admin is used: the first call of the
+    /// contract after the interval reads them (one `CONFIG GET` each), so a setting changed
+    /// on a running server (`CONFIG SET maxmemory-policy allkeys-lru`) shows in
+    /// [`status`](workq::admin::Admin::status)'s warnings, and is logged, without a
+    /// reconnect. Default [`SETTINGS_CHECK_INTERVAL`], a minute; an idle admin reads nothing.
+    #[must_use]
+    pub fn settings_check_interval(mut self, interval: Duration) -> Self {
+        self.settings_check = interval;
         self
     }
 
@@ -253,15 +306,83 @@ impl Admin {
         &self.prefix
     }
 
-    /// The server's persistence settings as read when connecting (`None` on a cluster).
-    pub fn persistence(&self) -> Option<&Persistence> {
-        self.persistence.as_ref()
+    /// The server's persistence settings as last read: when the connection opened, or since
+    /// by the periodic check ([`settings_check_interval`](Self::settings_check_interval)).
+    /// `None` before the first call, and on a cluster.
+    pub fn persistence(&self) -> Option<Persistence> {
+        let checked = self
+            .health
+            .settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(_, p)| p.clone());
+        checked.or_else(|| self.shared.opened()?.persistence.clone())
     }
 
-    /// A builder for a handle on queue `name` that shares this connection: its `build` makes
-    /// no round trip and opens no connection. Its leases are not renewed by themselves
-    /// (`auto_renew(false)`), and its retry deadline is [`retry_deadline`](Self::retry_deadline)'s;
-    /// both may be changed on the builder.
+    /// Reads the persistence settings again if the last read is older than the interval
+    /// (the connection's opening counts as a read); logs a warning when their problems
+    /// changed and are not none. Nothing on a cluster (the settings are per node), before
+    /// the connection opened, or while the last call found the server down (a read would
+    /// only wait out the timeouts).
+    pub(crate) async fn check_settings(&self) {
+        let Some(opened) = self.shared.opened() else {
+            return;
+        };
+        if !self.health.up.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let Some(at_open) = &opened.persistence else {
+            return;
+        };
+        let before = {
+            let mut settings = self
+                .health
+                .settings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let (read_at, last) = settings.get_or_insert_with(|| (Instant::now(), at_open.clone()));
+            if read_at.elapsed() < self.settings_check {
+                return;
+            }
+            // Whoever gets here first reads; the others keep the last reading meanwhile.
+            *read_at = Instant::now();
+            last.problems()
+        };
+        let now = Persistence::read(&mut opened.con.clone()).await;
+        if now == Persistence::default() {
+            // Nothing could be read (the server went away meanwhile): keep the last reading.
+            return;
+        }
+        let problems = now.problems();
+        if problems != before && !problems.is_empty() {
+            tracing::warn!(
+                server = %self.health.server,
+                problems = %problems.join("; "),
+                "workq-redis: the server's persistence settings changed: they cannot keep acknowledged work through a crash"
+            );
+        }
+        *self
+            .health
+            .settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), now));
+    }
+
+    /// What the last call found of the server (for `status`).
+    pub(crate) fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// The connection, opened if it is not yet.
+    pub(crate) async fn open(&self) -> Result<&Opened, Error> {
+        self.shared.open().await
+    }
+
+    /// A builder for a handle on queue `name` that shares this connection: its `build`
+    /// opens the connection if no call has yet, and makes no round trip otherwise. Its leases
+    /// are not renewed by themselves (`auto_renew(false)`), and its retry deadline is
+    /// [`retry_deadline`](Self::retry_deadline)'s; both may be changed on the builder.
     pub fn queue<T: Serialize + DeserializeOwned + Send + Sync + 'static>(
         &self,
         name: &str,
@@ -271,11 +392,7 @@ impl Admin {
             .auto_renew(false)
             .check_persistence(false)
             .retry_deadline(self.retry_deadline)
-            .shared(Shared {
-                con: self.con.clone(),
-                source: self.source.clone(),
-                persistence: self.persistence.clone(),
-            })
+            .shared(self.shared.clone())
     }
 
     /// Answers whether the server (or every cluster primary known) answers `PING`.
@@ -285,36 +402,69 @@ impl Admin {
     /// A connection error.
     pub async fn ping(&self) -> Result<(), Error> {
         let _: String = redis::cmd("PING")
-            .query_async(&mut self.con.clone())
+            .query_async(&mut self.open().await?.con.clone())
             .await?;
         Ok(())
     }
 
-    /// The [`Summary`] of queue `name` (with [`Summary::exists`] false if it has no key), in
-    /// one round trip.
+    /// The figures of queue `name`, in one round trip; `None` if it has no key (a queue with
+    /// none holds nothing and has never counted anything).
     ///
     /// # Errors
     ///
-    /// A connection error, or the server's error for a queue that cannot be read (a key of
-    /// the wrong type).
-    pub async fn summary(&self, name: &str) -> Result<Summary, Error> {
+    /// [`Error::Config`] for a name no queue can have (braces, white space); a connection
+    /// error, or the server's error for a queue that cannot be read (a key of the wrong
+    /// type).
+    pub async fn summary(&self, name: &str) -> Result<Option<QueueSummary>, Error> {
         validate("queue name", name)?;
         let keys = Keys::new(&self.prefix, name);
         let mut invocation = SUMMARY.prepare_invoke();
         for key in &keys.all {
             invocation.key(key.as_str());
         }
-        let value: Value = invocation.invoke_async(&mut self.con.clone()).await?;
-        reply::parse("summary", value)
+        let mut con = self.open().await?.con.clone();
+        let value: Value = invocation.invoke_async(&mut con).await?;
+        parse_summary(name, value)
     }
 
-    /// The names of the queues under the prefix, sorted: every name `N` with a key
-    /// `prefix:{N}:...` on any primary.
+    /// The names in the index of queue names under the prefix, sorted: every queue a handle
+    /// was built for (and not deleted since), whether it holds anything or not. The first call
+    /// under a prefix that was never scanned finds the queues of older versions first (see
+    /// [`reindex`](Self::reindex)).
     ///
     /// # Errors
     ///
     /// A connection error.
     pub async fn queue_names(&self) -> Result<Vec<String>, Error> {
+        let mut con = self.open().await?.con.clone();
+        let scanned: bool = redis::cmd("EXISTS")
+            .arg(Keys::index_scanned(&self.prefix))
+            .query_async(&mut con)
+            .await?;
+        if !scanned {
+            self.reindex().await?;
+        }
+        let mut names: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(Keys::index(&self.prefix))
+            .query_async(&mut con)
+            .await?;
+        // Anyone with write access may have put anything in the set: a name no queue can
+        // have (braces, white space) would make keys of another queue's slot; it is skipped.
+        names.retain(|name| validate("queue name", name).is_ok());
+        names.sort();
+        Ok(names)
+    }
+
+    /// Scans every primary for the keys of queues under the prefix (`SCAN MATCH
+    /// prefix:{*}:*`, work in proportion to the whole keyspace) and adds their names to the
+    /// index of queue names; answers how many names the scan found. The first listing under a
+    /// prefix does it once by itself, for queues made by a version that kept no index; call it
+    /// again while processes of such a version still make new queues.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn reindex(&self) -> Result<usize, Error> {
         let mut names: Vec<String> = self
             .names_by_node()
             .await?
@@ -323,27 +473,135 @@ impl Admin {
             .collect();
         names.sort();
         names.dedup();
-        Ok(names)
+        let mut con = self.open().await?.con.clone();
+        for chunk in names.chunks(INDEX_CHUNK) {
+            let _: i64 = redis::cmd("SADD")
+                .arg(Keys::index(&self.prefix))
+                .arg(chunk)
+                .query_async(&mut con)
+                .await?;
+        }
+        let _: () = redis::cmd("SET")
+            .arg(Keys::index_scanned(&self.prefix))
+            .arg(1)
+            .query_async(&mut con)
+            .await?;
+        Ok(names.len())
     }
 
-    /// Every queue under the prefix with its [`Summary`], sorted by name, in a bounded number
-    /// of round trips: `SCAN` rounds on each primary, then one pipelined script call per
-    /// queue, 200 to a pipeline. A queue that cannot be read (a key of the wrong type under
-    /// its name, say) is listed with its error and does not stop the others.
+    /// Every queue under the prefix with its figures, sorted by name, in a bounded number of
+    /// round trips whatever the size of the keyspace: the index of queue names
+    /// ([`queue_names`](Self::queue_names)), then one pipelined script call per queue, 200 to
+    /// a pipeline. A name in the index whose queue holds no key is left out. A queue that cannot be read (a key of the wrong type under its
+    /// name, say) is listed with [`QueueSummary::broken`] set (the server's error, with no
+    /// password) and does not stop the others.
     ///
     /// # Errors
     ///
     /// A connection error.
-    pub async fn overview(&self) -> Result<Vec<(String, Result<Summary, Error>)>, Error> {
+    pub async fn queues(&self) -> Result<Vec<QueueSummary>, Error> {
         let mut all = Vec::new();
-        for (node, names) in self.names_by_node().await? {
-            for chunk in names.chunks(SUMMARY_CHUNK) {
-                let replies = self.summary_pipeline(&node, chunk).await?;
-                all.extend(chunk.iter().cloned().zip(replies));
+        for (name, summary) in self.read_every_queue().await? {
+            match summary {
+                Ok(Some(summary)) => all.push(summary),
+                // Its keys went away since the scan.
+                Ok(None) => {}
+                Err(e) => all.push(QueueSummary::broken(
+                    name,
+                    self.health.scrub(&e.to_string()),
+                )),
             }
         }
-        all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)
+    }
+
+    /// Every queue under the prefix with its figures or the error that kept them from being
+    /// read, sorted by name.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `queues`, which marks a queue it cannot read `broken`"
+    )]
+    pub async fn overview(&self) -> Result<Vec<(String, Result<QueueSummary, Error>)>, Error> {
+        Ok(self
+            .read_every_queue()
+            .await?
+            .into_iter()
+            .map(|(name, summary)| {
+                let summary = summary.map(|s| s.unwrap_or_else(|| QueueSummary::named(&name)));
+                (name, summary)
+            })
+            .collect())
+    }
+
+    /// Every queue under the prefix and what its summary read, sorted by name.
+    async fn read_every_queue(
+        &self,
+    ) -> Result<Vec<(String, Result<Option<QueueSummary>, Error>)>, Error> {
+        let names = self.queue_names().await?;
+        let mut all = Vec::with_capacity(names.len());
+        for chunk in names.chunks(SUMMARY_CHUNK) {
+            let replies = self.summaries(chunk).await?;
+            all.extend(chunk.iter().cloned().zip(replies));
+        }
+        Ok(all)
+    }
+
+    /// The summaries of the queues `names`: one pipeline on a single server; on a cluster,
+    /// where a pipeline goes to one primary and the queues' slots are spread, one call per
+    /// queue, all sent at once over the multiplexed connection.
+    async fn summaries(
+        &self,
+        names: &[String],
+    ) -> Result<Vec<Result<Option<QueueSummary>, Error>>, Error> {
+        match &self.open().await?.con {
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => {
+                let mut calls = tokio::task::JoinSet::new();
+                for (i, name) in names.iter().enumerate() {
+                    let mut con = c.clone();
+                    let keys = Keys::new(&self.prefix, name);
+                    calls.spawn(async move {
+                        let mut invocation = SUMMARY.prepare_invoke();
+                        for key in &keys.all {
+                            invocation.key(key.as_str());
+                        }
+                        (i, invocation.invoke_async::<Value>(&mut con).await)
+                    });
+                }
+                let mut replies: Vec<Option<Result<Value, redis::RedisError>>> =
+                    (0..names.len()).map(|_| None).collect();
+                while let Some(done) = calls.join_next().await {
+                    let (i, reply) =
+                        done.map_err(|e| Error::Protocol(format!("a summary call failed: {e}")))?;
+                    replies[i] = Some(reply);
+                }
+                let replies: Vec<_> = replies
+                    .into_iter()
+                    .zip(names)
+                    .map(|(reply, name)| match reply {
+                        Some(Ok(value)) => parse_summary(name, value),
+                        Some(Err(e)) => Err(Error::Redis(e)),
+                        None => Err(Error::Protocol("a summary call gave no answer".into())),
+                    })
+                    .collect();
+                // A server that cannot be reached fails the listing, as on a single server;
+                // only a queue's own error marks that queue broken.
+                let mut replies = replies;
+                if let Some(at) = replies
+                    .iter()
+                    .position(|r| r.as_ref().is_err_and(Error::is_connection))
+                    && let Err(e) = replies.swap_remove(at)
+                {
+                    return Err(e);
+                }
+                Ok(replies)
+            }
+            _ => self.summary_pipeline(&Node::Single, names).await,
+        }
     }
 
     /// One pipeline of summary calls on `node`; a `NOSCRIPT` (the server's script cache was
@@ -352,7 +610,7 @@ impl Admin {
         &self,
         node: &Node,
         names: &[String],
-    ) -> Result<Vec<Result<Summary, Error>>, Error> {
+    ) -> Result<Vec<Result<Option<QueueSummary>, Error>>, Error> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for name in names {
@@ -377,9 +635,10 @@ impl Admin {
             }
             return Ok(replies
                 .into_iter()
-                .map(|reply| match reply {
+                .zip(names)
+                .map(|(reply, name)| match reply {
                     Value::ServerError(e) => Err(Error::Redis(e.into())),
-                    value => reply::parse::<Summary>("summary", value),
+                    value => parse_summary(name, value),
                 })
                 .collect());
         }
@@ -392,7 +651,8 @@ impl Admin {
         pipe: &redis::Pipeline,
         len: usize,
     ) -> Result<Vec<Value>, Error> {
-        match (node, &self.con) {
+        let con = &self.open().await?.con;
+        match (node, con) {
             #[cfg(feature = "cluster")]
             (Node::Addr(host, port), Conn::Cluster(c)) => Ok(c
                 .clone()
@@ -408,14 +668,15 @@ impl Admin {
                 .await?),
             _ => {
                 let _ = len;
-                Ok(pipe.query_async(&mut self.con.clone()).await?)
+                Ok(pipe.query_async(&mut con.clone()).await?)
             }
         }
     }
 
     /// Runs `cmd` on `node`.
     async fn on_node<R: FromRedisValue>(&self, node: &Node, cmd: &redis::Cmd) -> Result<R, Error> {
-        match (node, &self.con) {
+        let con = &self.open().await?.con;
+        match (node, con) {
             #[cfg(feature = "cluster")]
             (Node::Addr(host, port), Conn::Cluster(c)) => {
                 let value = c
@@ -432,13 +693,13 @@ impl Admin {
                     .await?;
                 Ok(R::from_redis_value(value).map_err(redis::RedisError::from)?)
             }
-            _ => Ok(cmd.query_async(&mut self.con.clone()).await?),
+            _ => Ok(cmd.query_async(&mut con.clone()).await?),
         }
     }
 
     /// The primaries: the single server, or every primary of the cluster.
     async fn nodes(&self) -> Result<Vec<Node>, Error> {
-        match &self.con {
+        match &self.open().await?.con {
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => {
                 let slots = c
@@ -521,7 +782,7 @@ fn primaries(slots: &Value) -> Vec<Node> {
             let Value::Array(primary) = fields.get(2)? else {
                 return None;
             };
-            let host = reply::text(primary.first()?).ok()?;
+            let host = crate::reply::text(primary.first()?).ok()?;
             let port = u16::try_from(number(primary.get(1)?).ok()?).ok()?;
             Some(Node::Addr(host, port))
         })

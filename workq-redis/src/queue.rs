@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use crate::error::Error;
 use crate::inner::Inner;
 use crate::persistence::Persistence;
-use crate::scripts::SCRIPTS;
+use crate::scripts::{Keys, SCRIPTS};
 
 /// A work queue on Redis with client-go's rules, shared by every process that opens it.
 ///
@@ -107,19 +107,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// share of the queue. Its `get`s return `None` from now on (waiting ones wake), its adds
     /// are ignored, and its leases can still be renewed, finished or released. Other
     /// processes, and other handles built separately, go on: the queue on the server is not
-    /// touched, so the next deployment picks it up as it is. To stop every process, see
-    /// [`shut_down_fleet`](Self::shut_down_fleet).
-    ///
-    /// # Errors
-    ///
-    /// None today; the `Result` keeps the signature of the other operations.
-    pub async fn shut_down(&self) -> Result<(), Error> {
-        self.close();
-        Ok(())
-    }
-
-    /// What [`shut_down`](Self::shut_down) does, synchronously: it touches no server.
-    pub(crate) fn close(&self) {
+    /// touched (this makes no round trip), so the next deployment picks it up as it is. To
+    /// stop every process, see [`shut_down_fleet`](Self::shut_down_fleet).
+    pub fn shut_down(&self) {
         self.inner.shut.store(true, Ordering::SeqCst);
         self.inner.wake.wake_all();
     }
@@ -132,7 +122,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// None today.
     pub async fn shut_down_with_drain(&self) -> Result<(), Error> {
-        self.shut_down().await?;
+        self.shut_down();
         let mut rx = self.inner.wake.subscribe();
         while self.inner.leases_out.load(Ordering::SeqCst) > 0 {
             // A lease ending wakes this; the timeout only bounds a missed wake-up.
@@ -154,8 +144,39 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         self.is_fleet_shut_down().await
     }
 
+    /// Registers the queue's name in the index of queue names if this handle has not (a
+    /// handle a `RedisAdmin` made, at its first add): a queue that holds items is listed
+    /// whoever made it. A failure is logged, once; the add goes on.
+    pub(crate) async fn register_once(&self) {
+        if self.inner.registered.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let index = Keys::index(self.inner.keys.prefix());
+        let index = index.as_str();
+        let added: Result<i64, Error> = self
+            .inner
+            .call("register", |mut con| async move {
+                redis::cmd("SADD")
+                    .arg(index)
+                    .arg(self.inner.name.as_str())
+                    .query_async(&mut con)
+                    .await
+            })
+            .await;
+        if let Err(e) = added {
+            tracing::warn!(
+                queue = %self.inner.name,
+                error = %e,
+                "workq-redis: the queue could not register in the index of queue names; \
+                 operators' listings miss it until a handle is built again"
+            );
+        }
+    }
+
     /// Deletes every key of the queue: its items (at every priority), leases, failure counts,
-    /// dead letters and shut-down flag. Workers holding leases will find them lost.
+    /// dead letters and shut-down flag, and takes its name out of the index of queue names
+    /// that operators' listings read. Workers holding leases will find them lost; a handle
+    /// built afterwards registers the name again.
     ///
     /// # Errors
     ///
@@ -167,6 +188,18 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 self.inner
                     .invocation(&SCRIPTS.delete)
                     .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        let index = Keys::index(self.inner.keys.prefix());
+        let index = index.as_str();
+        let _: i64 = self
+            .inner
+            .call("delete", |mut con| async move {
+                redis::cmd("SREM")
+                    .arg(index)
+                    .arg(self.inner.name.as_str())
+                    .query_async(&mut con)
                     .await
             })
             .await?;

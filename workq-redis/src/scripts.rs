@@ -9,6 +9,8 @@ use redis::Script;
 pub(crate) struct Keys {
     /// Every key, in script order.
     pub(crate) all: Vec<String>,
+    /// The key prefix.
+    prefix: String,
 }
 
 /// Suffixes of the keys, in the order of `KEYS` in `common.lua`.
@@ -45,7 +47,29 @@ impl Keys {
             .iter()
             .map(|suffix| format!("{prefix}:{{{name}}}:{suffix}"))
             .collect();
-        Keys { all }
+        Keys {
+            all,
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// The key prefix.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The index of queue names under `prefix`: a set every queue registers its name in
+    /// when a handle is built (see `RedisAdmin::queues`). One key for every queue, so on a
+    /// cluster it lives in one slot of one primary: it is written with a command of its own
+    /// (a queue's scripts only touch the keys of the queue's own slot), never from a script.
+    pub(crate) fn index(prefix: &str) -> String {
+        format!("{prefix}:queues")
+    }
+
+    /// Set once the keyspace was scanned for the queues of a version that kept no index
+    /// (`RedisAdmin::reindex`).
+    pub(crate) fn index_scanned(prefix: &str) -> String {
+        format!("{prefix}:queues:scanned")
     }
 
     /// The wake-up marker blocked getters wait on.
@@ -126,6 +150,8 @@ const TAKE: &str = include_str!("lua/take.lua");
 const FINISH: &str = include_str!("lua/finish.lua");
 /// `rate_limited_delay()`: the rate limiter of `add_rate_limited` and `retry_done`.
 const LIMIT: &str = include_str!("lua/limit.lua");
+/// `figures()`: a queue's figures, as `summary` and `stats` read them.
+pub(crate) const FIGURES: &str = include_str!("lua/figures.lua");
 
 /// Every operation's script. `EVALSHA` runs them; after a server restart or failover that lost
 /// the script cache, the client loads them again on `NOSCRIPT`.
@@ -178,7 +204,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     len: script(&[include_str!("lua/len.lua")], Oom::Allow),
     shut_down: script(&[include_str!("lua/shut_down.lua")], Oom::Allow),
     resume: script(&[include_str!("lua/resume.lua")], Oom::Allow),
-    stats: script(&[include_str!("lua/stats.lua")], Oom::Allow),
+    stats: script(&[FIGURES, include_str!("lua/stats.lua")], Oom::Allow),
     delete: script(&[include_str!("lua/delete.lua")], Oom::Allow),
 });
 

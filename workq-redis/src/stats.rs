@@ -1,5 +1,6 @@
-//! One queue's figures, as operators look at them: the [`Stats`] snapshot, the sizes of the
-//! queue's parts, and the [`Counters`], running totals a dashboard turns into rates.
+//! One queue's figures, as operators look at them: the [`Stats`] snapshot (the core's, with
+//! the figures a listing shows, read by the same `figures.lua`), the sizes of the queue's
+//! parts, and the [`Counters`], running totals a dashboard turns into rates.
 //!
 //! The scripts count in the queue's `meta` hash (`prefix:{name}:meta`): `adds` when an item
 //! becomes dirty (client-go's `adds`: an add that queues it, a re-add while processing, a
@@ -8,135 +9,113 @@
 
 use std::time::Duration;
 
-use redis::{FromRedisValue, ParsingError, Value};
+use redis::{ParsingError, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use workq::admin::{Counters, InFlight, LeaseInfo, QueueSummary, Stats};
 
 use crate::error::Error;
 use crate::queue::RedisQueue;
-use crate::reply::{self, count, number, parts, parts_ref, span, text};
+use crate::reply::{count, number, parts, parts_ref, span, text};
 use crate::scripts::SCRIPTS;
+use crate::units::saturated;
 
 /// Index of the `meta` hash in the queue's keys (see `scripts.rs`).
 const META: usize = 13;
 
-/// One item under a lease, as [`Stats`] lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct InFlight {
-    /// The item as stored (its JSON text).
-    pub item: String,
-    /// How long ago it was handed out (server clock).
-    pub age: Duration,
-    /// How long until its lease expires if not renewed; zero if it already has.
-    pub expires_in: Duration,
-    /// The fencing token of its lease.
-    pub token: u64,
-}
-
-/// A snapshot of a queue, taken atomically on the server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Items ready to hand out (client-go's `Len`; due delayed items not yet promoted are in
-    /// `delayed`).
-    pub depth: usize,
-    /// Items waiting for a delay.
-    pub delayed: usize,
-    /// Items under a lease.
-    pub in_flight: usize,
-    /// Items under a lease that were re-added meanwhile (queued again when their lease ends).
-    pub in_flight_dirty: usize,
-    /// Items with a failure count (tracked by `add_rate_limited`, reset by `forget`).
-    pub failing: usize,
-    /// Items whose lease expired at least once and was reclaimed.
-    pub stalled: usize,
-    /// Dead letters.
-    pub dead: usize,
-    /// Dead letters dropped by the cap ([`Builder::dead_letter_cap`](crate::Builder::dead_letter_cap)),
-    /// oldest first, since the queue was created.
-    pub dead_dropped: u64,
-    /// Whether the queue is shut down.
-    pub shut_down: bool,
-    /// Time until the next delayed item is due, if any.
-    pub next_delayed_in: Option<Duration>,
-    /// The in-flight items with the oldest lease deadlines first (at most the requested
-    /// number).
-    pub leases: Vec<InFlight>,
-    /// Failure counts (at most the requested number), largest first.
-    pub failures: Vec<(String, u64)>,
-}
-
-/// The reply of the `stats` script (see `stats.lua` for its fields).
-struct StatsReply(Stats);
-
-impl FromRedisValue for StatsReply {
-    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
-        let parts = parts(value)?;
-        if parts.len() < 12 {
-            return Err(format!("short stats reply: {} fields", parts.len()).into());
-        }
-        let now = number(&parts[0])?;
-        let leases = parts_ref(&parts[9])?
-            .chunks(4)
-            .map(|c| match c {
-                [item, since, deadline, token] => Ok(InFlight {
-                    item: text(item)?,
-                    age: span(number(since)?, now),
-                    expires_in: span(now, number(deadline)?),
-                    token: count(token)?,
-                }),
-                _ => Err(ParsingError::from("a partial in-flight entry".to_owned())),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut failures = parts_ref(&parts[10])?
-            .chunks(2)
-            .map(|c| match c {
-                [item, n] => Ok((text(item)?, count(n)?)),
-                _ => Err(ParsingError::from("a partial failure entry".to_owned())),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        failures.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let next = number(&parts[11])?;
-        let depth = count(&parts[1])? as usize;
-        let dirty = count(&parts[4])? as usize;
-        Ok(StatsReply(Stats {
-            depth,
-            delayed: count(&parts[2])? as usize,
-            in_flight: count(&parts[3])? as usize,
-            in_flight_dirty: dirty.saturating_sub(depth),
-            failing: count(&parts[5])? as usize,
-            stalled: count(&parts[6])? as usize,
-            dead: count(&parts[7])? as usize,
-            dead_dropped: parts.get(12).map(count).transpose()?.unwrap_or(0),
-            shut_down: number(&parts[8])? == 1,
-            next_delayed_in: (next >= 0).then(|| span(now, next)),
-            leases,
-            failures,
-        }))
+/// Queue `name`'s figures as `figures()` (`figures.lua`) read them at the server's time
+/// `now` (microseconds), and whether any of the queue's keys exists.
+pub(crate) fn figures(
+    name: &str,
+    now: i64,
+    f: &[Value],
+) -> Result<(QueueSummary, bool), ParsingError> {
+    if f.len() < 18 {
+        return Err(format!("short figures: {} fields", f.len()).into());
     }
+    let oldest = match &f[13] {
+        Value::BulkString(b) if b.is_empty() => None,
+        other => Some(number(other)?),
+    };
+    let mut summary = QueueSummary::named(name);
+    summary.depth = count(&f[0])?;
+    summary.delayed = count(&f[1])?;
+    summary.in_flight = count(&f[2])?;
+    // `dirty` holds the ready items and the leased ones re-added meanwhile (common.lua's
+    // invariant: an item is ready exactly when it is dirty and not leased).
+    summary.in_flight_dirty = count(&f[3])?.saturating_sub(summary.depth);
+    summary.failing = count(&f[4])?;
+    summary.stalled = count(&f[5])?;
+    summary.dead = count(&f[6])?;
+    summary.shut_down = number(&f[7])? == 1;
+    summary.paused = number(&f[8])? == 1;
+    summary.dead_dropped = count(&f[9])?;
+    summary.counters = Some(Counters::new(
+        count(&f[10])?,
+        count(&f[11])?,
+        count(&f[12])?,
+    ));
+    summary.longest_lease = oldest.map_or(Duration::ZERO, |t| span(t, now));
+    summary.lease_age_sum = Duration::from_micros(count(&f[14])?);
+    summary.failures = count(&f[16])?;
+    Ok((summary, count(&f[17])? > 0))
 }
 
-/// Running totals of a queue since it was created (for every process).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Counters {
-    /// Items that became dirty: client-go's `adds_total`.
-    pub adds: u64,
-    /// Leases marked done.
-    pub completions: u64,
-    /// Calls of `add_rate_limited`: the failures workers reported.
-    pub failures: u64,
+/// Reads the reply of the `stats` script of queue `name` (see `stats.lua` for its fields):
+/// the [`Stats`], and whether any of the queue's keys exists.
+fn parse_stats(name: &str, value: Value) -> Result<(Stats, bool), ParsingError> {
+    let parts = parts(value)?;
+    if parts.len() < 5 {
+        return Err(format!("short stats reply: {} fields", parts.len()).into());
+    }
+    let now = number(&parts[0])?;
+    let (summary, exists) = figures(name, now, parts_ref(&parts[1])?)?;
+    let leases = parts_ref(&parts[2])?
+        .chunks(4)
+        .map(|c| match c {
+            [item, since, deadline, token] => Ok(InFlight::new(
+                text(item)?,
+                LeaseInfo::new(
+                    span(number(since)?, now),
+                    span(now, number(deadline)?),
+                    count(token)?,
+                ),
+            )),
+            _ => Err(ParsingError::from("a partial in-flight entry".to_owned())),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut failures = parts_ref(&parts[3])?
+        .chunks(2)
+        .map(|c| match c {
+            [item, n] => Ok((text(item)?, saturated(count(n)?))),
+            _ => Err(ParsingError::from("a partial failure entry".to_owned())),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    failures.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let next = number(&parts[4])?;
+    let mut stats = Stats::new(summary);
+    stats.next_delayed_in = (next >= 0).then(|| span(now, next));
+    stats.leases = leases;
+    stats.failures = failures;
+    Ok((stats, exists))
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
-    /// A snapshot of the queue for operators (see [`Stats`]), listing at most `limit`
-    /// in-flight items and failure counts.
+    /// A snapshot of the queue for operators, taken atomically on the server: its figures
+    /// (paused and shut down included, as a listing shows them), the time until the next
+    /// delayed item is due, and at most `limit` of its leases (nearest deadline first) and
+    /// of its failure counts (largest first).
     ///
     /// # Errors
     ///
     /// A connection error.
     pub async fn stats(&self, limit: usize) -> Result<Stats, Error> {
+        Ok(self.stats_and_existence(limit).await?.0)
+    }
+
+    /// [`stats`](Self::stats), and whether any of the queue's keys exists (a queue with none
+    /// holds nothing and has never counted anything).
+    pub(crate) async fn stats_and_existence(&self, limit: usize) -> Result<(Stats, bool), Error> {
         let value: Value = self
             .inner
             .call("stats", |mut con| async move {
@@ -147,7 +126,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .await
             })
             .await?;
-        Ok(reply::parse::<StatsReply>("stats", value)?.0)
+        parse_stats(&self.inner.name, value).map_err(|e| Error::Protocol(format!("stats: {e}")))
     }
 
     async fn sizes(&self) -> Result<(usize, usize, usize), Error> {
@@ -200,13 +179,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         Ok(self.sizes().await?.2)
     }
 
-    /// The queue's [`Counters`].
+    /// The queue's running totals since it was created, for every process: adds (items
+    /// that became dirty), completions (leases marked done) and retries (calls of
+    /// `add_rate_limited`).
     ///
     /// # Errors
     ///
     /// A connection error.
     pub async fn counters(&self) -> Result<Counters, Error> {
-        let (adds, completions, failures): (Option<u64>, Option<u64>, Option<u64>) = self
+        let (adds, completions, retries): (Option<u64>, Option<u64>, Option<u64>) = self
             .inner
             .call("counters", |mut con| async move {
                 redis::cmd("HMGET")
@@ -218,10 +199,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .await
             })
             .await?;
-        Ok(Counters {
-            adds: adds.unwrap_or(0),
-            completions: completions.unwrap_or(0),
-            failures: failures.unwrap_or(0),
-        })
+        Ok(Counters::new(
+            adds.unwrap_or(0),
+            completions.unwrap_or(0),
+            retries.unwrap_or(0),
+        ))
     }
 }

@@ -37,6 +37,11 @@ pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(capped(d).as_micros()).unwrap_or(u64::MAX)
 }
 
+/// A per-item counter (failures, stalls) as the operator's types hold it: `u32`, saturated.
+pub(crate) fn saturated(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +61,7 @@ mod tests {
             now + Duration::from_secs(1)
         );
         assert_eq!(capped(Duration::MAX), NO_LIMIT);
+        assert_eq!(saturated(7), 7);
+        assert_eq!(saturated(u64::MAX), u32::MAX);
     }
 }

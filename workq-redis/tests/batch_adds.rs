@@ -8,8 +8,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::server::{RedisServer, require};
+use workq::admin::{End, ItemState, PageQuery};
 use workq::{AddOptions, Queue};
-use workq_redis::{End, ItemState, RateLimit, RedisQueue};
+use workq_redis::{RateLimit, RedisQueue};
 
 /// 1 s of backoff for a first failure; a bucket of 100 tokens refilled at one every 2 s.
 async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {
@@ -28,10 +29,10 @@ async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {
 /// The delayed items, soonest due first: (item text, due in).
 async fn delayed(q: &RedisQueue<String>) -> Vec<(String, Duration)> {
     let page = q
-        .page(ItemState::Delayed, End::First, None, 1000, None)
+        .page(&PageQuery::new(ItemState::Delayed, 1000).from(End::First))
         .await
         .unwrap();
-    page.entries
+    page.items
         .into_iter()
         .map(|e| (e.item, e.due_in.expect("a due time")))
         .collect()
@@ -135,17 +136,25 @@ async fn a_rate_limited_batch_with_repeats_and_a_priority_equals_one_by_one_adds
     assert_eq!(order(&batched), order(&one_by_one));
     for item in ["a", "b", "c"] {
         let (b, s) = (
-            batch.inspect(&item.to_owned()).await.unwrap(),
-            single.inspect(&item.to_owned()).await.unwrap(),
+            batch
+                .item_detail(&format!("{item:?}"))
+                .await
+                .unwrap()
+                .unwrap(),
+            single
+                .item_detail(&format!("{item:?}"))
+                .await
+                .unwrap()
+                .unwrap(),
         );
         assert_eq!(b.failures, s.failures, "{item}");
         assert_eq!(b.priority, s.priority, "{item}");
-        assert_eq!(b.priority, 3, "{item}");
+        assert_eq!(b.priority, Some(3), "{item}");
     }
     assert_eq!(batch.num_requeues("a".to_owned()).await.unwrap(), 3);
     // A handle that is shut down takes none of a batch, as it takes no add.
-    batch.shut_down().await.unwrap();
-    single.shut_down().await.unwrap();
+    batch.shut_down();
+    single.shut_down();
     assert_eq!(
         Queue::add_all_with(&batch, vec!["d".to_owned()], options)
             .await

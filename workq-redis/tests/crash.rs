@@ -47,8 +47,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use server::{Durability, RedisServer};
-use workq::{AddOptions, DoneMany, Outcome, Queue, QueueLease, Workers};
-use workq_redis::{AddKind, Error, Mutation, RateLimit, RedisQueue};
+use workq::{AddKind, AddOptions, DoneMany, Outcome, Queue, QueueLease, Workers};
+use workq_redis::{Error, Mutation, RateLimit, RedisQueue};
 
 /// Microseconds since the Unix epoch: one clock for every process on this host.
 fn now_us() -> u64 {
@@ -202,7 +202,7 @@ fn worker_main() -> ExitCode {
             record(format!("D {item} {token} {outcome}\n"));
         }
         // A graceful stop: this handle only; the dropped lease's release gets time to go out.
-        let _ = queue.shut_down().await;
+        queue.shut_down();
         tokio::time::sleep(Duration::from_millis(300)).await;
     });
     ExitCode::SUCCESS
@@ -1095,9 +1095,9 @@ async fn drained(queue: &RedisQueue<String>, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if let Ok(stats) = queue.stats(1).await
-            && stats.depth == 0
-            && stats.delayed == 0
-            && stats.in_flight == 0
+            && stats.summary.depth == 0
+            && stats.summary.delayed == 0
+            && stats.summary.in_flight == 0
         {
             return true;
         }
@@ -1285,7 +1285,11 @@ async fn run(s: Scenario) -> Result<String, String> {
     } else {
         format!("; at the end: {:?}", producer_queue.stats(3).await)
     };
-    let dead = producer_queue.stats(1).await.map(|s| s.dead).unwrap_or(0);
+    let dead = producer_queue
+        .stats(1)
+        .await
+        .map(|s| s.summary.dead)
+        .unwrap_or(0);
     // Every worker leaves once the queue is shut down for the fleet and empty.
     let _ = producer_queue.shut_down_fleet().await;
     let deadline = Instant::now() + Duration::from_secs(10);

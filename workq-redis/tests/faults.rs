@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use support::server::{Durability, RedisServer, require, require_with};
-use workq::{AddOptions, Queue, TryGet};
-use workq_redis::{AddKind, Error, RedisQueue};
+use workq::admin::End;
+use workq::{AddKind, AddOptions, Queue, TryGet};
+use workq_redis::{Error, RedisQueue};
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(server.url())
@@ -60,7 +61,7 @@ async fn a_dropped_lease_is_released_at_once_and_counts_no_stall() {
     assert_eq!(again.item(), "a");
     assert!(again.token() > first);
     let stats = q.stats(10).await.unwrap();
-    assert_eq!(stats.stalled, 0, "a release is not a stall");
+    assert_eq!(stats.summary.stalled, 0, "a release is not a stall");
     again.done().await.unwrap();
     assert_eq!(q.len().await.unwrap(), 0);
     assert_eq!(q.processing_len().await.unwrap(), 0);
@@ -592,12 +593,12 @@ async fn a_poison_item_goes_to_the_dead_letters_by_default_with_its_history() {
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     assert_eq!(handed, 5, "the default max_stalls is 5");
-    let dead = q.dead_letters(10).await.unwrap();
+    let dead = q.dead_letters(End::First, 10).await.unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].item, "\"p\"");
     assert_eq!(dead[0].stalls, 5);
     assert_eq!(dead[0].failures, 1);
-    assert!(dead[0].token > 0);
+    assert!(dead[0].token.is_some_and(|t| t > 0));
     assert_eq!(q.num_requeues("p".to_string()).await.unwrap(), 0, "cleared");
 }
 
@@ -618,15 +619,15 @@ async fn an_item_that_is_not_utf8_goes_to_the_dead_letters() {
         .expect("the bad item does not block get");
     assert_eq!(lease.item(), "good");
     lease.done().await.unwrap();
-    let dead = q.dead_letters(10).await.unwrap();
+    let dead = q.dead_letters(End::First, 10).await.unwrap();
     assert_eq!(dead.len(), 1);
     assert!(dead[0].error.contains("UTF-8"), "{}", dead[0].error);
     assert_eq!(q.processing_len().await.unwrap(), 0);
     // Requeued, it comes back as it was (and goes back to the dead letters).
     assert!(q.requeue_dead_letter(&dead[0]).await.unwrap());
-    assert!(q.dead_letters(10).await.unwrap().is_empty());
+    assert!(q.dead_letters(End::First, 10).await.unwrap().is_empty());
     assert!(q.try_get().await.unwrap().is_empty());
-    assert_eq!(q.dead_letters(10).await.unwrap().len(), 1);
+    assert_eq!(q.dead_letters(End::First, 10).await.unwrap().len(), 1);
 }
 
 // ===== 6. one process's shutdown =====
@@ -760,7 +761,7 @@ async fn dead_letters_are_capped_listed_requeued_and_purged() {
     let lease = q.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!(*lease.item(), 7);
     lease.done().await.unwrap();
-    let dead = q.dead_letters(10).await.unwrap();
+    let dead = q.dead_letters(End::First, 10).await.unwrap();
     let items: Vec<&str> = dead.iter().map(|d| d.item.as_str()).collect();
     assert_eq!(
         items,
@@ -772,18 +773,18 @@ async fn dead_letters_are_capped_listed_requeued_and_purged() {
         "the oldest were dropped"
     );
     let stats = q.stats(10).await.unwrap();
-    assert_eq!((stats.dead, stats.dead_dropped), (3, 2));
+    assert_eq!((stats.summary.dead, stats.summary.dead_dropped), (3, 2));
 
     assert!(q.requeue_dead_letter(&dead[1]).await.unwrap());
     assert!(!q.requeue_dead_letter(&dead[1]).await.unwrap(), "only once");
     assert_eq!(q.len().await.unwrap(), 1);
-    assert_eq!(q.dead_letters(10).await.unwrap().len(), 2);
+    assert_eq!(q.dead_letters(End::First, 10).await.unwrap().len(), 2);
     assert_eq!(q.requeue_dead_letters().await.unwrap(), 2);
     assert_eq!(q.len().await.unwrap(), 3);
     // They still do not decode: back to the dead letters, then purged.
     assert!(q.try_get().await.unwrap().is_empty());
     assert_eq!(q.purge_dead_letters().await.unwrap(), 3);
-    assert!(q.dead_letters(10).await.unwrap().is_empty());
+    assert!(q.dead_letters(End::First, 10).await.unwrap().is_empty());
 }
 
 // ===== 8. cancelled gets =====

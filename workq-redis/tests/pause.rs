@@ -109,5 +109,5 @@ async fn counters_count_adds_completions_and_failures() {
     let len = q.len().await.unwrap();
     assert_eq!(len, 4, "b, a again, z and d (promoted by len)");
     let c = q.counters().await.unwrap();
-    assert_eq!((c.adds, c.completions, c.failures), (5, 1, 1));
+    assert_eq!((c.adds, c.completions, c.retries), (5, 1, 1));
 }

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use support::server::{Durability, RedisServer};
-use workq::TryGet;
-use workq::{AddOptions, DoneMany, Queue};
-use workq_redis::{AddKind, DoneAndGet, DoneAndGetMany, Error, RateLimit, RedisQueue};
+use workq::admin::End;
+use workq::{AddKind, AddOptions, DoneMany, Queue, TryGet};
+use workq_redis::{Error, Lease, RateLimit, RedisQueue};
 
 async fn queue(server: &RedisServer, name: &str, lease: Duration) -> RedisQueue<String> {
     RedisQueue::builder(name)
@@ -52,7 +52,7 @@ async fn an_expired_lease_is_reclaimed_and_its_holder_fenced() {
     let fresh = q.try_get().await.unwrap().into_lease().unwrap();
     assert!(fresh.token() > stale.token());
     let stats = q.stats(10).await.unwrap();
-    assert_eq!(stats.stalled, 1);
+    assert_eq!(stats.summary.stalled, 1);
 
     // The stale holder can neither renew nor mark the item done...
     assert!(stale.renew().await.unwrap_err().is_lease_lost());
@@ -81,7 +81,7 @@ async fn a_held_lease_renews_itself_past_its_duration() {
     assert!(!lease.is_lost());
     assert!(lease.valid_until() > Instant::now());
     lease.done().await.unwrap();
-    assert_eq!(q.stats(10).await.unwrap().stalled, 0);
+    assert_eq!(q.stats(10).await.unwrap().summary.stalled, 0);
 }
 
 #[tokio::test]
@@ -226,12 +226,19 @@ async fn an_item_that_does_not_deserialize_goes_to_the_dead_letters() {
     let lease = q.get().await.unwrap().unwrap();
     assert_eq!(*lease, pod, "the bad entry was skipped, not handed out");
     lease.done().await.unwrap();
-    let dead = q.dead_letters(10).await.unwrap();
+    let dead = q.dead_letters(End::First, 10).await.unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].item, "\"default/web-0\"");
     assert!(dead[0].error.contains("invalid type"), "{}", dead[0].error);
     let stats = q.stats(10).await.unwrap();
-    assert_eq!((stats.dead, stats.depth, stats.in_flight), (1, 0, 0));
+    assert_eq!(
+        (
+            stats.summary.dead,
+            stats.summary.depth,
+            stats.summary.in_flight
+        ),
+        (1, 0, 0)
+    );
     assert!(q.try_get().await.unwrap().is_empty());
 }
 
@@ -285,11 +292,21 @@ async fn keys_are_namespaced_per_queue_with_one_hash_tag() {
     let keys: Vec<String> = con.keys("*").await.unwrap();
     assert!(!keys.is_empty());
     for key in &keys {
+        // Each prefix's index of queue names is the one key outside a queue's hash tag.
         assert!(
-            key.starts_with("wq:{orders}:") || key.starts_with("wq:{invoices}:"),
+            key.starts_with("wq:{orders}:")
+                || key.starts_with("wq:{invoices}:")
+                || key == "wq:queues"
+                || key == "other:queues",
             "{key}"
         );
     }
+    let mut indexed: Vec<String> = con.smembers("wq:queues").await.unwrap();
+    indexed.sort();
+    assert_eq!(indexed, ["invoices", "orders"]);
+    let other: Vec<String> = con.smembers("other:queues").await.unwrap();
+    assert_eq!(other, ["orders"]);
+    let keys: Vec<String> = keys.into_iter().filter(|k| k.contains('{')).collect();
     let slots = |name: &str| -> Vec<String> {
         keys.iter()
             .filter(|k| k.contains(name))
@@ -352,18 +369,18 @@ async fn stats_show_depth_delays_leases_and_failures() {
     q.add("a".to_string()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let stats = q.stats(10).await.unwrap();
-    assert_eq!(stats.depth, 1);
-    assert_eq!(stats.in_flight, 1);
-    assert_eq!(stats.in_flight_dirty, 1);
-    assert_eq!(stats.failing, 1);
+    assert_eq!(stats.summary.depth, 1);
+    assert_eq!(stats.summary.in_flight, 1);
+    assert_eq!(stats.summary.in_flight_dirty, 1);
+    assert_eq!(stats.summary.failing, 1);
     assert_eq!(stats.failures, [("\"d\"".to_string(), 2)]);
-    assert_eq!(stats.delayed, 2);
+    assert_eq!(stats.summary.delayed, 2);
     assert_eq!(stats.leases.len(), 1);
     assert_eq!(stats.leases[0].item, "\"a\"");
-    assert_eq!(stats.leases[0].token, a.token());
-    assert!(stats.leases[0].age >= Duration::from_millis(40));
-    assert!(stats.leases[0].expires_in > Duration::from_secs(25));
-    assert!(!stats.shut_down);
+    assert_eq!(stats.leases[0].lease.token, a.token());
+    assert!(stats.leases[0].lease.age >= Duration::from_millis(40));
+    assert!(stats.leases[0].lease.expires_in > Duration::from_secs(25));
+    assert!(!stats.summary.shut_down);
     a.done().await.unwrap();
 }
 
@@ -612,6 +629,11 @@ async fn batched_adds_give_the_answers_of_adds_one_by_one() {
     assert!(ignored.iter().all(|a| a.kind == AddKind::Ignored));
 }
 
+/// Leases to finish without forgetting their items' failures.
+fn unforgotten<T>(leases: Vec<Lease<T>>) -> Vec<(Lease<T>, bool)> {
+    leases.into_iter().map(|lease| (lease, false)).collect()
+}
+
 #[tokio::test]
 async fn done_and_get_many_finishes_a_batch_and_takes_the_next() {
     let Some(server) = support::server::require() else {
@@ -620,20 +642,20 @@ async fn done_and_get_many_finishes_a_batch_and_takes_the_next() {
     let q = queue(&server, "many", Duration::from_secs(10)).await;
     q.add_all((0..10).map(|i| format!("i{i}"))).await.unwrap();
     // No leases: a try_get of up to three, in FIFO order.
-    let DoneAndGetMany { done, next, .. } = q.done_and_get_many(Vec::new(), 3).await.unwrap();
+    let DoneMany { done, next, .. } = q.done_and_get_many(Vec::new(), 3).await.unwrap();
     assert!(done.is_empty());
     let items: Vec<&String> = next.iter().map(|l| l.item()).collect();
     assert_eq!(items, ["i0", "i1", "i2"]);
     // i1 is re-added while processing: done re-queues it at the tail.
     q.add("i1".to_string()).await.unwrap();
     assert_eq!(q.processing_len().await.unwrap(), 3);
-    let DoneAndGetMany { done, next, .. } = q.done_and_get_many(next, 4).await.unwrap();
+    let DoneMany { done, next, .. } = q.done_and_get_many(unforgotten(next), 4).await.unwrap();
     assert!(done.iter().all(Result::is_ok));
     assert_eq!(done.len(), 3);
     let items: Vec<&String> = next.iter().map(|l| l.item()).collect();
     assert_eq!(items, ["i3", "i4", "i5", "i6"]);
     // Fewer ready than asked for: all of them, i1 last.
-    let DoneAndGetMany { done, next, .. } = q.done_and_get_many(next, 100).await.unwrap();
+    let DoneMany { done, next, .. } = q.done_and_get_many(unforgotten(next), 100).await.unwrap();
     assert_eq!(done.len(), 4);
     let items: Vec<&String> = next.iter().map(|l| l.item()).collect();
     assert_eq!(items, ["i7", "i8", "i9", "i1"]);
@@ -647,14 +669,14 @@ async fn done_and_get_many_finishes_a_batch_and_takes_the_next() {
         .query_async(con)
         .await
         .unwrap();
-    let DoneAndGetMany { done, next, .. } = q.done_and_get_many(next, 5).await.unwrap();
+    let DoneMany { done, next, .. } = q.done_and_get_many(unforgotten(next), 5).await.unwrap();
     assert!(next.is_empty());
     assert!(done[0].is_ok() && done[2].is_ok() && done[3].is_ok());
     assert!(matches!(done[1], Err(Error::LeaseLost)));
     // Once this handle is shut down nothing more is handed out.
     q.add("late".to_string()).await.unwrap();
-    q.shut_down().await.unwrap();
-    let DoneAndGetMany { next, .. } = q.done_and_get_many(Vec::new(), 5).await.unwrap();
+    q.shut_down();
+    let DoneMany { next, .. } = q.done_and_get_many(Vec::new(), 5).await.unwrap();
     assert!(next.is_empty());
 }
 
@@ -741,7 +763,7 @@ async fn done_and_next_many_forgets_where_asked_and_fences_each_lease() {
     q.add_all(["a", "b", "c", "d", "e", "f"].map(String::from))
         .await
         .unwrap();
-    let DoneAndGetMany { next: held, .. } = q.done_and_get_many(Vec::new(), 3).await.unwrap();
+    let DoneMany { next: held, .. } = q.done_and_get_many(Vec::new(), 3).await.unwrap();
     let last_token = held.iter().map(|l| l.token()).max().unwrap();
     // A failure counted for each item being processed (a rate-limited re-add).
     for lease in &held {
@@ -841,16 +863,9 @@ async fn pipelined_adds_and_done_and_get_keep_the_rules() {
     let mut lease = q.get().await.unwrap().unwrap();
     q.add("a".to_string()).await.unwrap(); // re-added while processing
     let mut order = vec![lease.item().clone()];
-    loop {
-        let DoneAndGet { done, next, .. } = q.done_and_get(lease).await.unwrap();
-        done.unwrap();
-        match next {
-            Some(next) => {
-                order.push(next.item().clone());
-                lease = next;
-            }
-            None => break,
-        }
+    while let Some(next) = q.done_and_get(lease, false).await.unwrap() {
+        order.push(next.item().clone());
+        lease = next;
     }
     assert_eq!(order, ["a", "b", "c", "a"]);
     let d = q.get().await.unwrap().unwrap();
@@ -868,9 +883,11 @@ async fn pipelined_adds_and_done_and_get_keep_the_rules() {
     let stale = stale_queue.try_get().await.unwrap().into_lease().unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     let fresh = stale_queue.try_get().await.unwrap().into_lease().unwrap();
-    let DoneAndGet { done, next, .. } = stale_queue.done_and_get(stale).await.unwrap();
-    assert!(done.unwrap_err().is_lease_lost());
-    assert!(next.is_none());
+    let refused = stale_queue.done_and_get(stale, false).await;
+    assert!(
+        refused.unwrap_err().is_lease_lost(),
+        "and nothing handed out"
+    );
     assert_eq!(stale_queue.processing_len().await.unwrap(), 1);
     fresh.done().await.unwrap();
 }
@@ -913,7 +930,7 @@ async fn an_item_whose_workers_keep_dying_goes_to_the_dead_letters() {
     // The second expiry of "poison" dead-letters it.
     assert_eq!(q.len().await.unwrap(), 0);
     assert!(q.try_get().await.unwrap().is_empty());
-    let dead = q.dead_letters(10).await.unwrap();
+    let dead = q.dead_letters(End::First, 10).await.unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].item, "\"poison\"");
     assert!(
@@ -921,7 +938,7 @@ async fn an_item_whose_workers_keep_dying_goes_to_the_dead_letters() {
         "{}",
         dead[0].error
     );
-    assert_eq!(q.stats(10).await.unwrap().stalled, 0);
+    assert_eq!(q.stats(10).await.unwrap().summary.stalled, 0);
 }
 
 /// The mutations exist to prove the fault tests can fail: each must really break its rule.
@@ -1029,7 +1046,7 @@ async fn a_released_or_reclaimed_item_keeps_its_priority_at_the_head() {
         ]
     );
     assert_eq!(
-        q.stats(10).await.unwrap().stalled,
+        q.stats(10).await.unwrap().summary.stalled,
         0,
         "done clears the stall"
     );
@@ -1047,12 +1064,10 @@ async fn done_and_get_hands_out_the_highest_priority() {
     let lease = q.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!(lease.priority(), 3);
     q.add_with("seven".to_string(), prio(7)).await.unwrap();
-    let DoneAndGet { done, next, .. } = q.done_and_get(lease).await.unwrap();
-    done.unwrap();
+    let next = q.done_and_get(lease, false).await.unwrap();
     let next = next.expect("a ready item");
     assert_eq!((next.item().as_str(), next.priority()), ("seven", 7));
-    let DoneAndGet { done, next, .. } = q.done_and_get(next).await.unwrap();
-    done.unwrap();
+    let next = q.done_and_get(next, false).await.unwrap();
     let next = next.expect("a ready item");
     assert_eq!((next.item().as_str(), next.priority()), ("zero", 0));
     next.done().await.unwrap();
@@ -1073,7 +1088,11 @@ async fn stats_count_and_delete_removes_every_priority() {
         .unwrap();
     let stats = q.stats(10).await.unwrap();
     assert_eq!(
-        (stats.depth, stats.delayed, stats.in_flight_dirty),
+        (
+            stats.summary.depth,
+            stats.summary.delayed,
+            stats.summary.in_flight_dirty
+        ),
         (3, 1, 0)
     );
     assert_eq!(q.len().await.unwrap(), 3);

@@ -7,8 +7,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::server::{RedisServer, require};
-use workq::{Outcome, Workers};
-use workq_redis::{AddKind, Builder, Error, RateLimit, RedisQueue};
+use workq::{AddKind, Outcome, Workers};
+use workq_redis::{Builder, Error, RateLimit, RedisQueue};
 
 fn builder(server: &RedisServer, name: &str) -> Builder<String> {
     RedisQueue::builder(name)
@@ -80,7 +80,7 @@ async fn processes(q: &RedisQueue<String>, work: Duration) {
     );
     assert_eq!(q.processing_len().await.unwrap(), 0);
     assert_eq!(q.len().await.unwrap(), 0);
-    assert_eq!(q.stats(1).await.unwrap().stalled, 0);
+    assert_eq!(q.stats(1).await.unwrap().summary.stalled, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

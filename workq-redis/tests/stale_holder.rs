@@ -65,7 +65,7 @@ async fn a_stale_holders_forget_changes_nothing() {
     let other = queue(&server, "stale-forget").await;
     tokio::time::sleep(Duration::from_millis(450)).await;
     let current = next(&q).await;
-    other.shut_down().await.unwrap();
+    other.shut_down();
     let out = Queue::done_and_next(&other, fresh, true).await;
     assert!(matches!(out, Err(Error::LeaseLost)), "{out:?}");
     assert_eq!(q.num_requeues("key".to_string()).await.unwrap(), 2);
@@ -102,7 +102,7 @@ async fn unchanged(q: &RedisQueue<String>, failures: u64) {
         1,
         "the failure count moved"
     );
-    assert_eq!(q.counters().await.unwrap().failures, failures);
+    assert_eq!(q.counters().await.unwrap().retries, failures);
     assert_eq!(q.len().await.unwrap(), 0, "re-added");
     assert_eq!(q.delayed_len().await.unwrap(), 0, "re-added with a delay");
     assert_eq!(q.processing_len().await.unwrap(), 1, "the holder's claim");
@@ -123,7 +123,7 @@ async fn a_stale_holders_rate_limited_retry_changes_nothing() {
     };
     let q = queue(&server, "stale-retry").await;
     let (stale, fresh) = stale_and_fresh(&q).await;
-    let failures = q.counters().await.unwrap().failures;
+    let failures = q.counters().await.unwrap().retries;
     let out = Queue::retry_and_done(&q, stale, AddOptions::default().rate_limited(), false).await;
     assert!(matches!(out, Err(Error::LeaseLost)), "{out:?}");
     unchanged(&q, failures).await;
@@ -137,7 +137,7 @@ async fn a_stale_holders_retry_after_changes_nothing() {
     };
     let q = queue(&server, "stale-after").await;
     let (stale, fresh) = stale_and_fresh(&q).await;
-    let failures = q.counters().await.unwrap().failures;
+    let failures = q.counters().await.unwrap().retries;
     let after = AddOptions::default().after(Duration::from_millis(5));
     let out = Queue::retry_and_done(&q, stale, after, true).await;
     assert!(matches!(out, Err(Error::LeaseLost)), "{out:?}");
@@ -176,7 +176,7 @@ async fn the_current_holders_retries_apply() {
     assert_eq!(last.item(), "key");
     // A handle that is shut down refuses the re-add and hands the lease back, unchanged.
     let other = queue(&server, "current-retry").await;
-    other.shut_down().await.unwrap();
+    other.shut_down();
     let out = Queue::retry_and_done(&other, last, AddOptions::default().rate_limited(), false)
         .await
         .unwrap();
@@ -236,7 +236,7 @@ async fn a_stale_worker_changes_nothing(name: &str, answer: Answer) {
     // The queue does not renew: the worker's lease expires, and another consumer takes it.
     tokio::time::sleep(Duration::from_millis(450)).await;
     let fresh = next(&q).await;
-    let failures = q.counters().await.unwrap().failures;
+    let failures = q.counters().await.unwrap().retries;
     go.notify_one();
     let deadline = Instant::now() + Duration::from_secs(5);
     while workers.stats().lease_lost == 0 {

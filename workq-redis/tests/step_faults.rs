@@ -89,8 +89,8 @@ async fn handled_exactly_once(held: Held, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let stats = queue.stats(1).await.unwrap();
-        assert_eq!(stats.stalled, 0, "{what}: a lease expired");
-        if stats.depth == 0 && stats.delayed == 0 && stats.in_flight == 0 {
+        assert_eq!(stats.summary.stalled, 0, "{what}: a lease expired");
+        if stats.summary.depth == 0 && stats.summary.delayed == 0 && stats.summary.in_flight == 0 {
             break;
         }
         assert!(Instant::now() < deadline, "{what}: not drained: {stats:?}");
@@ -116,7 +116,7 @@ async fn handled_exactly_once(held: Held, what: &str) {
         ITEMS.len() as u64,
         "{what}: dones"
     );
-    assert_eq!(queue.stats(1).await.unwrap().stalled, 0);
+    assert_eq!(queue.stats(1).await.unwrap().summary.stalled, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,7 +270,7 @@ async fn a_step_whose_reply_was_lost_is_not_applied_twice() {
     // The script is loaded first (the server answers an unknown one with NOSCRIPT, unapplied).
     q.add("warm".to_owned()).await.unwrap();
     let warm = q.try_get().await.unwrap().into_lease().unwrap();
-    let step = q.done_and_get_many(vec![warm], 0).await.unwrap();
+    let step = q.done_and_get_many(vec![(warm, false)], 0).await.unwrap();
     assert!(step.done[0].is_ok());
     for item in ["a", "b", "c"] {
         q.add(item.to_owned()).await.unwrap();
@@ -280,7 +280,7 @@ async fn a_step_whose_reply_was_lost_is_not_applied_twice() {
     proxy.drop_next_reply();
     // The server marks a done and leases b and c; the answer is lost. The retry takes nothing
     // more, and finds the done already applied (or the lease gone): it cannot tell which.
-    let step = q.done_and_get_many(vec![lease], 2).await.unwrap();
+    let step = q.done_and_get_many(vec![(lease, false)], 2).await.unwrap();
     assert_eq!(
         proxy.dropped.load(Ordering::SeqCst),
         1,

@@ -32,10 +32,10 @@ use crate::{AddOptions, Lease, TryGetError, WorkQueue};
 ///
 /// # Implementing it
 ///
-/// A backend keeps every rule of API.md's contract, and documents where a lease differs: in
-/// memory a dropped lease is done (client-go's deferred `Done`); on a shared backend a dropped
-/// lease is released and only [`QueueLease::done`] marks the item done. A worker loop written
-/// against this trait therefore always ends a lease explicitly, with `done` or `release`.
+/// A backend keeps every rule of the contract (docs/api-contract.md), and documents where a lease
+/// differs: in memory a dropped lease is done (client-go's deferred `Done`); on a shared backend a
+/// dropped lease is released and only [`QueueLease::done`] marks the item done. A worker loop
+/// written against this trait therefore always ends a lease explicitly, with `done` or `release`.
 ///
 /// # Examples
 ///

@@ -149,7 +149,22 @@
 //! (reported, never silently dropped), and stopping drains in-flight items into a summary.
 //! See [`Workers`] and the `controller` example.
 //!
-//! # Backends
+//! # Flow control: fair turns, concurrency limits, hand-out rates
+//!
+//! Within a priority a queue is first in, first out, so one tenant that adds 100,000 items
+//! puts every other tenant's single item behind them. [`Builder::group_by`] groups items
+//! (the namespace of a key, say) and makes getters take turns between groups within the
+//! highest priority that has ready work, FIFO inside a group ([`Builder::group_weight`] for
+//! uneven shares). [`Builder::max_in_flight`] and [`Builder::max_in_flight_per_group`] cap
+//! the leases out (a group at its limit never holds back another; a dropped lease wakes a
+//! waiting getter), and [`Builder::hand_out_rate`] paces hand-outs, for the queue and per
+//! group (a getter sleeps until the next token, on the queue's clock). In memory, a lease
+//! holds its slot until it is dropped, so the limits count exactly the items being
+//! processed. [`WorkQueue::flow_stats`] and [`WorkQueue::top_groups`] report the groups;
+//! the Prometheus metrics add `workqueue_groups_ready` and `workqueue_group_saturated`. A
+//! queue without any of these pays a few predictable branches per call for them.
+//!
+//! //! # Backends
 //!
 //! [`Queue`] (with its [`QueueLease`]) is the interface of a work queue backend: async
 //! `add_with`, `forget`, `num_requeues`, `len`, `get`, `shut_down`, `shut_down_with_drain`,
@@ -243,7 +258,7 @@ pub use error::TryGetError;
 pub use lease::Lease;
 pub use parallelize::{Parallelizer, parallelize_until};
 pub use queue::{AddOptions, Builder, Drain, Get, WorkQueue};
-pub use stats::QueueStats;
+pub use stats::{FlowStats, GroupStats, QueueStats};
 #[cfg(feature = "tokio")]
 pub use workers::AsyncWorkers;
 pub use workers::{

@@ -22,3 +22,31 @@ pub struct QueueStats {
     /// zero otherwise.
     pub longest_running: Duration,
 }
+
+/// Flow control at a glance ([`WorkQueue::flow_stats`](crate::WorkQueue::flow_stats)): what
+/// the `workqueue_groups_ready` and `workqueue_group_saturated` gauges report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct FlowStats {
+    /// Groups with items waiting to be handed out.
+    pub groups_ready: usize,
+    /// Groups at their in-flight limit.
+    pub groups_saturated: usize,
+    /// Groups the queue keeps (with items in any state, or a hand-out bucket still
+    /// refilling).
+    pub groups: usize,
+}
+
+/// One group's figures ([`WorkQueue::top_groups`](crate::WorkQueue::top_groups)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupStats {
+    /// The group's name, as the queue's group function gave it (`""` on an ungrouped queue).
+    pub name: String,
+    /// Its items waiting to be handed out.
+    pub ready: usize,
+    /// Its leases out.
+    pub in_flight: usize,
+    /// Its in-flight limit, if it has one.
+    pub limit: Option<usize>,
+}

@@ -707,9 +707,14 @@ mod json {
                 "in_flight_dirty": 1, "failing": 4, "failures": 9, "stalled": 1, "dead": 5,
                 "dead_dropped": 6, "paused": true, "shut_down": false, "oldest_ready_s": 2.5,
                 "longest_running_s": 1.5, "unfinished_work_s": 2.0, "adds_total": 10,
-                "completions_total": 7, "retries_total": 2,
+                "completions_total": 7, "retries_total": 2, "capped_at": null,
             })
         );
+        let mut capped = summary();
+        capped.capped_at = Some(2);
+        let json = round_trip(&capped);
+        assert_eq!(json["capped_at"], 2, "counts over 2 mean more than 2");
+        assert!(capped.is_capped(capped.depth) && !capped.is_capped(capped.delayed));
         let broken = round_trip(&QueueSummary::broken("odd", "a key of the wrong type"));
         assert_eq!(broken["broken"], "a key of the wrong type");
         for counter in ["adds_total", "completions_total", "retries_total"] {
@@ -817,6 +822,16 @@ mod json {
             (json!(40), json!("4"))
         );
         assert_eq!(json["prev"], Value::Null);
+        assert_eq!(json["capped_at"], Value::Null, "an exact total");
+        assert!(!page.total_is_capped());
+        page.capped_at = Some(39);
+        assert_eq!(round_trip(&page)["capped_at"], 39);
+        assert!(
+            page.total_is_capped(),
+            "40 of a count capped at 39: more than 39"
+        );
+        page.capped_at = Some(40);
+        assert!(!page.total_is_capped(), "exactly 40");
         let items = &json["items"];
         assert_eq!(
             items[0],

@@ -1,4 +1,5 @@
-//! The shared suites of `workq-conformance` on the in-memory queue: every rule of the
+//! The shared suites of `workq-conformance` on the in-memory queue: every rule of the flow
+//! control suite (alone and, with feature `tokio`, batched), and every rule of the
 //! behaviour suite on `WorkQueue`, and (feature `tokio`) every rule of the `Workers` suite on
 //! `WorkQueue` alone and seen as a backend whose steps `Workers` batch. Each backend runs the
 //! same rules on its server in its own tests.
@@ -56,3 +57,64 @@ macro_rules! workers_suite {
 
 #[cfg(feature = "tokio")]
 workq_conformance::for_each_workers_rule!(workers_suite);
+
+/// Instantiates every flow control rule in memory, and (feature `tokio`) seen as a backend
+/// whose steps `Workers` batch.
+macro_rules! flow_suite {
+    ($($rule:ident),* $(,)?) => {
+        mod flow {
+            mod in_memory {
+                use workq_conformance::flow::{Memory, rules};
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $rule() {
+                        rules::$rule(&Memory).await;
+                    }
+                )*
+            }
+            #[cfg(feature = "tokio")]
+            mod in_memory_batched {
+                use workq_conformance::flow::{BatchedMemory, rules};
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $rule() {
+                        rules::$rule(&BatchedMemory).await;
+                    }
+                )*
+            }
+        }
+    };
+}
+
+workq_conformance::for_each_flow_rule!(flow_suite);
+
+/// Instantiates the flow control rules that drive a `Workers` pool, in memory alone and
+/// through batched steps.
+#[cfg(feature = "tokio")]
+macro_rules! flow_workers_suite {
+    ($($rule:ident),* $(,)?) => {
+        mod flow_workers {
+            mod in_memory {
+                use workq_conformance::flow::{Memory, workers_rules};
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $rule() {
+                        workers_rules::$rule(&Memory).await;
+                    }
+                )*
+            }
+            mod in_memory_batched {
+                use workq_conformance::flow::{BatchedMemory, workers_rules};
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $rule() {
+                        workers_rules::$rule(&BatchedMemory).await;
+                    }
+                )*
+            }
+        }
+    };
+}
+
+#[cfg(feature = "tokio")]
+workq_conformance::for_each_flow_workers_rule!(flow_workers_suite);

@@ -1,7 +1,11 @@
 -- dead_requeue(entry, max): moves dead letters back to the queue as fresh
 -- items (no failures, no stalls). ARGV[1] = the exact entry to requeue, or ''
 -- for the oldest ones; ARGV[2] = how many at most (for '').
--- Returns how many were requeued.
+-- Returns how many were requeued, or -1 while the queue is shut down for every
+-- process: adds are ignored then, so nothing is requeued (the letters stay).
+if redis.call('EXISTS', K_SHUT) == 1 then
+  return -1
+end
 local function requeue(entry)
   local ok, letter = pcall(cjson.decode, entry)
   if not ok or type(letter) ~= 'table' or type(letter.item) ~= 'string' then

@@ -5,14 +5,15 @@
 --           | latest; in_flight: soonest deadline | latest; dead: oldest |
 --           newest; failing: hash order, `from` ignored)
 -- ARGV[3] = cursor: how many entries to skip from that end ('' or 0: none);
---           for failing, an HSCAN cursor
+--           for failing, an HSCAN cursor, perhaps with ':' and the item to
+--           resume after (see below)
 -- ARGV[4] = limit: at most this many entries
 -- ARGV[5] = needle: only entries whose item (or a dead letter's error)
 --           contains it, compared in lower case ('' = every entry)
 -- ARGV[6] = budget: at most this many entries are looked at per call, so a
 --           search of a long list never blocks the server for long
 -- Returns {now, total, next cursor ('' at the end), entries}; each entry is
--- {item, a, b, c}: ready {item, priority}, delayed {item, due}, in_flight
+-- {item, a, b, c}: ready {item, priority}, delayed {item, due, priority}, in_flight
 -- {item, deadline, since, token}, failing {item, count}, dead {entry}.
 local now = now_us()
 local state, from = ARGV[1], ARGV[2]
@@ -28,27 +29,57 @@ end
 local out = {}
 
 if state == 'failing' then
-  local cursor = ARGV[3]
+  -- The cursor is an HSCAN cursor, and after a ':' the item the last page ended
+  -- with when it filled up inside that cursor's reply: the next page reads that
+  -- reply again and starts after it (from the reply's start if it is gone).
+  -- So a page never holds more than `limit`, although HSCAN hands out whole
+  -- buckets (a small hash, all of it at once).
+  local cursor, after = ARGV[3], nil
+  local colon = string.find(cursor, ':', 1, true)
+  if colon then
+    after = string.sub(cursor, colon + 1)
+    cursor = string.sub(cursor, 1, colon - 1)
+  end
   if cursor == '' then
     cursor = '0'
   end
-  local looked, found = 0, 0
+  local looked, next_cursor = 0, ''
   repeat
     local r = redis.call('HSCAN', K_FAIL, cursor, 'COUNT', 100)
-    cursor = r[1]
-    for i = 1, #r[2], 2 do
+    local fields = r[2]
+    local start = 1
+    if after then
+      for i = 1, #fields, 2 do
+        if fields[i] == after then
+          start = i + 2
+          break
+        end
+      end
+      after = nil
+    end
+    local full = false
+    for i = start, #fields, 2 do
+      if #out >= limit then
+        next_cursor = cursor .. ':' .. out[#out][1]
+        full = true
+        break
+      end
       looked = looked + 1
-      if matches(r[2][i]) then
-        -- HSCAN hands out whole buckets: a page may hold a few more than `limit`.
-        table.insert(out, {r[2][i], r[2][i + 1]})
-        found = found + 1
+      if matches(fields[i]) then
+        table.insert(out, {fields[i], fields[i + 1]})
       end
     end
-  until cursor == '0' or found >= limit or looked >= budget
-  if cursor == '0' then
-    cursor = ''
-  end
-  return {int(now), redis.call('HLEN', K_FAIL), cursor, out}
+    if full then
+      break
+    end
+    cursor = r[1]
+    if cursor == '0' then
+      next_cursor = ''
+      break
+    end
+    next_cursor = cursor
+  until #out >= limit or looked >= budget
+  return {int(now), redis.call('HLEN', K_FAIL), next_cursor, out}
 end
 
 -- The lanes of the ready lists in hand-out order: positive priorities highest
@@ -137,7 +168,7 @@ elseif state == 'delayed' or state == 'in_flight' then
     local got = {}
     for k = 1, #r, 2 do
       if state == 'delayed' then
-        table.insert(got, {r[k], r[k + 1]})
+        table.insert(got, {r[k], r[k + 1], redis.call('HGET', K_PRIO, r[k]) or '0'})
       else
         local x = r[k]
         table.insert(got, {x, r[k + 1], redis.call('HGET', K_SINCE, x) or '0',

@@ -5,7 +5,8 @@
 -- under a lease also loses its failure and stall counts. Dead letters are
 -- not touched (see dead_delete).
 -- ARGV[1] = item.
--- Returns {queued, delayed, readd, counts}: 1 for each part that was removed.
+-- Returns {queued, delayed, readd, counts, leased}: 1 for each part that was
+-- removed, and 1 in `leased` when the item is under a lease (which stays).
 local x = ARGV[1]
 local processing = is_processing(x)
 local queued, readd = 0, 0
@@ -27,4 +28,4 @@ if not processing then
     counts = 1
   end
 end
-return {queued, delayed, readd, counts}
+return {queued, delayed, readd, counts, processing and 1 or 0}

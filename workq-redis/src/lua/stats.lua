@@ -1,8 +1,9 @@
--- stats(limit): a consistent snapshot for operators. Changes nothing.
+-- stats(limit): a consistent snapshot for operators: the figures a listing
+-- shows (figures.lua) with the leases nearest their deadline and some failure
+-- counts. Changes nothing.
 -- ARGV[1] = how many in-flight items and failure counts to list.
--- Returns {now, ready, delayed, processing, dirty, failures, stalls, dead, shut,
---          in_flight = {item, since, deadline, token, ...},
---          failing = {item, count, ...}, next_delayed, dead_dropped}.
+-- Returns {now, figures, in_flight = {item, since, deadline, token, ...},
+--          failing = {item, count, ...}, next_delayed}.
 local now = now_us()
 local limit = tonumber(ARGV[1])
 local inflight = {}
@@ -32,18 +33,4 @@ local d = redis.call('ZRANGE', K_DELAY, 0, 0, 'WITHSCORES')
 if d[2] then
   next_delayed = d[2]
 end
-return {
-  int(now),
-  ready_count(),
-  redis.call('ZCARD', K_DELAY),
-  redis.call('ZCARD', K_PROC),
-  redis.call('SCARD', K_DIRTY),
-  redis.call('HLEN', K_FAIL),
-  redis.call('HLEN', K_STALLS),
-  redis.call('LLEN', K_DEAD),
-  redis.call('EXISTS', K_SHUT),
-  inflight,
-  failing,
-  next_delayed,
-  tonumber(redis.call('HGET', K_META, 'dead_dropped')) or 0,
-}
+return {int(now), figures(now), inflight, failing, next_delayed}

@@ -164,13 +164,21 @@ impl PageQuery {
 pub struct Page {
     /// The entries, in the state's order from the requested end.
     pub items: Vec<PageEntry>,
-    /// How many items are in the state, whatever the search.
+    /// How many items are in the state, whatever the search (see
+    /// [`capped_at`](Self::capped_at)).
     pub total: u64,
     /// The cursor of the page further from the end, if anything is left to look at.
     pub next: Option<String>,
     /// The cursor of the page nearer the end, when the backend can go back (Redis's
     /// offsets); a client keeps the cursors it came through otherwise.
     pub prev: Option<String>,
+    /// Where the backend stopped counting `total`, if it caps the count so that a page of a
+    /// state of millions of items stays cheap; `None`: `total` is exact. With a cap, a total
+    /// greater than it (`capped_at + 1`) means "more than `capped_at`"
+    /// ([`total_is_capped`](Self::total_is_capped)), as in
+    /// [`QueueSummary::capped_at`](super::QueueSummary::capped_at).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub capped_at: Option<u64>,
 }
 
 impl Page {
@@ -181,7 +189,14 @@ impl Page {
             total,
             next: None,
             prev: None,
+            capped_at: None,
         }
+    }
+
+    /// Whether [`total`](Self::total) stopped at the cap: it means "more than
+    /// [`capped_at`](Self::capped_at)".
+    pub fn total_is_capped(&self) -> bool {
+        self.capped_at.is_some_and(|cap| self.total > cap)
     }
 }
 

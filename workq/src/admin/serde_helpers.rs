@@ -119,6 +119,7 @@ struct SummaryJson<S> {
     adds_total: Option<u64>,
     completions_total: Option<u64>,
     retries_total: Option<u64>,
+    capped_at: Option<u64>,
 }
 
 // Written out: `S = &str` (serializing) has no `Default`, and the derive would ask for one.
@@ -144,6 +145,7 @@ impl<S: Default> Default for SummaryJson<S> {
             adds_total: None,
             completions_total: None,
             retries_total: None,
+            capped_at: None,
         }
     }
 }
@@ -171,6 +173,7 @@ impl Serialize for QueueSummary {
             adds_total: counters.map(|c| c.adds),
             completions_total: counters.map(|c| c.completions),
             retries_total: counters.map(|c| c.retries),
+            capped_at: self.capped_at,
         }
         .serialize(s)
     }
@@ -209,6 +212,7 @@ impl<'de> Deserialize<'de> for QueueSummary {
             longest_lease: span(j.longest_running_s)?,
             lease_age_sum: span(j.unfinished_work_s)?,
             counters,
+            capped_at: j.capped_at,
         })
     }
 }

@@ -26,13 +26,16 @@ pub struct QueueSummary {
     pub delayed: u64,
     /// Items under a lease.
     pub in_flight: u64,
-    /// Items under a lease that were re-added meanwhile (queued again when the lease ends).
+    /// Items under a lease that were re-added meanwhile (queued again when the lease ends;
+    /// when the counts are capped, among the leases counted).
     pub in_flight_dirty: u64,
     /// Items with a failure count.
     pub failing: u64,
-    /// The sum of the items' failure counts (a backend may sum only the first 1,000).
+    /// The sum of the items' failure counts (a backend may sum only the first 1,000, or,
+    /// when it caps its counts, the items it counted).
     pub failures: u64,
-    /// Items whose lease expired at least once in a row and was taken back.
+    /// Items whose lease expired at least once in a row and was taken back (when the counts
+    /// are capped, among the ready and leased items counted).
     pub stalled: u64,
     /// Dead letters.
     pub dead: u64,
@@ -54,6 +57,15 @@ pub struct QueueSummary {
     /// Running totals since the queue was created (or since this process counts them);
     /// `None` where the backend keeps none.
     pub counters: Option<Counters>,
+    /// Where the backend stopped counting, if it caps its counts so that a look at a queue of
+    /// millions of items stays cheap (PostgreSQL counts at most this many plus one of each
+    /// state); `None`: every count is exact.
+    ///
+    /// With a cap, a count greater than it (`capped_at + 1`) means "more than `capped_at`",
+    /// written `{capped_at}+` ([`is_capped`](Self::is_capped)); the counts at or under it are
+    /// exact. The figures taken from the items of a state (`in_flight_dirty`, `stalled`,
+    /// `failures`, `oldest_ready`, `lease_age_sum`) are then taken from the items counted.
+    pub capped_at: Option<u64>,
 }
 
 impl QueueSummary {
@@ -71,6 +83,26 @@ impl QueueSummary {
             broken: Some(why.into()),
             ..QueueSummary::named(name)
         }
+    }
+
+    /// Whether `count`, one of this summary's counts, stopped at the cap
+    /// ([`capped_at`](Self::capped_at)): it means "more than `capped_at`".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workq::admin::QueueSummary;
+    ///
+    /// let mut pods = QueueSummary::named("pods");
+    /// pods.capped_at = Some(10_000);
+    /// pods.depth = 10_001; // more than 10,000 ready
+    /// pods.delayed = 10_000; // exactly 10,000 delayed
+    /// assert!(pods.is_capped(pods.depth));
+    /// assert!(!pods.is_capped(pods.delayed));
+    /// assert!(!QueueSummary::named("exact").is_capped(u64::MAX));
+    /// ```
+    pub fn is_capped(&self, count: u64) -> bool {
+        self.capped_at.is_some_and(|cap| count > cap)
     }
 }
 

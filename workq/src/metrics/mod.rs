@@ -65,7 +65,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::stats::QueueStats;
+use crate::stats::{FlowStats, GroupStats, QueueStats};
 
 /// Creates the recorder of each named queue. This is client-go's `MetricsProvider`.
 pub trait MetricsProvider: Send + Sync + 'static {
@@ -112,6 +112,10 @@ pub trait QueueMetrics: Send + Sync + 'static {
 /// Reads a queue's depth by priority: `None` once the queue is gone.
 type ReadDepths = Arc<dyn Fn() -> Option<Vec<(i32, usize)>> + Send + Sync>;
 
+/// Reads a queue's flow control figures and its top groups: `None` once the queue is gone
+/// or if it has no flow control.
+type ReadFlow = Arc<dyn Fn(usize) -> Option<(FlowStats, Vec<GroupStats>)> + Send + Sync>;
+
 /// Reads a queue's [`QueueStats`] on demand, without keeping the queue alive.
 #[derive(Clone)]
 pub struct QueueProbe {
@@ -119,6 +123,8 @@ pub struct QueueProbe {
     read: Arc<dyn Fn() -> Option<QueueStats> + Send + Sync>,
     /// Returns the depth by priority, if the queue can tell.
     depths: Option<ReadDepths>,
+    /// Returns the flow control figures, if the queue has flow control.
+    flow: Option<ReadFlow>,
 }
 
 impl QueueProbe {
@@ -128,7 +134,28 @@ impl QueueProbe {
         Self {
             read: Arc::new(read),
             depths: None,
+            flow: None,
         }
+    }
+
+    /// Adds a function that reads the queue's flow control figures
+    /// ([`WorkQueue::flow_stats`](crate::WorkQueue::flow_stats)) and its `top` groups
+    /// ([`WorkQueue::top_groups`](crate::WorkQueue::top_groups)), for providers that report
+    /// them; it returns `None` for a queue without flow control.
+    #[must_use]
+    pub fn with_flow(
+        mut self,
+        read: impl Fn(usize) -> Option<(FlowStats, Vec<GroupStats>)> + Send + Sync + 'static,
+    ) -> Self {
+        self.flow = Some(Arc::new(read));
+        self
+    }
+
+    /// The queue's flow control figures and its `top` groups by ready items now; `None` if
+    /// the queue is gone or has no flow control. A walk over the groups under the queue's
+    /// lock: call it at scrape time only.
+    pub fn flow(&self, top: usize) -> Option<(FlowStats, Vec<GroupStats>)> {
+        self.flow.as_ref().and_then(|read| read(top))
     }
 
     /// Adds a function that reads the queue's depth by priority

@@ -22,6 +22,17 @@
 //! | `workqueue_delayed_items` | gauge, read at scrape time: items waiting for a delay |
 //! | `workqueue_rate_limiter_delay_seconds` | histogram, buckets 1 ms ... about 17 min: delays the rate limiter handed out |
 //!
+//! and, for queues with flow control ([`Builder::group_by`](crate::Builder::group_by), limits,
+//! hand-out rates), read at scrape time:
+//!
+//! | series | type |
+//! | --- | --- |
+//! | `workqueue_groups_ready` | gauge: groups with items waiting to be handed out |
+//! | `workqueue_group_saturated` | gauge: groups at their in-flight limit |
+//! | `workqueue_group_depth`, `workqueue_group_in_flight` | gauges with a `group` label, for the top N groups only, when asked for ([`PrometheusMetrics::set_group_series`]) |
+//!
+//! A queue without flow control adds none of these, so Kubernetes' series stay as they are.
+//!
 //! # Examples
 //!
 //! ```
@@ -64,7 +75,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::{MetricsProvider, QueueMetrics, QueueProbe};
-use crate::stats::QueueStats;
+use crate::stats::{FlowStats, GroupStats, QueueStats};
 
 const DEPTH_HELP: &str = "Current depth of workqueue";
 const ADDS_HELP: &str = "Total number of adds handled by workqueue";
@@ -76,6 +87,12 @@ const LONGEST_HELP: &str =
     "How many seconds has the longest running processor for workqueue been running.";
 const RETRIES_HELP: &str = "Total number of retries handled by workqueue";
 const DELAYED_HELP: &str = "Current number of items in workqueue waiting for a delay to pass";
+const GROUPS_READY_HELP: &str = "Current number of groups with items waiting to be handed out";
+const GROUP_SATURATED_HELP: &str = "Current number of groups at their in-flight limit";
+const GROUP_DEPTH_HELP: &str =
+    "Items waiting to be handed out in the group, for the groups with the most of them";
+const GROUP_IN_FLIGHT_HELP: &str =
+    "Items of the group being processed, for the groups with the most items waiting";
 const RATE_LIMIT_HELP: &str =
     "How long in seconds the rate limiter of workqueue delayed items it was asked about.";
 
@@ -219,6 +236,8 @@ struct Queues {
     series: Mutex<Vec<Arc<Series>>>,
     /// Whether `workqueue_depth` carries controller-runtime's `priority` label.
     depth_by_priority: std::sync::atomic::AtomicBool,
+    /// How many groups per queue get `workqueue_group_depth` / `_in_flight` series (0: none).
+    group_series: std::sync::atomic::AtomicUsize,
 }
 
 impl fmt::Debug for Queues {
@@ -281,6 +300,48 @@ impl PrometheusMetrics {
     pub fn set_depth_by_priority(&self, on: bool) {
         self.queues.depth_by_priority.store(on, Ordering::Relaxed);
     }
+
+    /// Reports per-group series for each queue with flow control: `workqueue_group_depth`
+    /// (ready items) and `workqueue_group_in_flight` (leases out), labelled `name` and
+    /// `group`, for the `top` groups with the most ready items at each scrape (ties: most in
+    /// flight, then by name). 0, the default, reports none.
+    ///
+    /// The number of series stays bounded however many groups a queue sees (namespaces,
+    /// tenants): at most `top` per queue and family, and a group that leaves the top N
+    /// leaves the scrape. `workqueue_groups_ready` and `workqueue_group_saturated`, one
+    /// series per queue, are reported for every queue with flow control whatever this says.
+    /// Takes effect at the next scrape.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use prometheus_client::{encoding::text::encode, registry::Registry};
+    /// use workq::{WorkQueue, metrics::prometheus::PrometheusMetrics};
+    ///
+    /// let mut registry = Registry::default();
+    /// let metrics = PrometheusMetrics::new(&mut registry);
+    /// metrics.set_group_series(10);
+    /// let queue: WorkQueue<String> = WorkQueue::builder()
+    ///     .name("pods")
+    ///     .metrics(metrics)
+    ///     .group_by(|key: &String| key.split_once('/').map_or("", |(ns, _)| ns).to_owned())
+    ///     .max_in_flight_per_group(1)
+    ///     .build();
+    /// queue.add("team-a/web".to_owned());
+    /// queue.add("team-a/db".to_owned());
+    /// let lease = queue.try_get().unwrap();
+    ///
+    /// let mut text = String::new();
+    /// encode(&mut text, &registry).unwrap();
+    /// assert!(text.contains(r#"workqueue_groups_ready{name="pods"} 1"#));
+    /// assert!(text.contains(r#"workqueue_group_saturated{name="pods"} 1"#));
+    /// assert!(text.contains(r#"workqueue_group_depth{name="pods",group="team-a"} 1"#));
+    /// assert!(text.contains(r#"workqueue_group_in_flight{name="pods",group="team-a"} 1"#));
+    /// # drop(lease);
+    /// ```
+    pub fn set_group_series(&self, top: usize) {
+        self.queues.group_series.store(top, Ordering::Relaxed);
+    }
 }
 
 impl MetricsProvider for PrometheusMetrics {
@@ -303,6 +364,10 @@ impl MetricsProvider for PrometheusMetrics {
 type PickHistogram = fn(&Series) -> &Histogram;
 /// Picks a value read at scrape time.
 type PickGauge = fn(&QueueStats) -> f64;
+/// Picks a queue's flow control figure.
+type PickFlow = fn(&FlowStats) -> usize;
+/// Picks a group's figure.
+type PickGroup = fn(&GroupStats) -> usize;
 
 /// Encodes every queue's series on each scrape.
 #[derive(Debug)]
@@ -390,6 +455,50 @@ impl Collector for WorkqueueCollector {
         for (s, st) in series.iter().zip(&stats) {
             let gauge = ConstGauge::new(i64::try_from(st.delayed).unwrap_or(i64::MAX));
             gauge.encode(family.encode_family(&label(s))?)?;
+        }
+
+        let top = self.0.group_series.load(Ordering::Relaxed);
+        let flows: Vec<_> = series
+            .iter()
+            .filter_map(|s| {
+                let probe = s.probe.lock().clone()?;
+                Some((s, probe.flow(top)?))
+            })
+            .collect();
+        if !flows.is_empty() {
+            let counts: [(&str, &str, PickFlow); 2] = [
+                ("workqueue_groups_ready", GROUPS_READY_HELP, |f| {
+                    f.groups_ready
+                }),
+                ("workqueue_group_saturated", GROUP_SATURATED_HELP, |f| {
+                    f.groups_saturated
+                }),
+            ];
+            for (name, help, pick) in counts {
+                let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+                for (s, (stats, _)) in &flows {
+                    let gauge = ConstGauge::new(i64::try_from(pick(stats)).unwrap_or(i64::MAX));
+                    gauge.encode(family.encode_family(&label(s))?)?;
+                }
+            }
+        }
+        if top > 0 && !flows.is_empty() {
+            let per_group: [(&str, &str, PickGroup); 2] = [
+                ("workqueue_group_depth", GROUP_DEPTH_HELP, |g| g.ready),
+                ("workqueue_group_in_flight", GROUP_IN_FLIGHT_HELP, |g| {
+                    g.in_flight
+                }),
+            ];
+            for (name, help, pick) in per_group {
+                let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+                for (s, (_, groups)) in &flows {
+                    for group in groups {
+                        let labels = [("name", s.name.clone()), ("group", group.name.clone())];
+                        let gauge = ConstGauge::new(i64::try_from(pick(group)).unwrap_or(i64::MAX));
+                        gauge.encode(family.encode_family(&labels)?)?;
+                    }
+                }
+            }
         }
 
         let mut family = encoder.encode_descriptor(

@@ -77,7 +77,18 @@ pub(crate) struct Shared<T> {
     pub(super) metrics: Option<Box<dyn QueueMetrics>>,
     /// Keeps the callback a driving clock holds weakly alive.
     pub(super) _clock_callback: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// The group of an item ([`Builder::group_by`](super::Builder::group_by)), called
+    /// before the lock is taken.
+    pub(super) grouper: Option<Grouper<T>>,
+    /// The queue has flow control (groups, limits or rates).
+    pub(super) flow: bool,
+    /// The queue has hand-out rates: its timer also serves tokens, and outlives a shut down
+    /// while items wait for them.
+    pub(super) rates: bool,
 }
+
+/// A queue's group function.
+pub(super) type Grouper<T> = Box<dyn Fn(&T) -> String + Send + Sync>;
 
 // The protocol needs no bounds on `T`: dropping a `Lease` (which has none) goes through it.
 impl<T> Shared<T> {
@@ -147,7 +158,7 @@ impl<T> Shared<T> {
     /// record); `None` if nothing is delayed (no clock read).
     #[inline]
     pub(super) fn promote(&self, inner: &mut Inner<T>) -> Option<(u64, Promoted)> {
-        if inner.state.delayed_len() == 0 {
+        if !inner.state.needs_promote() {
             return None;
         }
         Some(self.promote_due(inner))
@@ -172,7 +183,7 @@ impl<T> Shared<T> {
     }
 
     /// Reports to the queue's metrics, if it has any. Never called with the queue's lock
-    /// held (DESIGN.md: release, then record), so a recorder may read the queue. A panic in
+    /// held (docs/design.md: release, then record), so a recorder may read the queue. A panic in
     /// the user's recorder is contained and logged: it must not leave the queue's state
     /// half-applied (a lease never built, a drain never woken) or abort a worker that is
     /// already unwinding.
@@ -202,7 +213,9 @@ impl<T> Shared<T> {
         let done = inner.state.done(slot, self.metrics_now());
         // The queue's copy of an item it no longer tracks is freed outside the lock.
         let mut after = After::new(done.removed);
-        if done.requeued {
+        if done.requeued || (self.flow && inner.state.len() > 0) {
+            // With flow control, a done frees a slot: a getter held back by a limit may
+            // hand out now.
             self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
             after.wake = usize::from(!inner.waiters.is_empty());
         }
@@ -245,6 +258,9 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         &self,
         inner: &mut Inner<T>,
     ) -> (Result<Popped<T>, TryGetError>, After<T>) {
+        if self.flow {
+            return self.pop_flow_locked(inner);
+        }
         match inner.state.pop(self.metrics_now()) {
             Some(popped) => {
                 self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
@@ -254,6 +270,40 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
             }
             None if inner.state.is_shutting_down() => (Err(TryGetError::ShutDown), After::NONE),
             None => (Err(TryGetError::Empty), After::NONE),
+        }
+    }
+
+    /// [`pop_locked`](Self::pop_locked) with flow control. Items may be queued and still not
+    /// be handed out (a limit, a token): that is `Empty`, also after shut down, until they
+    /// are. A hand-out that leaves items queued wakes one more getter, which tries in turn:
+    /// whether they may be handed out depends on limits and tokens no add or done reports.
+    /// A getter held back by a token tells the timer when it is due.
+    #[inline(never)]
+    fn pop_flow_locked(&self, inner: &mut Inner<T>) -> (Result<Popped<T>, TryGetError>, After<T>) {
+        let now = self.now_ns();
+        match inner.state.pop(now) {
+            Some(popped) => {
+                self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+                let mut after = After::NONE;
+                after.got = popped.queued_for;
+                after.wake = usize::from(inner.state.len() > 0 && !inner.waiters.is_empty());
+                (Ok(popped), after)
+            }
+            None if inner.state.is_shutting_down() && inner.state.len() == 0 => {
+                (Err(TryGetError::ShutDown), After::NONE)
+            }
+            None => {
+                // Nothing may be handed out now: getters spinning on the hint park instead.
+                self.ready_hint.store(0, Ordering::Relaxed);
+                let mut after = After::NONE;
+                if let Some(at) = inner.state.next_deadline()
+                    && !self.clock_driven
+                    && at < inner.timer.sleeping_until
+                {
+                    after.notify_timer = true;
+                }
+                (Err(TryGetError::Empty), after)
+            }
         }
     }
 
@@ -286,6 +336,9 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     /// counts it in the retries metric.
     #[inline]
     pub(crate) fn add_now(&self, item: T, priority: Option<i32>, retry: bool) -> bool {
+        if self.flow {
+            return self.add_grouped(item, priority, retry);
+        }
         let hash = item_hash(&self.hasher, &item);
         self.locked_with(item, move |inner, item, _| {
             let accepted = !inner.state.is_shutting_down();
@@ -316,6 +369,46 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         if delay.is_zero() {
             return self.add_now(item, priority, retry);
         }
+        let group = match &self.grouper {
+            Some(grouper) if self.flow => Some(grouper(&item)),
+            _ => None,
+        };
+        self.add_after_locked(item, delay, priority, retry, group)
+    }
+
+    /// An add on a queue with flow control: the item's group is computed before the lock
+    /// is taken (user code), then selected for the add under the lock.
+    #[inline(never)]
+    fn add_grouped(&self, item: T, priority: Option<i32>, retry: bool) -> bool {
+        let group = self.grouper.as_ref().map(|grouper| grouper(&item));
+        let hash = item_hash(&self.hasher, &item);
+        self.locked_with(item, move |inner, item, now| {
+            let accepted = !inner.state.is_shutting_down();
+            let now = now.unwrap_or_else(|| self.now_ns());
+            if let Some(flow) = inner.state.flow_mut() {
+                flow.select(group.as_deref().unwrap_or(""), now);
+            }
+            let (added, unused) = inner.state.add_hashed(item, hash, priority, now);
+            let mut after = After::new(unused);
+            if added.ready {
+                self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
+                after.wake = usize::from(!inner.waiters.is_empty());
+            }
+            after.adds = usize::from(added.counted);
+            after.retry = retry && accepted;
+            (accepted, after)
+        })
+    }
+
+    /// A delayed add under the lock; `group` is the item's group on a grouped queue.
+    fn add_after_locked(
+        self: &Arc<Self>,
+        item: T,
+        delay: Duration,
+        priority: Option<i32>,
+        retry: bool,
+        group: Option<String>,
+    ) -> bool {
         let hash = item_hash(&self.hasher, &item);
         self.locked_with(item, move |inner, item, now| {
             if inner.state.is_shutting_down() {
@@ -323,6 +416,9 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
                 return (false, After::new(Some(item)));
             }
             let now = now.unwrap_or_else(|| self.now_ns());
+            if let Some(flow) = inner.state.flow_mut() {
+                flow.select(group.as_deref().unwrap_or(""), now);
+            }
             let at = now.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
             let (added, unused): (Added, _) = inner.state.add_at_hashed(item, hash, at, priority);
             let mut notify_timer = false;
@@ -354,7 +450,13 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         if !drain {
             wake = wake.merge(inner.drain_waiters.take_all());
         }
-        let thread = inner.timer.thread.take();
+        // With hand-out rates the timer stays to serve the tokens of the items still queued;
+        // it ends when the last handle drops.
+        let thread = if self.rates {
+            None
+        } else {
+            inner.timer.thread.take()
+        };
         self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
         drop(inner);
         self.timer_cv.notify_all();
@@ -371,6 +473,20 @@ impl<T> Shared<T> {
     #[inline]
     pub(super) fn peek<R>(&self, read: impl FnOnce(&Inner<T>) -> R) -> R {
         read(&self.inner.lock())
+    }
+
+    /// The flow control figures and the `top` groups, without promoting (what a
+    /// [`QueueProbe`](crate::metrics::QueueProbe) reads); `None` without flow control.
+    pub(crate) fn flow_figures(
+        &self,
+        top: usize,
+    ) -> Option<(crate::stats::FlowStats, Vec<crate::stats::GroupStats>)> {
+        self.peek(|inner| {
+            inner
+                .state
+                .flow()
+                .map(|flow| (flow.stats(), flow.top_groups(top)))
+        })
     }
 
     /// The depth by priority, highest first (what

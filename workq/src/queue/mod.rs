@@ -13,7 +13,7 @@
 
 mod builder;
 mod futures;
-mod locked;
+pub(crate) mod locked;
 mod timer;
 
 use std::fmt;
@@ -25,12 +25,13 @@ use crossbeam_utils::Backoff;
 
 pub use builder::{AddOptions, Builder};
 pub use futures::{Drain, Get};
-pub(crate) use locked::Shared;
+use locked::Shared;
 use locked::{After, join_unless_current};
 
 use crate::error::TryGetError;
 use crate::lease::Lease;
-use crate::stats::QueueStats;
+use crate::state::flow::FlowConfig;
+use crate::stats::{FlowStats, GroupStats, QueueStats};
 use crate::sync::{self, Ordering};
 use crate::waiters::Signal;
 
@@ -114,6 +115,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
             clock: None,
             limiter: None,
             metrics: None,
+            grouper: None,
+            flow: FlowConfig::default(),
         }
     }
 
@@ -360,6 +363,47 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         self.shared.depth_by_priority()
     }
 
+    /// Flow control at a glance: groups with ready items, groups at their limit, groups
+    /// kept. `None` on a queue without flow control (no [`group_by`](Builder::group_by),
+    /// limit or hand-out rate). It walks the groups under the queue's lock: for a scrape.
+    pub fn flow_stats(&self) -> Option<FlowStats> {
+        self.shared
+            .peek(|inner| inner.state.flow().map(|flow| flow.stats()))
+    }
+
+    /// The `top` groups with the most ready items (ties: most in flight, then by name), with
+    /// their ready items, leases out and limit: the per-group figures, bounded so that a
+    /// queue with a million groups reports a few. Empty on a queue without flow control.
+    /// It walks the groups under the queue's lock: for a scrape.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workq::WorkQueue;
+    ///
+    /// let queue: WorkQueue<String> = WorkQueue::builder()
+    ///     .group_by(|key: &String| key.split_once('/').map_or("", |(ns, _)| ns).to_owned())
+    ///     .max_in_flight_per_group(1)
+    ///     .build();
+    /// queue.add("a/1".to_owned());
+    /// queue.add("a/2".to_owned());
+    /// queue.add("b/1".to_owned());
+    /// let lease = queue.try_get().unwrap();
+    /// let top = queue.top_groups(1);
+    /// assert_eq!((top[0].name.as_str(), top[0].ready, top[0].in_flight), ("a", 1, 1));
+    /// assert_eq!(queue.flow_stats().unwrap().groups_saturated, 1);
+    /// # drop(lease);
+    /// ```
+    pub fn top_groups(&self, top: usize) -> Vec<GroupStats> {
+        self.shared.peek(|inner| {
+            inner
+                .state
+                .flow()
+                .map(|flow| flow.top_groups(top))
+                .unwrap_or_default()
+        })
+    }
+
     /// The number of items being processed (leases not yet dropped).
     pub fn processing_len(&self) -> usize {
         self.shared.peek(|inner| inner.state.processing())
@@ -435,9 +479,9 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         // Spin briefly before parking: under load the next item usually arrives within a few
         // microseconds, and a park/unpark pair costs two system calls. Every getter spins,
         // even beyond the number of cores: measured on 2 cores with 4 producers and 4
-        // consumers (BENCH.md's W2), letting only one getter spin halved the throughput,
-        // because each add then had to unpark a parked getter, and the backoff's yields
-        // give the CPU to the producers anyway.
+        // consumers (W2 of docs/bench-workloads.md), letting only one getter spin halved the
+        // throughput, because each add then had to unpark a parked getter, and the backoff's
+        // yields give the CPU to the producers anyway.
         let backoff = Backoff::new();
         loop {
             while shared.ready_hint.load(Ordering::Relaxed) == 0 && !backoff.is_completed() {

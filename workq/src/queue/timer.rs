@@ -33,8 +33,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     }
 }
 
-/// The delay timer: sleeps until the earliest delayed item is due, promotes it and wakes
-/// getters. One per queue, started by the first delayed add, ended by shut down or when the
+/// The delay timer: sleeps until the earliest delayed item (or, with hand-out rates, the
+/// next token a getter waits for) is due, promotes it and wakes getters. One per queue, started by the first delayed add, ended by shut down or when the
 /// last handle drops.
 ///
 /// A panic in user code it runs (a clock's `now`, a waker, a metrics recorder's panic is
@@ -65,7 +65,10 @@ fn timer_loop<T: Eq + Hash + Clone + Send + Sync + 'static>(weak: Weak<Shared<T>
 fn timer_run<T: Eq + Hash + Clone + Send + Sync + 'static>(shared: &Shared<T>) {
     let mut inner = shared.inner.lock();
     loop {
-        if inner.state.is_shutting_down() || shared.handles.load(Ordering::Acquire) == 0 {
+        // With hand-out rates the timer also serves tokens, which items still queued after a
+        // shut down need; it then ends with the last handle.
+        let stopped = inner.state.is_shutting_down() && !shared.rates;
+        if stopped || shared.handles.load(Ordering::Acquire) == 0 {
             return;
         }
         if let Some((_, promoted)) = shared.promote(&mut inner)

@@ -86,6 +86,9 @@ impl<T, S> State<T, S> {
         }
         self.ready.compact();
         self.ready.remap(&map);
+        if let Some(flow) = &mut self.flow {
+            flow.remap(&map, self.entries.capacity());
+        }
         if let Some(times) = &mut self.times {
             let size = self.entries.capacity().next_power_of_two();
             let mut added = vec![UNSET; size.min(times.added.len())];
@@ -112,6 +115,9 @@ impl<T, S> State<T, S> {
             self.index = HashTable::new();
             self.heap = Vec::new();
             self.ready.shrink();
+            if let Some(flow) = &mut self.flow {
+                flow.shrink();
+            }
             if let Some(times) = &mut self.times {
                 **times = Times::default();
             }

@@ -25,6 +25,9 @@
 //! timestamps) and `compact.rs` (giving a burst's memory back).
 
 mod compact;
+pub(crate) mod flow;
+#[cfg(test)]
+mod flow_tests;
 mod heap;
 mod ready;
 mod stamps;
@@ -38,6 +41,7 @@ use hashbrown::hash_table::Entry as TableEntry;
 use slab::Slab;
 
 use compact::oversized;
+use flow::{Choice, Flow};
 use heap::Node;
 use ready::{Ready, Unpop};
 use stamps::{Times, UNSET};
@@ -198,6 +202,9 @@ pub(crate) struct State<T, S = foldhash::fast::RandomState> {
     /// Set when a renumbering could not shrink the slab because an item being processed
     /// holds a high slot: the slot, so the next attempt waits until that lease is done.
     pinned: Option<u32>,
+    /// Groups, limits and rates, if the queue has any (`flow.rs`): then the ready items live
+    /// there, and `ready` only counts them.
+    flow: Option<Box<Flow>>,
 }
 
 impl<T: Eq + Hash + Clone> State<T> {
@@ -261,7 +268,62 @@ impl<T, S> State<T, S> {
     /// The time the earliest delayed item becomes ready.
     #[inline]
     pub(crate) fn next_deadline(&self) -> Option<u64> {
-        self.heap.first().map(|node| node.at)
+        let delayed = self.heap.first().map(|node| node.at);
+        match &self.flow {
+            None => delayed,
+            Some(flow) => match (delayed, flow.next_deadline()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    /// Whether a call must read the clock first: something is delayed, or flow control
+    /// waits for a token.
+    #[inline]
+    pub(crate) fn needs_promote(&self) -> bool {
+        !self.heap.is_empty() || (self.flow.is_some() && self.flow_waits())
+    }
+
+    /// Whether flow control waits for a token; out of line, so that queues without flow
+    /// control keep [`needs_promote`](Self::needs_promote) small in every call.
+    #[inline(never)]
+    fn flow_waits(&self) -> bool {
+        self.flow
+            .as_ref()
+            .is_some_and(|flow| flow.next_deadline().is_some())
+    }
+
+    /// The flow control, if the queue has any.
+    #[inline]
+    pub(crate) fn flow(&self) -> Option<&Flow> {
+        self.flow.as_deref()
+    }
+
+    /// The flow control, if the queue has any, to set the group of the next add.
+    #[inline]
+    pub(crate) fn flow_mut(&mut self) -> Option<&mut Flow> {
+        self.flow.as_deref_mut()
+    }
+
+    /// Queues `slot` at `priority`: in the ready lanes, or in its group.
+    #[inline]
+    fn enqueue(&mut self, priority: i32, slot: u32) {
+        match &mut self.flow {
+            None => self.ready.push(priority, slot),
+            Some(flow) => {
+                self.ready.len += 1;
+                flow.push(priority, slot);
+            }
+        }
+    }
+
+    /// Records that a new entry in `slot` exists (its group, with flow control).
+    #[inline]
+    fn admit(&mut self, slot: u32) {
+        if let Some(flow) = &mut self.flow {
+            flow.assign(slot);
+        }
     }
 
     // The rules from here to the end of this block need no bounds on `T`: a `Lease`, which
@@ -284,7 +346,7 @@ impl<T, S> State<T, S> {
             } else {
                 entry.flags |= QUEUED;
                 let prio = entry.priority;
-                self.ready.push(prio, slot);
+                self.enqueue(prio, slot);
                 promoted.ready += 1;
             }
             promoted.counted += 1;
@@ -292,6 +354,9 @@ impl<T, S> State<T, S> {
                 // The item was due at `head.at`; promotion may run later than that.
                 times.mark_added(slot, head.at);
             }
+        }
+        if let Some(flow) = &mut self.flow {
+            promoted.ready += flow.unpark(now);
         }
         promoted
     }
@@ -316,10 +381,13 @@ impl<T, S> State<T, S> {
         if self.pinned == Some(slot) {
             self.pinned = None;
         }
+        if let Some(flow) = &mut self.flow {
+            flow.done(slot);
+        }
         if entry.flags & DIRTY != 0 {
             entry.flags = QUEUED;
             let prio = entry.priority;
-            self.ready.push(prio, slot);
+            self.enqueue(prio, slot);
             return Done {
                 requeued: true,
                 worked_for,
@@ -358,6 +426,9 @@ impl<T, S> State<T, S> {
 
     /// Forgets the entry in `slot`; returns the item for the caller to drop.
     fn remove_entry(&mut self, slot: u32) -> T {
+        if let Some(flow) = &mut self.flow {
+            flow.release(slot);
+        }
         let entry = self.entries.remove(slot as usize);
         let known = bucket_at(entry.bucket).and_then(|b| self.index.get_bucket_entry(b).ok());
         match known {
@@ -402,7 +473,14 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             shutting_down: false,
             times: None,
             pinned: None,
+            flow: None,
         }
+    }
+
+    /// Turns flow control on (groups, limits, rates); before any add.
+    pub(crate) fn enable_flow(&mut self, flow: Flow) {
+        debug_assert!(self.entries.is_empty());
+        self.flow = Some(Box::new(flow));
     }
 
     /// Looks `item` up, or reserves a slot for it. Returns the slot, and `item` back if an
@@ -474,7 +552,8 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     #[inline]
     fn add_slot(&mut self, slot: u32, existed: bool, priority: Option<i32>, now: u64) -> Added {
         if !existed {
-            self.ready.push(priority.unwrap_or(0), slot);
+            self.admit(slot);
+            self.enqueue(priority.unwrap_or(0), slot);
             self.entries[slot as usize].flags = QUEUED;
             if let Some(times) = &mut self.times {
                 times.mark_added(slot, now);
@@ -518,7 +597,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         let pos = entry.heap_pos;
         entry.flags |= QUEUED;
         self.heap_remove(pos as usize);
-        self.ready.push(prio, slot);
+        self.enqueue(prio, slot);
         if let Some(times) = &mut self.times {
             times.mark_added(slot, now);
         }
@@ -558,6 +637,7 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     /// [`add_at_hashed`](Self::add_at_hashed) once the item has its slot.
     fn add_slot_at(&mut self, slot: u32, existed: bool, at: u64, priority: Option<i32>) -> Added {
         if !existed {
+            self.admit(slot);
             let pos = self.heap_push(at, slot);
             return Added {
                 ready: false,
@@ -613,8 +693,14 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             if p > entry.priority {
                 let old = entry.priority;
                 entry.priority = p;
-                self.ready.mark_stale(old, slot);
-                self.ready.push(p, slot);
+                match &mut self.flow {
+                    None => self.ready.mark_stale(old, slot),
+                    Some(flow) => {
+                        self.ready.len -= 1;
+                        flow.mark_stale(old, slot);
+                    }
+                }
+                self.enqueue(p, slot);
             }
         }
     }
@@ -622,6 +708,9 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     /// Hands out the next ready item (client-go's `Get`).
     #[inline]
     pub(crate) fn pop(&mut self, now: u64) -> Option<Popped<T>> {
+        if self.flow.is_some() {
+            return self.pop_flow(now);
+        }
         let (priority, slot) = self.ready.pop()?;
         let entry = &mut self.entries[slot as usize];
         debug_assert_eq!(entry.flags & (QUEUED | PROCESSING), QUEUED);
@@ -636,6 +725,43 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         std::mem::forget(unpop);
         entry.flags = PROCESSING;
         entry.priority = 0;
+        Some(self.started(slot, item, priority, now))
+    }
+
+    /// [`pop`](Self::pop) with flow control: the group whose turn it is hands out, if any
+    /// may. `None` if nothing is ready or nothing may be handed out now.
+    #[cold]
+    #[inline(never)]
+    fn pop_flow(&mut self, now: u64) -> Option<Popped<T>> {
+        let flow = self.flow.as_deref_mut()?;
+        let Choice::Group(id, chosen) = flow.choose(now, self.processing) else {
+            return None;
+        };
+        let ready = flow.ready_of(id);
+        let (priority, slot) = ready.pop().expect("a group in a ring has an item");
+        debug_assert_eq!(
+            priority, chosen,
+            "a group's turn is at its highest priority"
+        );
+        let entry = &mut self.entries[slot as usize];
+        debug_assert_eq!(entry.flags & (QUEUED | PROCESSING), QUEUED);
+        let unpop = Unpop {
+            ready,
+            priority,
+            slot,
+        };
+        let item = entry.item.clone();
+        std::mem::forget(unpop);
+        flow.commit(id, priority, now);
+        self.ready.len -= 1;
+        entry.flags = PROCESSING;
+        entry.priority = 0;
+        Some(self.started(slot, item, priority, now))
+    }
+
+    /// The bookkeeping of a hand-out once the entry is marked processing.
+    #[inline(always)]
+    fn started(&mut self, slot: u32, item: T, priority: i32, now: u64) -> Popped<T> {
         self.processing += 1;
         let mut queued_for = None;
         if let Some(times) = &mut self.times {
@@ -645,12 +771,12 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             }
             *Times::slot(&mut times.started, slot) = now;
         }
-        Some(Popped {
+        Popped {
             slot,
             item,
             priority,
             queued_for,
-        })
+        }
     }
 
     /// Stops intake (client-go's `ShutDown`). Delayed items are dropped, as client-go's
@@ -723,6 +849,15 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         assert_eq!(self.index.len(), self.entries.len());
         assert_eq!(queued, self.ready.len);
         assert_eq!(processing, self.processing);
+        if let Some(flow) = &self.flow {
+            let mut by_group = std::collections::HashMap::new();
+            for (slot, entry) in &self.entries {
+                if entry.flags & PROCESSING != 0 {
+                    *by_group.entry(flow.group_of(slot as u32)).or_insert(0) += 1;
+                }
+            }
+            flow.check(|id| by_group.get(&id).copied().unwrap_or(0));
+        }
         for (pos, node) in self.heap.iter().enumerate() {
             if pos > 0 {
                 assert!(!node.before(&self.heap[(pos - 1) / heap::ARITY]));

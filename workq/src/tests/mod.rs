@@ -16,6 +16,7 @@
 //! Bookkeeping that only the assertions read (who holds an item) uses `std` atomics: loom
 //! runs one model thread at a time, so they need no modelling.
 
+mod loom_flow;
 mod loom_lease;
 mod loom_queue;
 mod loom_shutdown;
