@@ -136,3 +136,39 @@ async fn the_listing_reads_every_schedule_and_a_rate_limited_tick_is_refused() {
         .await;
     assert!(matches!(refused, Err(Error::Unsupported(_))), "{refused:?}");
 }
+
+/// A server restart under a running schedule: the runner logs the failures, retries, and
+/// takes the ticks that come due once the server is back (on a real clock, every second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_rides_out_a_server_restart() {
+    use workq::periodic::{Periodic, Schedule};
+    let Some(mut server) = support::server::require() else {
+        return;
+    };
+    let queue: RedisQueue<String> = RedisQueue::builder("restart")
+        .url(server.url())
+        .retry_deadline(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let runner = Periodic::new(
+        queue.clone(),
+        "restart",
+        Schedule::every(Duration::from_secs(1)),
+        |tick| format!("{tick:?}"),
+    )
+    .spawn();
+    let guard = Duration::from_secs(60);
+    let first = tokio::time::timeout(guard, runner.wait_for(|s| s.added >= 1))
+        .await
+        .expect("a first tick");
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    server.restart();
+    let after = tokio::time::timeout(guard, runner.wait_for(|s| s.added >= first.added + 2))
+        .await
+        .expect("ticks after the restart");
+    assert!(!after.stopped, "{after:?}");
+    assert!(after.errors >= 1, "the outage was not seen: {after:?}");
+    runner.stop().await;
+}
