@@ -104,6 +104,24 @@ where
         1
     }
 
+    /// The schedule's row in `workqueue_schedules`, in one call (see `periodic.rs`).
+    async fn upsert_schedule(
+        &self,
+        update: workq::periodic::ScheduleUpdate,
+    ) -> Result<workq::periodic::ScheduleInfo, Error> {
+        self.upsert_periodic(update).await
+    }
+
+    /// The claim of the tick and the add in one transaction (see `periodic.rs`).
+    async fn add_on_tick(
+        &self,
+        claim: workq::periodic::TickClaim,
+        item: T,
+        options: AddOptions,
+    ) -> Result<workq::periodic::TickOutcome, Error> {
+        self.add_on_periodic_tick(claim, &item, options).await
+    }
+
     /// Stops this handle; the queue goes on for the other processes, so nothing is dropped.
     fn shut_down(&self) -> Vec<T> {
         PgQueue::shut_down(self);

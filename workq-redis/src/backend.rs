@@ -161,6 +161,25 @@ where
         BATCH_LIMIT
     }
 
+    /// The schedule's record in the queue's `periodic` hash, in one script run (see
+    /// `periodic.rs`).
+    fn upsert_schedule(
+        &self,
+        update: workq::periodic::ScheduleUpdate,
+    ) -> impl Future<Output = Result<workq::periodic::ScheduleInfo, Error>> + Send {
+        self.upsert_periodic(update)
+    }
+
+    /// The claim of the tick and the add in one script run (see `periodic.rs`).
+    async fn add_on_tick(
+        &self,
+        claim: workq::periodic::TickClaim,
+        item: T,
+        options: AddOptions,
+    ) -> Result<workq::periodic::TickOutcome, Error> {
+        self.add_on_periodic_tick(claim, &item, options).await
+    }
+
     /// Stops this handle ([`RedisQueue::shut_down`]); the queue on the server goes on for the
     /// other processes, so nothing is dropped.
     fn shut_down(&self) -> Vec<T> {

@@ -240,6 +240,7 @@ mod lease;
 pub mod lease_clock;
 pub mod metrics;
 mod parallelize;
+pub mod periodic;
 mod queue;
 pub mod rate_limiter;
 mod state;
