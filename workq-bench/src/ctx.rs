@@ -1,6 +1,6 @@
 //! What a workload gets to know about the run: [`Ctx`].
 
-use crate::fleet::Choice;
+use crate::fleet::choice::Choice;
 use crate::progress::Progress;
 use crate::server::Server;
 

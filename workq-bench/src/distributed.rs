@@ -1,8 +1,8 @@
-//! `wq-bench --redis URL` and `wq-bench --postgres URL`: BENCH.md's W1, W3 and W4, and W3P
-//! (W3 with distinct keys), on our queue on a server (`impl` `workq-redis` or
-//! `workq-postgres`), beside the references that live on the same kind of server
-//! (`crate::peers`: BullMQ and pg-boss in node; with `--compare` the Rust crates), doing the
-//! same adds and completions on the same server in the same run.
+//! `wq-bench --redis URL` and `wq-bench --postgres URL`: docs/bench-workloads.md's W1, W3 and W4,
+//! and W3P (W3 with distinct keys), on our queue on a server (`impl` `workq-redis` or
+//! `workq-postgres`), beside the references that live on the same kind of server (`crate::peers`:
+//! BullMQ and pg-boss in node; with `--compare` the Rust crates), doing the same adds and
+//! completions on the same server in the same run.
 //!
 //! The drivers of the workloads are written once, over [`Shared`]: what each backend
 //! does per batch of adds and how its consumer takes and completes items.

@@ -147,7 +147,7 @@ pub(crate) fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-/// The machine a run was taken on, as BENCH.md asks reports to say.
+/// The machine a run was taken on, as docs/bench-workloads.md asks reports to say.
 pub(crate) struct Machine {
     /// Cores the process may use.
     pub(crate) cores: usize,

@@ -78,9 +78,9 @@ fn the_bench_on_redis_speaks_the_bench_json_schema() {
     assert!(!out.status.success());
 }
 
-/// `wq-bench --redis -w W7`: the fleet workload on worker processes, its `--json` lines with
-/// the shape (`processes`, `workers`, `handler_ms`) beside BENCH.md's keys; `--plot DIR` runs
-/// the scaling sweep W7S and writes its SVG; `--plot` without a server is refused.
+/// `wq-bench --redis -w W7`: the fleet workload on worker processes, its `--json` lines with the
+/// shape (`processes`, `workers`, `handler_ms`) beside docs/bench-workloads.md's keys; `--plot DIR`
+/// runs the scaling sweep W7S and writes its SVG; `--plot` without a server is refused.
 #[test]
 fn the_fleet_bench_on_redis_reports_each_shape_and_plots_the_sweep() {
     let Some(server) = server() else { return };

@@ -1,8 +1,8 @@
 //! `wq dashboard`: the web dashboard of every queue on a Redis server (or cluster) and in a
 //! PostgreSQL database, with every action logged to stderr.
 //!
-//! Each backend is one [`workq_dashboard::Source`]; the sources given on the command line
-//! are served side by side on one page (see [`sources`]).
+//! Each backend is one source, its operator contract (`workq::admin::Admin`); the sources
+//! given on the command line are served side by side on one page (see [`sources`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,9 +10,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use workq_dashboard::{
-    Config, Dashboard, PgSource, RedisSource, Server, check_token, generate_token, redact,
-};
+use workq::admin::redact_url as redact;
+use workq_dashboard::{Config, Dashboard, Server, check_token, generate_token};
+use workq_redis::RedisAdmin;
 
 /// Serves the dashboard: a page, a JSON API under `/api/` and `/metrics`.
 #[derive(Debug, Args)]
@@ -30,6 +30,10 @@ pub(crate) struct DashboardArgs {
     /// `$WQ_POSTGRES_URL` (keep a password off the command line).
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     postgres: Option<String>,
+    /// A server of any backend, by its URL's scheme (`redis://`, `rediss://`,
+    /// `redis+unix://`, `postgres://`); repeat it for more.
+    #[arg(long = "url", value_name = "URL")]
+    urls: Vec<String>,
     /// Where to listen. Anything but a loopback address needs HTTPS (`--tls-cert` and
     /// `--tls-key`), a `--public-url https://...` (TLS ended at a proxy) or `--insecure-http`.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -139,7 +143,7 @@ fn sources(args: &DashboardArgs, dashboard: Dashboard) -> Result<(Dashboard, Vec
         .clone()
         .or_else(|| std::env::var("WQ_REDIS_URL").ok());
     if let Some(url) = &redis {
-        let source = RedisSource::new(url, &args.prefix).map_err(|e| e.to_string())?;
+        let source = RedisAdmin::new(url, &args.prefix).map_err(|e| e.to_string())?;
         dashboard = dashboard.source(source);
         described.push(format!(
             "the queues under {:?} on {}",
@@ -149,7 +153,8 @@ fn sources(args: &DashboardArgs, dashboard: Dashboard) -> Result<(Dashboard, Vec
     }
     if !cluster.is_empty() {
         let shown: Vec<String> = cluster.iter().map(|u| redact(u)).collect();
-        dashboard = dashboard.source(RedisSource::cluster(cluster, &args.prefix));
+        let source = RedisAdmin::cluster(cluster, &args.prefix).map_err(|e| e.to_string())?;
+        dashboard = dashboard.source(source);
         described.push(format!(
             "the queues under {:?} on the cluster of {}",
             args.prefix,
@@ -166,13 +171,19 @@ fn sources(args: &DashboardArgs, dashboard: Dashboard) -> Result<(Dashboard, Vec
             .ok()
             .filter(|url| !url.is_empty()),
     };
-    if let Some(url) = &postgres {
-        dashboard = dashboard.source(PgSource::new(url).map_err(|e| e.to_string())?);
-        described.push(format!("the queues in PostgreSQL at {}", redact(url)));
+    let mut urls: Vec<&str> = postgres.iter().map(String::as_str).collect();
+    urls.extend(args.urls.iter().map(String::as_str));
+    for url in urls {
+        let admin = crate::queue::admin_for(url, &args.prefix, "wq-dashboard")?;
+        described.push(match admin.kind() {
+            "postgres" => format!("the queues in PostgreSQL at {}", redact(url)),
+            _ => format!("the queues under {:?} on {}", args.prefix, redact(url)),
+        });
+        dashboard = dashboard.source(admin);
     }
     if described.is_empty() {
         return Err(
-            "give --redis URL (or WQ_REDIS_URL), --redis-cluster NODES (or \
+            "give --url URL, --redis URL (or WQ_REDIS_URL), --redis-cluster NODES (or \
                     WQ_REDIS_CLUSTER) or --postgres URL (or WQ_POSTGRES_URL)"
                 .into(),
         );

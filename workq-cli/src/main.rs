@@ -2,9 +2,9 @@
 //!
 //! - `wq demo`: a simulated controller on the in-memory queue, or with `--redis URL` or
 //!   `--postgres URL` on a queue on Redis or PostgreSQL shared by processes (`demo/`).
-//! - `wq redis stats|shutdown|pause|resume|dead-letters`: a queue on Redis, for operators
-//!   (`ops.rs`); `wq postgres queues|stats|shutdown|pause|resume|dead-letters` the same on
-//!   PostgreSQL (`pg_ops.rs`).
+//! - `wq queue list|stats|items|item|pause|resume|shutdown|retry|remove|forget|dead-letters`:
+//!   the operator's commands for the queues on Redis or PostgreSQL, the URL's scheme picking
+//!   the backend (`queue/`); `wq redis ...` and `wq postgres ...` are the same commands.
 //! - `wq dashboard`: a web page, JSON API and metrics for the queues on Redis (a server or a
 //!   cluster) and PostgreSQL, side by side, with an audit trail on stderr.
 
@@ -15,8 +15,8 @@ use clap::{Parser, Subcommand};
 mod dashboard;
 mod demo;
 mod metrics_server;
-mod ops;
-mod pg_ops;
+mod queue;
+mod runtime;
 
 /// The workqueue command line.
 #[derive(Debug, Parser)]
@@ -36,11 +36,13 @@ struct Cli {
 enum Command {
     /// Simulates a controller: producers emit change events, workers reconcile them.
     Demo(demo::DemoArgs),
-    /// Operates a queue on Redis: stats, fleet shutdown, pause and resume, dead letters.
-    Redis(ops::RedisArgs),
-    /// Operates a queue on PostgreSQL: queues, stats, fleet shutdown, pause and resume, dead
-    /// letters.
-    Postgres(pg_ops::PostgresArgs),
+    /// Operates the queues on Redis or PostgreSQL (the URL's scheme says which): list,
+    /// stats, items, pause and resume, fleet shutdown, item actions, dead letters.
+    Queue(queue::QueueArgs),
+    /// `wq queue` for Redis (the URL from $WQ_REDIS_URL first).
+    Redis(queue::QueueArgs),
+    /// `wq queue` for PostgreSQL (the URL from $WQ_POSTGRES_URL first).
+    Postgres(queue::QueueArgs),
     /// Serves a web dashboard of the queues on Redis and PostgreSQL:
     /// `wq dashboard --redis URL --postgres URL` (either or both).
     Dashboard(dashboard::DashboardArgs),
@@ -50,8 +52,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => demo::run(args),
-        Command::Redis(args) => ops::run(args),
-        Command::Postgres(args) => pg_ops::run(args),
+        Command::Queue(args) => queue::run(args, queue::Alias::Queue),
+        Command::Redis(args) => queue::run(args, queue::Alias::Redis),
+        Command::Postgres(args) => queue::run(args, queue::Alias::Postgres),
         Command::Dashboard(args) => dashboard::run(args),
     }
 }

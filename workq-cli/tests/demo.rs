@@ -206,7 +206,7 @@ fn scrape(addr: &str) -> String {
     use std::io::Write;
     let mut stream = std::net::TcpStream::connect(addr).expect("the metrics server listens");
     stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();

@@ -143,6 +143,24 @@ fn the_demo_on_postgres_shares_its_queue_with_a_workers_only_process() {
         "{helper_text}"
     );
     assert!(row(&helper_text, "reconciles") > 0, "{helper_text}");
+
+    // The server is left as the demo found it: no queue (shut down for ever, listed by
+    // every dashboard), no bookkeeping.
+    let (ok, listed, err) = pg(&url, &["list"]);
+    assert!(ok, "{err}");
+    assert!(!listed.contains("shared"), "{listed}");
+    let left: i64 = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let pool = sqlx::PgPool::connect(&url).await.unwrap();
+        sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM wq_demo_claims) + (SELECT count(*) FROM wq_demo_done)
+                  + (SELECT count(*) FROM wq_demo_given_up) + (SELECT count(*) FROM wq_demo_helpers)
+                  + (SELECT count(*) FROM wq_demo_ending)",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    });
+    assert_eq!(left, 0, "bookkeeping rows left");
 }
 
 /// `--redis` and `--postgres` together are refused before anything connects, and
@@ -223,13 +241,13 @@ fn the_operator_commands_run_on_postgres() {
     let (_, out, _) = pg(&url, &["queues"]);
     assert!(!out.contains("jobz"), "{out}");
 
-    let (ok, out, err) = pg(&url, &["shutdown", "jobs"]);
+    let (ok, out, err) = pg(&url, &["shutdown", "jobs", "--yes"]);
     assert!(
         ok && out.contains("shut down for every process"),
         "{out}{err}"
     );
     // Dead letters stay while the queue is shut down.
-    let (ok, _, err) = pg(&url, &["dead-letters", "requeue-all", "jobs"]);
+    let (ok, _, err) = pg(&url, &["dead-letters", "requeue-all", "jobs", "--yes"]);
     assert!(!ok && err.contains("shut down"), "{err}");
     let (_, out, _) = pg(&url, &["stats", "jobs"]);
     assert!(out.contains("shut down      yes"), "{out}");
@@ -251,7 +269,7 @@ fn the_operator_commands_run_on_postgres() {
     assert!(ok && out.contains("requeued"), "{out}");
     let (ok, _, err) = pg(&url, &["dead-letters", "requeue", "jobs", id]);
     assert!(!ok && err.contains("no dead letter"), "{err}");
-    let (ok, out, _) = pg(&url, &["dead-letters", "purge", "jobs"]);
+    let (ok, out, _) = pg(&url, &["dead-letters", "purge", "jobs", "--yes"]);
     assert!(ok && out.contains("0 dead letters purged"), "{out}");
     let (_, out, _) = pg(&url, &["stats", "jobs"]);
     assert!(out.contains("depth          3"), "{out}");
@@ -368,4 +386,7 @@ fn a_count_over_the_cap_is_shown_as_n_plus() {
     };
     assert_eq!(row("big")[..3], ["big", "10000+", "0"], "{out}");
     assert_eq!(row("exact")[..3], ["exact", "10000", "0"], "{out}");
+    let (ok, out, err) = pg(&url, &["stats", "big"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("depth          10000+\n"), "{out}");
 }

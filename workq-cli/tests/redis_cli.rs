@@ -1,6 +1,6 @@
-//! `wq redis` as an operator uses it, on a `redis-server` with a password that this test starts
-//! on a free loopback port: the URL comes from `WQ_REDIS_URL`, and the password shows up
-//! nowhere in the output.
+//! `wq redis` (the Redis alias of `wq queue`) as an operator uses it, on a `redis-server`
+//! with a password that this test starts on a free loopback port: the URL comes from
+//! `WQ_REDIS_URL`, and the password shows up nowhere in the output.
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -44,12 +44,19 @@ fn stdout(out: &Output) -> String {
 fn operator_commands_take_the_url_from_the_environment_and_never_print_the_password() {
     let Some(server) = server() else { return };
     let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port());
+    // The commands act on queues that exist: one item makes `jobs` one.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let jobs: workq_redis::RedisQueue<String> = workq_redis::RedisQueue::connect(&url, "jobs")
+            .await
+            .unwrap();
+        jobs.add("a".to_owned()).await.unwrap();
+    });
 
     let stats = stdout(&wq(&url, &["redis", "stats", "jobs"]));
     assert!(stats.contains("queue          jobs"), "{stats}");
     assert!(stats.contains("shut down      no"), "{stats}");
 
-    stdout(&wq(&url, &["redis", "shutdown", "jobs"]));
+    stdout(&wq(&url, &["redis", "shutdown", "jobs", "--yes"]));
     let stats = stdout(&wq(&url, &["redis", "stats", "jobs"]));
     assert!(stats.contains("shut down      yes"), "{stats}");
     let resumed = stdout(&wq(&url, &["redis", "resume", "jobs"]));
@@ -65,9 +72,15 @@ fn operator_commands_take_the_url_from_the_environment_and_never_print_the_passw
 
     let listed = stdout(&wq(&url, &["redis", "dead-letters", "list", "jobs"]));
     assert_eq!(listed, "");
-    let purged = stdout(&wq(&url, &["redis", "dead-letters", "purge", "jobs"]));
+    let purged = stdout(&wq(
+        &url,
+        &["redis", "dead-letters", "purge", "jobs", "--yes"],
+    ));
     assert!(purged.contains("0 dead letters purged"), "{purged}");
-    let requeued = stdout(&wq(&url, &["redis", "dead-letters", "requeue-all", "jobs"]));
+    let requeued = stdout(&wq(
+        &url,
+        &["redis", "dead-letters", "requeue-all", "jobs", "--yes"],
+    ));
     assert!(requeued.contains("0 dead letters requeued"), "{requeued}");
 
     // A wrong password fails without showing it.
@@ -85,8 +98,7 @@ fn operator_commands_take_the_url_from_the_environment_and_never_print_the_passw
 }
 
 /// `wq demo --redis` runs the library's `Workers` on the queue on Redis: a producing process
-/// and a `--workers-only` one (started through the deprecated `wq redis demo`, which still
-/// works) share it, retries and give-ups happen, and both checks (never two workers at once;
+/// and a `--workers-only` one share it, retries and give-ups happen, and both checks (never two workers at once;
 /// every last event reconciled after it arrived) hold.
 #[test]
 fn the_redis_demo_runs_workers_in_two_processes_and_its_checks_hold() {
@@ -95,7 +107,7 @@ fn the_redis_demo_runs_workers_in_two_processes_and_its_checks_hold() {
     };
     let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port());
     let helper = Command::new(env!("CARGO_BIN_EXE_wq"))
-        .args(["redis", "demo", "--queue", "cli-demo", "--workers-only"])
+        .args(["demo", "--redis", "--queue", "cli-demo", "--workers-only"])
         .args(["--workers", "3"])
         .env("WQ_REDIS_URL", &url)
         .stdout(Stdio::piped())
@@ -156,6 +168,17 @@ fn the_redis_demo_runs_workers_in_two_processes_and_its_checks_hold() {
         helper_text.contains("never two workers at once: ok"),
         "{helper_text}"
     );
+
+    // The server is left as the demo found it: no key at all (so no bookkeeping, and no
+    // queue shut down for ever, listed by every dashboard).
+    let keys: u64 = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        redis::cmd("DBSIZE").query_async(&mut con).await.unwrap()
+    });
+    assert_eq!(keys, 0, "keys left on the server");
+    let listed = stdout(&wq(&url, &["redis", "list"]));
+    assert!(!listed.contains("cli-demo"), "{listed}");
 }
 
 /// A `redis-server` started by the command `wq demo` prints, shut down (without saving) when

@@ -1,4 +1,4 @@
-//! The behaviour suite every backend of the `Queue` rules runs: the rules of API.md's
+//! The behaviour suite every backend of the `Queue` rules runs: the rules of docs/api-contract.md's
 //! contract as async functions over a small test view of a queue ([`Backend`]), and that view
 //! for the in-memory `WorkQueue`. A backend's tests add a [`Factory`] for its own queues and
 //! instantiate every rule with `workq_conformance::for_each_rule!(its_macro)`; so Redis,

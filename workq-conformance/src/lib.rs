@@ -9,6 +9,9 @@
 //! - [`workers`] (feature `workers`): `workq::Workers` pools driven over a backend's queue
 //!   through the `workq::Queue` trait, with the same outcomes, retries, give-ups, panics,
 //!   timeouts, stops and summaries everywhere. [`for_each_workers_rule!`] names every rule.
+//! - [`periodic`] (feature `periodic`): `workq::periodic` runners over several handles of
+//!   one queue, on a fake clock: one item per tick across the handles, pause, catch-up,
+//!   jitter. [`for_each_periodic_rule!`] names every rule.
 //! - [`flow`]: flow control (groups taking turns, concurrency limits, hand-out rates) as rules
 //!   over the `workq::Queue` trait, with a [`flow::FlowFactory`] a backend implements (or
 //!   answers [`flow::Unsupported`] while it has none). [`for_each_flow_rule!`] and
@@ -42,6 +45,8 @@
 pub mod admin;
 pub mod behaviour;
 pub mod flow;
+#[cfg(feature = "periodic")]
+pub mod periodic;
 pub mod servers;
 #[cfg(feature = "workers")]
 pub mod workers;

@@ -8,11 +8,12 @@
 
 use std::time::Duration;
 
-use workq_dashboard::{Config, MemorySource, Server, generate_token};
+use workq_dashboard::admin::MemoryAdmin;
+use workq_dashboard::{Config, Server, generate_token};
 
 #[tokio::main]
 async fn main() {
-    let source = MemorySource::new();
+    let source = MemoryAdmin::new();
     let queue: workq::WorkQueue<u64> = workq::WorkQueue::builder()
         .name("reconcile")
         .metrics(source.clone())

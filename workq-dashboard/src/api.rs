@@ -6,26 +6,37 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
+use workq::admin::{
+    Action, AdminError, End, ItemState, Page, PageQuery, QueueSummary, redact_urls_in,
+};
 
 use crate::config::Config;
 use crate::guard::{action_of_path, forwarded_for, peer};
-use crate::redact::scrub;
 use crate::respond::{Refusal, answer_error, now_ms, refuse_as};
-use crate::source::{Action, End, ItemState, PageRequest, SourceError};
-use crate::sources::Registered;
-use crate::state::{AppState, Reads, Shared};
+use crate::state::{AppState, Reads, Registered, Shared};
 
-pub(crate) fn error_response(e: &SourceError) -> Response {
+/// An error of a source as the API answers it: the status says whose fault it is, the text
+/// holds no secret.
+pub(crate) fn error_response(e: &AdminError) -> Response {
     let status = match e {
-        SourceError::NotFound => StatusCode::NOT_FOUND,
-        SourceError::Unsupported => StatusCode::FORBIDDEN,
-        SourceError::BadRequest(_) => StatusCode::BAD_REQUEST,
-        SourceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        SourceError::Backend(_) => StatusCode::BAD_GATEWAY,
+        AdminError::NotFound => StatusCode::NOT_FOUND,
+        AdminError::Unsupported => StatusCode::FORBIDDEN,
+        AdminError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        AdminError::ShutDown => StatusCode::CONFLICT,
+        AdminError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::BAD_GATEWAY,
     };
-    answer_error(status, &scrub(&e.to_string()))
+    answer_error(status, &redact_urls_in(&e.to_string()))
+}
+
+/// A queue as `/api/queues` lists it: the label of its source, then its figures.
+#[derive(Serialize)]
+struct QueueView<'a> {
+    source: &'a str,
+    #[serde(flatten)]
+    summary: &'a QueueSummary,
 }
 
 #[derive(Deserialize, Default)]
@@ -81,28 +92,36 @@ pub(crate) async fn api_queues(State(state): State<AppState>, Query(w): Query<Wh
             continue;
         }
         let listing = r.queues().await;
-        let status = r.source.status().await;
+        let status = r.admin.status();
         let (up, error) = match &listing {
             Ok(list) => {
-                queues.extend(list.iter().cloned());
+                queues.extend(list.iter().map(|summary| {
+                    serde_json::to_value(QueueView {
+                        source: &r.label,
+                        summary,
+                    })
+                    .unwrap_or_default()
+                }));
                 (true, None)
             }
             Err(e) => {
                 last_error = Some(e.clone());
-                (false, Some(scrub(&e.to_string())))
+                (false, Some(redact_urls_in(&e.to_string())))
             }
         };
+        let capabilities = r.admin.capabilities();
         any_up |= up;
         sources.push(json!({
             "label": r.label,
-            "kind": r.source.kind(),
+            "kind": r.admin.kind(),
             "up": up,
             "error": error,
             "down_since_ms": r.down_since(),
-            "server": scrub(&status.server),
-            "warnings": status.warnings.iter().map(|w| scrub(w)).collect::<Vec<_>>(),
+            "server": redact_urls_in(&status.server),
+            "warnings": status.warnings.iter().map(|w| redact_urls_in(w)).collect::<Vec<_>>(),
+            "details": status.details.as_deref().map(redact_urls_in),
             "read_only": state.read_only(r),
-            "has_items": r.source.has_items(),
+            "has_items": capabilities.items,
         }));
     }
     let body = json!({
@@ -113,7 +132,7 @@ pub(crate) async fn api_queues(State(state): State<AppState>, Query(w): Query<Wh
     });
     let status = match (&last_error, any_up || sources.is_empty()) {
         (_, true) => StatusCode::OK,
-        (Some(SourceError::Unavailable(_)), false) => StatusCode::SERVICE_UNAVAILABLE,
+        (Some(AdminError::Unavailable(_)), false) => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_GATEWAY,
     };
     (status, axum::Json(body)).into_response()
@@ -129,13 +148,19 @@ pub(crate) async fn api_queue(
         Ok(r) => r,
         Err(response) => return response,
     };
-    let result = r.source.queue(&name).await;
+    let result = r.admin.summary(&name).await;
     r.note(&result);
     match result {
-        Ok(mut view) => {
-            view.source.clone_from(&r.label);
+        Ok(mut summary) => {
+            if let Some(why) = &mut summary.broken {
+                *why = redact_urls_in(why);
+            }
             state.history.view(&r.label, &name);
-            axum::Json(view).into_response()
+            axum::Json(QueueView {
+                source: &r.label,
+                summary: &summary,
+            })
+            .into_response()
         }
         Err(e) => error_response(&e),
     }
@@ -182,8 +207,8 @@ fn cut(text: &str) -> Option<String> {
 /// A page as a listing shows it: each item's text and each dead letter's error cut to
 /// [`PREVIEW_BYTES`]; a cut item says so (`item_truncated`, `item_bytes`) and carries
 /// `item_ref`, which `/item?ref=` takes with the page's parameters to show it whole.
-fn preview(page: crate::ItemPage) -> serde_json::Value {
-    let mut value = serde_json::to_value(&page).unwrap_or_default();
+fn preview(page: &Page) -> serde_json::Value {
+    let mut value = serde_json::to_value(page).unwrap_or_default();
     if let Some(items) = value.get_mut("items").and_then(|i| i.as_array_mut()) {
         for (x, original) in items.iter_mut().zip(&page.items) {
             if let Some(short) = cut(&original.item) {
@@ -205,21 +230,15 @@ fn preview(page: crate::ItemPage) -> serde_json::Value {
     value
 }
 
-fn page_request(config: &Config, q: &ItemsQuery) -> PageRequest {
-    PageRequest {
-        state: q.state,
-        from: q.from,
-        cursor: q.cursor.clone().filter(|c| !c.is_empty()),
-        limit: q
-            .limit
-            .unwrap_or(config.page_limit)
-            .clamp(1, config.page_limit.max(1) * 10),
-        search: q
-            .q
-            .as_ref()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty()),
-    }
+fn page_request(config: &Config, q: &ItemsQuery) -> PageQuery {
+    let limit = q
+        .limit
+        .unwrap_or(config.page_limit)
+        .clamp(1, config.page_limit.max(1) * 10);
+    PageQuery::new(q.state, limit)
+        .from(q.from)
+        .cursor(q.cursor.clone().filter(|c| !c.is_empty()))
+        .search(q.q.as_ref().map(|s| s.trim().to_owned()))
 }
 
 pub(crate) async fn api_items(
@@ -231,14 +250,14 @@ pub(crate) async fn api_items(
         Ok(r) => r,
         Err(response) => return response,
     };
-    if !r.source.has_items() {
-        return error_response(&SourceError::Unsupported);
+    if !r.admin.capabilities().items {
+        return error_response(&AdminError::Unsupported);
     }
     let request = page_request(&state.config, &q);
-    let result = r.source.items(&name, &request).await;
+    let result = r.admin.page(&name, &request).await;
     r.note(&result);
     match result {
-        Ok(page) => axum::Json(preview(page)).into_response(),
+        Ok(page) => axum::Json(preview(&page)).into_response(),
         Err(e) => error_response(&e),
     }
 }
@@ -268,8 +287,8 @@ pub(crate) async fn api_item(
         Ok(r) => r,
         Err(response) => return response,
     };
-    if !r.source.has_items() {
-        return error_response(&SourceError::Unsupported);
+    if !r.admin.capabilities().items {
+        return error_response(&AdminError::Unsupported);
     }
     let page = q.state.map(|state| ItemsQuery {
         source: None,
@@ -284,8 +303,8 @@ pub(crate) async fn api_item(
         (None, Some(reference), Some(page)) => {
             // The listing again, and the item of that reference in it.
             let listed = r
-                .source
-                .items(&name, &page_request(&state.config, &page))
+                .admin
+                .page(&name, &page_request(&state.config, &page))
                 .await;
             r.note(&listed);
             match listed {
@@ -312,10 +331,11 @@ pub(crate) async fn api_item(
             );
         }
     };
-    let result = r.source.item(&name, &item).await;
+    let result = r.admin.item_detail(&name, &item).await;
     r.note(&result);
     match result {
-        Ok(detail) => axum::Json(detail).into_response(),
+        Ok(Some(detail)) => axum::Json(detail).into_response(),
+        Ok(None) => error_response(&AdminError::NotFound),
         Err(e) => error_response(&e),
     }
 }
@@ -494,7 +514,7 @@ async fn run_action(
             "this source is read-only",
         );
     }
-    let result = r.source.act(name, &action).await;
+    let result = workq::admin::act(&*r.admin, name, &action).await;
     r.note(&result);
     r.invalidate().await;
     let target = action.target().unwrap_or("");
@@ -531,7 +551,7 @@ async fn run_action(
                 action = action.name(),
                 item = target,
                 result = "error",
-                error = %scrub(&e.to_string()),
+                error = %redact_urls_in(&e.to_string()),
                 "dashboard action"
             );
             count(state, &action, "error");
@@ -642,9 +662,9 @@ async fn oldest_letter(
     item: &str,
 ) -> Result<Option<String>, Response> {
     let r = resolve(state, source, Some(name)).await?;
-    match r.source.item(name, item).await {
-        Ok(detail) => Ok(detail.dead_letters.first().map(|d| d.id.clone())),
-        Err(SourceError::NotFound) => Ok(None),
+    match r.admin.item_detail(name, item).await {
+        Ok(detail) => Ok(detail.and_then(|d| d.dead_letters.first().map(|d| d.id.clone()))),
+        Err(AdminError::NotFound) => Ok(None),
         Err(e) => Err(error_response(&e)),
     }
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::source::QueueView;
+use workq::admin::QueueSummary;
 
 /// The most samples kept per series, whatever `keep / sample_every` says.
 const MAX_SAMPLES: usize = 2_000;
@@ -21,25 +21,26 @@ pub struct Sample {
     /// When, in milliseconds since the Unix epoch.
     pub t: u64,
     /// Ready items.
-    pub depth: usize,
+    pub depth: u64,
     /// Items under a lease.
-    pub in_flight: usize,
+    pub in_flight: u64,
     /// Delayed items.
-    pub delayed: usize,
+    pub delayed: u64,
     /// Sum of the failure counts.
     pub failures: u64,
     /// Dead letters.
-    pub dead: usize,
-    /// [`QueueView::adds_total`].
+    pub dead: u64,
+    /// [`Counters::adds`](workq::admin::Counters::adds), where the backend counts.
     pub adds: Option<u64>,
-    /// [`QueueView::completions_total`].
+    /// [`Counters::completions`](workq::admin::Counters::completions), where the backend
+    /// counts.
     pub completions: Option<u64>,
-    /// [`QueueView::retries_total`].
+    /// [`Counters::retries`](workq::admin::Counters::retries), where the backend counts.
     pub retries: Option<u64>,
 }
 
 impl Sample {
-    fn of(t: u64, q: &QueueView) -> Self {
+    fn of(t: u64, q: &QueueSummary) -> Self {
         Sample {
             t,
             depth: q.depth,
@@ -47,15 +48,15 @@ impl Sample {
             delayed: q.delayed,
             failures: q.failures,
             dead: q.dead,
-            adds: q.adds_total,
-            completions: q.completions_total,
-            retries: q.retries_total,
+            adds: q.counters.map(|c| c.adds),
+            completions: q.counters.map(|c| c.completions),
+            retries: q.counters.map(|c| c.retries),
         }
     }
 
     /// The sum of the figures of `queues` (the broken ones count nothing).
-    fn total(t: u64, queues: &[QueueView]) -> Self {
-        let sum = |f: fn(&QueueView) -> Option<u64>| -> Option<u64> {
+    fn total(t: u64, queues: &[QueueSummary]) -> Self {
+        let sum = |f: fn(&QueueSummary) -> Option<u64>| -> Option<u64> {
             let mut any = false;
             let mut total = 0u64;
             for q in queues {
@@ -73,9 +74,9 @@ impl Sample {
             delayed: queues.iter().map(|q| q.delayed).sum(),
             failures: queues.iter().map(|q| q.failures).sum(),
             dead: queues.iter().map(|q| q.dead).sum(),
-            adds: sum(|q| q.adds_total),
-            completions: sum(|q| q.completions_total),
-            retries: sum(|q| q.retries_total),
+            adds: sum(|q| q.counters.map(|c| c.adds)),
+            completions: sum(|q| q.counters.map(|c| c.completions)),
+            retries: sum(|q| q.counters.map(|c| c.retries)),
         }
     }
 }
@@ -121,7 +122,7 @@ impl History {
     }
 
     /// Records one listing of source `label` at time `t`.
-    pub(crate) fn record(&self, label: &str, t: u64, queues: &[QueueView]) {
+    pub(crate) fn record(&self, label: &str, t: u64, queues: &[QueueSummary]) {
         let mut inner = self.inner.lock();
         let keep = self.keep_ms;
         push(
@@ -213,11 +214,12 @@ impl History {
 mod tests {
     use super::*;
 
-    fn queues(n: usize) -> Vec<QueueView> {
+    fn queues(n: u64) -> Vec<QueueSummary> {
         (0..n)
-            .map(|i| QueueView {
-                depth: i,
-                ..QueueView::named(format!("q{i}"))
+            .map(|i| {
+                let mut q = QueueSummary::named(format!("q{i}"));
+                q.depth = i;
+                q
             })
             .collect()
     }
@@ -233,7 +235,7 @@ mod tests {
         let totals = history.totals(0);
         let kept = &totals["redis"];
         assert!(kept.len() <= 61, "a minute of samples: {}", kept.len());
-        assert_eq!(kept.last().unwrap().depth, (0..1_000).sum::<usize>());
+        assert_eq!(kept.last().unwrap().depth, (0..1_000).sum::<u64>());
         assert!(history.queue("redis", "q5", 0).len() <= 61);
         assert!(history.queue("redis", "q500", 0).is_empty(), "not tracked");
     }

@@ -1,19 +1,24 @@
 //! A web dashboard for workqueue queues: a page, a JSON API under `/api/` and Prometheus
 //! metrics under `/metrics`, as one [`axum::Router`].
 //!
-//! The router reads its queues from one or more [`Source`]s, one implementation per backend:
-//! [`RedisSource`] (feature `redis`, on by default) lists every queue under a key prefix over
-//! one reconnecting connection, pages through their items and acts on them (pause and
-//! resume, requeue, delete or purge dead letters, retry or remove one item, forget an item's
-//! failures); [`MemorySource`] shows in-process [`workq::WorkQueue`]s through their
-//! [`QueueProbe`]s, read-only. [`Dashboard`] serves several sources on one page (Redis and
-//! PostgreSQL queues side by side); [`router`] serves one.
+//! The router reads its queues from one or more sources, each an operator contract
+//! ([`admin::Admin`], from `workq`) that a backend implements: `workq_redis::RedisAdmin`
+//! lists every queue under a key prefix of a Redis server or cluster,
+//! `workq_postgres::PgAdmin` every queue of a database, and both page through their items
+//! and act on them (pause and resume, requeue, delete or purge dead letters, retry or remove
+//! one item, forget an item's failures); [`admin::MemoryAdmin`] shows the in-process
+//! [`workq::WorkQueue`]s of this process through their [`QueueProbe`]s, read-only. The
+//! dashboard knows no backend: everything it shows and does goes through the contract, so a
+//! backend's new operator call reaches the page without a change here. [`Dashboard`] serves
+//! several sources on one page (Redis and PostgreSQL queues side by side); [`router`] serves
+//! one.
 //!
 //! ```no_run
-//! use workq_dashboard::{Config, MemorySource, Server, generate_token};
+//! use workq_dashboard::admin::MemoryAdmin;
+//! use workq_dashboard::{Config, Server, generate_token};
 //!
 //! # async fn run() -> std::io::Result<()> {
-//! let source = MemorySource::new();
+//! let source = MemoryAdmin::new();
 //! // Queues built with the source as their metrics provider show up on the page.
 //! let queue: workq::WorkQueue<String> =
 //!     workq::WorkQueue::builder().name("pods").metrics(source.clone()).build();
@@ -70,9 +75,9 @@
 //!   action, queue, item, result, reason) and counted in `/metrics`
 //!   (`workqueue_dashboard_actions_total{action,result}`,
 //!   `workqueue_dashboard_refusals_total{reason}`).
-//! - No secret goes out: every server URL shown or logged is [redacted](redact) from its
-//!   parsed form (user information, and every query value but a few known harmless ones),
-//!   and so is every URL in a server's error message.
+//! - No secret goes out: every server URL shown or logged is
+//!   [redacted](admin::redact_url) from its parsed form (user information, and every query
+//!   value but a few known harmless ones), and so is every URL in a server's error message.
 
 use std::sync::Arc;
 
@@ -88,35 +93,19 @@ mod config;
 pub mod exposition;
 mod guard;
 mod history;
-mod memory;
 mod metrics;
-#[cfg(feature = "postgres")]
-mod pg_source;
-mod redact;
-#[cfg(feature = "redis")]
-mod redis_source;
 mod respond;
 mod server;
-mod source;
-mod sources;
 mod state;
 mod token;
 
 pub use config::Config;
 pub use history::Sample;
-pub use memory::MemorySource;
-#[cfg(feature = "postgres")]
-pub use pg_source::PgSource;
-pub use redact::redact;
-#[cfg(feature = "redis")]
-pub use redis_source::RedisSource;
 pub use server::Server;
-pub use source::Outcome as ActionOutcome;
-pub use source::{
-    Action, DeadLetterView, End, ItemDetail, ItemPage, ItemState, ItemView, LeaseView, PageRequest,
-    QueueView, Source, SourceError, SourceStatus,
-};
 pub use token::{MIN_TOKEN_BITS, check_token, generate_token};
+/// The operator contract the dashboard reads its sources through (`workq::admin`).
+pub use workq::admin;
+pub use workq::admin::ActionOutcome;
 pub use workq::metrics::QueueProbe;
 
 /// The old name of [`ActionOutcome`].
@@ -126,15 +115,26 @@ pub use workq::metrics::QueueProbe;
 )]
 pub type Outcome = ActionOutcome;
 
-/// A dashboard of one or more sources, each labelled by its [kind](Source::kind) (a second
-/// source of one kind is `kind-2`).
+/// The old name of [`admin::MemoryAdmin`], which moved to `workq`.
+#[deprecated(since = "0.2.0", note = "use `workq::admin::MemoryAdmin`")]
+pub type MemorySource = workq::admin::MemoryAdmin;
+
+/// `url` as it may be shown or logged: see [`admin::redact_url`], where it moved.
+#[deprecated(since = "0.2.0", note = "use `workq::admin::redact_url`")]
+pub fn redact(url: &str) -> String {
+    workq::admin::redact_url(url)
+}
+
+/// A dashboard of one or more sources, each labelled by its
+/// [kind](admin::Admin::kind) (a second source of one kind is `kind-2`).
 ///
 /// ```no_run
-/// use workq_dashboard::{Config, Dashboard, MemorySource};
+/// use workq_dashboard::admin::MemoryAdmin;
+/// use workq_dashboard::{Config, Dashboard};
 ///
 /// # async fn run() {
 /// let app = Dashboard::new(Config::default())
-///     .source(MemorySource::new())
+///     .source(MemoryAdmin::new())
 ///     .router()
 ///     .expect("a valid configuration");
 /// # let _ = app;
@@ -143,7 +143,7 @@ pub type Outcome = ActionOutcome;
 #[derive(Default)]
 pub struct Dashboard {
     config: Config,
-    sources: Vec<sources::Registered>,
+    sources: Vec<state::Registered>,
 }
 
 impl std::fmt::Debug for Dashboard {
@@ -167,12 +167,13 @@ impl Dashboard {
         }
     }
 
-    /// Adds a source; its queues are listed beside the others'.
+    /// Adds a backend's queues, under its kind's label (`redis`, then `redis-2`, ...); they
+    /// are listed beside the others'. Any [`admin::Admin`] will do, a `Box<dyn Admin>` too.
     #[must_use]
-    pub fn source<S: Source>(mut self, source: S) -> Self {
-        let label = sources::label_for(source.kind(), &self.sources);
+    pub fn source(mut self, admin: impl admin::Admin + 'static) -> Self {
+        let label = state::label_for(admin.kind(), &self.sources);
         self.sources
-            .push(sources::Registered::new(label, Box::new(source)));
+            .push(state::Registered::new(label, Box::new(admin)));
         self
     }
 
@@ -277,9 +278,9 @@ impl Dashboard {
 /// If [`Dashboard::router`] refuses the configuration (a weak token, a public URL that is not
 /// an `http(s)://HOST[/PATH]` URL or has no token); use [`Dashboard`] to get the error
 /// instead.
-pub fn router<S: Source>(source: S, config: Config) -> Router {
+pub fn router(admin: impl admin::Admin + 'static, config: Config) -> Router {
     Dashboard::new(config)
-        .source(source)
+        .source(admin)
         .router()
         .unwrap_or_else(|e| panic!("workq-dashboard: {e}"))
 }
@@ -317,9 +318,12 @@ async fn app_css() -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     #[test]
-    #[expect(deprecated, reason = "the old name keeps compiling for one release")]
-    fn the_old_outcome_name_still_names_an_action_outcome() {
+    #[expect(deprecated, reason = "the old names keep compiling for one release")]
+    fn the_old_names_still_name_what_moved() {
         let old = super::Outcome::new(2, "requeued 2 dead letters");
         assert_eq!(old, super::ActionOutcome::new(2, "requeued 2 dead letters"));
+        let memory: super::MemorySource = workq::admin::MemoryAdmin::new();
+        assert_eq!(workq::admin::Admin::kind(&memory), "memory");
+        assert_eq!(super::redact("redis://:pw@h:1/"), "redis://***@h:1/");
     }
 }

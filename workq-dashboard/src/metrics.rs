@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::QueueView;
+use workq::admin::QueueSummary;
 
 pub(crate) type Labels = Vec<(&'static str, String)>;
 type FloatGauge = Family<Labels, Gauge<f64, AtomicU64>>;
@@ -20,7 +20,7 @@ type FloatGauge = Family<Labels, Gauge<f64, AtomicU64>>;
 /// source's listing of the last second, shared with the page). The format follows `accept`
 /// (OpenMetrics when asked for, else Prometheus text); returns the content type and the body.
 pub(crate) fn encode(
-    listings: &[(String, Option<Arc<Vec<QueueView>>>)],
+    listings: &[(String, Option<Arc<Vec<QueueSummary>>>)],
     shared: &crate::state::Shared,
     accept: Option<&str>,
 ) -> (&'static str, String) {
@@ -118,16 +118,14 @@ pub(crate) fn encode(
                 continue;
             }
             depth.get_or_create(&l).set(q.depth as f64);
-            unfinished.get_or_create(&l).set(q.unfinished_work_s);
-            longest.get_or_create(&l).set(q.longest_running_s);
-            if let Some(n) = q.adds_total {
-                adds.get_or_create(&l).inc_by(n);
-            }
-            if let Some(n) = q.completions_total {
-                completions.get_or_create(&l).inc_by(n);
-            }
-            if let Some(n) = q.retries_total {
-                retries.get_or_create(&l).inc_by(n);
+            unfinished
+                .get_or_create(&l)
+                .set(q.lease_age_sum.as_secs_f64());
+            longest.get_or_create(&l).set(q.longest_lease.as_secs_f64());
+            if let Some(c) = q.counters {
+                adds.get_or_create(&l).inc_by(c.adds);
+                completions.get_or_create(&l).inc_by(c.completions);
+                retries.get_or_create(&l).inc_by(c.retries);
             }
             delayed.get_or_create(&l).set(q.delayed as f64);
             in_flight.get_or_create(&l).set(q.in_flight as f64);

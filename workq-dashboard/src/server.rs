@@ -42,12 +42,13 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// read.
 ///
 /// ```no_run
-/// use workq_dashboard::{Config, MemorySource, Server, generate_token};
+/// use workq_dashboard::admin::MemoryAdmin;
+/// use workq_dashboard::{Config, Server, generate_token};
 ///
 /// # async fn run() -> std::io::Result<()> {
 /// let token = generate_token();
 /// let app = workq_dashboard::router(
-///     MemorySource::new(),
+///     MemoryAdmin::new(),
 ///     Config { token: Some(token.clone()), ..Config::default() },
 /// );
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;

@@ -9,7 +9,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::json;
 use support::{RedisServer, get, post, send};
-use workq_dashboard::{Config, MemorySource, RedisSource, router};
+use workq_dashboard::admin::MemoryAdmin;
+use workq_dashboard::{Config, router};
+use workq_redis::RedisAdmin;
 use workq_redis::RedisQueue;
 
 async fn queue<T>(server: &RedisServer, name: &str) -> RedisQueue<T>
@@ -25,7 +27,7 @@ where
 }
 
 fn dashboard(server: &RedisServer, config: Config) -> axum::Router {
-    router(RedisSource::new(&server.url(), "wq").unwrap(), config)
+    router(RedisAdmin::new(&server.url(), "wq").unwrap(), config)
 }
 
 /// Queue `name` with one dead letter: a stored item that is no number.
@@ -452,7 +454,7 @@ async fn the_redis_password_is_never_shown() {
         return;
     };
     let url = format!("redis://:wrong-secret-pass@127.0.0.1:{}/", server.port());
-    let source = RedisSource::new(&url, "wq").unwrap();
+    let source = RedisAdmin::new(&url, "wq").unwrap();
     assert!(!format!("{source:?}").contains("wrong-secret-pass"));
     let app = router(source, Config::default());
     let reply = get(&app, "/api/queues").await;
@@ -460,14 +462,14 @@ async fn the_redis_password_is_never_shown() {
     assert_eq!(reply.json()["sources"][0]["up"], false);
     assert!(!reply.body.contains("wrong-secret-pass"), "{}", reply.body);
     assert_eq!(
-        workq_dashboard::redact("redis://user:pw@host:1/0"),
+        workq_dashboard::admin::redact_url("redis://user:pw@host:1/0"),
         "redis://***@host:1/0"
     );
 }
 
 #[tokio::test]
 async fn in_process_queues_show_through_their_probes() {
-    let source = MemorySource::new();
+    let source = MemoryAdmin::new();
     let queue: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(source.clone())
@@ -516,7 +518,7 @@ async fn only_the_queues_under_the_prefix_are_listed() {
         q.add(1).await.unwrap();
     }
     let app = router(
-        RedisSource::new(&server.url(), "team").unwrap(),
+        RedisAdmin::new(&server.url(), "team").unwrap(),
         Config::default(),
     );
     let names: Vec<String> = get(&app, "/api/queues").await.json()["queues"]
@@ -536,7 +538,7 @@ async fn only_the_queues_under_the_prefix_are_listed() {
 
 #[tokio::test]
 async fn the_router_mounts_under_a_path_beside_other_routes() {
-    let source = MemorySource::new();
+    let source = MemoryAdmin::new();
     let queue: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(source.clone())

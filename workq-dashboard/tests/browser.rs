@@ -22,11 +22,9 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use workq::TryGet;
 use workq_conformance::servers::free_port;
-#[cfg(feature = "postgres")]
-use workq_dashboard::PgSource;
-use workq_dashboard::{Config, Dashboard, RedisSource};
-#[cfg(feature = "postgres")]
-use workq_postgres::PgQueue;
+use workq_dashboard::{Config, Dashboard};
+use workq_postgres::{PgAdmin, PgQueue};
+use workq_redis::RedisAdmin;
 use workq_redis::RedisQueue;
 
 const SKIP_VAR: &str = "WQ_SKIP_BROWSER_TESTS";
@@ -129,7 +127,7 @@ async fn serve(dashboard: Dashboard) -> String {
 
 /// The sources of a test: the queues under `wq` on `server`.
 fn redis_dashboard(server: &support::RedisServer, config: Config) -> Dashboard {
-    Dashboard::new(config).source(RedisSource::new(&server.url(), "wq").unwrap())
+    Dashboard::new(config).source(RedisAdmin::new(&server.url(), "wq").unwrap())
 }
 
 fn fast() -> Config {
@@ -238,7 +236,6 @@ async fn drawn(browser: &Client, css: &str) -> String {
 }
 
 /// A figure of the row of queue `queue` of source `source`.
-#[cfg(feature = "postgres")]
 async fn cell_of(browser: &Client, source: &str, queue: &str, field: &str) -> String {
     drawn(
         browser,
@@ -671,7 +668,6 @@ async fn the_page_survives_a_redis_restart_and_pauses_its_updates_and_when_hidde
 /// The page at a phone's and a desktop's width, in the light and the dark theme, with Redis
 /// and PostgreSQL queues side by side: nothing wider than the screen on a phone, and the theme
 /// follows the system's setting.
-#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_fits_a_phone_and_follows_the_dark_setting() {
     let Some((chromium_bin, driver_bin)) = require_browser() else {
@@ -705,8 +701,14 @@ async fn the_page_fits_a_phone_and_follows_the_dark_setting() {
         q.add_rate_limited(format!("{name}-flaky")).await.unwrap();
     }
     pg_dead_letters(&pool, "billing", 7).await;
-    let base =
-        serve(redis_dashboard(&server, fast()).source(PgSource::new(&pg.url()).unwrap())).await;
+    let base = serve(
+        redis_dashboard(&server, fast()).source(
+            PgAdmin::new(&pg.url())
+                .unwrap()
+                .application_name("wq-dashboard"),
+        ),
+    )
+    .await;
     for dark in [false, true] {
         let window = chromium(&chromium_bin, &driver_bin, dark).await;
         let browser = &window.client;
@@ -767,8 +769,47 @@ async fn the_page_fits_a_phone_and_follows_the_dark_setting() {
     }
 }
 
+/// A backend that stops counting at a cap (PostgreSQL's, `PgAdmin::count_cap`) says so, and
+/// the page writes a count past it as "N+", in the list and on the state's tab.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_past_a_backends_cap_read_as_more_than_the_cap() {
+    let Some((chromium_bin, driver_bin)) = require_browser() else {
+        return;
+    };
+    let _one = ONE_BROWSER.lock().await;
+    let Some(pg) = support::PgServer::start() else {
+        return;
+    };
+    let pool = pg_pool(&pg).await;
+    let q = pg_queue(&pool, "orders").await;
+    for i in 0..5 {
+        q.add(format!("o-{i}")).await.unwrap();
+    }
+    let admin = PgAdmin::new(&pg.url())
+        .unwrap()
+        .application_name("wq-dashboard")
+        .count_cap(Some(3));
+    let base = serve(Dashboard::new(fast()).source(admin)).await;
+    let window = chromium(&chromium_bin, &driver_bin, false).await;
+    let browser = &window.client;
+    browser
+        .goto(&format!("{base}#postgres/orders"))
+        .await
+        .unwrap();
+    until("the capped depth", || async {
+        cell_of(browser, "postgres", "orders", "depth").await == "3+"
+    })
+    .await;
+    until("the capped count on the ready tab", || async {
+        text(browser, "button[data-state=\"ready\"]")
+            .await
+            .contains("(3+)")
+    })
+    .await;
+    browser.clone().close().await.unwrap();
+}
+
 /// A pool of the test's own on `pg`, with the schema installed.
-#[cfg(feature = "postgres")]
 async fn pg_pool(pg: &support::PgServer) -> sqlx::PgPool {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(2)
@@ -781,7 +822,6 @@ async fn pg_pool(pg: &support::PgServer) -> sqlx::PgPool {
 
 /// Queue `name` on PostgreSQL, as a worker's process would build it (long leases, retries a
 /// minute apart).
-#[cfg(feature = "postgres")]
 async fn pg_queue(pool: &sqlx::PgPool, name: &str) -> PgQueue<String> {
     PgQueue::builder(name)
         .pool(pool.clone())
@@ -795,7 +835,6 @@ async fn pg_queue(pool: &sqlx::PgPool, name: &str) -> PgQueue<String> {
 }
 
 /// Writes `n` dead letters of PostgreSQL queue `name`: `letter-I`, error `boom I`.
-#[cfg(feature = "postgres")]
 async fn pg_dead_letters(pool: &sqlx::PgPool, name: &str, n: i32) {
     sqlx::query(
         "INSERT INTO workqueue_dead (queue, item, reason, stalls, failures)
@@ -813,7 +852,6 @@ async fn pg_dead_letters(pool: &sqlx::PgPool, name: &str, n: i32) {
 /// delayed item and the pause acted on from the page, and a restart of PostgreSQL while the
 /// page is open (it says that source is down, keeps its figures, the Redis queues stay live,
 /// and it is live again).
-#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_queue_beside_a_redis_one_shows_its_figures_and_is_acted_on() {
     let Some((chromium_bin, driver_bin)) = require_browser() else {
@@ -852,8 +890,14 @@ async fn a_postgres_queue_beside_a_redis_one_shows_its_figures_and_is_acted_on()
         .await
         .unwrap();
 
-    let base =
-        serve(redis_dashboard(&server, fast()).source(PgSource::new(&pg.url()).unwrap())).await;
+    let base = serve(
+        redis_dashboard(&server, fast()).source(
+            PgAdmin::new(&pg.url())
+                .unwrap()
+                .application_name("wq-dashboard"),
+        ),
+    )
+    .await;
     let window = chromium(&chromium_bin, &driver_bin, false).await;
     let browser = &window.client;
     browser

@@ -14,7 +14,9 @@ use axum::http::{Request, StatusCode};
 use redis::AsyncCommands;
 use serde_json::json;
 use support::{RedisServer, get, post, send};
-use workq_dashboard::{Config, Dashboard, MemorySource, RedisSource, router};
+use workq_dashboard::admin::MemoryAdmin;
+use workq_dashboard::{Config, Dashboard, router};
+use workq_redis::RedisAdmin;
 use workq_redis::RedisQueue;
 
 async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {
@@ -27,7 +29,7 @@ async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {
 }
 
 fn dashboard(server: &RedisServer, config: Config) -> axum::Router {
-    router(RedisSource::new(&server.url(), "wq").unwrap(), config)
+    router(RedisAdmin::new(&server.url(), "wq").unwrap(), config)
 }
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
@@ -392,7 +394,7 @@ fn from(peer: &str, request: axum::http::request::Builder) -> Request<Body> {
 
 #[tokio::test]
 async fn without_a_token_only_this_machine_is_answered_whatever_the_host() {
-    let app = router(MemorySource::new(), Config::default());
+    let app = router(MemoryAdmin::new(), Config::default());
     let far = send(
         &app,
         from(
@@ -434,7 +436,7 @@ async fn without_a_token_only_this_machine_is_answered_whatever_the_host() {
 
 #[tokio::test]
 async fn behind_a_proxy_the_cookie_is_secure_and_scoped_to_the_public_path() {
-    let source = MemorySource::new();
+    let source = MemoryAdmin::new();
     let _q: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(source.clone())
@@ -532,7 +534,7 @@ async fn two_sources_are_listed_side_by_side() {
         .add("y".to_owned())
         .await
         .unwrap();
-    let memory = MemorySource::new();
+    let memory = MemoryAdmin::new();
     let local: workq::WorkQueue<u32> = workq::WorkQueue::builder()
         .name("pods")
         .metrics(memory.clone())
@@ -540,7 +542,7 @@ async fn two_sources_are_listed_side_by_side() {
     local.add(1);
     local.add(2);
     let app = Dashboard::new(Config::default())
-        .source(RedisSource::new(&server.url(), "wq").unwrap())
+        .source(RedisAdmin::new(&server.url(), "wq").unwrap())
         .source(memory)
         .router()
         .unwrap();
@@ -587,7 +589,6 @@ async fn two_sources_are_listed_side_by_side() {
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
 }
 
-#[cfg(feature = "redis-cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_source_lists_the_queues_of_every_primary() {
     let Some(cluster) = support::redis_cluster() else {
@@ -604,7 +605,7 @@ async fn a_cluster_source_lists_the_queues_of_every_primary() {
             .unwrap();
         q.add("x".to_owned()).await.unwrap();
     }
-    let app = router(RedisSource::cluster(urls, "wq"), Config::default());
+    let app = router(RedisAdmin::cluster(urls, "wq").unwrap(), Config::default());
     let all = get(&app, "/api/queues").await.json();
     assert_eq!(self::names(&all), names);
     assert!(

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use workq_conformance::servers::free_port;
 use workq_conformance::servers::nginx::{self as nginx_support, nginx_binary};
-use workq_dashboard::{Config, Dashboard, RedisSource, Server};
+use workq_dashboard::{Config, Dashboard, Server};
+use workq_redis::RedisAdmin;
 use workq_redis::RedisQueue;
 
 /// nginx on `port`, proxying `/wq/` to `with_public` and `/plain/` to `without`, with
@@ -73,7 +74,7 @@ async fn behind_nginx_defaults_the_public_url_keeps_actions_working_and_safe() {
         public_url,
         ..Config::default()
     };
-    let source = || RedisSource::new(&server.url(), "wq").unwrap();
+    let source = || RedisAdmin::new(&server.url(), "wq").unwrap();
     let with_public = serve(Dashboard::new(config(Some(public.clone()))).source(source())).await;
     let without = serve(Dashboard::new(config(None)).source(source())).await;
     let _nginx = nginx(&binary, port, with_public, without);
@@ -179,7 +180,7 @@ async fn behind_nginx_without_the_token_nothing_is_read_or_done() {
             token: Some(token.clone()),
             ..Config::default()
         })
-        .source(RedisSource::new(&server.url(), "wq").unwrap()),
+        .source(RedisAdmin::new(&server.url(), "wq").unwrap()),
     )
     .await;
     let port = free_port();

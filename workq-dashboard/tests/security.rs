@@ -19,10 +19,11 @@ use axum::http::{Request, StatusCode};
 use serde_json::json;
 use support::{RedisServer, TOKEN, get, send, send_without_peer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use workq_dashboard::{
-    Action, ActionOutcome, Config, Dashboard, ItemDetail, ItemPage, MemorySource, PageRequest,
-    QueueView, RedisSource, Server, Source, SourceError, SourceStatus, router,
+use workq_dashboard::admin::{
+    Admin, AdminError, BoxFuture, Capabilities, MemoryAdmin, QueueSummary, ServerStatus, Stats,
 };
+use workq_dashboard::{Config, Dashboard, Server, router};
+use workq_redis::RedisAdmin;
 use workq_redis::RedisQueue;
 
 async fn queue<T>(server: &RedisServer, name: &str) -> RedisQueue<T>
@@ -64,7 +65,7 @@ async fn without_a_token_or_the_clients_address_every_request_is_refused() {
     };
     let q = with_dead_letter(&server, "orders").await;
     let app = router(
-        RedisSource::new(&server.url(), "wq").unwrap(),
+        RedisAdmin::new(&server.url(), "wq").unwrap(),
         Config::default(),
     );
     let purge = send_without_peer(
@@ -96,7 +97,7 @@ async fn without_a_token_or_the_clients_address_every_request_is_refused() {
         assert!(read.body.contains(hint), "{hint} in {}", read.body);
     }
     // With a token, the same router needs no peer address.
-    let app = router(RedisSource::new(&server.url(), "wq").unwrap(), with_token());
+    let app = router(RedisAdmin::new(&server.url(), "wq").unwrap(), with_token());
     let ok = send_without_peer(
         &app,
         Request::get("/api/queues")
@@ -116,7 +117,7 @@ async fn weak_tokens_and_a_public_url_without_one_are_refused_at_start() {
             public_url: public.map(str::to_owned),
             ..Config::default()
         })
-        .source(MemorySource::new())
+        .source(MemoryAdmin::new())
         .router()
     };
     let short = build(Some("t0ken-123"), None).unwrap_err();
@@ -149,7 +150,7 @@ async fn weak_tokens_and_a_public_url_without_one_are_refused_at_start() {
 async fn the_token_in_the_address_is_percent_decoded() {
     let token = "Zq3Xv9Kp.L2mN8rT4~wY6bC1dF5gH7jQ0sUe";
     let app = router(
-        MemorySource::new(),
+        MemoryAdmin::new(),
         Config {
             token: Some(token.into()),
             ..Config::default()
@@ -184,7 +185,7 @@ fn from(peer: &str, token: &str) -> Request<Body> {
 /// the dashboard held its answer.
 #[tokio::test(start_paused = true)]
 async fn failed_attempts_are_counted_and_slowed_down_per_address() {
-    let app = router(MemorySource::new(), with_token());
+    let app = router(MemoryAdmin::new(), with_token());
     let wrong = "Aq3Xv9KpL2mN8rT4wY6bC1dF5gH7jQ0sUe";
     let mut held = Vec::new();
     for _ in 0..8 {
@@ -248,7 +249,7 @@ async fn a_body_over_the_limit_is_refused_and_never_acted_on() {
         return;
     };
     let q = with_dead_letter(&server, "orders").await;
-    let app = router(RedisSource::new(&server.url(), "wq").unwrap(), with_token());
+    let app = router(RedisAdmin::new(&server.url(), "wq").unwrap(), with_token());
     let huge = format!("{{\"item\": \"{}\"}}", "x".repeat(200_000));
     let declared = send(
         &app,
@@ -350,7 +351,7 @@ async fn a_request_that_never_finishes_its_body_is_answered_408() {
     };
     let q = with_dead_letter(&server, "orders").await;
     let app = router(
-        RedisSource::new(&server.url(), "wq").unwrap(),
+        RedisAdmin::new(&server.url(), "wq").unwrap(),
         Config {
             request_timeout: Duration::from_millis(500),
             ..with_token()
@@ -385,7 +386,7 @@ async fn a_request_that_never_finishes_its_body_is_answered_408() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_and_slow_connections_are_closed_and_a_flood_keeps_no_one_out() {
-    let app = router(MemorySource::new(), with_token());
+    let app = router(MemoryAdmin::new(), with_token());
     let addr = serve(app, |s| {
         s.max_connections(300)
             .max_connections_per_client(20)
@@ -435,7 +436,7 @@ async fn idle_and_slow_connections_are_closed_and_a_flood_keeps_no_one_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connections_of_one_address_are_capped_not_those_of_others() {
-    let app = router(MemorySource::new(), with_token());
+    let app = router(MemoryAdmin::new(), with_token());
     let addr = serve(app, |s| {
         s.max_connections(100).max_connections_per_client(5)
     })
@@ -478,7 +479,7 @@ async fn https_with_a_certificate_and_its_key() {
         .expect("a certificate and its key");
     assert!(server.is_tls());
     let addr = server.local_addr().unwrap();
-    tokio::spawn(server.serve(router(MemorySource::new(), with_token())));
+    tokio::spawn(server.serve(router(MemoryAdmin::new(), with_token())));
     // A key that is not the certificate's is refused at start.
     let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let other_key = dir.join("other.pem");
@@ -521,7 +522,7 @@ async fn https_with_a_certificate_and_its_key() {
 #[tokio::test]
 async fn no_url_secret_is_shown_whatever_the_scheme() {
     let url = "redis+unix:///nonexistent/wq-test.sock?db=0&pass=hunter2-s3cret";
-    let source = RedisSource::new(url, "wq").unwrap();
+    let source = RedisAdmin::new(url, "wq").unwrap();
     assert!(!format!("{source:?}").contains("hunter2"), "{source:?}");
     let app = router(source, Config::default());
     let reply = get(&app, "/api/queues").await;
@@ -538,39 +539,35 @@ async fn no_url_secret_is_shown_whatever_the_scheme() {
 
 /// A source that counts how often its queues are listed (a real in-process source under
 /// it).
+#[derive(Debug)]
 struct Counting {
-    inner: MemorySource,
+    inner: MemoryAdmin,
     listings: Arc<AtomicUsize>,
 }
 
-impl Source for Counting {
+impl Admin for Counting {
     fn kind(&self) -> &'static str {
         "memory"
     }
-    fn has_actions(&self) -> bool {
-        false
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
-    fn has_items(&self) -> bool {
-        false
+    fn status(&self) -> ServerStatus {
+        self.inner.status()
     }
-    async fn status(&self) -> SourceStatus {
-        self.inner.status().await
-    }
-    async fn queues(&self) -> Result<Vec<QueueView>, SourceError> {
+    fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueSummary>, AdminError>> {
         self.listings.fetch_add(1, Ordering::SeqCst);
-        self.inner.queues().await
+        self.inner.queues()
     }
-    async fn queue(&self, name: &str) -> Result<QueueView, SourceError> {
-        self.inner.queue(name).await
+    fn summary<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<QueueSummary, AdminError>> {
+        self.inner.summary(queue)
     }
-    async fn items(&self, name: &str, request: &PageRequest) -> Result<ItemPage, SourceError> {
-        self.inner.items(name, request).await
-    }
-    async fn item(&self, name: &str, item: &str) -> Result<ItemDetail, SourceError> {
-        self.inner.item(name, item).await
-    }
-    async fn act(&self, name: &str, action: &Action) -> Result<ActionOutcome, SourceError> {
-        self.inner.act(name, action).await
+    fn stats<'a>(
+        &'a self,
+        queue: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Stats, AdminError>> {
+        self.inner.stats(queue, limit)
     }
 }
 
@@ -579,7 +576,7 @@ async fn the_sampler_asks_the_servers_nothing_while_nobody_reads() {
     let listings = Arc::new(AtomicUsize::new(0));
     let app = router(
         Counting {
-            inner: MemorySource::new(),
+            inner: MemoryAdmin::new(),
             listings: listings.clone(),
         },
         Config {
@@ -618,7 +615,7 @@ async fn listings_cut_long_items_and_the_detail_shows_them_whole() {
     q.add(long.clone()).await.unwrap();
     q.add("short".to_owned()).await.unwrap();
     let app = router(
-        RedisSource::new(&server.url(), "wq").unwrap(),
+        RedisAdmin::new(&server.url(), "wq").unwrap(),
         Config::default(),
     );
     let reply = get(&app, "/api/queues/big/items?state=ready&limit=10").await;

@@ -568,6 +568,25 @@ impl<Q: Queue> Queue for ControllerQueue<Q> {
         self.inner.steps_in_flight()
     }
 
+    /// The queue's: a periodic schedule on a controller's queue keeps its record where the
+    /// queue keeps it (on a shared backend, for every process).
+    fn upsert_schedule(
+        &self,
+        update: workq::periodic::ScheduleUpdate,
+    ) -> impl Future<Output = Result<workq::periodic::ScheduleInfo, Q::Error>> + Send {
+        self.inner.upsert_schedule(update)
+    }
+
+    /// The queue's: one item per tick across the fleet.
+    fn add_on_tick(
+        &self,
+        claim: workq::periodic::TickClaim,
+        item: Q::Item,
+        options: AddOptions,
+    ) -> impl Future<Output = Result<workq::periodic::TickOutcome, Q::Error>> + Send {
+        self.inner.add_on_tick(claim, item, options)
+    }
+
     fn shut_down(&self) -> Vec<Q::Item> {
         self.inner.shut_down()
     }
@@ -748,6 +767,28 @@ mod tests {
             1
         }
 
+        /// A backend's own record (the default would answer from the process's table), so
+        /// that a test sees a `ControllerQueue` forward to it.
+        fn upsert_schedule(
+            &self,
+            update: workq::periodic::ScheduleUpdate,
+        ) -> impl Future<Output = Result<workq::periodic::ScheduleInfo, Infallible>> + Send
+        {
+            let mut info = workq::periodic::ScheduleInfo::new(update.name, update.now);
+            info.spec = "batched".to_owned();
+            std::future::ready(Ok(info))
+        }
+
+        /// A backend's own claim: every tick is paused here.
+        fn add_on_tick(
+            &self,
+            _claim: workq::periodic::TickClaim,
+            _item: &'static str,
+            _options: AddOptions,
+        ) -> impl Future<Output = Result<workq::periodic::TickOutcome, Infallible>> + Send {
+            std::future::ready(Ok(workq::periodic::TickOutcome::Paused))
+        }
+
         fn shut_down(&self) -> Vec<&'static str> {
             Queue::shut_down(&self.0)
         }
@@ -759,6 +800,25 @@ mod tests {
         fn is_shutting_down(&self) -> impl Future<Output = Result<bool, Infallible>> + Send {
             Queue::is_shutting_down(&self.0)
         }
+    }
+
+    #[tokio::test]
+    async fn periodic_schedules_go_to_the_queue_behind_the_controller() {
+        use std::time::SystemTime;
+        use workq::periodic::{ScheduleUpdate, TickClaim, TickOutcome};
+        let queue = ControllerQueue::new(Batched(WorkQueue::new()), Arc::new(gate()));
+        let now = SystemTime::UNIX_EPOCH;
+        let info = queue
+            .upsert_schedule(ScheduleUpdate::read("nightly", now))
+            .await
+            .unwrap();
+        assert_eq!(info.spec, "batched");
+        let claim = TickClaim::new("nightly", "every 1h", now, None, now);
+        let outcome = queue
+            .add_on_tick(claim, "a", AddOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(outcome, TickOutcome::Paused);
     }
 
     #[tokio::test]

@@ -1,7 +1,7 @@
 //! [`PgQueue`] as a [`workq::Queue`]: the backend [`workq::Workers`] run on.
 //!
-//! Each trait method is the queue's own method of the same name, with what API.md says of
-//! backends beyond one process: a lease dropped without `done` is released; `shut_down`
+//! Each trait method is the queue's own method of the same name, with what docs/api-contract.md
+//! says of backends beyond one process: a lease dropped without `done` is released; `shut_down`
 //! stops this handle only and drops nothing (delayed items stay in the database).
 
 use std::future::Future;
@@ -102,6 +102,24 @@ where
     /// 16 workers, 1 ms handler: 6.0 k items/s against 5.0 k with two).
     fn steps_in_flight(&self) -> usize {
         1
+    }
+
+    /// The schedule's row in `workqueue_schedules`, in one call (see `periodic.rs`).
+    async fn upsert_schedule(
+        &self,
+        update: workq::periodic::ScheduleUpdate,
+    ) -> Result<workq::periodic::ScheduleInfo, Error> {
+        self.upsert_periodic(update).await
+    }
+
+    /// The claim of the tick and the add in one transaction (see `periodic.rs`).
+    async fn add_on_tick(
+        &self,
+        claim: workq::periodic::TickClaim,
+        item: T,
+        options: AddOptions,
+    ) -> Result<workq::periodic::TickOutcome, Error> {
+        self.add_on_periodic_tick(claim, &item, options).await
     }
 
     /// Stops this handle; the queue goes on for the other processes, so nothing is dropped.

@@ -245,6 +245,7 @@ mod key;
 mod lease;
 mod listing;
 mod migrate;
+mod periodic;
 mod queue;
 mod stats;
 mod units;

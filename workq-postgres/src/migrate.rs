@@ -77,10 +77,19 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/migrations/0005_step_wait.sql"),
         released: 0x3c19_8489_26bc_a67d,
     },
+    // Periodic schedules (`workqueue_schedules`, `workqueue_periodic_claim`,
+    // `workqueue_periodic_upsert`): a tick taken and its item added in one transaction.
+    // Additive.
+    Migration {
+        version: 6,
+        serves_from: 3,
+        sql: include_str!("sql/migrations/0006_periodic.sql"),
+        released: 0x2dee_1f4b_7424_bf97,
+    },
 ];
 
 /// The schema version this crate needs.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Installs or upgrades the schema on `pool` (what [`Builder::build`](crate::Builder::build)

@@ -1,7 +1,7 @@
 //! [`RedisQueue`] as a [`workq::Queue`]: the backend [`workq::Workers`] run on.
 //!
 //! Each trait method is the queue's own method of the same name; what differs from the
-//! in-memory queue is what API.md says of backends beyond one process:
+//! in-memory queue is what docs/api-contract.md says of backends beyond one process:
 //!
 //! - a lease dropped without [`done`](QueueLease::done) is released, so the worker loop ends
 //!   every lease explicitly;
@@ -159,6 +159,25 @@ where
     /// the server for about 10 us per item.
     fn batch_limit(&self) -> usize {
         BATCH_LIMIT
+    }
+
+    /// The schedule's record in the queue's `periodic` hash, in one script run (see
+    /// `periodic.rs`).
+    fn upsert_schedule(
+        &self,
+        update: workq::periodic::ScheduleUpdate,
+    ) -> impl Future<Output = Result<workq::periodic::ScheduleInfo, Error>> + Send {
+        self.upsert_periodic(update)
+    }
+
+    /// The claim of the tick and the add in one script run (see `periodic.rs`).
+    async fn add_on_tick(
+        &self,
+        claim: workq::periodic::TickClaim,
+        item: T,
+        options: AddOptions,
+    ) -> Result<workq::periodic::TickOutcome, Error> {
+        self.add_on_periodic_tick(claim, &item, options).await
     }
 
     /// Stops this handle ([`RedisQueue::shut_down`]); the queue on the server goes on for the

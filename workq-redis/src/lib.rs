@@ -114,6 +114,7 @@ mod inner;
 mod inspect;
 mod lease;
 mod listing;
+mod periodic;
 mod persistence;
 mod queue;
 mod rate_limit;

@@ -17,6 +17,7 @@ use std::fmt;
 use std::future::{self, Future};
 use std::hash::Hash;
 
+use crate::periodic::{ScheduleInfo, ScheduleUpdate, TickClaim, TickOutcome, local};
 use crate::{AddOptions, Lease, TryGetError, WorkQueue};
 
 /// A work queue with client-go's rules: dedup, never two workers on one item, delays,
@@ -31,10 +32,10 @@ use crate::{AddOptions, Lease, TryGetError, WorkQueue};
 ///
 /// # Implementing it
 ///
-/// A backend keeps every rule of API.md's contract, and documents where a lease differs: in
-/// memory a dropped lease is done (client-go's deferred `Done`); on a shared backend a dropped
-/// lease is released and only [`QueueLease::done`] marks the item done. A worker loop written
-/// against this trait therefore always ends a lease explicitly, with `done` or `release`.
+/// A backend keeps every rule of the contract (docs/api-contract.md), and documents where a lease
+/// differs: in memory a dropped lease is done (client-go's deferred `Done`); on a shared backend a
+/// dropped lease is released and only [`QueueLease::done`] marks the item done. A worker loop
+/// written against this trait therefore always ends a lease explicitly, with `done` or `release`.
 ///
 /// # Examples
 ///
@@ -336,6 +337,74 @@ pub trait Queue: Clone + Send + Sync + 'static {
     /// (PostgreSQL) does better with 1: each step then carries more `done`s for one flush.
     fn steps_in_flight(&self) -> usize {
         2
+    }
+
+    /// Creates periodic schedule `update.name`'s record if it is missing (with
+    /// [`since`](ScheduleInfo::since) = `update.now`), sets the fields `update` gives, and
+    /// answers the record: what a [`Periodic`](crate::periodic) runner calls when it starts,
+    /// and to pause or resume its schedule for every process.
+    ///
+    /// A backend shared by many processes keeps the records on its server, beside the queue,
+    /// so that every process reads and writes one record per schedule (Redis: a hash in the
+    /// queue's hash tag; PostgreSQL: a table). The default keeps them in a table of this
+    /// process, keyed by the queue's [`name`](Self::name) and the schedule's name: right for
+    /// the in-memory queue, whose every handle is in this process.
+    ///
+    /// A type that wraps another queue forwards this method and
+    /// [`add_on_tick`](Self::add_on_tick) to it; otherwise its schedules are kept by this
+    /// process only, and a fleet of processes would add an item per tick each.
+    ///
+    /// # Errors
+    ///
+    /// A backend's failure.
+    fn upsert_schedule(
+        &self,
+        update: ScheduleUpdate,
+    ) -> impl Future<Output = Result<ScheduleInfo, Self::Error>> + Send {
+        future::ready(Ok(local::upsert(self.name().unwrap_or(""), &update)))
+    }
+
+    /// Adds `item` (as [`add_with`](Self::add_with) would, with `options`) for one tick of a
+    /// periodic schedule, unless the tick is taken already: the fleet-once step of
+    /// [`Periodic`](crate::periodic) runners.
+    ///
+    /// The claim and the add are one step: the schedule's last tick moves to `claim.tick` if
+    /// it was earlier (or unset) and the add is accepted, and then only; so runners of one
+    /// schedule in any number of processes add one item per tick between them, and a late
+    /// runner never adds a tick older than one taken. A paused schedule's tick is taken
+    /// without an add ([`TickOutcome::Paused`]); a shut-down queue takes nothing
+    /// ([`TickOutcome::ShutDown`]).
+    ///
+    /// The default keeps the last ticks in this process's table (see
+    /// [`upsert_schedule`](Self::upsert_schedule)), taking the tick before the add and giving
+    /// it back if the add is refused: right for the in-memory queue, whose adds cannot fail. A
+    /// shared backend does it in one script run or one transaction on its server.
+    ///
+    /// # Errors
+    ///
+    /// A backend's failure: then whether the step applied may be unknown; claiming the same
+    /// tick again is harmless.
+    fn add_on_tick(
+        &self,
+        claim: TickClaim,
+        item: Self::Item,
+        options: AddOptions,
+    ) -> impl Future<Output = Result<TickOutcome, Self::Error>> + Send {
+        let queue = self.name().unwrap_or("").to_owned();
+        let taken = local::begin(&queue, &claim);
+        async move {
+            let taken = match taken {
+                Ok(taken) => taken,
+                Err(outcome) => return Ok(outcome),
+            };
+            let added = self.add_with(item, options).await;
+            local::end(&queue, &claim, taken, matches!(added, Ok(true)));
+            Ok(if added? {
+                TickOutcome::Added
+            } else {
+                TickOutcome::ShutDown
+            })
+        }
     }
 
     /// Shuts this handle down: client-go's `ShutDown`. Its adds are ignored from now on and

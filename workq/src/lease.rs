@@ -5,7 +5,7 @@ use std::hash::Hash;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::queue::Shared;
+use crate::queue::locked::Shared;
 use crate::state::Popped;
 
 /// The claim on one item while a worker processes it.

@@ -257,6 +257,7 @@ pub mod metrics;
 #[cfg(feature = "otel")]
 pub mod otel;
 mod parallelize;
+pub mod periodic;
 mod queue;
 pub mod rate_limiter;
 mod state;

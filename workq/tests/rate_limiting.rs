@@ -2,8 +2,8 @@
 //! default controller limiter under a burst of failures, overflow and `Duration::MAX`
 //! everywhere, and `add_rate_limited` on a queue whose clock is fake.
 //!
-//! Expected numbers follow `golang.org/x/time/rate`'s `Reserve().Delay()` (CLIENT-GO.md L6)
-//! and client-go's limiters (L1-L7).
+//! Expected numbers follow `golang.org/x/time/rate`'s `Reserve().Delay()`
+//! and client-go's limiters.
 
 use std::sync::Arc;
 use std::time::Duration;

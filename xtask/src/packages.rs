@@ -10,6 +10,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+// What `wq demo` knows alike (where programs and PostgreSQL are, root, the `apt-get` line):
+// one file, the CLI's, included here.
+#[path = "../../workq-cli/src/demo/install.rs"]
+mod install;
+
+use install::{
+    POSTGRES_PACKAGE, POSTGRES_ROOT, REDIS_PACKAGE, effective_uid, find_in, install_command,
+    is_executable, newest_postgres, path_dirs,
+};
+
 /// How a package is found on this machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Probe {
@@ -49,7 +59,7 @@ pub(crate) struct Package {
 /// loopback port, with a temporary data directory), so the packages' own services are not used.
 pub(crate) const PACKAGES: &[Package] = &[
     Package {
-        name: "redis-server",
+        name: REDIS_PACKAGE,
         probe: Probe::Program {
             program: "redis-server",
             var: Some("WQ_REDIS_SERVER"),
@@ -58,7 +68,7 @@ pub(crate) const PACKAGES: &[Package] = &[
         for_tests: true,
     },
     Package {
-        name: "postgresql",
+        name: POSTGRES_PACKAGE,
         probe: Probe::Postgres,
         used_by: "the PostgreSQL tests (workq-postgres, wq)",
         for_tests: true,
@@ -137,9 +147,7 @@ pub(crate) struct Machine {
 impl Machine {
     /// This machine, as the tests will see it.
     pub(crate) fn current() -> Machine {
-        let path = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).collect())
-            .unwrap_or_default();
+        let path = path_dirs();
         let vars = [
             "WQ_REDIS_SERVER",
             "WQ_PG_BIN",
@@ -153,16 +161,13 @@ impl Machine {
         Machine {
             path,
             vars,
-            postgres_root: PathBuf::from("/usr/lib/postgresql"),
+            postgres_root: PathBuf::from(POSTGRES_ROOT),
         }
     }
 
     /// Where `program` is on the `PATH`.
     pub(crate) fn on_path(&self, program: &str) -> Option<PathBuf> {
-        self.path
-            .iter()
-            .map(|dir| dir.join(program))
-            .find(|file| is_executable(file))
+        find_in(&self.path, program)
     }
 
     /// Where the package's program is, or why it is not found.
@@ -222,27 +227,6 @@ impl Machine {
             .filter_map(|package| Some((*package, self.find(package).err()?)))
             .collect()
     }
-}
-
-/// The newest `<root>/<version>/bin` that holds an `initdb`.
-fn newest_postgres(root: &Path) -> Option<PathBuf> {
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(root)
-        .ok()?
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let version = entry.file_name().to_str()?.parse().ok()?;
-            let bin = entry.path().join("bin");
-            is_executable(&bin.join("initdb")).then_some((version, bin))
-        })
-        .collect();
-    versions.sort();
-    versions.pop().map(|(_, bin)| bin)
-}
-
-/// Whether `file` is a file someone may execute.
-fn is_executable(file: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(file).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// The packages wanted: the tests', and with `ci` also those of CI's own checks.
@@ -306,13 +290,6 @@ impl Who {
     }
 }
 
-/// The effective user id, from `/proc/self/status` (Linux; `apt-get` machines are).
-fn effective_uid() -> Option<u32> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(2)?.parse().ok()
-}
-
 /// What to do about the missing packages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Plan {
@@ -353,12 +330,8 @@ pub(crate) fn plan(missing: &[&Package], apt: bool, who: &Who) -> Plan {
 
 /// The command line that installs `packages`, for a person to run (with `sudo` unless root).
 pub(crate) fn command_line(packages: &[&Package], root: bool) -> String {
-    let sudo = if root { "" } else { "sudo " };
     let names: Vec<&str> = packages.iter().map(|p| p.name).collect();
-    format!(
-        "{sudo}apt-get update && {sudo}apt-get install -y --no-install-recommends {}",
-        names.join(" ")
-    )
+    install_command(&names, root)
 }
 
 /// Why a set-up step failed; what to tell the user was printed already.

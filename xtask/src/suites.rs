@@ -32,6 +32,7 @@ const SERVER_BINARIES: &[(&str, Option<&str>, &str)] = &[
     ("workq-kube", Some("signal"), "redis-server"),
     ("workq-cli", Some("redis_cli"), "redis-server"),
     ("workq-cli", Some("postgres_cli"), "PostgreSQL"),
+    ("workq-cli", Some("queue"), "redis-server and PostgreSQL"),
     ("workq-bench", Some("redis"), "redis-server"),
     ("workq-bench", Some("postgres"), "PostgreSQL"),
     (

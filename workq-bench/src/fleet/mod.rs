@@ -39,7 +39,7 @@
 //! which held our 16 workers to 7.6 k/s even in memory.) With 16 workers per process, no
 //! queue can go past 16 / 1.1 ms, about 14 k/s per process, at that shape.
 
-mod choice;
+pub(crate) mod choice;
 mod driver;
 pub(crate) mod plot;
 mod protocol;

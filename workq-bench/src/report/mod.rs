@@ -36,18 +36,19 @@ pub(crate) const PGBOSS: &str = "pg-boss";
 pub(crate) const RIVERQUEUE: &str = "riverqueue";
 /// apalis with its PostgreSQL storage on the same database, with `--compare`.
 pub(crate) const APALIS_POSTGRES: &str = "apalis-postgres";
-/// One thread, no locks, `VecDeque` + hash sets (BENCH.md's practical limit (a)).
+/// One thread, no locks, `VecDeque` + hash sets (the first practical limit of
+/// docs/bench-workloads.md).
 pub(crate) const LIMIT: &str = "limit-single-thread";
 /// One thread, no locks, the same keys added to a hash set and a `VecDeque` first and then
 /// drained: what holding the whole backlog costs, beside W1.
 pub(crate) const LIMIT_FILL_DRAIN: &str = "limit-fill-drain";
-/// An unbounded crossbeam channel (BENCH.md's practical limit (b)).
+/// An unbounded crossbeam channel (the second practical limit of docs/bench-workloads.md).
 pub(crate) const CROSSBEAM: &str = "crossbeam-channel";
 /// tokio-util's `DelayQueue` owned by one task.
 pub(crate) const DELAY_QUEUE: &str = "tokio-util-delayqueue";
 
-/// Every metric a figure may have (BENCH.md's names; P1's `cycles_per_s`; W7's pickup;
-/// W3R's delivery rate; P2-P4's add latency and time per operation).
+/// Every metric a figure may have (docs/bench-workloads.md's names; P1's `cycles_per_s`; W7's
+/// pickup; W3R's delivery rate; P2-P4's add latency and time per operation).
 pub(crate) const METRICS: &[&str] = &[
     "items_per_s",
     "cycles_per_s",

@@ -24,7 +24,9 @@ On a server (--redis URL or --postgres URL) the queue is shared: run one process
 producers and workers, and any number with --workers-only on the same --queue. The checks' \
 bookkeeping is kept on the same server (keys wq-demo:{QUEUE}:* on Redis; tables wq_demo_* \
 on PostgreSQL, created if missing), so they hold across every process. The producing \
-process waits for the queue to drain, then shuts it down for every process.
+process waits for the queue to drain, shuts it down for every process, and once the \
+--workers-only processes have left, deletes the queue and its bookkeeping: the server is \
+left as the demo found it (bar the empty wq_demo_* tables).
 
 Exit codes: 0 if both checks hold, 1 if one fails, 2 for a bad flag, 130 on Ctrl-C (intake \
 stops, reconciles in flight finish, the table is printed).")]

@@ -15,7 +15,9 @@
 //!   below the fencing token of an accepted `done`), unless the object was given up.
 //!
 //! The producing process waits for the queue to drain, shuts it down (which ends the
-//! `--workers-only` processes) and prints the table. Exit code 0 if both checks hold.
+//! `--workers-only` processes) and prints the table; once the `--workers-only` processes
+//! have left, it deletes the queue and its bookkeeping, leaving the server as it found it.
+//! Exit code 0 if both checks hold.
 //!
 //! The workers are [`workq::Workers`], the same pool as in memory, over the queue on the
 //! server: retries, give-ups and the stop come from it. The checks wrap the queue in
@@ -34,39 +36,19 @@ use rand::RngExt;
 use rand::rngs::SmallRng;
 use workq::{AddOptions, Queue, QueueLease, Workers};
 
-/// Options of the demo on a server (`wq demo --redis URL`, `wq demo --postgres URL`, and the
-/// deprecated `wq redis demo`).
-#[derive(Debug, clap::Args)]
+/// Options of the demo on a server (`wq demo --redis URL`, `wq demo --postgres URL`): those
+/// of `wq demo` (`super::DemoArgs`) it uses, and the server's URL.
+#[derive(Debug)]
 pub(crate) struct DemoArgs {
-    /// The server: `redis://[user:password@]host:port[/db]`, or rediss:// for TLS. Default
-    /// $WQ_REDIS_URL; put a URL with a password there, not on the command line, where every
-    /// user of the machine can read it.
-    #[arg(long, env = "WQ_REDIS_URL", hide_env_values = true)]
     pub(crate) url: String,
-    /// The queue's name (all processes of one demo use the same).
-    #[arg(long, default_value = "demo")]
     pub(crate) queue: String,
-    /// How many objects the simulated cluster holds.
-    #[arg(long, default_value_t = 200)]
     pub(crate) objects: u64,
-    /// How many change events the producers emit in all.
-    #[arg(long, default_value_t = 5000)]
     pub(crate) events: u64,
-    /// How many workers this process runs.
-    #[arg(long, default_value_t = 8)]
     pub(crate) workers: usize,
-    /// The fraction of reconciles that fail and are retried with backoff.
-    #[arg(long, default_value_t = 0.05)]
     pub(crate) failure_rate: f64,
-    /// Give an object up after this many failed reconciles in a row.
-    #[arg(long, default_value_t = 5)]
     pub(crate) max_retries: usize,
     /// How long the producers emit events, in seconds.
-    #[arg(long, default_value_t = 5.0)]
     pub(crate) duration: f64,
-    /// Runs only workers, on a queue another `wq demo --redis` process produces into; ends when
-    /// that process shuts the queue down.
-    #[arg(long)]
     pub(crate) workers_only: bool,
 }
 
@@ -136,6 +118,12 @@ pub(super) trait Backend: Clone + Send + Sync + 'static {
     /// Deletes the queue and the bookkeeping of a previous run of the same queue.
     fn reset(&self) -> impl Future<Output = Result<(), Error<Self>>> + Send;
 
+    /// Deletes the queue and its bookkeeping at the end, leaving no trace of the queue
+    /// (where [`reset`](Self::reset) leaves an empty one).
+    fn remove(&self) -> impl Future<Output = Result<(), Error<Self>>> + Send {
+        self.reset()
+    }
+
     /// Claims `item` for the lease `token`; `false` if another claim is live.
     fn claim(
         &self,
@@ -165,7 +153,22 @@ pub(super) trait Backend: Clone + Send + Sync + 'static {
 
     /// Reads what the checks need.
     fn ledger(&self) -> impl Future<Output = Result<Ledger, Error<Self>>> + Send;
+
+    /// Registers (`present`) or unregisters the `--workers-only` process `id`, so that the
+    /// producing process knows when none is left on the queue.
+    fn helper(
+        &self,
+        id: &str,
+        present: bool,
+    ) -> impl Future<Output = Result<(), Error<Self>>> + Send;
+
+    /// How many `--workers-only` processes are registered.
+    fn helpers(&self) -> impl Future<Output = Result<u64, Error<Self>>> + Send;
 }
+
+/// How long the producing process waits for the `--workers-only` ones to see the fleet
+/// shut down and leave before it deletes the queue (one that crashed never leaves).
+const HELPERS_LEAVE: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 struct Counters {
@@ -410,7 +413,9 @@ pub(super) async fn run<B: Backend>(args: DemoArgs) -> Result<ExitCode, Error<B>
     let args = Arc::new(args);
     let backend = B::open(&args).await?;
     let started = Instant::now();
+    let helper = format!("{}-{}", std::process::id(), rand::random::<u64>());
     if args.workers_only {
+        backend.helper(&helper, true).await?;
         // Wait for a producing process to (re)open the queue.
         while backend.is_fleet_shut_down().await? {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -478,6 +483,9 @@ pub(super) async fn run<B: Backend>(args: DemoArgs) -> Result<ExitCode, Error<B>
         backend.shut_down_fleet().await?;
     }
     let summary = workers.wait().await;
+    if args.workers_only {
+        backend.helper(&helper, false).await?;
+    }
     let elapsed = started.elapsed();
     let c = &counters;
     println!(
@@ -528,12 +536,29 @@ pub(super) async fn run<B: Backend>(args: DemoArgs) -> Result<ExitCode, Error<B>
             }
         );
         ok &= missed.is_empty();
+        leave_as_found(&backend).await?;
     }
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Deletes the queue and its bookkeeping, once the `--workers-only` processes have seen
+/// the fleet shut down and left (or [`HELPERS_LEAVE`] has passed): the server is left as
+/// the demo found it, with no queue shut down for ever on it.
+async fn leave_as_found<B: Backend>(backend: &B) -> Result<(), Error<B>> {
+    let deadline = Instant::now() + HELPERS_LEAVE;
+    let mut left = backend.helpers().await?;
+    while left > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = backend.helpers().await?;
+    }
+    if left > 0 {
+        eprintln!("wq demo: {left} --workers-only processes did not leave; deleting the queue");
+    }
+    backend.remove().await
 }
 
 #[cfg(test)]

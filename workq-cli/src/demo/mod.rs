@@ -22,6 +22,7 @@ mod args;
 mod checks;
 pub(crate) mod distributed;
 mod format;
+pub(crate) mod install;
 mod no_server;
 mod on_postgres;
 mod on_redis;
@@ -37,9 +38,12 @@ pub(crate) use args::DemoArgs;
 /// Runs the demo.
 pub(crate) fn run(args: DemoArgs) -> ExitCode {
     let server = match (&args.redis, &args.postgres) {
-        (Some(url), _) => Some((crate::ops::url_or_env(url.clone()), Server::Redis)),
+        (Some(url), _) => Some((
+            url_from(url.clone(), "--redis", "WQ_REDIS_URL"),
+            Server::Redis,
+        )),
         (None, Some(url)) => Some((
-            crate::ops::url_from(url.clone(), "--postgres", "WQ_POSTGRES_URL"),
+            url_from(url.clone(), "--postgres", "WQ_POSTGRES_URL"),
             Server::Postgres,
         )),
         (None, None) => None,
@@ -65,7 +69,7 @@ pub(crate) fn run(args: DemoArgs) -> ExitCode {
             Server::Postgres if unreachable(no_server::Kind::Postgres, &args.url) => {
                 ExitCode::FAILURE
             }
-            Server::Postgres => crate::ops::block_on_as(
+            Server::Postgres => crate::runtime::block_on_as(
                 "wq demo",
                 distributed::run::<on_postgres::OnPostgres>(args),
             ),
@@ -113,12 +117,27 @@ fn unreachable(kind: no_server::Kind, url: &str) -> bool {
     }
 }
 
-/// Runs the demo on Redis: `wq demo --redis URL` (and the deprecated `wq redis demo`).
-pub(crate) fn run_distributed(args: distributed::DemoArgs) -> ExitCode {
+/// The URL given to option `flag`, or when none was given, the one in the environment
+/// variable `var`; `None` (having said why) without either.
+fn url_from(given: String, flag: &str, var: &str) -> Option<String> {
+    if !given.is_empty() {
+        return Some(given);
+    }
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!("wq: {flag} without a URL needs {var}");
+            None
+        }
+    }
+}
+
+/// Runs the demo on Redis: `wq demo --redis URL`.
+fn run_distributed(args: distributed::DemoArgs) -> ExitCode {
     if unreachable(no_server::Kind::Redis, &args.url) {
         return ExitCode::FAILURE;
     }
-    crate::ops::block_on_as("wq demo", distributed::run::<on_redis::OnRedis>(args))
+    crate::runtime::block_on_as("wq demo", distributed::run::<on_redis::OnRedis>(args))
 }
 
 /// The simulation: [`setup`] (Ctrl-C, the world, the queue, workers and producers), the

@@ -5,6 +5,11 @@
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
+
+use super::install::{
+    POSTGRES_PACKAGE, POSTGRES_ROOT, REDIS_PACKAGE, effective_uid, find_in, install_command,
+    newest_postgres, path_dirs,
+};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -137,44 +142,16 @@ pub(super) struct Machine {
 
 impl Machine {
     fn current() -> Machine {
-        let path: Vec<PathBuf> = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).collect())
-            .unwrap_or_default();
-        let on_path = |program: &str| path.iter().map(|d| d.join(program)).find(|f| f.is_file());
+        let path = path_dirs();
         Machine {
-            root: is_root(),
-            redis_server: on_path("redis-server").is_some(),
-            postgres_bin: on_path("initdb")
+            // `initdb` and `postgres` refuse to run as root.
+            root: effective_uid() == Some(0),
+            redis_server: find_in(&path, "redis-server").is_some(),
+            postgres_bin: find_in(&path, "initdb")
                 .and_then(|f| f.parent().map(Path::to_path_buf))
-                .or_else(|| newest_postgres(Path::new("/usr/lib/postgresql"))),
+                .or_else(|| newest_postgres(Path::new(POSTGRES_ROOT))),
         }
     }
-}
-
-/// Whether this process runs as root (`initdb` and `postgres` refuse to).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
-        status
-            .lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            == Some("0")
-    })
-}
-
-/// The newest `<root>/<version>/bin` holding an `initdb` (where Debian puts PostgreSQL).
-fn newest_postgres(root: &Path) -> Option<PathBuf> {
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(root)
-        .ok()?
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let version = entry.file_name().to_str()?.parse().ok()?;
-            let bin = entry.path().join("bin");
-            bin.join("initdb").is_file().then_some((version, bin))
-        })
-        .collect();
-    versions.sort();
-    versions.pop().map(|(_, bin)| bin)
 }
 
 /// The message: what is wrong and, for this machine, the command that starts a server.
@@ -234,11 +211,6 @@ fn postgres_dir(port: u16) -> String {
     format!("/tmp/wq-demo-postgres-{port}")
 }
 
-/// `sudo ` unless root.
-fn sudo(machine: &Machine) -> &'static str {
-    if machine.root { "" } else { "sudo " }
-}
-
 /// Starts `redis-server` in the background on `port`, without persistence.
 fn redis_command(port: u16, machine: &Machine) -> String {
     let start = format!("redis-server --port {port} --save '' --appendonly no --daemonize yes");
@@ -246,8 +218,8 @@ fn redis_command(port: u16, machine: &Machine) -> String {
         start
     } else {
         format!(
-            "{}apt-get install -y redis-server && {start}",
-            sudo(machine)
+            "{} && {start}",
+            install_command(&[REDIS_PACKAGE], machine.root)
         )
     }
 }
@@ -305,7 +277,10 @@ fn postgres_command(address: &Address, machine: &Machine) -> Option<String> {
         steps = format!("runuser -u postgres -- sh -c '{steps}'");
     }
     if machine.postgres_bin.is_none() {
-        steps = format!("{}apt-get install -y postgresql && {steps}", sudo(machine));
+        steps = format!(
+            "{} && {steps}",
+            install_command(&[POSTGRES_PACKAGE], machine.root)
+        );
     }
     Some(steps)
 }
@@ -361,11 +336,14 @@ mod tests {
             "\n    redis-server --port 6390 --save '' --appendonly no --daemonize yes\n"
         ));
         let missing = message(Kind::Redis, &address, "refused", &machine(false, false));
-        assert!(
-            missing.contains("sudo apt-get install -y redis-server && redis-server --port 6390")
-        );
+        assert!(missing.contains(
+            "sudo apt-get update && sudo apt-get install -y --no-install-recommends \
+                 redis-server && redis-server --port 6390"
+        ));
         let as_root = message(Kind::Redis, &address, "refused", &machine(true, false));
-        assert!(as_root.contains("\n    apt-get install -y redis-server && "));
+        assert!(as_root.contains(
+            "\n    apt-get update && apt-get install -y --no-install-recommends redis-server && "
+        ));
     }
 
     #[test]
@@ -384,8 +362,9 @@ mod tests {
         );
         let missing = message(Kind::Postgres, &address, "refused", &machine(false, false));
         assert!(missing.contains(
-            "\n    sudo apt-get install -y postgresql && B=$(ls -d /usr/lib/postgresql/*/bin | \
-             sort -V | tail -n 1) && $B/initdb"
+            "\n    sudo apt-get update && sudo apt-get install -y --no-install-recommends \
+             postgresql && B=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1) && \
+             $B/initdb"
         ));
         // Another user and database: initdb makes the user, createdb the database.
         let other = Address::of_postgres("postgres://alice@127.0.0.1:5440/jobs").unwrap();

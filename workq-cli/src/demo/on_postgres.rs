@@ -6,7 +6,8 @@
 //! - `wq_demo_ending`: the leases between giving their claim back and recording their `done`,
 //!   so that the drain never sees a queue that is empty while a `done` is still unrecorded;
 //! - `wq_demo_done`: item -> the largest token of an accepted `done`;
-//! - `wq_demo_given_up`: the items given up.
+//! - `wq_demo_given_up`: the items given up;
+//! - `wq_demo_helpers`: the `--workers-only` processes on the queue.
 //!
 //! The drain is one statement over `workqueue_items` (every row of the queue: queued, delayed
 //! or leased) and `wq_demo_ending`, so it reads one snapshot of both.
@@ -29,6 +30,8 @@ CREATE TABLE IF NOT EXISTS wq_demo_done (
     queue text NOT NULL, item text NOT NULL, token bigint NOT NULL, PRIMARY KEY (queue, item));
 CREATE TABLE IF NOT EXISTS wq_demo_given_up (
     queue text NOT NULL, item text NOT NULL, PRIMARY KEY (queue, item));
+CREATE TABLE IF NOT EXISTS wq_demo_helpers (
+    queue text NOT NULL, helper text NOT NULL, PRIMARY KEY (queue, helper));
 ";
 
 /// The advisory lock under which processes starting together create the tables once (one
@@ -141,6 +144,22 @@ impl Backend for OnPostgres {
         Ok(())
     }
 
+    /// An emptied queue keeps its row (a handle stays usable): the row goes too, so that no
+    /// listing shows the demo's queue after it.
+    async fn remove(&self) -> Result<(), Error> {
+        self.reset().await?;
+        sqlx::query(
+            "DELETE FROM workqueue_queues q WHERE name = $1
+                AND NOT EXISTS (SELECT 1 FROM workqueue_items WHERE queue = q.id)
+                AND NOT EXISTS (SELECT 1 FROM workqueue_failures WHERE queue = q.id)
+                AND NOT EXISTS (SELECT 1 FROM workqueue_dead WHERE queue = q.id)",
+        )
+        .bind(self.name())
+        .execute(self.queue.pool())
+        .await?;
+        Ok(())
+    }
+
     async fn claim(&self, item: &str, token: u64) -> Result<bool, Error> {
         let sql = "INSERT INTO wq_demo_claims (queue, item, token) VALUES ($1, $2, $3)
                    ON CONFLICT DO NOTHING";
@@ -210,6 +229,28 @@ impl Backend for OnPostgres {
                 .collect::<HashMap<_, _>>(),
             given_up: given_up.into_iter().collect::<HashSet<_>>(),
         })
+    }
+
+    async fn helper(&self, id: &str, present: bool) -> Result<(), Error> {
+        let sql = if present {
+            "INSERT INTO wq_demo_helpers (queue, helper) VALUES ($1, $2) ON CONFLICT DO NOTHING"
+        } else {
+            "DELETE FROM wq_demo_helpers WHERE queue = $1 AND helper = $2"
+        };
+        sqlx::query(sql)
+            .bind(self.name())
+            .bind(id)
+            .execute(self.queue.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn helpers(&self) -> Result<u64, Error> {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM wq_demo_helpers WHERE queue = $1")
+            .bind(self.name())
+            .fetch_one(self.queue.pool())
+            .await?;
+        Ok(n.unsigned_abs())
     }
 }
 

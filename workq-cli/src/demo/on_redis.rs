@@ -1,7 +1,8 @@
 //! The demo's [`Backend`] on Redis (`wq demo --redis URL`): the queue is a
 //! [`RedisQueue`], and the checks' bookkeeping lives in keys beside it,
 //! `wq-demo:{QUEUE}:claims` (item -> token of the lease that holds it), `...:done` (item ->
-//! token of its last accepted `done`) and `...:given-up` (a set).
+//! token of its last accepted `done`), `...:given-up` (a set) and `...:helpers` (the
+//! `--workers-only` processes on the queue).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -27,6 +28,8 @@ pub(crate) struct OnRedis {
     done: Arc<str>,
     /// The set of items given up.
     given_up: Arc<str>,
+    /// The set of `--workers-only` processes.
+    helpers: Arc<str>,
 }
 
 impl Backend for OnRedis {
@@ -47,6 +50,7 @@ impl Backend for OnRedis {
             claims: key(&args.queue, "claims").into(),
             done: key(&args.queue, "done").into(),
             given_up: key(&args.queue, "given-up").into(),
+            helpers: key(&args.queue, "helpers").into(),
         })
     }
 
@@ -125,5 +129,19 @@ impl Backend for OnRedis {
         let done: HashMap<String, u64> = con.hgetall(&*self.done).await?;
         let given_up: HashSet<String> = con.smembers(&*self.given_up).await?;
         Ok(Ledger { done, given_up })
+    }
+
+    async fn helper(&self, id: &str, present: bool) -> Result<(), Error> {
+        let mut con = self.con.clone();
+        let _: () = if present {
+            con.sadd(&*self.helpers, id).await?
+        } else {
+            con.srem(&*self.helpers, id).await?
+        };
+        Ok(())
+    }
+
+    async fn helpers(&self) -> Result<u64, Error> {
+        Ok(self.con.clone().scard(&*self.helpers).await?)
     }
 }

@@ -77,6 +77,8 @@ async function getJson(path) {
 function clock(ms) { return new Date(ms).toLocaleTimeString(); }
 function secs(s) { return s == null ? "" : s < 100 ? s.toFixed(1) : Math.round(s).toLocaleString(); }
 function num(n) { return n == null ? "" : Number(n).toLocaleString(); }
+// A count of a source that stops counting at a cap (`capped_at`): past it, "10,000+".
+function capped(n, of) { return of && of.capped_at != null && n > of.capped_at ? num(of.capped_at) + "+" : num(n); }
 
 async function act(path, body, what) {
   const notice = $("notice");
@@ -135,9 +137,9 @@ function renderQueues(data) {
       class: "queue" + (selected ? " selected" : "") + (q.broken ? " broken" : "") + (q.stale ? " stale" : ""),
       "data-queue": q.name, "data-source": q.source,
       onclick: () => select(q),
-    }, cell("name", q.name, null, several ? el("span", { class: "src" }, q.source) : ""), cell("source", q.source, "opt"), cell("state", stateCell(q)), cell("depth", num(q.depth)),
-      cell("delayed", num(q.delayed)), cell("in_flight", num(q.in_flight)), cell("failing", num(q.failing), "opt"),
-      cell("stalled", num(q.stalled), "opt"), cell("dead", num(q.dead)), cell("longest_running", secs(q.longest_running_s), "opt"));
+    }, cell("name", q.name, null, several ? el("span", { class: "src" }, q.source) : ""), cell("source", q.source, "opt"), cell("state", stateCell(q)), cell("depth", capped(q.depth, q)),
+      cell("delayed", capped(q.delayed, q)), cell("in_flight", capped(q.in_flight, q)), cell("failing", capped(q.failing, q), "opt"),
+      cell("stalled", capped(q.stalled, q), "opt"), cell("dead", capped(q.dead, q)), cell("longest_running", secs(q.longest_running_s), "opt"));
   }));
   $("queues-more").textContent = shown.length > MAX_ROWS ? "showing " + MAX_ROWS + " of " + shown.length + " queues: filter to find the others" : "";
   if (!sel && rows.size > 0) {
@@ -178,7 +180,7 @@ function renderDetail() {
   $("tabs").replaceChildren(...STATES.map(([s, label]) => el("button", {
     type: "button", class: "tab", role: "tab", "data-state": s, "aria-selected": String(items.state === s),
     onclick: () => { items = { state: s, from: "first", cursor: null, stack: [], search: items.search, page: null }; refreshNow(); },
-  }, label + " (" + num(view[COUNT_OF[s]]) + ")")));
+  }, label + " (" + capped(view[COUNT_OF[s]], view) + ")")));
   const [firstLabel, lastLabel] = ENDS[items.state];
   document.querySelector('[data-action="first"]').textContent = firstLabel;
   document.querySelector('[data-action="last"]').textContent = lastLabel;
@@ -228,8 +230,8 @@ function renderItems() {
   if (page) {
     const end = items.from === "first" ? ENDS[items.state][0].toLowerCase() : ENDS[items.state][1].toLowerCase();
     info = items.search
-      ? page.items.length + " matching on this page of " + num(page.total) + (page.next ? " (more to search)" : "")
-      : (page.items.length ? num(at + 1) + "–" + num(at + page.items.length) : "none") + " of " + num(page.total) + ", from the " + end;
+      ? page.items.length + " matching on this page of " + capped(page.total, page) + (page.next ? " (more to search)" : "")
+      : (page.items.length ? num(at + 1) + "–" + num(at + page.items.length) : "none") + " of " + capped(page.total, page) + ", from the " + end;
   }
   $("page-info").textContent = info;
   document.querySelector('[data-action="next"]').disabled = !(page && page.next);

@@ -15,7 +15,6 @@ pub(crate) use server::RedisServer;
 
 /// A PostgreSQL server of the test's own. A missing PostgreSQL fails the test, naming the
 /// Debian package, unless `WQ_SKIP_PG_TESTS=1` outside CI (then `None`).
-#[cfg(feature = "postgres")]
 #[allow(unused_imports, reason = "not every test binary starts a PostgreSQL")]
 pub(crate) use workq_conformance::servers::postgres::PgServer;
 

@@ -1,5 +1,5 @@
 -- workq-postgres: every SQL function of the queue's schema as the migrations leave it
--- (schema version 5), ordered by name, each with its body and settings exactly as
+-- (schema version 6), ordered by name, each with its body and settings exactly as
 -- PostgreSQL shows them (pg_get_functiondef) in a database migrated from empty, in the schema
 -- `public`, and with the comment above its last CREATE in the migrations.
 --
@@ -16,6 +16,8 @@
 --   workqueue_done_get       0003_keys_and_order.sql
 --   workqueue_get            0003_keys_and_order.sql
 --   workqueue_key            0003_keys_and_order.sql
+--   workqueue_periodic_claim 0006_periodic.sql
+--   workqueue_periodic_upsert 0006_periodic.sql
 --   workqueue_reclaim        0004_lock_order.sql
 --   workqueue_requeue_dead   0004_lock_order.sql
 --   workqueue_retry_done     0004_lock_order.sql
@@ -590,6 +592,78 @@ CREATE OR REPLACE FUNCTION public.workqueue_key(x text)
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN sha256(convert_to(x, 'UTF8'::name));
+
+
+-- --------------------------------------------------------------------------------------------
+-- workqueue_periodic_claim, as last created by src/sql/migrations/0006_periodic.sql
+-- --------------------------------------------------------------------------------------------
+-- Takes tick `tick_ms` of schedule `s` of queue `q` (created with spec `new_spec` and
+-- since = now_ms if missing), and writes `next_ms` (if not NULL) as its next tick. Answers
+-- 0 if the queue is shut down for every process (nothing changed), 1 if the tick is this
+-- caller's (its item is to be added in this transaction), 2 if it, or a later one, was taken
+-- already (nothing changed), 3 if the schedule is paused (the tick is taken, and no item is
+-- added). The row stays locked until the caller's transaction ends.
+CREATE OR REPLACE FUNCTION public.workqueue_periodic_claim(q integer, s text, new_spec text, tick_ms bigint, next_ms bigint, now_ms bigint)
+ RETURNS smallint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+AS $function$
+DECLARE
+    r workqueue_schedules;
+BEGIN
+    IF (SELECT shut_down FROM workqueue_queues WHERE id = q) THEN
+        RETURN 0;
+    END IF;
+    INSERT INTO workqueue_schedules (queue, name, spec, since_ms)
+    VALUES (q, s, new_spec, now_ms)
+    ON CONFLICT (queue, name) DO NOTHING;
+    SELECT * INTO r FROM workqueue_schedules WHERE queue = q AND name = s FOR UPDATE;
+    IF r.last_tick_ms >= tick_ms THEN
+        RETURN 2;
+    END IF;
+    UPDATE workqueue_schedules
+       SET last_tick_ms = tick_ms, next_tick_ms = coalesce(next_ms, next_tick_ms)
+     WHERE queue = q AND name = s;
+    IF r.paused THEN
+        RETURN 3;
+    END IF;
+    RETURN 1;
+END $function$;
+
+
+-- --------------------------------------------------------------------------------------------
+-- workqueue_periodic_upsert, as last created by src/sql/migrations/0006_periodic.sql
+-- --------------------------------------------------------------------------------------------
+-- Creates schedule `s` of queue `q` if it is missing (since = now_ms), sets what is not NULL
+-- (the spec, the next tick; `pause` true pauses, false resumes), and returns the row. A resume
+-- of a paused schedule moves `since_ms` to `now_ms`, so that the ticks skipped while it was
+-- paused are never caught up.
+CREATE OR REPLACE FUNCTION public.workqueue_periodic_upsert(q integer, s text, now_ms bigint, new_spec text, next_ms bigint, pause boolean)
+ RETURNS SETOF workqueue_schedules
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+AS $function$
+DECLARE
+    r workqueue_schedules;
+BEGIN
+    INSERT INTO workqueue_schedules (queue, name, since_ms)
+    VALUES (q, s, now_ms)
+    ON CONFLICT (queue, name) DO NOTHING;
+    SELECT * INTO r FROM workqueue_schedules WHERE queue = q AND name = s FOR UPDATE;
+    r.spec := coalesce(new_spec, r.spec);
+    r.next_tick_ms := coalesce(next_ms, r.next_tick_ms);
+    IF pause THEN
+        r.paused := true;
+    ELSIF NOT pause AND r.paused THEN
+        r.paused := false;
+        r.since_ms := greatest(r.since_ms, now_ms);
+    END IF;
+    UPDATE workqueue_schedules
+       SET spec = r.spec, next_tick_ms = r.next_tick_ms, paused = r.paused,
+           since_ms = r.since_ms
+     WHERE queue = q AND name = s;
+    RETURN NEXT r;
+END $function$;
 
 
 -- --------------------------------------------------------------------------------------------

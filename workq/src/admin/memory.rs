@@ -12,6 +12,7 @@ use super::{
     Admin, AdminError, BoxFuture, Capabilities, Counters, QueueSummary, ServerStatus, Stats,
 };
 use crate::metrics::{MetricsProvider, QueueMetrics, QueueProbe};
+use crate::periodic::ScheduleInfo;
 
 /// The in-process [`WorkQueue`](crate::WorkQueue)s of this process, read-only: their figures
 /// come from their [`QueueProbe`]s, and adds, completions and retries are counted when the
@@ -229,5 +230,15 @@ impl Admin for MemoryAdmin {
         _limit: usize,
     ) -> BoxFuture<'a, Result<Stats, AdminError>> {
         Box::pin(async move { self.find(queue).map(Stats::new) })
+    }
+
+    fn schedules<'a>(
+        &'a self,
+        queue: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ScheduleInfo>, AdminError>> {
+        Box::pin(async move {
+            self.find(queue)?;
+            Ok(crate::periodic::local::list(queue))
+        })
     }
 }

@@ -78,6 +78,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::periodic::ScheduleInfo;
+
 pub use action::{Action, ActionOutcome, act};
 pub use dead_letter::DeadLetter;
 pub use items::{
@@ -332,6 +334,18 @@ pub trait Admin: Send + Sync + fmt::Debug {
         unsupported()
     }
 
+    /// The queue's periodic schedules ([`crate::periodic`]), by name: each one's spec,
+    /// last and next tick, and whether it is paused. A read, so not behind
+    /// [`capabilities`](Self::capabilities)' `actions`; the provided method answers
+    /// [`AdminError::Unsupported`].
+    fn schedules<'a>(
+        &'a self,
+        queue: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ScheduleInfo>, AdminError>> {
+        let _ = queue;
+        unsupported()
+    }
+
     /// At most `limit` dead letters from `from`'s end ([`End::First`]: oldest first).
     fn dead_letters<'a>(
         &'a self,
@@ -462,6 +476,12 @@ macro_rules! forward_admin {
                 item: &'a str,
             ) -> BoxFuture<'a, Result<u32, AdminError>> {
                 (**self).forget(queue, item)
+            }
+            fn schedules<'a>(
+                &'a self,
+                queue: &'a str,
+            ) -> BoxFuture<'a, Result<Vec<ScheduleInfo>, AdminError>> {
+                (**self).schedules(queue)
             }
             fn dead_letters<'a>(
                 &'a self,

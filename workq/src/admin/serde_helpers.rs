@@ -72,6 +72,29 @@ pub(crate) mod unix_ms {
     }
 }
 
+/// `Option<SystemTime>` as whole milliseconds since the Unix epoch, or `null`.
+pub(crate) mod opt_unix_ms {
+    use super::{Deserialize, Deserializer, Serializer, SystemTime};
+
+    pub(crate) fn serialize<S: Serializer>(
+        at: &Option<SystemTime>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match at {
+            Some(at) => super::unix_ms::serialize(at, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<SystemTime>, D::Error> {
+        #[derive(Deserialize)]
+        struct Ms(#[serde(with = "super::unix_ms")] SystemTime);
+        Ok(Option::<Ms>::deserialize(d)?.map(|Ms(at)| at))
+    }
+}
+
 /// [`QueueSummary`] as JSON: the dashboard's `/api/queues` entry, counters flat (each
 /// `null` without them: `#[serde(flatten)]` of an `Option` would leave the keys out).
 #[derive(Serialize, Deserialize)]

@@ -183,7 +183,7 @@ impl<T> Shared<T> {
     }
 
     /// Reports to the queue's metrics, if it has any. Never called with the queue's lock
-    /// held (DESIGN.md: release, then record), so a recorder may read the queue. A panic in
+    /// held (docs/design.md: release, then record), so a recorder may read the queue. A panic in
     /// the user's recorder is contained and logged: it must not leave the queue's state
     /// half-applied (a lease never built, a drain never woken) or abort a worker that is
     /// already unwinding.

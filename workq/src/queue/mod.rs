@@ -13,7 +13,7 @@
 
 mod builder;
 mod futures;
-mod locked;
+pub(crate) mod locked;
 mod timer;
 
 use std::fmt;
@@ -25,7 +25,7 @@ use crossbeam_utils::Backoff;
 
 pub use builder::{AddOptions, Builder};
 pub use futures::{Drain, Get};
-pub(crate) use locked::Shared;
+use locked::Shared;
 use locked::{After, join_unless_current};
 
 use crate::error::TryGetError;
@@ -479,9 +479,9 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         // Spin briefly before parking: under load the next item usually arrives within a few
         // microseconds, and a park/unpark pair costs two system calls. Every getter spins,
         // even beyond the number of cores: measured on 2 cores with 4 producers and 4
-        // consumers (BENCH.md's W2), letting only one getter spin halved the throughput,
-        // because each add then had to unpark a parked getter, and the backoff's yields
-        // give the CPU to the producers anyway.
+        // consumers (W2 of docs/bench-workloads.md), letting only one getter spin halved the
+        // throughput, because each add then had to unpark a parked getter, and the backoff's
+        // yields give the CPU to the producers anyway.
         let backoff = Backoff::new();
         loop {
             while shared.ready_hint.load(Ordering::Relaxed) == 0 && !backoff.is_completed() {

@@ -83,6 +83,24 @@ pub struct Jitter<L> {
 /// SplitMix64's increment (2^64 / golden ratio).
 const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
+/// The next 53 bits of the SplitMix64 generator whose state is `state` (a fraction
+/// `bits / 2^53` drawn evenly from `[0, 1)`); also the periodic runners' jitter.
+pub(crate) fn bits53(state: &AtomicU64) -> u64 {
+    let mut z = state
+        .fetch_add(GOLDEN_GAMMA, Ordering::Relaxed)
+        .wrapping_add(GOLDEN_GAMMA);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    z >> 11
+}
+
+/// A seed from the operating system's randomness (through `std`'s `RandomState`), so that
+/// two processes draw different numbers.
+pub(crate) fn random_seed() -> u64 {
+    RandomState::new().build_hasher().finish()
+}
+
 impl<L> Jitter<L> {
     /// Draws each delay evenly from `[0, d)`, where `d` is `inner`'s delay.
     pub fn full(inner: L) -> Self {
@@ -113,7 +131,7 @@ impl<L> Jitter<L> {
         Self {
             inner,
             mode,
-            state: AtomicU64::new(RandomState::new().build_hasher().finish()),
+            state: AtomicU64::new(random_seed()),
         }
     }
 
@@ -136,14 +154,7 @@ impl<L> Jitter<L> {
 
     /// 53 random bits: a fraction `bits / 2^53` drawn evenly from `[0, 1)`.
     fn bits53(&self) -> u64 {
-        let mut z = self
-            .state
-            .fetch_add(GOLDEN_GAMMA, Ordering::Relaxed)
-            .wrapping_add(GOLDEN_GAMMA);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        z >> 11
+        bits53(&self.state)
     }
 
     /// Applies the jitter to `delay`.

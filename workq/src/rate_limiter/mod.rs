@@ -31,7 +31,7 @@
 mod exponential;
 mod failures;
 mod fast_slow;
-mod jitter;
+pub(crate) mod jitter;
 mod max_of;
 mod max_wait;
 mod token_bucket;

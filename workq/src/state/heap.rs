@@ -6,7 +6,7 @@ use super::compact::{oversized, shrink_target};
 use super::{NOT_IN_HEAP, State};
 
 /// Arity of the delay heap: a 4-ary heap is shallower than a binary one, and its four
-/// children share a cache line (see PEERS.md's timer study).
+/// children share a cache line.
 pub(super) const ARITY: usize = 4;
 
 /// A node of the delay heap.
