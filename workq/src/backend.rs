@@ -486,6 +486,21 @@ pub trait QueueLease: Send + fmt::Debug + 'static {
     ///
     /// As for [`done`](Self::done).
     fn release(self) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// The trace contexts of the adds that queued the item (feature `otel`): the worker's
+    /// span for the item links to each. At most [`MAX_LINKS`](crate::otel::MAX_LINKS).
+    /// None by default, for a backend that does not store them.
+    #[cfg(feature = "otel")]
+    fn links(&self) -> &[crate::otel::TraceLink] {
+        &[]
+    }
+
+    /// How many adds' trace contexts were dropped beyond [`links`](Self::links) (feature
+    /// `otel`); 0 by default.
+    #[cfg(feature = "otel")]
+    fn links_dropped(&self) -> u32 {
+        0
+    }
 }
 
 impl<T: Eq + Hash + Clone + Send + Sync + 'static> Queue for WorkQueue<T> {
@@ -570,6 +585,16 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> QueueLease for Lease<T> {
     /// handed out again; `Ok(false)` if the queue is shut down and refused the add.
     fn release(self) -> impl Future<Output = Result<bool, Infallible>> + Send {
         future::ready(Ok(Lease::re_add_and_done(self)))
+    }
+
+    #[cfg(feature = "otel")]
+    fn links(&self) -> &[crate::otel::TraceLink] {
+        Lease::links(self)
+    }
+
+    #[cfg(feature = "otel")]
+    fn links_dropped(&self) -> u32 {
+        Lease::links_dropped(self)
     }
 }
 

@@ -41,6 +41,9 @@ pub struct Lease<T> {
     slot: u32,
     /// The priority the item was handed out with.
     priority: i32,
+    /// The trace contexts of the adds that queued the item.
+    #[cfg(feature = "otel")]
+    links: Option<Box<crate::otel::Links>>,
 }
 
 impl<T> Lease<T> {
@@ -53,6 +56,8 @@ impl<T> Lease<T> {
             item: popped.item,
             slot: popped.slot,
             priority: popped.priority,
+            #[cfg(feature = "otel")]
+            links: popped.links,
         }
     }
 
@@ -69,12 +74,32 @@ impl<T> Lease<T> {
 
     /// Marks the item done, as dropping the lease does. This is client-go's `Done`.
     pub fn done(self) {}
+
+    /// The trace contexts of the adds that queued the item since it was last handed out, in
+    /// the order of the adds: at most [`MAX_LINKS`](crate::otel::MAX_LINKS), the first
+    /// ones (feature `otel`; see [`otel`](crate::otel)).
+    #[cfg(feature = "otel")]
+    pub fn links(&self) -> &[crate::otel::TraceLink] {
+        self.links.as_ref().map_or(&[], |links| &links.list)
+    }
+
+    /// How many adds carried a trace context that was dropped because the item had
+    /// [`MAX_LINKS`](crate::otel::MAX_LINKS) already (feature `otel`).
+    #[cfg(feature = "otel")]
+    pub fn links_dropped(&self) -> u32 {
+        self.links.as_ref().map_or(0, |links| links.dropped)
+    }
 }
 
 impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
     /// Re-adds the item with its priority while it is still processing, then marks it done,
     /// so that it is queued again; `false` if the queue is shut down and refused the re-add.
     pub(crate) fn re_add_and_done(self) -> bool {
+        // The links go back with the item, so its next hand-out links to the adds behind it.
+        #[cfg(feature = "otel")]
+        if let Some(links) = &self.links {
+            self.shared.restore_links(self.slot, links.clone());
+        }
         self.shared
             .add_now(self.item.clone(), Some(self.priority), false)
     }

@@ -149,6 +149,20 @@
 //! (reported, never silently dropped), and stopping drains in-flight items into a summary.
 //! See [`Workers`] and the `controller` example.
 //!
+//! # Traces from the add to the handler
+//!
+//! With the feature `otel`, an add records the OpenTelemetry context of the span it is made
+//! in (through `tracing-opentelemetry`), and the `workqueue.item` span [`Workers`] open for
+//! the item links to it, the handler running inside that span: a trace viewer leads from
+//! the event that queued an item to its reconcile, and back. Links, not a parent, because
+//! the queue deduplicates: one processing may have many adds behind it. Each item keeps the
+//! first `otel::MAX_LINKS` of them until it is handed out and counts the rest;
+//! `Lease::links` hands them to a worker loop of your own. Their stored form is the W3C
+//! `traceparent` (`otel::TraceLink`), the form a backend shared by many processes keeps
+//! beside the item (the in-memory queue keeps them now; a backend that does not keep them
+//! hands out no links). See the `otel` module. Without the feature nothing is recorded and
+//! nothing is paid: the queue's types are the size they were.
+//!
 //! # Flow control: fair turns, concurrency limits, hand-out rates
 //!
 //! Within a priority a queue is first in, first out, so one tenant that adds 100,000 items
@@ -192,7 +206,8 @@
 //! None by default: the queue, [`get`](WorkQueue::get) on any executor and threaded
 //! [`Workers`] need no runtime. `tokio` adds async workers and per-item timeouts;
 //! `prometheus` adds `metrics::prometheus`; `serde` adds the JSON of the operator's types;
-//! `redact` adds `admin::redact_url`.
+//! `redact` adds `admin::redact_url`; `otel` adds trace links from adds to the workers'
+//! spans (`otel`).
 //!
 //! # Coming from client-go
 
@@ -239,6 +254,8 @@ mod lease;
 #[doc(hidden)]
 pub mod lease_clock;
 pub mod metrics;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod parallelize;
 pub mod periodic;
 mod queue;

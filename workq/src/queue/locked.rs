@@ -10,7 +10,7 @@ use crate::clock::Clock;
 use crate::error::TryGetError;
 use crate::metrics::QueueMetrics;
 use crate::rate_limiter::RateLimiter;
-use crate::state::{Added, Popped, State, item_hash};
+use crate::state::{Added, Popped, State, current_link, item_hash};
 use crate::stats::QueueStats;
 use crate::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 use crate::waiters::{Waiters, Wakeups};
@@ -226,6 +226,15 @@ impl<T> Shared<T> {
 }
 
 impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
+    /// Puts the links a lease took back on its item, which the lease still holds.
+    #[cfg(feature = "otel")]
+    pub(crate) fn restore_links(&self, slot: u32, links: Box<crate::otel::Links>) {
+        self.locked(move |inner, _| {
+            inner.state.restore_links(slot, links);
+            ((), After::NONE)
+        });
+    }
+
     /// The stats, promoting due items first (what [`WorkQueue::stats`](super::WorkQueue::stats)
     /// returns).
     pub(super) fn stats(&self) -> QueueStats {
@@ -340,11 +349,13 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
             return self.add_grouped(item, priority, retry);
         }
         let hash = item_hash(&self.hasher, &item);
+        let link = current_link();
         self.locked_with(item, move |inner, item, _| {
             let accepted = !inner.state.is_shutting_down();
-            let (added, unused) = inner
-                .state
-                .add_hashed(item, hash, priority, self.metrics_now());
+            let (added, unused) =
+                inner
+                    .state
+                    .add_hashed(item, hash, priority, self.metrics_now(), link);
             let mut after = After::new(unused);
             if added.ready {
                 self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
@@ -382,13 +393,14 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     fn add_grouped(&self, item: T, priority: Option<i32>, retry: bool) -> bool {
         let group = self.grouper.as_ref().map(|grouper| grouper(&item));
         let hash = item_hash(&self.hasher, &item);
+        let link = current_link();
         self.locked_with(item, move |inner, item, now| {
             let accepted = !inner.state.is_shutting_down();
             let now = now.unwrap_or_else(|| self.now_ns());
             if let Some(flow) = inner.state.flow_mut() {
                 flow.select(group.as_deref().unwrap_or(""), now);
             }
-            let (added, unused) = inner.state.add_hashed(item, hash, priority, now);
+            let (added, unused) = inner.state.add_hashed(item, hash, priority, now, link);
             let mut after = After::new(unused);
             if added.ready {
                 self.ready_hint.store(inner.state.len(), Ordering::Relaxed);
@@ -410,6 +422,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         group: Option<String>,
     ) -> bool {
         let hash = item_hash(&self.hasher, &item);
+        let link = current_link();
         self.locked_with(item, move |inner, item, now| {
             if inner.state.is_shutting_down() {
                 // Freed once the lock is released.
@@ -420,7 +433,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
                 flow.select(group.as_deref().unwrap_or(""), now);
             }
             let at = now.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
-            let (added, unused): (Added, _) = inner.state.add_at_hashed(item, hash, at, priority);
+            let (added, unused): (Added, _) =
+                inner.state.add_at_hashed(item, hash, at, priority, link);
             let mut notify_timer = false;
             if added.new_head && !self.clock_driven {
                 if inner.timer.thread.is_none() {

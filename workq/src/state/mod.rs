@@ -78,6 +78,36 @@ struct Entry<T> {
     /// queue too large for the caches. 24 bits, in padding the entry has anyway;
     /// [`NO_BUCKET`] when the index has more buckets than that (then removal probes).
     bucket: [u8; 3],
+    /// The trace contexts of the adds since the item was last handed out (none allocated
+    /// until an add carries one).
+    #[cfg(feature = "otel")]
+    links: Option<Box<crate::otel::Links>>,
+}
+
+/// What an add carries besides the item: the adding span's trace context with the feature
+/// `otel`, otherwise nothing (a zero-sized value, so the adds compile as they did).
+#[cfg(feature = "otel")]
+pub(crate) type Link = Option<crate::otel::TraceLink>;
+/// What an add carries besides the item: nothing without the feature `otel`.
+#[cfg(not(feature = "otel"))]
+pub(crate) type Link = NoLink;
+
+/// The [`Link`] of an add without the feature `otel`: nothing.
+#[cfg(not(feature = "otel"))]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct NoLink;
+
+/// The [`Link`] of an add made now, read before the queue's lock is taken.
+#[inline]
+pub(crate) fn current_link() -> Link {
+    #[cfg(feature = "otel")]
+    {
+        crate::otel::TraceLink::current()
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        NoLink
+    }
 }
 
 /// [`Entry::bucket`] of an entry whose bucket does not fit in 24 bits.
@@ -177,6 +207,9 @@ pub(crate) struct Popped<T> {
     pub(crate) priority: i32,
     /// How long the item waited since it became dirty (only with timestamps on).
     pub(crate) queued_for: Option<u64>,
+    /// The trace contexts of the adds that queued it.
+    #[cfg(feature = "otel")]
+    pub(crate) links: Option<Box<crate::otel::Links>>,
 }
 
 /// The queue's state: items, ready order, delay heap, in-flight count, shut-down flag.
@@ -518,6 +551,8 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
                     hash,
                     flags: 0,
                     bucket,
+                    #[cfg(feature = "otel")]
+                    links: None,
                 });
                 (slot32, None)
             }
@@ -528,7 +563,8 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     #[cfg(test)]
     pub(crate) fn add(&mut self, item: T, priority: Option<i32>, now: u64) -> Added {
         let hash = item_hash(&self.hasher, &item);
-        self.add_hashed(item, hash, priority, now).0
+        self.add_hashed(item, hash, priority, now, Link::default())
+            .0
     }
 
     /// Adds `item`, whose [`item_hash`] is `hash`, now (client-go's `Add`; `priority` is
@@ -540,12 +576,40 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         hash: u32,
         priority: Option<i32>,
         now: u64,
+        link: Link,
     ) -> (Added, Option<T>) {
         if self.shutting_down {
             return (Added::default(), Some(item));
         }
         let (slot, unused) = self.find_or_insert(item, hash, priority.unwrap_or(0));
+        #[cfg(feature = "otel")]
+        self.record_link(slot, link);
+        #[cfg(not(feature = "otel"))]
+        let NoLink = link;
         (self.add_slot(slot, unused.is_some(), priority, now), unused)
+    }
+
+    /// Keeps the trace context of an add of the item in `slot` (up to
+    /// [`MAX_LINKS`](crate::otel::MAX_LINKS) of them until it is handed out).
+    #[cfg(feature = "otel")]
+    #[inline]
+    fn record_link(&mut self, slot: u32, link: Link) {
+        if let Some(link) = link {
+            crate::otel::Links::record(&mut self.entries[slot as usize].links, link);
+        }
+    }
+
+    /// Puts back the links the lease on the item in `slot` took, in front of those of the
+    /// adds made since (a release: the next hand-out still links to the adds that caused it).
+    #[cfg(feature = "otel")]
+    pub(crate) fn restore_links(&mut self, slot: u32, mut taken: Box<crate::otel::Links>) {
+        let entry = &mut self.entries[slot as usize];
+        debug_assert!(
+            entry.flags & PROCESSING != 0,
+            "links restored to an item not leased"
+        );
+        taken.restore(entry.links.take());
+        entry.links = Some(taken);
     }
 
     /// [`add_hashed`](Self::add_hashed) once the item has its slot.
@@ -612,7 +676,8 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
     #[cfg(test)]
     pub(crate) fn add_at(&mut self, item: T, at: u64, priority: Option<i32>) -> Added {
         let hash = item_hash(&self.hasher, &item);
-        self.add_at_hashed(item, hash, at, priority).0
+        self.add_at_hashed(item, hash, at, priority, Link::default())
+            .0
     }
 
     /// Adds `item`, whose [`item_hash`] is `hash`, once the time is `at` (client-go's
@@ -623,11 +688,16 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
         hash: u32,
         at: u64,
         priority: Option<i32>,
+        link: Link,
     ) -> (Added, Option<T>) {
         if self.shutting_down {
             return (Added::default(), Some(item));
         }
         let (slot, unused) = self.find_or_insert(item, hash, priority.unwrap_or(0));
+        #[cfg(feature = "otel")]
+        self.record_link(slot, link);
+        #[cfg(not(feature = "otel"))]
+        let NoLink = link;
         (
             self.add_slot_at(slot, unused.is_some(), at, priority),
             unused,
@@ -776,6 +846,8 @@ impl<T: Eq + Hash + Clone, S: BuildHasher> State<T, S> {
             item,
             priority,
             queued_for,
+            #[cfg(feature = "otel")]
+            links: self.entries[slot as usize].links.take(),
         }
     }
 

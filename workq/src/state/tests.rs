@@ -286,7 +286,32 @@ fn an_entry_whose_bucket_does_not_fit_is_removed_by_probing() {
 
 #[test]
 fn the_bucket_fits_in_the_entry_s_padding() {
-    // W6's bytes per item: the bucket takes no room of its own.
-    assert_eq!(std::mem::size_of::<Entry<std::sync::Arc<str>>>(), 32);
-    assert_eq!(std::mem::size_of::<Entry<u64>>(), 24);
+    // W6's bytes per item: the bucket takes no room of its own. The feature `otel` adds
+    // one pointer (the trace links, allocated only when an add carries a trace context);
+    // without it, nothing.
+    let links = if cfg!(feature = "otel") { 8 } else { 0 };
+    assert_eq!(
+        std::mem::size_of::<Entry<std::sync::Arc<str>>>(),
+        32 + links
+    );
+    assert_eq!(std::mem::size_of::<Entry<u64>>(), 24 + links);
+}
+
+#[test]
+fn trace_links_cost_no_room_without_the_feature() {
+    // What an item carries from the queue to its worker: the hand-out and the lease. The
+    // feature `otel` adds one pointer to each; without it they are as they were.
+    let links = if cfg!(feature = "otel") { 8 } else { 0 };
+    assert_eq!(
+        std::mem::size_of::<super::Popped<std::sync::Arc<str>>>(),
+        40 + links
+    );
+    assert_eq!(
+        std::mem::size_of::<crate::Lease<std::sync::Arc<str>>>(),
+        32 + links
+    );
+    if cfg!(not(feature = "otel")) {
+        // An add passes nothing more.
+        assert_eq!(std::mem::size_of::<super::Link>(), 0);
+    }
 }

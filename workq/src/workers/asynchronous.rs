@@ -270,6 +270,8 @@ where
     Fut::Output: IntoOutcome,
 {
     let span = core.span(lease.item(), lease.priority()).await;
+    #[cfg(feature = "otel")]
+    crate::otel::link_span(&span, lease.links(), lease.links_dropped());
     core.begin(slot, &lease);
     let handled = run(handler, lease.item().clone(), timeout)
         .instrument(span.clone())

@@ -396,7 +396,8 @@ type GiveUpCallback<T> = Arc<dyn Fn(&GiveUp<T>) + Send + Sync>;
 /// Each item is processed inside a `tracing` span named `workqueue.item`, with the fields
 /// `queue` (the queue's name, or empty), `item` (its `Debug` form), `priority` and `retries`
 /// (its [`num_requeues`](WorkQueue::num_requeues) when handed out), so the handler's own
-/// events and spans nest under it.
+/// events and spans nest under it. With the feature `otel` the span links to the spans the
+/// item was added in (the lease's `links`; see the `otel` module).
 ///
 /// Two flavours share the rules: [`Workers::spawn_threads`] runs plain threads with a
 /// blocking handler, and `Workers::spawn_async` (feature `tokio`, on by default) runs tokio

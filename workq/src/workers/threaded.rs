@@ -121,6 +121,8 @@ where
             break;
         }
         let span = in_memory(core.span(lease.item(), lease.priority()));
+        #[cfg(feature = "otel")]
+        crate::otel::link_span(&span, lease.links(), lease.links_dropped());
         let _entered = span.enter();
         core.begin(slot, &lease);
         let handled =
