@@ -178,7 +178,7 @@
 //! the Prometheus metrics add `workqueue_groups_ready` and `workqueue_group_saturated`. A
 //! queue without any of these pays a few predictable branches per call for them.
 //!
-//! //! # Backends
+//! # Backends
 //!
 //! [`Queue`] (with its [`QueueLease`]) is the interface of a work queue backend: async
 //! `add_with`, `forget`, `num_requeues`, `len`, `get`, `shut_down`, `shut_down_with_drain`,
