@@ -59,6 +59,13 @@ pub(crate) struct Args {
     )]
     pub(crate) peers: Vec<String>,
 
+    /// With --redis and/or --postgres: also reads the server's own counters before and after
+    /// each implementation's W7 flood and reports what the server did per item (commands,
+    /// scripts, CPU and network bytes on Redis; statements, transactions, WAL bytes, rows and
+    /// CPU on PostgreSQL), figures that do not depend on the machine's load.
+    #[arg(long)]
+    pub(crate) profile: bool,
+
     /// Workloads to run, comma separated (in memory: W1, P1, W2, W3, W3R, W4, W5, W6, W7, W8, P2,
     /// P3, P4; with --redis or --postgres: W1, W3, W3P, W4, W7, W7S); all by default (but
     /// W7S, which --plot adds unless --compare is given).

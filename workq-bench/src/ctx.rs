@@ -12,6 +12,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) server: Option<&'a Server>,
     /// W7's shapes as the options chose them (empty: the workload's defaults).
     pub(crate) fleet: Choice,
+    /// Whether to profile the server per item (`--profile`).
+    pub(crate) profile: bool,
     /// This run's number, from 1.
     pub(crate) run: u32,
     /// Runs in all.

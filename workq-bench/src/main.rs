@@ -26,6 +26,7 @@ mod distributed;
 mod fleet;
 mod memory;
 mod peers;
+mod profile;
 mod progress;
 mod report;
 mod run;

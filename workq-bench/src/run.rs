@@ -112,6 +112,9 @@ impl Plan {
                     "--plot needs --redis or --postgres (it plots figures of a server)".into(),
                 );
             }
+            if args.profile {
+                return Err("--profile needs --redis or --postgres (it reads a server)".into());
+            }
             if args.compare {
                 return Err(
                     "--compare needs --redis or --postgres (the peers live on a server)".into(),
@@ -242,6 +245,7 @@ fn measure(
                     workers: args.workers.clone(),
                     handler_ms: args.handler_ms.clone(),
                 },
+                profile: args.profile,
                 run,
                 runs: plan.runs,
                 id: workload.id,
@@ -383,6 +387,7 @@ mod tests {
         let err = |args: &[&str]| plan(args).err().unwrap_or_default();
         assert!(err(&["--plot", "/tmp"]).contains("--plot needs"));
         assert!(err(&["--compare"]).contains("--compare needs"));
+        assert!(err(&["--profile"]).contains("--profile needs"));
         assert!(
             err(&[
                 "--redis",

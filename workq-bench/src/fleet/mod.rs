@@ -46,6 +46,7 @@ mod protocol;
 pub(crate) mod worker;
 
 use crate::ctx::Ctx;
+use crate::profile::Profiler;
 use crate::report::{OURS_ASYNC, Sample, Shape};
 pub(crate) use choice::Choice;
 use driver::{Load, Measured, phase};
@@ -151,18 +152,32 @@ pub(crate) fn run_server(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {
     let ours = server.backend.ours();
     let n = items(ctx.quick);
     let mut out = Vec::new();
+    let mut profiler = ctx.profile.then(|| Profiler::connect(server)).transpose()?;
+    let mut with_profile = |run: &mut dyn FnMut()| {
+        if let Some(p) = &mut profiler {
+            p.around(n, run).1
+        } else {
+            run();
+            Vec::new()
+        }
+    };
     for shape in shapes(&ctx.fleet, false)? {
         ctx.step(&format!("{ours} {shape}: flood of {n}"));
-        let flood = server
-            .runtime
-            .block_on(target.phase(shape, n, Load::Flood))?;
+        let mut flood = Err(String::new());
+        let profile = with_profile(&mut || {
+            flood = server.runtime.block_on(target.phase(shape, n, Load::Flood));
+        });
+        let flood = flood?;
         out.extend(samples(ours, shape, &[("items_per_s", flood.items_per_s)]));
+        out.extend(samples(ours, shape, &profile));
         let mut floods = vec![flood.items_per_s];
         let mut flooded = Vec::new();
         for peer in &server.peers {
             ctx.step(&format!("{} {shape}: flood of {n}", peer.name));
             let args = peer_args("flood", n, shape, 0.0);
-            let got = server.run_peer(peer, ID, &args, &["items_per_s"]);
+            let mut got = Vec::new();
+            let profile =
+                with_profile(&mut || got = server.run_peer(peer, ID, &args, &["items_per_s"]));
             if let Some(rate) = got
                 .iter()
                 .find(|s| s.metric == "items_per_s" && s.na.is_none())
@@ -171,7 +186,11 @@ pub(crate) fn run_server(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {
                 floods.push(rate);
                 flooded.push(peer);
             }
+            let ran = got.iter().any(|s| s.na.is_none());
             out.extend(got.into_iter().map(|s| s.at(shape)));
+            if ran {
+                out.extend(samples(peer.name, shape, &profile));
+            }
         }
         let rate = paced_rate(&floods);
         let m = paced_items(rate, n);
