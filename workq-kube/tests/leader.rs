@@ -342,10 +342,13 @@ async fn two_replicas_one_leads_the_other_stands_by_warm_and_takes_over_after_a_
     // Warm standby: the follower's store holds every object and its queue every key, it
     // has seen who leads (at its first try of the Lease, which may come after its store is
     // filled), and it reconciles nothing.
-    eventually("replica-b's store and queue filled, and the leader seen", || {
-        let status = b.status();
-        status.store == 5 && status.queued == 5 && status.leader.is_some()
-    })
+    eventually(
+        "replica-b's store and queue filled, and the leader seen",
+        || {
+            let status = b.status();
+            status.store == 5 && status.queued == 5 && status.leader.is_some()
+        },
+    )
     .await;
     let status = b.status();
     assert!(!status.leading);

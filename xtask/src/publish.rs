@@ -885,8 +885,12 @@ mod tests {
         }
         let order = publish_order(&packages).unwrap();
         let at = |name: &str| order.iter().position(|n| n == name).unwrap();
+        // The dashboard serves any `workq::admin::Admin`: it depends on the core only; the
+        // CLI, which opens the backends' admins, comes after all of them.
         assert!(at("workq") < at("workq-redis"));
-        assert!(at("workq-redis") < at("workq-dashboard"));
+        assert!(at("workq") < at("workq-dashboard"));
+        assert!(at("workq-redis") < at("workq-cli"));
+        assert!(at("workq-postgres") < at("workq-cli"));
         assert!(at("workq-dashboard") < at("workq-cli"));
     }
 }

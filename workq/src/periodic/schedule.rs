@@ -164,12 +164,21 @@ impl Schedule {
         match &self.kind {
             Kind::Every { period, offset } => {
                 let now = nanos(at)?;
-                let k = if now < *offset {
+                let mut k = if now < *offset {
                     0
                 } else {
                     (now - offset) / period + 1
                 };
-                from_nanos(offset + k * period)
+                // A tick is cut to its whole millisecond, so the next one after `at` may cut
+                // to `at` itself (a period that is not whole milliseconds): then the one
+                // after it, at least a millisecond later, is the next.
+                loop {
+                    let tick = from_nanos(offset + k * period)?;
+                    if tick > at {
+                        return Some(tick);
+                    }
+                    k += 1;
+                }
             }
             Kind::Cron { cron, zone, .. } => {
                 let start = whole_second(at)?.to_zoned(zone.clone());
