@@ -81,7 +81,7 @@ pub(crate) const METRICS: &[&str] = &[
 /// latencies, bytes: `Some(false)`); `None` for counts, which are neither (W3's deliveries
 /// are fewer with a dedup that drops adds, more with one that keeps them).
 pub(crate) fn higher_is_better(metric: &str) -> Option<bool> {
-    if crate::profile::is_profile_metric(metric) {
+    if crate::profile::metrics::is_profile_metric(metric) {
         Some(false)
     } else if metric.ends_with("_per_s") {
         Some(true)
@@ -253,7 +253,7 @@ pub(crate) fn metric_label(metric: &str) -> &str {
         "quiet_pickup_p50_ms" => "quiet pickup p50",
         "quiet_pickup_p99_ms" => "quiet pickup p99",
         "max_group_in_flight" => "most of one group at once",
-        other => crate::profile::label(other),
+        other => crate::profile::metrics::label(other),
     }
 }
 
@@ -262,7 +262,7 @@ pub(crate) fn format_value(metric: &str, v: f64) -> String {
     if !v.is_finite() {
         return "-".to_owned();
     }
-    if let Some(text) = crate::profile::format_value(metric, v) {
+    if let Some(text) = crate::profile::metrics::format_value(metric, v) {
         return text;
     }
     if metric.ends_with("_per_s") {
