@@ -225,6 +225,32 @@ impl<B: Backend> CheckedLease<B> {
     }
 }
 
+impl<B: Backend> Checked<B> {
+    /// Records how the step that ended lease `token` went: its token if the server accepted
+    /// it, and a refusal if the lease was lost (then not recorded: the check counts only
+    /// dones the server accepted). Hands `result` back.
+    async fn ended<T>(
+        &self,
+        item: &str,
+        token: u64,
+        result: Result<T, Error<B>>,
+    ) -> Result<T, Error<B>> {
+        match result {
+            Ok(value) => {
+                self.backend.ended(item, token, true).await?;
+                Ok(value)
+            }
+            Err(error) => {
+                if B::is_lease_lost(&error) {
+                    self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                self.backend.ended(item, token, false).await?;
+                Err(error)
+            }
+        }
+    }
+}
+
 impl<B: Backend> Queue for Checked<B> {
     type Item = String;
     type Lease = CheckedLease<B>;
@@ -292,14 +318,9 @@ impl<B: Backend> Queue for Checked<B> {
     ) -> Result<Option<CheckedLease<B>>, Error<B>> {
         lease.unclaim().await?;
         let (item, token) = (lease.lease.item().clone(), lease.token);
-        let backend = self.backend.clone();
-        match Queue::retry_and_done(backend.queue(), lease.lease, options, forget).await {
-            Ok(None) => {
-                backend.ended(&item, token, true).await?;
-                Ok(None)
-            }
+        match Queue::retry_and_done(self.backend.queue(), lease.lease, options, forget).await {
             Ok(Some(kept)) => {
-                let claimed = backend.claim(&item, token).await?;
+                let claimed = self.backend.claim(&item, token).await?;
                 if !claimed {
                     self.counters.overlaps.fetch_add(1, Ordering::Relaxed);
                 }
@@ -310,13 +331,7 @@ impl<B: Backend> Queue for Checked<B> {
                     queue: self.clone(),
                 }))
             }
-            Err(error) => {
-                if B::is_lease_lost(&error) {
-                    self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                }
-                backend.ended(&item, token, false).await?;
-                Err(error)
-            }
+            done => self.ended(&item, token, done).await.map(|_| None),
         }
     }
 
@@ -341,21 +356,8 @@ impl<B: Backend> QueueLease for CheckedLease<B> {
     async fn done(mut self) -> Result<(), Error<B>> {
         self.unclaim().await?;
         let (item, token) = (self.lease.item().clone(), self.token);
-        let backend = self.queue.backend.clone();
-        match self.lease.done().await {
-            Ok(()) => {
-                backend.ended(&item, token, true).await?;
-                Ok(())
-            }
-            Err(error) => {
-                if B::is_lease_lost(&error) {
-                    self.queue.counters.refused.fetch_add(1, Ordering::Relaxed);
-                }
-                // Not recorded: the check counts only dones the server accepted.
-                backend.ended(&item, token, false).await?;
-                Err(error)
-            }
-        }
+        let done = self.lease.done().await;
+        self.queue.ended(&item, token, done).await
     }
 
     async fn release(mut self) -> Result<bool, Error<B>> {
