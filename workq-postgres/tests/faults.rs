@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgPool};
-use support::{PgServer, unique};
+use support::{PgServer, unique, waiting_for_a_lock};
 use workq::{DoneMany, Outcome, Queue, Workers};
 use workq_postgres::{Error, Lease, PgQueue};
 
@@ -116,30 +116,6 @@ async fn locking(admin: &PgPool, lock: &str) -> sqlx::Transaction<'static, sqlx:
     let mut tx = admin.begin().await.unwrap();
     tx.execute(lock).await.unwrap();
     tx
-}
-
-/// Waits until a statement of the queue whose text holds `needle` waits for a lock.
-async fn waiting_for_a_lock(admin: &PgPool, needle: &str) -> i32 {
-    let started = Instant::now();
-    loop {
-        let pid: Option<i32> = sqlx::query_scalar(
-            "SELECT pid FROM pg_stat_activity
-             WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'
-               AND pid <> pg_backend_pid() LIMIT 1",
-        )
-        .bind(needle)
-        .fetch_optional(admin)
-        .await
-        .unwrap();
-        if let Some(pid) = pid {
-            return pid;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "no {needle} waits"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// The pool has `lock_timeout = 100ms`. A transaction holds the failure table for three

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use support::{PgServer, unique};
+use support::{PgServer, unique, waiting_for_a_lock};
 use workq::{AddOptions, Outcome, Workers};
 use workq_postgres::PgQueue;
 
@@ -348,7 +348,7 @@ async fn a_row_held_for_a_moment(step_wait: &str) {
         .execute(&mut *tx)
         .await
         .unwrap();
-    let step = tokio::spawn({
+    let mut step = tokio::spawn({
         let q = q.clone();
         async move {
             workq::Queue::done_and_next_many(
@@ -362,29 +362,10 @@ async fn a_row_held_for_a_moment(step_wait: &str) {
     let waits = step_wait != "0";
     if waits {
         // The step is waiting for b's row (and has not given b's done back).
-        eventually(
-            "the step waiting for b's row",
-            Duration::from_secs(10),
-            || {
-                let admin = admin.clone();
-                let finished = step.is_finished();
-                async move {
-                    assert!(
-                        !finished,
-                        "the step gave b's done back without waiting for its row"
-                    );
-                    sqlx::query_scalar::<_, i64>(
-                        "SELECT count(*) FROM pg_stat_activity
-                     WHERE wait_event_type = 'Lock' AND query LIKE '%workqueue_step%'",
-                    )
-                    .fetch_one(&admin)
-                    .await
-                    .unwrap()
-                        == 1
-                }
-            },
-        )
-        .await;
+        tokio::select! {
+            _ = waiting_for_a_lock(&admin, "workqueue_step") => {}
+            _ = &mut step => panic!("the step gave b's done back without waiting for its row"),
+        }
     } else {
         // The step answers while the row is still held: b's done is left to be settled.
         while !step.is_finished() {

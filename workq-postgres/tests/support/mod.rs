@@ -101,3 +101,27 @@ impl Backend for Pg {
         lease.done().await.unwrap();
     }
 }
+
+/// Waits until a statement of the queue whose text holds `needle` waits for a lock.
+pub(crate) async fn waiting_for_a_lock(admin: &sqlx::PgPool, needle: &str) -> i32 {
+    let started = std::time::Instant::now();
+    loop {
+        let pid: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'
+               AND pid <> pg_backend_pid() LIMIT 1",
+        )
+        .bind(needle)
+        .fetch_optional(admin)
+        .await
+        .unwrap();
+        if let Some(pid) = pid {
+            return pid;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no {needle} waits"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
