@@ -13,6 +13,11 @@
 //! index; `--offline` runs `cargo package` instead, which does the same packaging and builds
 //! without asking the registry (nor checking that the versions are new there).
 //! `--no-verify` packages without building.
+//!
+//! The dry run builds in `target/publish-check`, and first forgets what an earlier run left of
+//! our packages there and in cargo's home: cargo takes a registry crate of an unchanged name
+//! and version as unchanged, so without that a second run checked the first run's sources.
+
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -94,10 +99,34 @@ fn main(options: Options) -> i32 {
             return 1;
         }
     };
+    // The dry run builds in a target directory of its own, where nothing but our packages'
+    // earlier builds can be stale (see `remove_stale_builds`).
+    let target = crate::cargo::Workspace::load()
+        .map_or_else(|_| PathBuf::from("target"), |w| w.target_dir)
+        .join("publish-check");
+    let names: Vec<(String, String)> = published
+        .iter()
+        .map(|p| (p.name.clone(), p.version.clone()))
+        .collect();
+    let mut stale = remove_stale_builds(&target, &names);
+    if let Some(home) = cargo_home() {
+        stale.extend(remove_stale_unpacked(&home, &names));
+    }
+    for path in stale {
+        println!("removed an earlier run's copy: {}", path.display());
+    }
     let args = command_args(&order, options);
-    println!("\n{} {}", cargo(), args.join(" "));
+    println!(
+        "\nCARGO_TARGET_DIR={} {} {}",
+        target.display(),
+        cargo(),
+        args.join(" ")
+    );
     let started = Instant::now();
-    let status = Command::new(cargo()).args(&args).status();
+    let status = Command::new(cargo())
+        .args(&args)
+        .env("CARGO_TARGET_DIR", &target)
+        .status();
     let took = started.elapsed().as_secs();
     match status {
         Ok(status) if status.success() => {
@@ -117,6 +146,68 @@ fn main(options: Options) -> i32 {
             1
         }
     }
+}
+
+/// Cargo's home: `$CARGO_HOME`, else `~/.cargo`.
+fn cargo_home() -> Option<PathBuf> {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
+}
+
+/// Removes the copies of `packages` (name, version) that an earlier dry run unpacked from its
+/// temporary registry; the paths removed.
+///
+/// The dry run builds each dependent against its siblings' packages, served from a local
+/// registry at `target/package/tmp-registry`, and cargo unpacks them under
+/// `$CARGO_HOME/registry/src/-HASH/NAME-VERSION`, where HASH comes from the registry's path. A
+/// registry's crates are immutable to cargo: when that directory exists it is used as it is,
+/// never unpacked again. So a second run from the same checkout path, after the code changed
+/// but not the version, built the dependents against the first run's sources (CI with a kept
+/// cargo home: "could not find `periodic` in `workq`" for code that had it). Only the
+/// directories of local registries (named `-HASH`, no host) are touched; crates.io's never.
+fn remove_stale_unpacked(home: &Path, packages: &[(String, String)]) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(registries) = std::fs::read_dir(home.join("registry").join("src")) else {
+        return removed;
+    };
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for (name, version) in packages {
+            let unpacked = registry.path().join(format!("{name}-{version}"));
+            if unpacked.is_dir() && std::fs::remove_dir_all(&unpacked).is_ok() {
+                removed.push(unpacked);
+            }
+        }
+    }
+    removed
+}
+
+/// Removes the build records (fingerprints) of `packages` in the dry run's target directory
+/// `target`; the paths removed.
+///
+/// Cargo takes a registry crate's build as fresh when its name and version are unchanged,
+/// whatever its sources: the packages built from the temporary registry (0.1.0 each time)
+/// would keep an earlier run's build. Without their records they are compiled again.
+fn remove_stale_builds(target: &Path, packages: &[(String, String)]) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(target.join("debug").join(".fingerprint")) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let ours = packages.iter().any(|(name, _)| {
+            file.strip_prefix(name.as_str())
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|hash| !hash.is_empty() && hash.chars().all(|c| c.is_ascii_hexdigit()))
+        });
+        if ours && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed.push(entry.path());
+        }
+    }
+    removed
 }
 
 /// The arguments of the one cargo command that packages (and builds) `order`.
@@ -162,6 +253,7 @@ struct Dependency {
 #[derive(Debug, Clone)]
 struct Package {
     name: String,
+    version: String,
     dir: PathBuf,
     publish: bool,
     description: String,
@@ -265,6 +357,7 @@ fn from_metadata(text: &str) -> Result<Vec<Package>, String> {
             });
         packages.push(Package {
             name: p.str_at("name").to_owned(),
+            version: p.str_at("version").to_owned(),
             publish,
             description: p.str_at("description").trim().to_owned(),
             license: p.str_at("license").to_owned(),
@@ -828,6 +921,46 @@ mod tests {
             command_args(&order, offline).join(" "),
             "package --offline --allow-dirty --no-verify -p a -p b"
         );
+    }
+
+    #[test]
+    fn an_earlier_runs_unpacked_siblings_are_removed_and_nothing_else() {
+        let home = std::env::temp_dir().join(format!("xtask-cargo-home-{}", std::process::id()));
+        let src = home.join("registry").join("src");
+        let make = |path: PathBuf| {
+            std::fs::create_dir_all(&path).unwrap();
+            std::fs::write(path.join("lib.rs"), "").unwrap();
+            path
+        };
+        let local = make(src.join("-14cd1cce6819ff87").join("a-0.1.0"));
+        let other_version = make(src.join("-14cd1cce6819ff87").join("a-0.0.9"));
+        let stranger = make(src.join("-14cd1cce6819ff87").join("zzz-0.1.0"));
+        let crates_io = make(src.join("index.crates.io-1949cf8c6b5b557f").join("a-0.1.0"));
+        let packages = [("a".to_owned(), "0.1.0".to_owned())];
+        assert_eq!(remove_stale_unpacked(&home, &packages), vec![local.clone()]);
+        assert!(!local.exists());
+        assert!(other_version.exists() && stranger.exists() && crates_io.exists());
+        // A home without a registry: nothing to do.
+        assert!(remove_stale_unpacked(&home.join("none"), &packages).is_empty());
+        std::fs::remove_dir_all(home).unwrap();
+    }
+
+    #[test]
+    fn an_earlier_runs_builds_of_our_packages_are_forgotten_and_nothing_else() {
+        let target = std::env::temp_dir().join(format!("xtask-target-{}", std::process::id()));
+        let fingerprints = target.join("debug").join(".fingerprint");
+        let make = |name: &str| {
+            let path = fingerprints.join(name);
+            std::fs::create_dir_all(&path).unwrap();
+            path
+        };
+        let ours = make("a-0123456789abcdef");
+        let sibling = make("a-b-0123456789abcdef");
+        let dependency = make("tokio-0123456789abcdef");
+        let packages = [("a".to_owned(), "0.1.0".to_owned())];
+        assert_eq!(remove_stale_builds(&target, &packages), vec![ours.clone()]);
+        assert!(!ours.exists() && sibling.exists() && dependency.exists());
+        std::fs::remove_dir_all(target).unwrap();
     }
 
     #[test]
