@@ -249,6 +249,7 @@ pub mod admin;
 mod backend;
 pub mod clock;
 mod error;
+pub mod flow;
 mod lease;
 #[cfg(feature = "tokio")]
 #[doc(hidden)]

@@ -92,6 +92,57 @@ async fn memory_admin_counts_the_events_of_the_queues_that_report_to_it() {
 }
 
 #[tokio::test]
+async fn memory_admin_shows_the_groups_and_the_limits_of_a_queue_with_flow_control() {
+    let admin = MemoryAdmin::new();
+    let queue: WorkQueue<String> = WorkQueue::builder()
+        .name("tenants")
+        .metrics(admin.clone())
+        .group_by(|key: &String| key.split_once('/').map_or("", |(g, _)| g).to_owned())
+        .max_in_flight_per_group(1)
+        .group_max_in_flight("big", 3)
+        .hand_out_rate(1000.0, 100)
+        .build();
+    for key in ["noisy/a", "noisy/b", "noisy/c", "quiet/a", "big/a"] {
+        queue.add(key.to_owned());
+    }
+    let lease = queue.try_get().expect("an item");
+    assert_eq!(lease.item(), "noisy/a");
+    let stats = admin.stats("tenants", 2).await.expect("stats");
+    let flow = stats.flow.expect("flow figures");
+    assert_eq!(
+        (flow.groups, flow.groups_ready, flow.groups_saturated),
+        (3, 3, 1)
+    );
+    let top: Vec<(&str, usize, usize, Option<usize>)> = stats
+        .groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.ready, g.in_flight, g.limit))
+        .collect();
+    assert_eq!(
+        top,
+        [("noisy", 2, 1, Some(1)), ("big", 1, 0, Some(3))],
+        "the two groups with the most ready items, as many as asked for"
+    );
+    let limits = stats.limits.expect("limits");
+    assert!(limits.grouped);
+    assert_eq!(limits.max_in_flight_per_group, Some(1));
+    assert_eq!(limits.limit_of("big"), Some(3));
+    assert_eq!(limits.hand_out_rate.map(|r| r.burst), Some(100));
+
+    let plain: WorkQueue<u32> = WorkQueue::builder()
+        .name("plain")
+        .metrics(admin.clone())
+        .build();
+    plain.add(1);
+    let stats = admin.stats("plain", 10).await.expect("stats");
+    assert_eq!(
+        (stats.flow, stats.groups.len(), stats.limits),
+        (None, 0, None)
+    );
+    drop(lease);
+}
+
+#[tokio::test]
 async fn memory_admin_shows_a_probe_without_counters_and_forgets_dropped_queues() {
     let queue: WorkQueue<u32> = WorkQueue::new();
     queue.add(7);

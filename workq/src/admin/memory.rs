@@ -227,9 +227,20 @@ impl Admin for MemoryAdmin {
     fn stats<'a>(
         &'a self,
         queue: &'a str,
-        _limit: usize,
+        limit: usize,
     ) -> BoxFuture<'a, Result<Stats, AdminError>> {
-        Box::pin(async move { self.find(queue).map(Stats::new) })
+        Box::pin(async move {
+            let entry = self.queues.lock().by_name.get(queue).cloned();
+            let entry = entry.ok_or(AdminError::NotFound)?;
+            let summary = summary_of(queue, &entry).ok_or(AdminError::NotFound)?;
+            let mut stats = Stats::new(summary);
+            if let Some((flow, groups)) = entry.probe.flow(limit) {
+                stats.flow = Some(flow);
+                stats.groups = groups;
+            }
+            stats.limits = entry.probe.flow_limits().cloned();
+            Ok(stats)
+        })
     }
 
     fn schedules<'a>(

@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+use crate::flow::FlowLimits;
+use crate::stats::{FlowStats, GroupStats};
+
 /// One queue's figures, as a listing shows them ([`Admin::queues`], [`Admin::summary`]).
 ///
 /// Counts of items are `u64` whatever the backend. A backend that cannot tell a figure
@@ -132,7 +135,7 @@ impl Counters {
 
 /// A queue's figures with its leases nearest their deadline and its largest failure counts
 /// ([`Admin::stats`](super::Admin::stats)).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Stats {
@@ -154,6 +157,18 @@ pub struct Stats {
     pub leases: Vec<InFlight>,
     /// Failure counts, largest first (then by item), at most the `limit` asked for.
     pub failures: Vec<(String, u32)>,
+    /// Flow control at a glance (groups kept, with ready items, at their limit); `None` on a
+    /// queue without flow control, or where the backend cannot tell.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub flow: Option<FlowStats>,
+    /// The groups with the most ready items (then the most in flight, then by name), at
+    /// most the `limit` asked for; empty on a queue without groups.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub groups: Vec<GroupStats>,
+    /// The queue's flow control limits (in-flight limits, weights, hand-out rates), as every
+    /// process of the queue applies them; `None` when it has none.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub limits: Option<FlowLimits>,
 }
 
 impl Stats {
@@ -164,6 +179,9 @@ impl Stats {
             next_delayed_in: None,
             leases: Vec::new(),
             failures: Vec::new(),
+            flow: None,
+            groups: Vec::new(),
+            limits: None,
         }
     }
 }

@@ -65,6 +65,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::flow::FlowLimits;
 use crate::stats::{FlowStats, GroupStats, QueueStats};
 
 /// Creates the recorder of each named queue. This is client-go's `MetricsProvider`.
@@ -125,6 +126,8 @@ pub struct QueueProbe {
     depths: Option<ReadDepths>,
     /// Returns the flow control figures, if the queue has flow control.
     flow: Option<ReadFlow>,
+    /// The queue's flow control limits, if it has flow control.
+    limits: Option<Arc<FlowLimits>>,
 }
 
 impl QueueProbe {
@@ -135,7 +138,21 @@ impl QueueProbe {
             read: Arc::new(read),
             depths: None,
             flow: None,
+            limits: None,
         }
+    }
+
+    /// Adds the queue's flow control limits, for views that show them
+    /// ([`admin::Stats::limits`](crate::admin::Stats::limits)).
+    #[must_use]
+    pub fn with_flow_limits(mut self, limits: FlowLimits) -> Self {
+        self.limits = Some(Arc::new(limits));
+        self
+    }
+
+    /// The queue's flow control limits, if it has flow control.
+    pub fn flow_limits(&self) -> Option<&FlowLimits> {
+        self.limits.as_deref()
     }
 
     /// Adds a function that reads the queue's flow control figures

@@ -6,14 +6,15 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::WorkQueue;
-use super::locked::{Grouper, Inner, Shared, TimerState};
+use super::locked::{Inner, Shared, TimerState};
 #[cfg(doc)]
 use crate::Lease;
 use crate::clock::{Clock, ClockListener, RealClock};
+use crate::flow::FlowControl;
 use crate::metrics::{MetricsProvider, QueueProbe};
 use crate::rate_limiter::{self, RateLimiter};
 use crate::state::State;
-use crate::state::flow::{Flow, FlowConfig, Rate};
+use crate::state::flow::{Flow, FlowConfig};
 use crate::sync::{AtomicUsize, Condvar, Mutex};
 use crate::waiters::Waiters;
 
@@ -133,8 +134,7 @@ pub struct Builder<T> {
     pub(super) clock: Option<Arc<dyn Clock>>,
     pub(super) limiter: Option<Box<dyn RateLimiter<T>>>,
     pub(super) metrics: Option<Box<dyn MetricsProvider>>,
-    pub(super) grouper: Option<Grouper<T>>,
-    pub(super) flow: FlowConfig,
+    pub(super) flow: FlowControl<T>,
 }
 
 impl<T> fmt::Debug for Builder<T> {
@@ -144,7 +144,6 @@ impl<T> fmt::Debug for Builder<T> {
             .field("custom_clock", &self.clock.is_some())
             .field("custom_rate_limiter", &self.limiter.is_some())
             .field("metrics", &self.metrics.is_some())
-            .field("group_by", &self.grouper.is_some())
             .field("flow", &self.flow)
             .finish()
     }
@@ -217,7 +216,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
         mut self,
         group: impl Fn(&T) -> G + Send + Sync + 'static,
     ) -> Self {
-        self.grouper = Some(Box::new(move |item| group(item).into()));
+        self.flow = self.flow.group_by(group);
         self
     }
 
@@ -225,9 +224,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
     /// others get one: with weight 3, it gets about three times the hand-outs of a group of
     /// weight 1 while both have ready work. Weight 0 counts as 1.
     pub fn group_weight(mut self, group: impl Into<String>, weight: u32) -> Self {
-        self.flow
-            .group_weights
-            .insert(group.into().into_boxed_str(), weight.max(1));
+        self.flow = self.flow.group_weight(group, weight);
         self
     }
 
@@ -238,8 +235,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
     ///
     /// If `limit` is 0 (nothing could ever be handed out).
     pub fn max_in_flight(mut self, limit: usize) -> Self {
-        assert!(limit > 0, "workqueue: max_in_flight must be at least 1");
-        self.flow.max_in_flight = Some(limit);
+        self.flow = self.flow.max_in_flight(limit);
         self
     }
 
@@ -254,11 +250,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
     ///
     /// If `limit` is 0.
     pub fn max_in_flight_per_group(mut self, limit: usize) -> Self {
-        assert!(
-            limit > 0,
-            "workqueue: max_in_flight_per_group must be at least 1"
-        );
-        self.flow.max_in_flight_per_group = Some(limit);
+        self.flow = self.flow.max_in_flight_per_group(limit);
         self
     }
 
@@ -268,13 +260,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
     ///
     /// If `limit` is 0.
     pub fn group_max_in_flight(mut self, group: impl Into<String>, limit: usize) -> Self {
-        assert!(
-            limit > 0,
-            "workqueue: a group's max_in_flight must be at least 1"
-        );
-        self.flow
-            .group_limits
-            .insert(group.into().into_boxed_str(), limit);
+        self.flow = self.flow.group_max_in_flight(group, limit);
         self
     }
 
@@ -290,7 +276,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
     ///
     /// If `per_second` is not a positive finite number, or `burst` is 0.
     pub fn hand_out_rate(mut self, per_second: f64, burst: u32) -> Self {
-        self.flow.rate = Some(Rate::new(per_second, burst));
+        self.flow = self.flow.hand_out_rate(per_second, burst);
         self
     }
 
@@ -302,7 +288,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
     ///
     /// As [`hand_out_rate`](Self::hand_out_rate).
     pub fn hand_out_rate_per_group(mut self, per_second: f64, burst: u32) -> Self {
-        self.flow.rate_per_group = Some(Rate::new(per_second, burst));
+        self.flow = self.flow.hand_out_rate_per_group(per_second, burst);
         self
     }
 
@@ -317,21 +303,16 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
         per_second: f64,
         burst: u32,
     ) -> Self {
-        self.flow
-            .group_rates
-            .insert(group.into().into_boxed_str(), Rate::new(per_second, burst));
+        self.flow = self.flow.group_hand_out_rate(group, per_second, burst);
         self
     }
 
     /// Builds the queue.
     pub fn build(self) -> WorkQueue<T> {
-        let flow_config = self.flow;
-        let grouper = self.grouper;
-        let flow = grouper.is_some()
-            || flow_config.max_in_flight.is_some()
-            || flow_config.max_in_flight_per_group.is_some()
-            || !flow_config.group_limits.is_empty()
-            || flow_config.has_rates();
+        let flow = self.flow.is_active();
+        let limits = self.flow.limits().clone();
+        let flow_config = FlowConfig::from(&limits);
+        let grouper = self.flow.group_fn().cloned();
         let rates = flow_config.has_rates();
         let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(RealClock));
         let limiter = self.limiter.unwrap_or_else(|| {
@@ -364,6 +345,11 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
                                     .upgrade()
                                     .and_then(|shared| shared.flow_figures(top))
                             });
+                    let probe = if flow {
+                        probe.with_flow_limits(limits.clone())
+                    } else {
+                        probe
+                    };
                     Some(provider.new_queue(name, probe))
                 }
                 _ => None,

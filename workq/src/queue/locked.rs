@@ -88,7 +88,7 @@ pub(crate) struct Shared<T> {
 }
 
 /// A queue's group function.
-pub(super) type Grouper<T> = Box<dyn Fn(&T) -> String + Send + Sync>;
+pub(super) type Grouper<T> = crate::flow::GroupFn<T>;
 
 // The protocol needs no bounds on `T`: dropping a `Lease` (which has none) goes through it.
 impl<T> Shared<T> {

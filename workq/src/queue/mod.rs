@@ -30,7 +30,6 @@ use locked::{After, join_unless_current};
 
 use crate::error::TryGetError;
 use crate::lease::Lease;
-use crate::state::flow::FlowConfig;
 use crate::stats::{FlowStats, GroupStats, QueueStats};
 use crate::sync::{self, Ordering};
 use crate::waiters::Signal;
@@ -115,8 +114,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
             clock: None,
             limiter: None,
             metrics: None,
-            grouper: None,
-            flow: FlowConfig::default(),
+            flow: crate::flow::FlowControl::new(),
         }
     }
 

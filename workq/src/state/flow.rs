@@ -33,6 +33,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use slab::Slab;
 
 use super::ready::Ready;
+use crate::flow::{FlowLimits, HandOutRate};
 use crate::stats::{FlowStats, GroupStats};
 
 /// A hand-out rate: one token every `interval` nanoseconds, at most `burst` saved up.
@@ -49,18 +50,19 @@ impl Rate {
     ///
     /// # Panics
     ///
-    /// If `per_second` is not a positive finite number, or `burst` is 0.
+    /// As [`HandOutRate::new`].
+    #[cfg(test)]
     pub(crate) fn new(per_second: f64, burst: u32) -> Self {
-        assert!(
-            per_second.is_finite() && per_second > 0.0,
-            "workqueue: a hand-out rate must be a positive number of items per second, not {per_second}"
-        );
-        assert!(
-            burst > 0,
-            "workqueue: a hand-out rate needs a burst of at least 1"
-        );
-        let interval = (1e9 / per_second).round().clamp(1.0, u64::MAX as f64) as u64;
-        Self { interval, burst }
+        Self::from(HandOutRate::new(per_second, burst))
+    }
+}
+
+impl From<HandOutRate> for Rate {
+    fn from(rate: HandOutRate) -> Self {
+        Rate {
+            interval: rate.interval_nanos(),
+            burst: rate.burst.max(1),
+        }
     }
 }
 
@@ -105,6 +107,33 @@ pub(crate) struct FlowConfig {
     pub(crate) rate_per_group: Option<Rate>,
     /// Per-group rates.
     pub(crate) group_rates: HashMap<Box<str>, Rate>,
+}
+
+impl From<&FlowLimits> for FlowConfig {
+    fn from(limits: &FlowLimits) -> Self {
+        let named = |name: &String| name.clone().into_boxed_str();
+        FlowConfig {
+            max_in_flight: limits.max_in_flight,
+            max_in_flight_per_group: limits.max_in_flight_per_group,
+            group_limits: limits
+                .group_max_in_flight
+                .iter()
+                .map(|(group, limit)| (named(group), *limit))
+                .collect(),
+            group_weights: limits
+                .group_weights
+                .iter()
+                .map(|(group, weight)| (named(group), (*weight).max(1)))
+                .collect(),
+            rate: limits.hand_out_rate.map(Rate::from),
+            rate_per_group: limits.hand_out_rate_per_group.map(Rate::from),
+            group_rates: limits
+                .group_hand_out_rates
+                .iter()
+                .map(|(group, rate)| (named(group), Rate::from(*rate)))
+                .collect(),
+        }
+    }
 }
 
 impl FlowConfig {
@@ -516,11 +545,13 @@ impl Flow {
             .groups
             .iter()
             .filter(|(_, group)| group.ready.len > 0 || group.in_flight > 0)
-            .map(|(_, group)| GroupStats {
-                name: group.name.to_string(),
-                ready: group.ready.len,
-                in_flight: group.in_flight,
-                limit: group.limit,
+            .map(|(_, group)| {
+                GroupStats::new(
+                    group.name.to_string(),
+                    group.ready.len,
+                    group.in_flight,
+                    group.limit,
+                )
             })
             .collect();
         figures.sort_by(|a, b| {
