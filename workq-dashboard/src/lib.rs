@@ -89,6 +89,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 
 mod api;
+mod client;
 mod config;
 pub mod exposition;
 mod guard;
