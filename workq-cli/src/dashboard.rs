@@ -79,6 +79,10 @@ pub(crate) struct DashboardArgs {
     /// handshake); an idle or slow one is closed.
     #[arg(long, value_name = "SECS", default_value_t = Server::DEFAULT_HEADER_READ_TIMEOUT.as_secs())]
     header_read_timeout: u64,
+    /// Seconds a request may take, its body included; then it is answered 408 (and logged
+    /// and counted as a refusal).
+    #[arg(long, value_name = "SECS", default_value_t = Config::default().request_timeout.as_secs())]
+    request_timeout: u64,
     /// No actions (requeue, delete, purge, retry, remove, pause, resume, forget).
     #[arg(long)]
     read_only: bool,
@@ -280,6 +284,7 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
         sample_every: Duration::from_secs(args.sample_every.max(1)),
         history_queues: args.history_queues,
         public_url: args.public_url.clone(),
+        request_timeout: Duration::from_secs(args.request_timeout.max(1)),
         ..Config::default()
     };
     let read_only = config.read_only;

@@ -119,6 +119,21 @@ impl Dashboard {
     }
 }
 
+/// Asserts that `text` holds every one of `parts`.
+fn assert_holds(text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "{part} in {text}");
+    }
+}
+
+/// A `wq dashboard` on a free loopback port with `extra` arguments, for a Redis that is not
+/// there (its API answers 503): for what comes before the queues.
+fn without_redis(extra: &[&str]) -> Dashboard {
+    let mut args = vec!["--addr", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1/"];
+    args.extend_from_slice(extra);
+    Dashboard::start(&args, &[])
+}
+
 /// One request on a fresh connection: the whole answer.
 fn http(addr: &str, request: &str) -> String {
     let mut stream = TcpStream::connect(addr).unwrap();
@@ -397,6 +412,120 @@ fn no_auth_says_loudly_what_it_trusts() {
     ] {
         assert!(log.contains(part), "{part} in {log}");
     }
+}
+
+/// The refusal of `action` in an audit trail.
+fn refusal_of<'a>(log: &'a str, action: &str) -> &'a str {
+    log.lines()
+        .find(|l| {
+            l.contains("dashboard request refused") && l.contains(&format!("action=\"{action}\""))
+        })
+        .unwrap_or_else(|| panic!("no refusal of {action} in {log}"))
+}
+
+/// `--read-only` refuses every action, and each refusal is a line of the audit trail naming
+/// who asked, the action, the queue and the item its body named, and is counted; so is a
+/// refusal for want of a token.
+#[test]
+fn read_only_refusals_name_their_item_in_the_audit_trail_and_are_counted() {
+    let dashboard = without_redis(&["--read-only"]);
+    assert!(dashboard.line.contains("(read-only)"), "{}", dashboard.line);
+    let addr = dashboard.addr.clone();
+    let body = r#"{"item":"\"default/web-0\""}"#;
+    let with_body = |extra: &str| {
+        http(
+            &addr,
+            &format!(
+                "POST /api/queues/mail/items/remove HTTP/1.1\r\nHost: {addr}\r\n\
+                 Origin: http://{addr}\r\nX-Wq-Csrf: 1\r\n{extra}Content-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    let refused = with_body(&dashboard.bearer());
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+    assert!(refused.contains("read-only"), "{refused}");
+    let unknown = with_body("");
+    assert!(unknown.starts_with("HTTP/1.1 401"), "{unknown}");
+    let purge = http_post(
+        &addr,
+        "/api/queues/mail/dead-letters/purge",
+        &dashboard.bearer(),
+    );
+    assert!(purge.starts_with("HTTP/1.1 403"), "{purge}");
+    assert_holds(
+        &http_get(&addr, "/metrics", &dashboard.bearer()),
+        &[
+            "workqueue_dashboard_refusals_total{reason=\"read_only\"} 2",
+            "workqueue_dashboard_refusals_total{reason=\"unauthorized\"} 1",
+            "workqueue_dashboard_actions_total{action=\"remove\",result=\"refused\"} 2",
+            "workqueue_dashboard_actions_total{action=\"purge_dead_letters\",result=\"refused\"} 1",
+        ],
+    );
+    let log = dashboard.stop();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("dashboard request refused") && l.contains("action=\"remove\""))
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    for (line, status, reason) in [
+        (lines[0], "403", "the dashboard is read-only"),
+        (lines[1], "401", "a token is needed"),
+    ] {
+        assert_holds(
+            line,
+            &[
+                "client=\"127.0.0.1:",
+                "queue=\"mail\"",
+                r#"item="\"default/web-0\"""#,
+                "result=\"refused\"",
+                &format!("status={status}"),
+                reason,
+            ],
+        );
+    }
+    assert_holds(
+        refusal_of(&log, "purge_dead_letters"),
+        &["queue=\"mail\"", "item=\"\"", "read-only", "status=403"],
+    );
+}
+
+/// A request whose body does not come within `--request-timeout` is answered 408, and the
+/// refusal is logged with the action and queue it asked for, and counted.
+#[test]
+fn a_request_over_the_time_limit_is_logged_and_counted() {
+    let dashboard = without_redis(&["--request-timeout", "1"]);
+    let addr = dashboard.addr.clone();
+    let started = Instant::now();
+    let reply = http(
+        &addr,
+        &format!(
+            "POST /api/queues/mail/dead-letters/purge HTTP/1.1\r\nHost: {addr}\r\n\
+             X-Wq-Csrf: 1\r\n{}Content-Length: 100\r\nConnection: close\r\n\r\n{{",
+            dashboard.bearer()
+        ),
+    );
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_holds(
+        &http_get(&addr, "/metrics", &dashboard.bearer()),
+        &[
+            "workqueue_dashboard_refusals_total{reason=\"timeout\"} 1",
+            "workqueue_dashboard_actions_total{action=\"purge_dead_letters\",result=\"refused\"} 1",
+        ],
+    );
+    let log = dashboard.stop();
+    assert_holds(
+        refusal_of(&log, "purge_dead_letters"),
+        &[
+            "client=\"127.0.0.1:",
+            "queue=\"mail\"",
+            "result=\"refused\"",
+            "status=408",
+            "took over 1 s",
+        ],
+    );
 }
 
 /// The issue's request through nginx's defaults on the same host: the dashboard sees it come

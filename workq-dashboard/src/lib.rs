@@ -98,6 +98,7 @@ mod metrics;
 mod respond;
 mod server;
 mod state;
+mod target;
 mod token;
 
 pub use config::Config;
