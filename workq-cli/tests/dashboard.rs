@@ -39,7 +39,7 @@ struct Dashboard {
     token: Option<String>,
     /// Kept open for the process's life: it may print more lines (the proxied address
     /// after the public one), and a closed pipe would make that print fail.
-    _stdout: BufReader<ChildStdout>,
+    stdout: BufReader<ChildStdout>,
     stderr: ChildStderr,
 }
 
@@ -82,9 +82,16 @@ impl Dashboard {
             line,
             addr,
             token,
-            _stdout: stdout,
+            stdout,
             stderr,
         }
+    }
+
+    /// The next line it printed after the first.
+    fn next_line(&mut self) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line
     }
 
     fn pid(&self) -> u32 {
@@ -164,16 +171,39 @@ fn http_post(addr: &str, path: &str, extra: &str) -> String {
     )
 }
 
+/// Runs `wq dashboard ARGS`, which must refuse them at start (exit 2, within 20 s: a
+/// dashboard that starts serving instead is stopped, and the test fails); its stderr.
 fn refused(args: &[&str]) -> String {
-    let out = Command::new(WQ)
+    let child = Command::new(WQ)
         .arg("dashboard")
         .args(["--redis", "redis://127.0.0.1:1/"])
         .args(args)
         .env_remove("WQ_DASHBOARD_TOKEN")
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    let mut process = Stop(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = process.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{args:?}: not refused, it serves"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    process
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
     stderr
 }
 
@@ -185,8 +215,21 @@ fn the_network_is_not_served_in_clear_tokenless_or_with_a_weak_token() {
     }
     let tokenless = refused(&["--addr", "0.0.0.0:0", "--insecure-http", "--no-auth"]);
     assert!(tokenless.contains("loopback"), "{tokenless}");
-    let plain = refused(&["--public-url", "http://ops.example.com/wq/"]);
-    assert!(plain.contains("https://"), "{plain}");
+    // A plain `http://` public URL is refused, `--insecure-http` or not: that flag lets
+    // this server speak plain HTTP, not the page operators open.
+    for extra in [
+        &[][..],
+        &["--insecure-http"],
+        &["--insecure-http", "--addr", "0.0.0.0:0"],
+    ] {
+        let mut args = vec!["--public-url", "http://ops.example.com/wq/"];
+        args.extend_from_slice(extra);
+        let plain = refused(&args);
+        assert!(
+            plain.contains("--public-url") && plain.contains("https://"),
+            "{args:?}: {plain}"
+        );
+    }
     let weak = refused(&["--token", "t0ken-123"]);
     assert!(
         weak.contains("too weak") && !weak.contains("t0ken-123"),
@@ -385,6 +428,75 @@ fn behind_a_proxy_the_public_address_is_printed_with_the_token() {
     );
     assert!(dashboard.token.is_some());
     dashboard.stop();
+}
+
+/// A non-loopback `--addr` is served behind a proxy that ends TLS (`--public-url
+/// https://...`) or, when told so, in clear (`--insecure-http`), and the start says which.
+#[test]
+fn a_network_address_is_served_behind_an_https_proxy_or_in_clear_when_told() {
+    let mut behind = Dashboard::start(
+        &[
+            "--addr",
+            "0.0.0.0:0",
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--public-url",
+            "https://ops.example.com/wq/",
+        ],
+        &[],
+    );
+    assert!(
+        behind.line.contains("https://ops.example.com/wq/?token="),
+        "{}",
+        behind.line
+    );
+    let listening = behind.next_line();
+    assert!(
+        listening.contains("listening on http://0.0.0.0:")
+            && listening.contains("behind the proxy")
+            && listening.contains("plain HTTP from the proxy"),
+        "{listening}"
+    );
+    let port = listening
+        .split("0.0.0.0:")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no port in {listening:?}"));
+    let addr = format!("127.0.0.1:{port}");
+    // Served, to whoever has the token (Redis is not there: 503).
+    assert!(http_get(&addr, "/api/queues", "").starts_with("HTTP/1.1 401"));
+    let reply = http_get(&addr, "/api/queues", &behind.bearer());
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    let log = behind.stop();
+    assert!(!log.contains("WARNING"), "{log}");
+
+    let clear = Dashboard::start(
+        &[
+            "--addr",
+            "0.0.0.0:0",
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--insecure-http",
+        ],
+        &[],
+    );
+    assert!(
+        clear.line.starts_with("wq dashboard: http://0.0.0.0:") && clear.token.is_some(),
+        "{}",
+        clear.line
+    );
+    let reply = http_get(&clear.addr, "/api/queues", &clear.bearer());
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    let log = clear.stop();
+    assert_holds(
+        &log,
+        &[
+            "WARNING: --insecure-http",
+            "plain HTTP",
+            "in clear",
+            "--tls-cert",
+        ],
+    );
 }
 
 #[test]
