@@ -132,8 +132,8 @@ pub use error::Error;
 pub use faults::Mutation;
 pub use inspect::SEARCH_BUDGET;
 pub use lease::Lease;
-pub use listing::{RedisAdmin, SETTINGS_CHECK_INTERVAL};
-pub use persistence::Persistence;
+pub use listing::RedisAdmin;
+pub use persistence::{Persistence, SETTINGS_CHECK_INTERVAL};
 pub use queue::RedisQueue;
 pub use rate_limit::RateLimit;
 

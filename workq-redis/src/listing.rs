@@ -43,11 +43,11 @@ use serde::de::DeserializeOwned;
 use workq::admin::{QueueSummary, redact_url, redact_urls_in};
 
 use crate::builder::{Builder, Opened, Shared, Target};
-#[cfg(feature = "cluster")]
-use crate::connection::Conn;
 use crate::connection::validate;
+#[cfg(feature = "cluster")]
+use crate::connection::{Conn, OnNode};
 use crate::error::Error;
-use crate::persistence::Persistence;
+use crate::persistence::{Persistence, Readings, SETTINGS_CHECK_INTERVAL, log_change, problems_of};
 use crate::queue::RedisQueue;
 use crate::reply::{number, parts, parts_ref};
 use crate::scripts::{FIGURES, Keys, Oom, script_source};
@@ -137,10 +137,6 @@ pub struct RedisAdmin {
     settings_check: Duration,
 }
 
-/// How often, at most, the server's persistence settings are read again while the admin is
-/// used (see [`RedisAdmin::settings_check_interval`]).
-pub const SETTINGS_CHECK_INTERVAL: Duration = Duration::from_secs(60);
-
 /// What the last call found of the server, and how to speak of it.
 pub(crate) struct Health {
     /// The last call reached the server.
@@ -151,8 +147,9 @@ pub(crate) struct Health {
     pub(crate) server: String,
     /// The URLs as given, and the passwords in them: taken out of every message.
     secrets: Vec<String>,
-    /// The persistence settings as last read again after the connection opened, and when.
-    pub(crate) settings: Mutex<Option<(Instant, Persistence)>>,
+    /// The persistence settings as last read (of the server, or of every primary of a
+    /// cluster), and when: at the connection's opening, then by the periodic check.
+    pub(crate) settings: Mutex<Option<(Instant, Readings)>>,
 }
 
 impl Health {
@@ -291,10 +288,11 @@ impl RedisAdmin {
 
     /// How often, at most, the server's persistence settings (`appendonly`, `appendfsync`,
     /// `maxmemory-policy`) are read again while the admin is used: the first call of the
-    /// contract after the interval reads them (one `CONFIG GET` each), so a setting changed
-    /// on a running server (`CONFIG SET maxmemory-policy allkeys-lru`) shows in
-    /// [`status`](workq::admin::Admin::status)'s warnings, and is logged, without a
-    /// reconnect. Default [`SETTINGS_CHECK_INTERVAL`], a minute; an idle admin reads nothing.
+    /// contract after the interval reads them (one `CONFIG GET` each, on every primary of a
+    /// cluster), so a setting changed on a running server (`CONFIG SET maxmemory-policy
+    /// allkeys-lru`) shows in [`status`](workq::admin::Admin::status)'s warnings, and is
+    /// logged once, without a reconnect. Default [`SETTINGS_CHECK_INTERVAL`], a minute; an
+    /// idle admin reads nothing.
     #[must_use]
     pub fn settings_check_interval(mut self, interval: Duration) -> Self {
         self.settings_check = interval;
@@ -308,65 +306,110 @@ impl RedisAdmin {
 
     /// The server's persistence settings as last read: when the connection opened, or since
     /// by the periodic check ([`settings_check_interval`](Self::settings_check_interval)).
-    /// `None` before the first call, and on a cluster.
+    /// `None` before the first call, and on a cluster, where each primary has settings of its
+    /// own: [`status`](workq::admin::Admin::status) names each primary's problems.
     pub fn persistence(&self) -> Option<Persistence> {
+        match self.readings().as_slice() {
+            [(None, persistence)] => Some(persistence.clone()),
+            _ => None,
+        }
+    }
+
+    /// The persistence settings as last read, each named by its primary on a cluster (for
+    /// `status`).
+    pub(crate) fn readings(&self) -> Readings {
         let checked = self
             .health
             .settings
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map(|(_, p)| p.clone());
-        checked.or_else(|| self.shared.opened()?.persistence.clone())
+            .map(|(_, readings)| readings.clone());
+        checked
+            .or_else(|| {
+                let at_open = self.shared.opened()?.persistence.clone()?;
+                Some(vec![(None, at_open)])
+            })
+            .unwrap_or_default()
     }
 
     /// Reads the persistence settings again if the last read is older than the interval
-    /// (the connection's opening counts as a read); logs a warning when their problems
-    /// changed and are not none. Nothing on a cluster (the settings are per node), before
-    /// the connection opened, or while the last call found the server down (a read would
-    /// only wait out the timeouts).
+    /// (the connection's opening counts as a read on a single server; a cluster's primaries
+    /// are first read at the first call, once the connection opened); logs a change of
+    /// their problems once. Nothing before the connection opened, or, past the first read,
+    /// while the last call found the server down (a read would only wait out the timeouts).
     pub(crate) async fn check_settings(&self) {
         let Some(opened) = self.shared.opened() else {
             return;
         };
-        if !self.health.up.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        let Some(at_open) = &opened.persistence else {
-            return;
-        };
+        let up = self.health.up.load(std::sync::atomic::Ordering::Relaxed);
         let before = {
             let mut settings = self
                 .health
                 .settings
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            let (read_at, last) = settings.get_or_insert_with(|| (Instant::now(), at_open.clone()));
-            if read_at.elapsed() < self.settings_check {
-                return;
+            if settings.is_none()
+                && let Some(at_open) = &opened.persistence
+            {
+                *settings = Some((Instant::now(), vec![(None, at_open.clone())]));
             }
-            // Whoever gets here first reads; the others keep the last reading meanwhile.
-            *read_at = Instant::now();
-            last.problems()
+            match settings.as_mut() {
+                Some((read_at, last)) => {
+                    if !up || read_at.elapsed() < self.settings_check {
+                        return;
+                    }
+                    // Whoever gets here first reads; the others keep the last reading
+                    // meanwhile.
+                    *read_at = Instant::now();
+                    problems_of(last)
+                }
+                // A cluster's primaries, never read yet.
+                None => {
+                    *settings = Some((Instant::now(), Vec::new()));
+                    Vec::new()
+                }
+            }
         };
-        let now = Persistence::read(&mut opened.con.clone()).await;
-        if now == Persistence::default() {
-            // Nothing could be read (the server went away meanwhile): keep the last reading.
+        let Some(now) = self.read_settings(opened).await else {
+            // Nothing could be read (a server went away meanwhile): keep the last reading.
             return;
-        }
-        let problems = now.problems();
-        if problems != before && !problems.is_empty() {
-            tracing::warn!(
-                server = %self.health.server,
-                problems = %problems.join("; "),
-                "workq-redis: the server's persistence settings changed: they cannot keep acknowledged work through a crash"
-            );
-        }
+        };
+        log_change(&self.health.server, None, &before, &problems_of(&now));
         *self
             .health
             .settings
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), now));
+    }
+
+    /// The persistence settings of the server, or of every primary of a cluster (each holds
+    /// some of the queues, and has settings of its own); `None` if one could not be read at
+    /// all.
+    async fn read_settings(&self, opened: &Opened) -> Option<Readings> {
+        let mut readings = Vec::new();
+        match &opened.con {
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => {
+                for node in self.nodes().await.ok()? {
+                    let Node::Addr(host, port) = node else {
+                        continue;
+                    };
+                    let route = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port,
+                    };
+                    let persistence = Persistence::read(&mut OnNode::new(c.clone(), route)).await;
+                    readings.push((Some(format!("{host}:{port}")), persistence));
+                }
+            }
+            con => readings.push((None, Persistence::read(&mut con.clone()).await)),
+        }
+        let unread = readings.is_empty()
+            || readings
+                .iter()
+                .any(|(_, persistence)| *persistence == Persistence::default());
+        (!unread).then_some(readings)
     }
 
     /// What the last call found of the server (for `status`).
