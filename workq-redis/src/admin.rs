@@ -159,6 +159,15 @@ impl Admin for RedisAdmin {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        if health.indexing.load(Ordering::Relaxed) {
+            status.warnings.push(
+                "still looking for queues made by a version that kept no index of queue \
+                 names: each listing scans some 10,000 more keys of each primary until the \
+                 keyspace is scanned once, and such queues may be missing until then \
+                 (RedisAdmin::reindex scans it all at once)"
+                    .to_owned(),
+            );
+        }
         let readings = self.readings();
         if !readings.is_empty() {
             status.warnings.extend(problems_of(&readings));

@@ -567,7 +567,8 @@ async fn a_listing_costs_the_same_beside_a_million_unrelated_keys() {
     let _: () = con.rpush("wq:{legacy}:ready", json("old")).await.unwrap();
     let _: () = con.sadd("wq:{legacy}:dirty", json("old")).await.unwrap();
     let admin = admin(&server).await;
-    // The first listing finds it by the one-time scan, and indexes it.
+    // The first listing finds it by the first step of the one-time scan (the keyspace is
+    // small: one step scans it all), and indexes it.
     let listed: Vec<String> = admin
         .queues()
         .await
