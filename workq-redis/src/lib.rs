@@ -63,7 +63,8 @@
 //! server's `appendonly yes`,
 //! `appendfsync always` and `maxmemory-policy noeviction`, nothing acknowledged is lost when
 //! the server crashes either; [`RedisQueue::persistence`] reports the settings, and the queue
-//! warns once at start when they cannot keep that promise.
+//! warns once at start when they cannot keep that promise, and once more when they change on
+//! the running server ([`Builder::settings_check_interval`]).
 //!
 //! # Items
 //!
