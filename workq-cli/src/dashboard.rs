@@ -54,8 +54,8 @@ pub(crate) struct DashboardArgs {
     no_auth: bool,
     /// The URL operators open when a reverse proxy serves the dashboard
     /// (`https://ops.example.com/wq/`): actions from that origin are accepted, the cookie is
-    /// scoped to its path and `Secure`. `https` only (an `http://` one needs
-    /// `--insecure-http`).
+    /// scoped to its path and `Secure`. `https` only: an `http://` one is refused, whatever
+    /// the other flags.
     #[arg(long)]
     public_url: Option<String>,
     /// Serve HTTPS with the certificate chain in this PEM file (with `--tls-key`).
@@ -64,8 +64,8 @@ pub(crate) struct DashboardArgs {
     /// The private key of `--tls-cert`, a PEM file.
     #[arg(long, requires = "tls_cert", value_name = "PEM")]
     tls_key: Option<PathBuf>,
-    /// Serve plain HTTP on a non-loopback `--addr` (or behind an `http://` public URL): the
-    /// token and every item cross the network in clear.
+    /// Serve plain HTTP on a non-loopback `--addr`, with no public URL: the token and every
+    /// item cross the network in clear.
     #[arg(long)]
     insecure_http: bool,
     /// At most this many connections at once; more are closed as they come.
@@ -79,6 +79,10 @@ pub(crate) struct DashboardArgs {
     /// handshake); an idle or slow one is closed.
     #[arg(long, value_name = "SECS", default_value_t = Server::DEFAULT_HEADER_READ_TIMEOUT.as_secs())]
     header_read_timeout: u64,
+    /// Seconds a request may take, its body included; then it is answered 408 (and logged
+    /// and counted as a refusal).
+    #[arg(long, value_name = "SECS", default_value_t = Config::default().request_timeout.as_secs())]
+    request_timeout: u64,
     /// No actions (requeue, delete, purge, retry, remove, pause, resume, forget).
     #[arg(long)]
     read_only: bool,
@@ -212,12 +216,12 @@ fn access(args: &DashboardArgs) -> Result<Access, String> {
         let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
         match scheme.as_deref() {
             Some("https") => {}
-            Some("http") if args.insecure_http => {}
+            // `--insecure-http` does not make it acceptable: it says this server speaks plain
+            // HTTP, not that the page operators open may.
             Some("http") => {
                 return Err(format!(
-                    "--public-url {url}: the page would be served in clear to other machines; \
-                     give an https:// URL (TLS ended at the proxy), or --insecure-http to \
-                     accept it"
+                    "--public-url {url}: operators would open the page, and send the token, in \
+                     clear; give the https:// URL the proxy serves (TLS ended at the proxy)"
                 ));
             }
             _ => return Err(format!("--public-url {url}: give https://HOST[/PATH]")),
@@ -280,6 +284,7 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
         sample_every: Duration::from_secs(args.sample_every.max(1)),
         history_queues: args.history_queues,
         public_url: args.public_url.clone(),
+        request_timeout: Duration::from_secs(args.request_timeout.max(1)),
         ..Config::default()
     };
     let read_only = config.read_only;
@@ -368,10 +373,25 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
                  Authorization: Bearer TOKEN)\n"
             ));
         }
+        let clear_on_the_network = !server.is_tls() && !local.ip().is_loopback();
         if args.public_url.is_some() {
             banner.push_str(&format!(
-                "wq dashboard: listening on {scheme}://{local}/ behind the proxy\n"
+                "wq dashboard: listening on {scheme}://{local}/ behind the proxy{}\n",
+                if clear_on_the_network {
+                    " (plain HTTP from the proxy to here: keep that hop on a private network, \
+                     or give --tls-cert and --tls-key)"
+                } else {
+                    ""
+                }
             ));
+        } else if clear_on_the_network {
+            // Only `--insecure-http` gets here (`access` refused the rest).
+            eprintln!(
+                "wq dashboard: WARNING: --insecure-http: {local} serves plain HTTP to the \
+                 network; the token and every item cross it in clear, readable by anyone on \
+                 the path. Give --tls-cert and --tls-key, or serve it behind a proxy that ends \
+                 TLS (--public-url https://...)."
+            );
         }
         // One write, and a reader that has gone (a closed pipe) does not stop the server:
         // `println!` would panic on it.

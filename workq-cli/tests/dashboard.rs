@@ -39,7 +39,7 @@ struct Dashboard {
     token: Option<String>,
     /// Kept open for the process's life: it may print more lines (the proxied address
     /// after the public one), and a closed pipe would make that print fail.
-    _stdout: BufReader<ChildStdout>,
+    stdout: BufReader<ChildStdout>,
     stderr: ChildStderr,
 }
 
@@ -82,9 +82,16 @@ impl Dashboard {
             line,
             addr,
             token,
-            _stdout: stdout,
+            stdout,
             stderr,
         }
+    }
+
+    /// The next line it printed after the first.
+    fn next_line(&mut self) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line
     }
 
     fn pid(&self) -> u32 {
@@ -119,6 +126,21 @@ impl Dashboard {
     }
 }
 
+/// Asserts that `text` holds every one of `parts`.
+fn assert_holds(text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "{part} in {text}");
+    }
+}
+
+/// A `wq dashboard` on a free loopback port with `extra` arguments, for a Redis that is not
+/// there (its API answers 503): for what comes before the queues.
+fn without_redis(extra: &[&str]) -> Dashboard {
+    let mut args = vec!["--addr", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1/"];
+    args.extend_from_slice(extra);
+    Dashboard::start(&args, &[])
+}
+
 /// One request on a fresh connection: the whole answer.
 fn http(addr: &str, request: &str) -> String {
     let mut stream = TcpStream::connect(addr).unwrap();
@@ -149,16 +171,39 @@ fn http_post(addr: &str, path: &str, extra: &str) -> String {
     )
 }
 
+/// Runs `wq dashboard ARGS`, which must refuse them at start (exit 2, within 20 s: a
+/// dashboard that starts serving instead is stopped, and the test fails); its stderr.
 fn refused(args: &[&str]) -> String {
-    let out = Command::new(WQ)
+    let child = Command::new(WQ)
         .arg("dashboard")
         .args(["--redis", "redis://127.0.0.1:1/"])
         .args(args)
         .env_remove("WQ_DASHBOARD_TOKEN")
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    let mut process = Stop(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = process.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{args:?}: not refused, it serves"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    process
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
     stderr
 }
 
@@ -170,8 +215,21 @@ fn the_network_is_not_served_in_clear_tokenless_or_with_a_weak_token() {
     }
     let tokenless = refused(&["--addr", "0.0.0.0:0", "--insecure-http", "--no-auth"]);
     assert!(tokenless.contains("loopback"), "{tokenless}");
-    let plain = refused(&["--public-url", "http://ops.example.com/wq/"]);
-    assert!(plain.contains("https://"), "{plain}");
+    // A plain `http://` public URL is refused, `--insecure-http` or not: that flag lets
+    // this server speak plain HTTP, not the page operators open.
+    for extra in [
+        &[][..],
+        &["--insecure-http"],
+        &["--insecure-http", "--addr", "0.0.0.0:0"],
+    ] {
+        let mut args = vec!["--public-url", "http://ops.example.com/wq/"];
+        args.extend_from_slice(extra);
+        let plain = refused(&args);
+        assert!(
+            plain.contains("--public-url") && plain.contains("https://"),
+            "{args:?}: {plain}"
+        );
+    }
     let weak = refused(&["--token", "t0ken-123"]);
     assert!(
         weak.contains("too weak") && !weak.contains("t0ken-123"),
@@ -372,6 +430,75 @@ fn behind_a_proxy_the_public_address_is_printed_with_the_token() {
     dashboard.stop();
 }
 
+/// A non-loopback `--addr` is served behind a proxy that ends TLS (`--public-url
+/// https://...`) or, when told so, in clear (`--insecure-http`), and the start says which.
+#[test]
+fn a_network_address_is_served_behind_an_https_proxy_or_in_clear_when_told() {
+    let mut behind = Dashboard::start(
+        &[
+            "--addr",
+            "0.0.0.0:0",
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--public-url",
+            "https://ops.example.com/wq/",
+        ],
+        &[],
+    );
+    assert!(
+        behind.line.contains("https://ops.example.com/wq/?token="),
+        "{}",
+        behind.line
+    );
+    let listening = behind.next_line();
+    assert!(
+        listening.contains("listening on http://0.0.0.0:")
+            && listening.contains("behind the proxy")
+            && listening.contains("plain HTTP from the proxy"),
+        "{listening}"
+    );
+    let port = listening
+        .split("0.0.0.0:")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no port in {listening:?}"));
+    let addr = format!("127.0.0.1:{port}");
+    // Served, to whoever has the token (Redis is not there: 503).
+    assert!(http_get(&addr, "/api/queues", "").starts_with("HTTP/1.1 401"));
+    let reply = http_get(&addr, "/api/queues", &behind.bearer());
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    let log = behind.stop();
+    assert!(!log.contains("WARNING"), "{log}");
+
+    let clear = Dashboard::start(
+        &[
+            "--addr",
+            "0.0.0.0:0",
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--insecure-http",
+        ],
+        &[],
+    );
+    assert!(
+        clear.line.starts_with("wq dashboard: http://0.0.0.0:") && clear.token.is_some(),
+        "{}",
+        clear.line
+    );
+    let reply = http_get(&clear.addr, "/api/queues", &clear.bearer());
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    let log = clear.stop();
+    assert_holds(
+        &log,
+        &[
+            "WARNING: --insecure-http",
+            "plain HTTP",
+            "in clear",
+            "--tls-cert",
+        ],
+    );
+}
+
 #[test]
 fn no_auth_says_loudly_what_it_trusts() {
     let dashboard = Dashboard::start(
@@ -397,6 +524,120 @@ fn no_auth_says_loudly_what_it_trusts() {
     ] {
         assert!(log.contains(part), "{part} in {log}");
     }
+}
+
+/// The refusal of `action` in an audit trail.
+fn refusal_of<'a>(log: &'a str, action: &str) -> &'a str {
+    log.lines()
+        .find(|l| {
+            l.contains("dashboard request refused") && l.contains(&format!("action=\"{action}\""))
+        })
+        .unwrap_or_else(|| panic!("no refusal of {action} in {log}"))
+}
+
+/// `--read-only` refuses every action, and each refusal is a line of the audit trail naming
+/// who asked, the action, the queue and the item its body named, and is counted; so is a
+/// refusal for want of a token.
+#[test]
+fn read_only_refusals_name_their_item_in_the_audit_trail_and_are_counted() {
+    let dashboard = without_redis(&["--read-only"]);
+    assert!(dashboard.line.contains("(read-only)"), "{}", dashboard.line);
+    let addr = dashboard.addr.clone();
+    let body = r#"{"item":"\"default/web-0\""}"#;
+    let with_body = |extra: &str| {
+        http(
+            &addr,
+            &format!(
+                "POST /api/queues/mail/items/remove HTTP/1.1\r\nHost: {addr}\r\n\
+                 Origin: http://{addr}\r\nX-Wq-Csrf: 1\r\n{extra}Content-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    let refused = with_body(&dashboard.bearer());
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+    assert!(refused.contains("read-only"), "{refused}");
+    let unknown = with_body("");
+    assert!(unknown.starts_with("HTTP/1.1 401"), "{unknown}");
+    let purge = http_post(
+        &addr,
+        "/api/queues/mail/dead-letters/purge",
+        &dashboard.bearer(),
+    );
+    assert!(purge.starts_with("HTTP/1.1 403"), "{purge}");
+    assert_holds(
+        &http_get(&addr, "/metrics", &dashboard.bearer()),
+        &[
+            "workqueue_dashboard_refusals_total{reason=\"read_only\"} 2",
+            "workqueue_dashboard_refusals_total{reason=\"unauthorized\"} 1",
+            "workqueue_dashboard_actions_total{action=\"remove\",result=\"refused\"} 2",
+            "workqueue_dashboard_actions_total{action=\"purge_dead_letters\",result=\"refused\"} 1",
+        ],
+    );
+    let log = dashboard.stop();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("dashboard request refused") && l.contains("action=\"remove\""))
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    for (line, status, reason) in [
+        (lines[0], "403", "the dashboard is read-only"),
+        (lines[1], "401", "a token is needed"),
+    ] {
+        assert_holds(
+            line,
+            &[
+                "client=\"127.0.0.1:",
+                "queue=\"mail\"",
+                r#"item="\"default/web-0\"""#,
+                "result=\"refused\"",
+                &format!("status={status}"),
+                reason,
+            ],
+        );
+    }
+    assert_holds(
+        refusal_of(&log, "purge_dead_letters"),
+        &["queue=\"mail\"", "item=\"\"", "read-only", "status=403"],
+    );
+}
+
+/// A request whose body does not come within `--request-timeout` is answered 408, and the
+/// refusal is logged with the action and queue it asked for, and counted.
+#[test]
+fn a_request_over_the_time_limit_is_logged_and_counted() {
+    let dashboard = without_redis(&["--request-timeout", "1"]);
+    let addr = dashboard.addr.clone();
+    let started = Instant::now();
+    let reply = http(
+        &addr,
+        &format!(
+            "POST /api/queues/mail/dead-letters/purge HTTP/1.1\r\nHost: {addr}\r\n\
+             X-Wq-Csrf: 1\r\n{}Content-Length: 100\r\nConnection: close\r\n\r\n{{",
+            dashboard.bearer()
+        ),
+    );
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_holds(
+        &http_get(&addr, "/metrics", &dashboard.bearer()),
+        &[
+            "workqueue_dashboard_refusals_total{reason=\"timeout\"} 1",
+            "workqueue_dashboard_actions_total{action=\"purge_dead_letters\",result=\"refused\"} 1",
+        ],
+    );
+    let log = dashboard.stop();
+    assert_holds(
+        refusal_of(&log, "purge_dead_letters"),
+        &[
+            "client=\"127.0.0.1:",
+            "queue=\"mail\"",
+            "result=\"refused\"",
+            "status=408",
+            "took over 1 s",
+        ],
+    );
 }
 
 /// The issue's request through nginx's defaults on the same host: the dashboard sees it come

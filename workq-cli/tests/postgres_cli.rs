@@ -198,6 +198,111 @@ fn pg(url: &str, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `wq queue` on PostgreSQL runs its statements under a `statement_timeout`: a listing stuck
+/// behind a lock is cancelled by the server when it passes (10 s), so the command gives up
+/// saying so, and leaves no statement waiting on the server, though the lock is still held
+/// (giving up on the answer alone would leave the query waiting there, holding its
+/// connection, until the lock went).
+#[test]
+fn a_statement_stuck_on_a_lock_is_cancelled_by_the_server() {
+    let Some(server) = server::PgServer::start() else {
+        return;
+    };
+    let url = url_with_password(&server);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // The pool and the transaction are dropped inside the runtime, a failing test's too.
+    let _context = runtime.enter();
+    let (pool, mut lock) = runtime.block_on(async {
+        let q: workq_postgres::PgQueue<String> = workq_postgres::PgQueue::builder("locked")
+            .url(url.clone())
+            .listen(false)
+            .build()
+            .await
+            .unwrap();
+        q.add("x".to_owned()).await.unwrap();
+        let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
+        let mut lock = pool.begin().await.unwrap();
+        sqlx::query("LOCK TABLE workqueue_queues IN ACCESS EXCLUSIVE MODE")
+            .execute(&mut *lock)
+            .await
+            .unwrap();
+        (pool, lock)
+    });
+    // The statements of `wq`'s connections (`application_name` wq), and how many wait for a
+    // lock.
+    let of_wq = |pool: &sqlx::PgPool| {
+        runtime.block_on(async {
+            sqlx::query_as::<_, (i64, i64)>(
+                "SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock')
+                 FROM pg_stat_activity WHERE application_name = 'wq'",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap()
+        })
+    };
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wq"))
+        .args(["queue", "list"])
+        .env("WQ_URL", &url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while of_wq(&pool).1 == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(9),
+            "the listing never waited for the lock"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("wq queue list did not give up");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let waited = started.elapsed();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the server cancelled the statement")
+            && stderr.contains("statement timeout"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(PASSWORD), "{stderr}");
+    assert!(waited >= Duration::from_secs(9), "{waited:?}");
+    // The lock is still held, and no statement of `wq` waits for it, or runs at all.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while of_wq(&pool).0 > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a statement of wq is left on the server: {:?}",
+            of_wq(&pool)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    runtime.block_on(async {
+        let held: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks
+             WHERE relation = 'workqueue_queues'::regclass AND mode = 'AccessExclusiveLock'
+               AND granted",
+        )
+        .fetch_one(&mut *lock)
+        .await
+        .unwrap();
+        assert_eq!(held, 1, "the lock was held throughout");
+        lock.rollback().await.unwrap();
+    });
+    let (listed, stdout, stderr) = pg(&url, &["list"]);
+    assert!(listed && stdout.contains("locked"), "{stdout}{stderr}");
+}
+
 /// `wq postgres` as an operator uses it: the queues at a glance, a queue's stats, fleet shut
 /// down, pause and resume, and dead letters, which stay while the queue is shut down.
 #[test]

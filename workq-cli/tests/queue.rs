@@ -207,6 +207,167 @@ fn on_redis_destructive_commands_ask_dry_run_and_refuse_unknown_queues() {
     destructive_commands_ask_first(&url);
 }
 
+/// The commands a server has run so far by name (`INFO commandstats`, commands run by
+/// scripts included), and a way to run more on it.
+struct Counted {
+    runtime: tokio::runtime::Runtime,
+    con: ::redis::aio::MultiplexedConnection,
+}
+
+impl Counted {
+    fn new(url: &str) -> Self {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let con = runtime.block_on(async {
+            // `DEBUG POPULATE` of 200,000 keys takes the server a while under load.
+            let config = ::redis::AsyncConnectionConfig::new()
+                .set_response_timeout(Some(std::time::Duration::from_secs(60)));
+            ::redis::Client::open(url)
+                .unwrap()
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .unwrap()
+        });
+        Counted { runtime, con }
+    }
+
+    fn run<T: ::redis::FromRedisValue>(&mut self, cmd: &mut ::redis::Cmd) -> T {
+        let con = &mut self.con;
+        self.runtime
+            .block_on(async { cmd.query_async(con).await.unwrap() })
+    }
+
+    fn calls(&mut self) -> std::collections::BTreeMap<String, u64> {
+        let info: String = self.run(::redis::cmd("INFO").arg("commandstats"));
+        info.lines()
+            .filter_map(|line| {
+                let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = rest
+                    .strip_prefix("calls=")?
+                    .split(',')
+                    .next()?
+                    .parse()
+                    .ok()?;
+                Some((name.to_owned(), calls))
+            })
+            .collect()
+    }
+
+    /// What `wq ARGS` made the server do, by command (the measure's own `INFO` left out),
+    /// and what it printed.
+    fn work_of(
+        &mut self,
+        url: &str,
+        args: &[&str],
+    ) -> (std::collections::BTreeMap<String, u64>, String) {
+        let before = self.calls();
+        let out = text(&wq(url, args));
+        let mut work = self.calls();
+        for (name, calls) in &mut work {
+            *calls -= before.get(name).copied().unwrap_or(0);
+            if name == "info" {
+                // The `INFO` that read `before`.
+                *calls -= 1;
+            }
+        }
+        work.retain(|_, calls| *calls > 0);
+        (work, out)
+    }
+}
+
+/// `wq queue list` on a Redis of 200,000 unrelated keys reads the index of queue names the
+/// queues keep, not the keyspace: the one-time search for queues made before the index
+/// scans a bounded part of the keyspace per listing (at most 10 `SCAN` rounds), going on
+/// where the last listing stopped, and says it is under way; once it is done a listing scans
+/// nothing, and costs the same with 200,000 more keys.
+#[test]
+fn a_listing_beside_200_000_unrelated_keys_does_bounded_work() {
+    let Some(server) =
+        redis::require_with(redis::Durability::None, &["--enable-debug-command", "yes"])
+    else {
+        return;
+    };
+    let url = server.url();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        for name in ["jobs", "mail", "pods"] {
+            let q: workq_redis::RedisQueue<String> = workq_redis::RedisQueue::builder(name)
+                .url(url.clone())
+                .check_persistence(false)
+                .build()
+                .await
+                .unwrap();
+            q.add("x".to_owned()).await.unwrap();
+        }
+    });
+    let mut server_con = Counted::new(&url);
+    // A queue of a version that kept no index: its keys only.
+    let _: i64 = server_con.run(
+        ::redis::cmd("RPUSH")
+            .arg("wq:{legacy}:ready")
+            .arg("\"old\""),
+    );
+    let _: () = server_con.run(
+        ::redis::cmd("DEBUG")
+            .arg("POPULATE")
+            .arg(200_000)
+            .arg("junk"),
+    );
+    let listed = |out: &str| -> Vec<String> {
+        ["jobs", "legacy", "mail", "pods"]
+            .into_iter()
+            .filter(|name| out.lines().any(|l| l.starts_with(name)))
+            .map(str::to_owned)
+            .collect()
+    };
+    let all = ["jobs", "legacy", "mail", "pods"];
+    let still_looking = "still looking for queues made by a version that kept no index";
+    let scans =
+        |work: &std::collections::BTreeMap<String, u64>| work.get("scan").copied().unwrap_or(0);
+
+    // The indexed queues at once; the old one once the step that scans its key has run
+    // (one of the 20 or so the keyspace takes: a step scans some 10,000 keys).
+    let mut listings = 0;
+    let mut found = false;
+    loop {
+        let (work, out) = server_con.work_of(&url, &["queue", "list"]);
+        listings += 1;
+        let names = listed(&out);
+        assert!(
+            ["jobs", "mail", "pods"]
+                .iter()
+                .all(|n| names.iter().any(|m| m == n)),
+            "{out}"
+        );
+        found |= names == all;
+        // Every listing until the scan is done (the last one included) takes a step of it.
+        assert!(
+            (1..=10).contains(&scans(&work)),
+            "listing {listings}: {work:?}"
+        );
+        if !out.contains(still_looking) {
+            break;
+        }
+        assert!(listings <= 40, "listing {listings}: not done");
+    }
+    assert!(found, "the old queue is listed once the scan is done");
+    assert!(listings > 1, "the keyspace took more than one bounded step");
+
+    // Done: a listing scans nothing, and its work does not grow with the keyspace.
+    let (settled, out) = server_con.work_of(&url, &["queue", "list"]);
+    assert_eq!(scans(&settled), 0, "{settled:?}");
+    assert_eq!(listed(&out), ["jobs", "legacy", "mail", "pods"], "{out}");
+    let _: () = server_con.run(
+        ::redis::cmd("DEBUG")
+            .arg("POPULATE")
+            .arg(200_000)
+            .arg("more"),
+    );
+    let size: u64 = server_con.run(&mut ::redis::cmd("DBSIZE"));
+    assert!(size > 400_000, "{size} keys");
+    let (crowded, _) = server_con.work_of(&url, &["queue", "list"]);
+    assert_eq!(crowded, settled, "the same commands beside twice the keys");
+}
+
 #[test]
 fn on_postgres_destructive_commands_ask_dry_run_and_refuse_unknown_queues() {
     let Some(server) = postgres::PgServer::start() else {

@@ -14,8 +14,9 @@ use workq::admin::{
 
 use crate::config::Config;
 use crate::guard::{action_of_path, forwarded_for, peer};
-use crate::respond::{Refusal, answer_error, now_ms, refuse_as};
+use crate::respond::{Refusal, answer_error, naming, now_ms, refuse_as};
 use crate::state::{AppState, Reads, Registered, Shared};
+use crate::target::Target;
 
 /// An error of a source as the API answers it: the status says whose fault it is, the text
 /// holds no secret.
@@ -202,6 +203,12 @@ fn cut(text: &str) -> Option<String> {
         end -= 1;
     }
     Some(format!("{}…", &text[..end]))
+}
+
+/// `text` as the audit trail logs it: cut to [`PREVIEW_BYTES`] (an item named by a
+/// request may be as long as the body limit, and whoever sent it chose it).
+fn logged(text: &str) -> String {
+    cut(text).unwrap_or_else(|| text.to_owned())
 }
 
 /// A page as a listing shows it: each item's text and each dead letter's error cut to
@@ -408,9 +415,11 @@ fn percent_decode(text: &str) -> Option<String> {
 /// The audit layer: every refused request (a missing or wrong token, a client that is not
 /// on this machine, a missing CSRF header, a foreign origin, the read-only switch, a body
 /// over the limit or unreadable, a request over the time limit) is logged with the client's
-/// address, the action and queue it asked for, the item if it got that far, and why, and is
-/// counted by reason (`workqueue_dashboard_refusals_total`); a refused action is also
-/// counted among the actions (`result="refused"`).
+/// address, the action and queue it asked for, the item or dead letter it named (`?item=`,
+/// or its body's `item` or `id`, cut to [`PREVIEW_BYTES`]; none for a body over the limit or
+/// that never came), and why, and is counted by reason
+/// (`workqueue_dashboard_refusals_total`); a refused action is also counted among the
+/// actions (`result="refused"`).
 pub(crate) async fn audit(
     State(state): State<AppState>,
     request: Request,
@@ -447,7 +456,7 @@ pub(crate) async fn audit(
         ""
     };
     let queue = queue_of_path(&path).unwrap_or_default();
-    let item = refusal.item.as_deref().unwrap_or("");
+    let item = refusal.item.as_deref().map(logged).unwrap_or_default();
     tracing::warn!(
         target: "workq_dashboard::audit",
         client = ?client,
@@ -477,13 +486,6 @@ pub(crate) async fn audit(
     response
 }
 
-/// The body of the actions that name an item or a dead letter.
-#[derive(Deserialize, Default)]
-pub(crate) struct Target {
-    item: Option<String>,
-    id: Option<String>,
-}
-
 /// Runs an action: resolves the source, acts, logs who did what and what came of it, counts
 /// it, and answers what it did.
 async fn run_action(
@@ -495,12 +497,17 @@ async fn run_action(
     action: Action,
 ) -> Response {
     let client = client_of(request_headers, peer);
+    let target = action.target().map(logged).unwrap_or_default();
     let r = match resolve(state, source, Some(name)).await {
         Ok(r) => r,
         Err(response) => {
             tracing::warn!(
                 target: "workq_dashboard::audit",
-                client = ?client, action = action.name(), queue = name, result = "not_found",
+                client = ?client,
+                action = action.name(),
+                queue = name,
+                item = target.as_str(),
+                result = "not_found",
                 "dashboard action"
             );
             count(state, &action, "error");
@@ -508,16 +515,18 @@ async fn run_action(
         }
     };
     if state.read_only(r) {
-        return refuse_as(
-            StatusCode::FORBIDDEN,
-            "read_only",
-            "this source is read-only",
+        return naming(
+            refuse_as(
+                StatusCode::FORBIDDEN,
+                "read_only",
+                "this source is read-only",
+            ),
+            action.target().map(str::to_owned),
         );
     }
     let result = workq::admin::act(&*r.admin, name, &action).await;
     r.note(&result);
     r.invalidate().await;
-    let target = action.target().unwrap_or("");
     match result {
         Ok(outcome) => {
             tracing::info!(
@@ -526,7 +535,7 @@ async fn run_action(
                 source = %r.label,
                 queue = name,
                 action = action.name(),
-                item = target,
+                item = target.as_str(),
                 result = "ok",
                 changed = outcome.changed,
                 outcome = %outcome.message,
@@ -549,7 +558,7 @@ async fn run_action(
                 source = %r.label,
                 queue = name,
                 action = action.name(),
-                item = target,
+                item = target.as_str(),
                 result = "error",
                 error = %redact_urls_in(&e.to_string()),
                 "dashboard action"
@@ -613,6 +622,8 @@ pub(crate) async fn act(
             Err(e) => return refuse_as(StatusCode::BAD_REQUEST, "bad_body", &format!("body: {e}")),
         }
     };
+    // What the body names, for the audit trail if it is refused.
+    let named = target.item.clone().or_else(|| target.id.clone());
     // What the body lacks, if it lacks what the action needs.
     let need = |what: Option<String>, field: &'static str| what.ok_or(field);
     let action: Result<Action, &'static str> = match verb {
@@ -646,10 +657,13 @@ pub(crate) async fn act(
     };
     match action {
         Ok(action) => run_action(&state, &headers, peer, w.source.as_deref(), &name, action).await,
-        Err(field) => refuse_as(
-            StatusCode::BAD_REQUEST,
-            "bad_body",
-            &format!("the body needs {field:?}"),
+        Err(field) => naming(
+            refuse_as(
+                StatusCode::BAD_REQUEST,
+                "bad_body",
+                &format!("the body needs {field:?}"),
+            ),
+            named,
         ),
     }
 }

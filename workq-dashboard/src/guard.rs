@@ -2,6 +2,7 @@
 //! proxy, and the checks that keep another site from acting through an operator's browser.
 
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use axum::extract::{ConnectInfo, OriginalUri, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -10,8 +11,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use subtle::ConstantTimeEq;
 
 use crate::config::PublicUrl;
-use crate::respond::refuse_as;
+use crate::respond::{Refusal, naming, refuse_as};
 use crate::state::AppState;
+use crate::target::{named_item, query_param};
 
 pub(crate) const COOKIE: &str = "wq_dashboard_token";
 pub(crate) const CSRF_HEADER: &str = "x-wq-csrf";
@@ -126,20 +128,47 @@ fn carried_tokens(headers: &HeaderMap) -> [Option<&str>; 2] {
     [bearer, cookie_token(headers)]
 }
 
-/// The `token` parameter of a query, percent-decoded.
-fn query_token(query: Option<&str>) -> Option<String> {
-    form_urlencoded::parse(query?.as_bytes())
-        .find(|(k, _)| k == "token")
-        .map(|(_, v)| v.into_owned())
-}
-
-/// Authentication, DNS-rebinding and CSRF checks, and the read-only switch.
+/// Authentication, DNS-rebinding and CSRF checks, and the read-only switch. A refused
+/// request's item (`?item=`, or the item or dead letter its body names) is read for the
+/// audit trail before the refusal is answered.
 pub(crate) async fn guard(
     State(state): State<AppState>,
     OriginalUri(original): OriginalUri,
     request: Request,
     next: Next,
 ) -> Response {
+    if let Some((response, delay)) = admit(&state, original.path(), &request) {
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        if response.extensions().get::<Refusal>().is_none() {
+            return response;
+        }
+        return naming(response, named_item(request, state.config.body_limit).await);
+    }
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    h.insert(
+        "content-security-policy",
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// The guard's verdict on `request`: `None` lets it through; otherwise the answer (a
+/// refusal, or the cookie of a visit to `/?token=T`) and how long to hold it (a guessed
+/// token, answered later and later).
+fn admit(state: &AppState, original_path: &str, request: &Request) -> Option<(Response, Duration)> {
+    let refuse = |status, kind, why: &str| Some((refuse_as(status, kind, why), Duration::ZERO));
     let headers = request.headers();
     let host = headers
         .get(header::HOST)
@@ -147,7 +176,7 @@ pub(crate) async fn guard(
         .unwrap_or("")
         .to_ascii_lowercase();
     let public = state.public.as_ref();
-    let peer = peer(&request);
+    let peer = peer(request);
     match &state.config.token {
         None => {
             let Some(peer) = peer else {
@@ -157,17 +186,17 @@ pub(crate) async fn guard(
                 {
                     tracing::error!(target: "workq_dashboard::audit", "{NO_PEER}");
                 }
-                return refuse_as(StatusCode::FORBIDDEN, "no_peer", NO_PEER);
+                return refuse(StatusCode::FORBIDDEN, "no_peer", NO_PEER);
             };
             if !peer.ip().is_loopback() {
-                return refuse_as(
+                return refuse(
                     StatusCode::FORBIDDEN,
                     "not_loopback",
                     "without a token the dashboard answers clients on this machine only",
                 );
             }
             if forwarded_for(headers).iter().any(|a| !loopback_addr(a)) {
-                return refuse_as(
+                return refuse(
                     StatusCode::FORBIDDEN,
                     "not_loopback",
                     "without a token the dashboard answers clients on this machine only \
@@ -175,7 +204,7 @@ pub(crate) async fn guard(
                 );
             }
             if !loopback_host(&host) && public.is_none_or(|p| p.host != host) {
-                return refuse_as(
+                return refuse(
                     StatusCode::FORBIDDEN,
                     "not_loopback",
                     "without a token the dashboard answers loopback hosts only",
@@ -187,28 +216,30 @@ pub(crate) async fn guard(
             let ok = carried.iter().flatten().any(|t| same(t, token));
             if !ok {
                 // One visit to `/?token=T` sets the cookie and drops the token from the URL.
-                let given = query_token(request.uri().query());
+                let given = query_param(request.uri().query(), "token");
                 let visit = request.method() == Method::GET && request.uri().path() == "/";
                 if visit && given.as_deref().is_some_and(|g| same(g, token)) {
-                    return token_cookie(token, public, original.path());
+                    return Some((token_cookie(token, public, original_path), Duration::ZERO));
                 }
                 state.auth_failures.inc();
                 let guessed = given.is_some() || carried.iter().any(Option::is_some);
                 // A guess is answered later and later; a request with no token at all (a
                 // first visit) guesses nothing and is answered at once.
-                if guessed {
-                    let delay = state.failures.fail(peer.map(|p| p.ip()));
-                    if !delay.is_zero() {
-                        tokio::time::sleep(delay).await;
-                    }
-                }
+                let delay = if guessed {
+                    state.failures.fail(peer.map(|p| p.ip()))
+                } else {
+                    Duration::ZERO
+                };
                 let why = if guessed {
                     "wrong token"
                 } else {
                     "a token is needed: open the address `wq dashboard` printed when it \
                      started (it ends with /?token=...), or send Authorization: Bearer TOKEN"
                 };
-                return refuse_as(StatusCode::UNAUTHORIZED, "unauthorized", why);
+                return Some((
+                    refuse_as(StatusCode::UNAUTHORIZED, "unauthorized", why),
+                    delay,
+                ));
             }
         }
     }
@@ -230,25 +261,10 @@ pub(crate) async fn guard(
             None
         };
         if let Some((kind, why)) = why {
-            return refuse_as(StatusCode::FORBIDDEN, kind, why);
+            return refuse(StatusCode::FORBIDDEN, kind, why);
         }
     }
-    let mut response = next.run(request).await;
-    let h = response.headers_mut();
-    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
-    h.insert(
-        "content-security-policy",
-        HeaderValue::from_static(
-            "default-src 'self'; img-src 'self' data:; style-src 'self'; frame-ancestors 'none'",
-        ),
-    );
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    None
 }
 
 /// Whether `origin` is the dashboard's own: the public URL's origin, or the origin of the

@@ -37,6 +37,12 @@
 //!
 //! # Serving it safely
 //!
+//! The page shows every item and can purge, requeue and remove them: keep it to its
+//! operators by listening on **loopback** (`127.0.0.1`), always with **a token**, and on
+//! another address only **behind a reverse proxy** that ends TLS or with **TLS** of its own
+//! ([`Server::tls_pem`]). `wq dashboard` (crate `workq-cli`) refuses to start otherwise
+//! unless told to serve plain HTTP. In detail:
+//!
 //! - **With a token**, always, unless only this machine can reach it and everything on this
 //!   machine may read and act on the queues. [`generate_token`] makes one (256 bits);
 //!   [`Dashboard::router`] refuses a weak one ([`check_token`]: under [`MIN_TOKEN_BITS`]
@@ -54,10 +60,12 @@
 //!   how to fix it. Every process of this machine is trusted then, and so is a reverse proxy
 //!   on it: nginx's `proxy_pass` reaches the dashboard from 127.0.0.1 and, by default, says
 //!   nothing of its client. So a [public URL](Config::public_url) needs a token.
-//! - **Served by [`Server`]**: at most 512 connections (64 per client address), closed as
-//!   they come past the caps, so thousands of idle sockets cost no file descriptors and keep
-//!   no one else out; 10 s to send a request's headers; HTTPS with rustls
-//!   ([`Server::tls_pem`], feature `tls`). The router itself refuses a body over
+//! - **Served by [`Server`]**: at most 512 connections (64 per client: an IPv4 address, or
+//!   an IPv6 /64, whose addresses one machine may all use), closed as they come past the
+//!   caps, so thousands of idle sockets cost no file descriptors and keep no one else out;
+//!   10 s to send a request's headers; HTTPS with rustls ([`Server::tls_pem`], feature
+//!   `tls`). [`Server::from_listener`] serves on any axum listener that gives client
+//!   addresses. The router itself refuses a body over
 //!   [`Config::body_limit`] (64 KiB) with 413 before reading it, and answers 408 after
 //!   [`Config::request_timeout`] (30 s), however it is served.
 //! - **Behind a reverse proxy**, set [`Config::public_url`] to the URL operators open
@@ -72,7 +80,8 @@
 //!   missing or wrong token, a client off this machine, the CSRF and origin checks, the
 //!   read-only switch, a body over the limit or unreadable, a request over the time limit)
 //!   is logged through `tracing` (target `workq_dashboard::audit`: client address,
-//!   action, queue, item, result, reason) and counted in `/metrics`
+//!   action, queue, the item or dead letter the request named, cut to 240 bytes, result,
+//!   reason) and counted in `/metrics`
 //!   (`workqueue_dashboard_actions_total{action,result}`,
 //!   `workqueue_dashboard_refusals_total{reason}`).
 //! - No secret goes out: every server URL shown or logged is
@@ -89,6 +98,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 
 mod api;
+mod client;
 mod config;
 pub mod exposition;
 mod guard;
@@ -97,6 +107,7 @@ mod metrics;
 mod respond;
 mod server;
 mod state;
+mod target;
 mod token;
 
 pub use config::Config;

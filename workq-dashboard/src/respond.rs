@@ -34,6 +34,17 @@ pub(crate) fn refuse_as(status: StatusCode, kind: &'static str, why: &str) -> Re
     response
 }
 
+/// `response` with `item` as the item its refusal names (nothing changes if it is no
+/// refusal, or `item` is `None`).
+pub(crate) fn naming(mut response: Response, item: Option<String>) -> Response {
+    if let Some(refusal) = response.extensions_mut().get_mut::<Refusal>()
+        && item.is_some()
+    {
+        refusal.item = item;
+    }
+    response
+}
+
 /// An answer that is no refusal (a queue that is not there, a server that is down): not
 /// logged by the audit layer.
 pub(crate) fn answer_error(status: StatusCode, why: &str) -> Response {

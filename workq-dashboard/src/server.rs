@@ -1,10 +1,16 @@
 //! [`Server`]: serves the dashboard's router bounded before anyone is authenticated: a cap
-//! on connections in all and per client address, a timeout on reading a request's headers
-//! (an idle or slow connection is closed), HTTPS with rustls (feature `tls`), the client's
-//! address recorded for the loopback rule and the audit log, and a graceful stop.
+//! on connections in all and per client (an IPv4 address, an IPv6 /64), a timeout on reading
+//! a request's headers (an idle or slow connection is closed), HTTPS with rustls (feature
+//! `tls`), the client's address recorded for the loopback rule and the audit log, and a
+//! graceful stop.
 //!
 //! The request timeout and the body limit are the router's own ([`Config::request_timeout`],
-//! [`Config::body_limit`]), so they hold however it is served.
+//! [`Config::body_limit`]), so they hold however it is served. The header timeout is
+//! hyper's, and the accept loop axum's [`Listener`]'s. The connection caps and the TLS
+//! handshake's timeout are written here: none of hyper-util, tower or tower-http bounds
+//! connections (tower's `ConcurrencyLimit` and `tower_http`'s layers count requests, which
+//! an idle socket never makes, and they hold a socket waiting instead of closing it), and
+//! tokio-rustls has no handshake timeout, while hyper's header timeout starts after it.
 //!
 //! [`Config::request_timeout`]: crate::Config::request_timeout
 //! [`Config::body_limit`]: crate::Config::body_limit
@@ -20,13 +26,16 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
+use axum::serve::Listener;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use parking_lot::Mutex;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
+
+use crate::client::client_key;
 
 /// How long requests on their way may finish after the stop signal.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -34,12 +43,17 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// Serves a dashboard [`Router`] on a listener, with bounds on what a client that is not
 /// authenticated yet can hold: at most [`max_connections`](Self::max_connections)
 /// connections (and [`max_connections_per_client`](Self::max_connections_per_client) from
-/// one address; a connection over either cap is closed as soon as it is accepted, so a
-/// flood of sockets costs no file descriptors and does not keep other clients out), and
+/// one client: one IPv4 address, or one IPv6 /64, whose many addresses one machine may use;
+/// a connection over either cap is closed as soon as it is accepted, so a flood of sockets
+/// costs no file descriptors and does not keep other clients out), and
 /// [`header_read_timeout`](Self::header_read_timeout) to send a request's headers (an idle
 /// connection, or one that trickles its headers, is closed). Each request carries the
 /// client's address (`ConnectInfo<SocketAddr>`), which the loopback rule and the audit log
 /// read.
+///
+/// [`Server::new`] serves a [`TcpListener`]; [`Server::from_listener`] any axum
+/// [`Listener`] whose addresses are socket addresses (one that reads the client's address
+/// from the PROXY protocol, say: the rules above then apply to the address it gives).
 ///
 /// ```no_run
 /// use workq_dashboard::admin::MemoryAdmin;
@@ -56,8 +70,10 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// Server::new(listener).serve(app).await
 /// # }
 /// ```
-pub struct Server {
-    listener: TcpListener,
+pub struct Server<L: Listener = TcpListener> {
+    listener: L,
+    /// Run on each accepted connection before it is served.
+    tap: fn(&mut L::Io),
     max_connections: usize,
     max_per_client: usize,
     header_read_timeout: Duration,
@@ -65,7 +81,7 @@ pub struct Server {
     tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
-impl std::fmt::Debug for Server {
+impl<L: Listener<Addr = SocketAddr>> std::fmt::Debug for Server<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
             .field("listener", &self.listener.local_addr().ok())
@@ -77,8 +93,8 @@ impl std::fmt::Debug for Server {
     }
 }
 
-/// The connections open, in all and by client address (an address is kept only while it
-/// has one open, so this is bounded by the cap).
+/// The connections open, in all and by client ([`client_key`]; a client is kept only while
+/// it has one open, so this is bounded by the cap).
 #[derive(Default)]
 struct Open {
     counts: Mutex<(usize, HashMap<IpAddr, usize>)>,
@@ -92,7 +108,9 @@ struct Slot {
 }
 
 impl Open {
-    fn take(self: &Arc<Self>, client: IpAddr, max: usize, per_client: usize) -> Option<Slot> {
+    /// A place for a connection from `peer`, if neither cap is reached.
+    fn take(self: &Arc<Self>, peer: IpAddr, max: usize, per_client: usize) -> Option<Slot> {
+        let client = client_key(peer);
         let mut counts = self.counts.lock();
         let (total, by_client) = &mut *counts;
         let mine = by_client.get(&client).copied().unwrap_or(0);
@@ -133,11 +151,24 @@ impl Server {
 
     /// A server on `listener`, plain HTTP, with the default bounds.
     pub fn new(listener: TcpListener) -> Self {
+        let mut server = Server::from_listener(listener);
+        server.tap = |stream: &mut TcpStream| {
+            let _ = stream.set_nodelay(true);
+        };
+        server
+    }
+}
+
+impl<L: Listener<Addr = SocketAddr>> Server<L> {
+    /// A server on any axum `listener` that gives each connection's client address, plain
+    /// HTTP, with the default bounds.
+    pub fn from_listener(listener: L) -> Self {
         Server {
             listener,
-            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
-            max_per_client: Self::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
-            header_read_timeout: Self::DEFAULT_HEADER_READ_TIMEOUT,
+            tap: |_| {},
+            max_connections: Server::DEFAULT_MAX_CONNECTIONS,
+            max_per_client: Server::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+            header_read_timeout: Server::DEFAULT_HEADER_READ_TIMEOUT,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -150,7 +181,8 @@ impl Server {
         self
     }
 
-    /// At most `n` connections open at once from one client address (at least 1). Behind a
+    /// At most `n` connections open at once from one client (at least 1): one IPv4 address,
+    /// or one IPv6 /64, however many of its addresses the connections come from. Behind a
     /// reverse proxy every request comes from the proxy's address: give the proxy room, and
     /// let it limit its own clients.
     #[must_use]
@@ -249,9 +281,10 @@ impl Server {
     ///
     /// # Errors
     ///
-    /// None so far: a failed accept (too many open files, say) is logged and retried.
+    /// None so far: a failed accept (too many open files, say) is logged and retried (by
+    /// the listener: axum's `TcpListener` waits a second first).
     pub async fn serve_with_shutdown(
-        self,
+        mut self,
         app: Router,
         signal: impl Future<Output = ()> + Send,
     ) -> io::Result<()> {
@@ -263,22 +296,8 @@ impl Server {
         let open = Arc::new(Open::default());
         let mut signal = std::pin::pin!(signal);
         loop {
-            let (stream, peer) = tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        if !matches!(
-                            e.kind(),
-                            io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
-                        ) {
-                            // Out of file descriptors, say: wait for some to close rather
-                            // than spin.
-                            tracing::warn!("workq-dashboard: accept: {e}");
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                        }
-                        continue;
-                    }
-                },
+            let (mut stream, peer) = tokio::select! {
+                accepted = self.listener.accept() => accepted,
                 () = &mut signal => break,
             };
             let Some(slot) = open.take(peer.ip(), self.max_connections, self.max_per_client) else {
@@ -297,7 +316,7 @@ impl Server {
                 }
                 continue;
             };
-            let _ = stream.set_nodelay(true);
+            (self.tap)(&mut stream);
             let app = app.clone();
             let service = tower::service_fn(move |mut request: hyper::Request<Incoming>| {
                 request.extensions_mut().insert(ConnectInfo(peer));

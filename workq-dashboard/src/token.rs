@@ -8,6 +8,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use crate::client::{UNKNOWN_CLIENT, client_key};
+
 /// The entropy a token must have, in bits.
 pub const MIN_TOKEN_BITS: u32 = 128;
 
@@ -120,13 +122,13 @@ const MAX_DELAY: Duration = Duration::from_secs(5);
 const FORGET_AFTER: Duration = Duration::from_secs(600);
 
 /// The most clients whose failures are kept; past that, the failures of clients not kept
-/// are counted together (under [`IpAddr::UNSPECIFIED`]), so memory stays bounded whatever
+/// are counted together (under [`UNKNOWN_CLIENT`]), so memory stays bounded whatever
 /// the number of addresses an attacker sends from.
 const MAX_CLIENTS: usize = 10_000;
 
-/// Failed attempts by client address, to slow down whoever guesses tokens: each failure
-/// after the first [`FREE_FAILURES`] is answered later, twice as late each time, up to
-/// [`MAX_DELAY`].
+/// Failed attempts by client ([`client_key`]: an IPv6 /64 is one client), to slow down
+/// whoever guesses tokens: each failure after the first [`FREE_FAILURES`] is answered later,
+/// twice as late each time, up to [`MAX_DELAY`].
 ///
 /// Hand-written rather than a rate-limiting crate's keyed limiter: those refuse requests
 /// over a rate, which here would refuse an operator who shares an address (a proxy, a NAT)
@@ -138,31 +140,15 @@ pub(crate) struct Failures {
 }
 
 impl Failures {
-    /// The key of a client: its address, or for IPv6 its /64 (one machine has them all).
-    fn key(addr: Option<IpAddr>) -> IpAddr {
-        match addr {
-            Some(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_none() => {
-                let s = v6.segments();
-                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-            Some(IpAddr::V6(v6)) => IpAddr::V4(
-                v6.to_ipv4_mapped()
-                    .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
-            ),
-            Some(v4) => v4,
-            None => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-        }
-    }
-
     /// Records a failed attempt from `addr`; returns how long to hold its answer.
     pub(crate) fn fail(&self, addr: Option<IpAddr>) -> Duration {
         let now = Instant::now();
-        let mut key = Self::key(addr);
+        let mut key = addr.map_or(UNKNOWN_CLIENT, client_key);
         let mut clients = self.clients.lock();
         if !clients.contains_key(&key) && clients.len() >= MAX_CLIENTS {
             clients.retain(|_, (_, last)| now.duration_since(*last) < FORGET_AFTER);
             if clients.len() >= MAX_CLIENTS {
-                key = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+                key = UNKNOWN_CLIENT;
             }
         }
         let entry = clients.entry(key).or_insert((0, now));

@@ -2,9 +2,9 @@
 //! server's bounds are the point), over a live `redis-server`: no tokenless trust without the
 //! client's address, weak tokens refused at start, `?token=` percent-decoded, guesses counted
 //! and slowed, bodies over the limit refused and never acted on, slow requests timed out,
-//! idle and slow connections closed, floods of sockets kept from other clients, HTTPS, no
-//! secret of a URL shown, the sampler idle while nobody reads, and long items cut in
-//! listings but whole in the detail.
+//! idle and slow connections closed, floods of sockets kept from other clients (the many
+//! addresses of one IPv6 /64 counted as one client), HTTPS, no secret of a URL shown, the
+//! sampler idle while nobody reads, and long items cut in listings but whole in the detail.
 
 mod support;
 
@@ -337,6 +337,32 @@ async fn exchange(addr: SocketAddr, from: &str, request: &str) -> String {
     String::from_utf8_lossy(&reply).into_owned()
 }
 
+/// `n` connections from `from` (a loopback address) that never send a byte.
+async fn idle_sockets(addr: SocketAddr, from: &str, n: usize) -> Vec<tokio::net::TcpStream> {
+    let mut sockets = Vec::with_capacity(n);
+    for _ in 0..n {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+        sockets.push(socket.connect(addr).await.expect("connect"));
+    }
+    sockets
+}
+
+/// How many of `sockets` the server closed (or closes within `wait` of each read), without
+/// answering them.
+async fn closed_by_the_server(sockets: &mut [tokio::net::TcpStream], wait: Duration) -> usize {
+    let mut closed = 0;
+    for stream in sockets {
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(wait, stream.read(&mut byte)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => closed += 1,
+            Ok(Ok(_)) => panic!("an answer to no request"),
+            Err(_) => {}
+        }
+    }
+    closed
+}
+
 fn authorised_get(addr: SocketAddr, path: &str) -> String {
     format!(
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\
@@ -394,27 +420,17 @@ async fn idle_and_slow_connections_are_closed_and_a_flood_keeps_no_one_out() {
     })
     .await;
     // 2,000 sockets from 127.0.0.2 that never send a byte.
-    let mut flood = Vec::new();
-    for _ in 0..2_000 {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-        flood.push(socket.connect(addr).await.expect("connect"));
-    }
+    let mut flood = idle_sockets(addr, "127.0.0.2", 2_000).await;
     // An operator from another address is answered at once.
     let reply = exchange(addr, "127.0.0.1", &authorised_get(addr, "/api/queues")).await;
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     // All but 20 of the flood were closed as they came: the server holds no descriptor
     // for them. The 20 it kept are closed when their headers do not come.
-    let mut closed = 0;
-    for stream in &mut flood {
-        let mut byte = [0u8; 1];
-        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut byte)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => closed += 1,
-            Ok(Ok(_)) => panic!("an answer to no request"),
-            Err(_) => {}
-        }
-    }
-    assert_eq!(closed, 2_000, "every idle connection is closed in the end");
+    assert_eq!(
+        closed_by_the_server(&mut flood, Duration::from_secs(10)).await,
+        2_000,
+        "every idle connection is closed in the end"
+    );
     // A client that trickles its headers is closed too, before they are done.
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     let mut slow = socket.connect(addr).await.unwrap();
@@ -441,12 +457,7 @@ async fn the_connections_of_one_address_are_capped_not_those_of_others() {
         s.max_connections(100).max_connections_per_client(5)
     })
     .await;
-    let mut held = Vec::new();
-    for _ in 0..5 {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.bind("127.0.0.3:0".parse().unwrap()).unwrap();
-        held.push(socket.connect(addr).await.unwrap());
-    }
+    let held = idle_sockets(addr, "127.0.0.3", 5).await;
     // The sixth from that address is closed at once, unanswered.
     let sixth = exchange(addr, "127.0.0.3", &authorised_get(addr, "/api/queues")).await;
     assert!(sixth.is_empty(), "{sixth}");
@@ -463,6 +474,63 @@ async fn the_connections_of_one_address_are_capped_not_those_of_others() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+}
+
+/// A listener that gives each connection from 127.0.0.5 another address of one IPv6 /64
+/// (`2001:db8:1:2::1`, `::2`, ...), as a machine given a /64 can send from, and every other
+/// connection `2001:db8:9:9::1`: loopback has one IPv6 address, so the test names them.
+struct OneSixtyFour {
+    inner: tokio::net::TcpListener,
+    next: u16,
+}
+
+impl axum::serve::Listener for OneSixtyFour {
+    type Io = tokio::net::TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (stream, peer) = axum::serve::Listener::accept(&mut self.inner).await;
+        let ip = if peer.ip() == std::net::IpAddr::from([127, 0, 0, 5]) {
+            self.next += 1;
+            std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 0, 0, 0, self.next)
+        } else {
+            std::net::Ipv6Addr::new(0x2001, 0xdb8, 9, 9, 0, 0, 0, 1)
+        };
+        (stream, SocketAddr::new(ip.into(), peer.port()))
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+/// One client with many addresses of its /64 is one client to the per-client cap: its
+/// sockets cannot fill the cap of all connections and keep an operator out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_addresses_of_one_ipv6_64_are_one_client_and_keep_no_one_out() {
+    let app = router(MemoryAdmin::new(), with_token());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = Server::from_listener(OneSixtyFour {
+        inner: listener,
+        next: 0,
+    })
+    .max_connections(20)
+    .max_connections_per_client(5)
+    .header_read_timeout(Duration::from_secs(60));
+    tokio::spawn(server.serve(app));
+    // As many idle sockets as the cap of all connections, each from an address of its own
+    // in one /64.
+    let mut flood = idle_sockets(addr, "127.0.0.5", 20).await;
+    // An operator from another /64 is answered.
+    let reply = exchange(addr, "127.0.0.1", &authorised_get(addr, "/api/queues")).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    // The /64 kept 5 connections; the others were closed as they came.
+    assert_eq!(
+        closed_by_the_server(&mut flood, Duration::from_millis(500)).await,
+        15,
+        "all but the per-client cap of 5 closed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

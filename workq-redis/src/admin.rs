@@ -28,6 +28,7 @@ use crate::dead_letter::entry_of;
 use crate::error::Error;
 use crate::inspect::check_cursor;
 use crate::listing::RedisAdmin;
+use crate::persistence::problems_of;
 use crate::queue::RedisQueue;
 use crate::units::saturated;
 
@@ -146,7 +147,8 @@ impl Admin for RedisAdmin {
 
     /// Up once a call reached the server (down until then, and after a call that could not);
     /// the warnings are the persistence settings' problems, the details the settings
-    /// themselves, read when the connection opened and again at most once per
+    /// themselves (on a cluster, each primary's, named by its address), read when the
+    /// connection opened (a cluster's at the first call) and again at most once per
     /// [`settings_check_interval`](RedisAdmin::settings_check_interval) while the admin is
     /// used.
     fn status(&self) -> ServerStatus {
@@ -157,9 +159,28 @@ impl Admin for RedisAdmin {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        if let Some(persistence) = self.persistence() {
-            status.warnings = persistence.problems();
-            status.details = Some(persistence.to_string());
+        if health.indexing.load(Ordering::Relaxed) {
+            status.warnings.push(
+                "still looking for queues made by a version that kept no index of queue \
+                 names: each listing scans some 10,000 more keys of each primary until the \
+                 keyspace is scanned once, and such queues may be missing until then \
+                 (RedisAdmin::reindex scans it all at once)"
+                    .to_owned(),
+            );
+        }
+        let readings = self.readings();
+        if !readings.is_empty() {
+            status.warnings.extend(problems_of(&readings));
+            status.details = Some(
+                readings
+                    .iter()
+                    .map(|(node, persistence)| match node {
+                        Some(node) => format!("{node}: {persistence}"),
+                        None => persistence.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            );
         }
         status
     }

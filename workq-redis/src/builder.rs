@@ -20,7 +20,7 @@ use crate::faults::Faults;
 #[cfg(feature = "fault-injection")]
 use crate::faults::Mutation;
 use crate::inner::Inner;
-use crate::persistence::{self, Persistence};
+use crate::persistence::{self, Persistence, SETTINGS_CHECK_INTERVAL, log_change, read_for_queue};
 use crate::queue::RedisQueue;
 use crate::rate_limit::RateLimit;
 use crate::scripts::Keys;
@@ -62,6 +62,7 @@ pub struct Builder<T> {
     poll: Duration,
     response_timeout: Duration,
     check_persistence: bool,
+    settings_check: Duration,
     max_stalls: u32,
     max_hold: Duration,
     dead_letter_cap: usize,
@@ -230,6 +231,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             poll: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
             check_persistence: true,
+            settings_check: SETTINGS_CHECK_INTERVAL,
             max_stalls: 5,
             max_hold: Duration::from_secs(3600),
             dead_letter_cap: 10_000,
@@ -355,9 +357,23 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
 
     /// Whether to read the server's persistence settings at start and warn (once per server
     /// and process, through `tracing`) when they cannot keep acknowledged work through a
-    /// crash. Default `true`.
+    /// crash, and to read them again while the handle lives (see
+    /// [`settings_check_interval`](Self::settings_check_interval)). On a Redis Cluster the
+    /// settings read are those of the primary of the queue's slot, the one node that holds
+    /// its keys. Default `true`.
     pub fn check_persistence(mut self, check: bool) -> Self {
         self.check_persistence = check;
+        self
+    }
+
+    /// How often a handle built with [`check_persistence`](Self::check_persistence) reads the
+    /// server's persistence settings again, in a task of its own that ends with the handle:
+    /// a setting changed on the running server (`CONFIG SET maxmemory-policy allkeys-lru`,
+    /// which lets Redis evict the queue's keys) is logged once, as a warning, and its fix
+    /// once more, however many calls the handle makes. At least 100 ms. Default
+    /// [`SETTINGS_CHECK_INTERVAL`], a minute.
+    pub fn settings_check_interval(mut self, interval: Duration) -> Self {
+        self.settings_check = interval;
         self
     }
 
@@ -446,6 +462,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         }
         let renew_every = renew_every.max(Duration::from_millis(1));
         let from_admin = self.shared.is_some();
+        let keys = Keys::new(&self.prefix, &self.name);
+        // The server's name, when the handle watches its settings.
+        let mut watched = None;
         let (con, source, persistence) = match self.shared.take() {
             Some(shared) => {
                 let opened = shared.open().await?;
@@ -459,8 +478,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
                 let (mut con, source, server) = self.connect().await?;
                 check_version(&mut con).await?;
                 let persistence = if self.check_persistence {
-                    let persistence = Persistence::read(&mut con).await;
+                    let persistence = read_for_queue(&con, keys.marker()).await;
                     persistence::warn_once(&server, &persistence);
+                    watched = Some(server);
                     Some(persistence)
                 } else {
                     None
@@ -475,7 +495,6 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             register(&mut con, &self.prefix, &self.name).await;
         }
         let client_config = self.client_config();
-        let keys = Keys::new(&self.prefix, &self.name);
         let poll = self.poll.max(Duration::from_millis(1));
         let wake = Waiter::new(
             source.clone(),
@@ -483,32 +502,63 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             poll,
             self.response_timeout,
         );
+        let at_build = persistence.as_ref().map(Persistence::problems);
+        let inner = Arc::new(Inner {
+            keys,
+            name: self.name,
+            source,
+            con: RwLock::new(con),
+            lease: self.lease,
+            renew_every,
+            auto_renew: self.auto_renew,
+            rate_limit: self.rate_limit,
+            poll,
+            response_timeout: self.response_timeout,
+            max_stalls: self.max_stalls,
+            max_hold: self.max_hold,
+            dead_letter_cap: self.dead_letter_cap,
+            retry_deadline: self.retry_deadline,
+            faults: self.faults,
+            persistence,
+            client_config,
+            shut: AtomicBool::new(false),
+            registered: AtomicBool::new(!from_admin),
+            leases_out: AtomicUsize::new(0),
+            wake,
+        });
+        if let (Some(server), Some(last)) = (watched, at_build) {
+            let every = capped(self.settings_check).max(Duration::from_millis(100));
+            tokio::spawn(watch(Arc::downgrade(&inner), every, server, last));
+        }
         Ok(RedisQueue {
-            inner: Arc::new(Inner {
-                keys,
-                name: self.name,
-                source,
-                con: RwLock::new(con),
-                lease: self.lease,
-                renew_every,
-                auto_renew: self.auto_renew,
-                rate_limit: self.rate_limit,
-                poll,
-                response_timeout: self.response_timeout,
-                max_stalls: self.max_stalls,
-                max_hold: self.max_hold,
-                dead_letter_cap: self.dead_letter_cap,
-                retry_deadline: self.retry_deadline,
-                faults: self.faults,
-                persistence,
-                client_config,
-                shut: AtomicBool::new(false),
-                registered: AtomicBool::new(!from_admin),
-                leases_out: AtomicUsize::new(0),
-                wake,
-            }),
+            inner,
             _item: PhantomData,
         })
+    }
+}
+
+/// While the queue handle of `inner` lives, reads its server's persistence settings every
+/// `every` (`read_for_queue`) and logs a change of their problems once (`last`: the
+/// problems read when it was built); a read that gets nothing (the server is away) changes
+/// nothing.
+async fn watch(
+    inner: std::sync::Weak<Inner>,
+    every: Duration,
+    server: String,
+    mut last: Vec<String>,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let now = read_for_queue(&inner.con(), inner.keys.marker()).await;
+        if now == Persistence::default() {
+            continue;
+        }
+        let problems = now.problems();
+        log_change(&server, Some(&inner.name), &last, &problems);
+        last = problems;
     }
 }
 

@@ -52,6 +52,59 @@ impl redis::aio::ConnectionLike for Conn {
     }
 }
 
+/// A cluster connection whose every command goes to one node: the settings of a primary
+/// are read with the commands a single server takes (`CONFIG GET`, `INFO`), which the
+/// cluster client would otherwise send to every primary and answer with a map.
+#[cfg(feature = "cluster")]
+pub(crate) struct OnNode {
+    con: redis::cluster_async::ClusterConnection,
+    node: redis::cluster_routing::SingleNodeRoutingInfo,
+}
+
+#[cfg(feature = "cluster")]
+impl OnNode {
+    /// Commands to `node` over `con`.
+    pub(crate) fn new(
+        con: redis::cluster_async::ClusterConnection,
+        node: redis::cluster_routing::SingleNodeRoutingInfo,
+    ) -> Self {
+        OnNode { con, node }
+    }
+
+    /// Commands to the primary that holds `key`'s slot (it follows a failover).
+    pub(crate) fn primary_of(con: redis::cluster_async::ClusterConnection, key: &str) -> Self {
+        use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+        Self::new(
+            con,
+            SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)),
+        )
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl redis::aio::ConnectionLike for OnNode {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        let routing = redis::cluster_routing::RoutingInfo::SingleNode(self.node.clone());
+        Box::pin(self.con.route_command(cmd.clone(), routing))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        Box::pin(
+            self.con
+                .route_pipeline(pipeline.clone(), offset, count, self.node.clone()),
+        )
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
 /// Where connections come from.
 #[derive(Clone)]
 #[allow(

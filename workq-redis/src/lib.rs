@@ -63,7 +63,8 @@
 //! server's `appendonly yes`,
 //! `appendfsync always` and `maxmemory-policy noeviction`, nothing acknowledged is lost when
 //! the server crashes either; [`RedisQueue::persistence`] reports the settings, and the queue
-//! warns once at start when they cannot keep that promise.
+//! warns once at start when they cannot keep that promise, and once more when they change on
+//! the running server ([`Builder::settings_check_interval`]).
 //!
 //! # Items
 //!
@@ -132,8 +133,8 @@ pub use error::Error;
 pub use faults::Mutation;
 pub use inspect::SEARCH_BUDGET;
 pub use lease::Lease;
-pub use listing::{RedisAdmin, SETTINGS_CHECK_INTERVAL};
-pub use persistence::Persistence;
+pub use listing::RedisAdmin;
+pub use persistence::{Persistence, SETTINGS_CHECK_INTERVAL};
 pub use queue::RedisQueue;
 pub use rate_limit::RateLimit;
 

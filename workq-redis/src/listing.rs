@@ -15,23 +15,27 @@
 //! A listing must not cost more on a server that holds millions of other keys: a `SCAN` of the
 //! keyspace looks at every key, whoever owns it. So queues register their names in a set,
 //! `prefix:queues` (`SADD` when a handle is built, or for a handle a `RedisAdmin` made, at its
-//! first add; `RedisQueue::delete` takes the name out),
-//! and a listing reads that set (`SMEMBERS`) and then each named queue's figures: its work
-//! grows with the number of queues, never with the size of the keyspace. A name whose queue
-//! holds no key (built and never used, or emptied by its last `done`) is read and left out.
+//! first add; `RedisQueue::delete` takes the name out), and a listing reads that set
+//! (`SMEMBERS`) and then each named queue's figures: its work grows with the number of
+//! queues, never with the size of the keyspace. A name whose queue holds no key (built and
+//! never used, or emptied by its last `done`) is read and left out.
 //!
 //! On a Redis Cluster the index is one key, in the slot of `prefix:queues`, on one primary;
 //! registering is a command of its own (never part of a queue's scripts, which may only touch
 //! the keys of their queue's slot), and the listing reads the index from that primary and each
 //! queue's figures from the primary of its own slot.
 //!
-//! Queues made by a version that kept no index are found once: the first listing under a
-//! prefix whose `prefix:queues:scanned` key is missing scans every primary for queue keys (the
-//! old way, `SCAN MATCH prefix:{*}:*`), adds the names it finds to the index and sets that
-//! key. [`RedisAdmin::reindex`] does it again on demand (for processes of an old version that
-//! kept making queues after the first listing).
+//! Queues made by a version that kept no index (and not opened by a handle of this one
+//! since, which would register them) are found by a one-time migration, a bounded step per
+//! listing: until `prefix:queues:scanned` is set, a listing first scans at most 10 `SCAN`
+//! rounds of 1,000 keys on each primary (`SCAN MATCH prefix:{*}:*`), from the cursor the last
+//! listing left in `prefix:queues:scanning` (one per primary, so the listings of every
+//! process share the work), adds the names it finds to the index, and once every primary's
+//! keyspace is scanned sets `prefix:queues:scanned` and drops the cursors. A listing then
+//! scans nothing. Meanwhile [`status`](workq::admin::Admin::status) warns that older queues
+//! may be missing. [`RedisAdmin::reindex`] scans the whole keyspace at once (to finish the
+//! migration, or again while processes of an old version still make queues).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -43,11 +47,11 @@ use serde::de::DeserializeOwned;
 use workq::admin::{QueueSummary, redact_url, redact_urls_in};
 
 use crate::builder::{Builder, Opened, Shared, Target};
-#[cfg(feature = "cluster")]
-use crate::connection::Conn;
 use crate::connection::validate;
+#[cfg(feature = "cluster")]
+use crate::connection::{Conn, OnNode};
 use crate::error::Error;
-use crate::persistence::Persistence;
+use crate::persistence::{Persistence, Readings, SETTINGS_CHECK_INTERVAL, log_change, problems_of};
 use crate::queue::RedisQueue;
 use crate::reply::{number, parts, parts_ref};
 use crate::scripts::{FIGURES, Keys, Oom, script_source};
@@ -60,11 +64,21 @@ const SUMMARY_CHUNK: usize = 200;
 /// Names added to the index per `SADD` of [`RedisAdmin::reindex`].
 const INDEX_CHUNK: usize = 1000;
 
-/// Keys asked of each `SCAN` round.
+/// Keys asked of each `SCAN` round of [`RedisAdmin::reindex`].
 const SCAN_COUNT: usize = 5000;
 
-/// At most this many `SCAN` rounds per primary per listing.
+/// At most this many `SCAN` rounds per primary in [`RedisAdmin::reindex`].
 const MAX_SCAN_ROUNDS: usize = 100_000;
+
+/// `SCAN` rounds per primary a listing spends on finding the queues of older versions,
+/// until the keyspace is scanned once: with [`MIGRATION_COUNT`], some 10,000 keys looked at.
+const MIGRATION_ROUNDS: usize = 10;
+
+/// Keys asked of each of those rounds.
+const MIGRATION_COUNT: usize = 1000;
+
+/// A primary's cursor in `prefix:queues:scanning` once its keyspace is scanned.
+const SCAN_DONE: &str = "done";
 
 /// The script behind [`RedisAdmin::summary`] and [`RedisAdmin::queues`].
 static SUMMARY_SOURCE: LazyLock<String> =
@@ -94,6 +108,16 @@ enum Node {
     /// A cluster primary by address.
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Addr(String, u16),
+}
+
+impl Node {
+    /// How the node is named in `prefix:queues:scanning`.
+    fn label(&self) -> String {
+        match self {
+            Node::Single => "server".to_owned(),
+            Node::Addr(host, port) => format!("{host}:{port}"),
+        }
+    }
 }
 
 /// Every queue under a key prefix of a Redis server or cluster, over one connection that is
@@ -137,10 +161,6 @@ pub struct RedisAdmin {
     settings_check: Duration,
 }
 
-/// How often, at most, the server's persistence settings are read again while the admin is
-/// used (see [`RedisAdmin::settings_check_interval`]).
-pub const SETTINGS_CHECK_INTERVAL: Duration = Duration::from_secs(60);
-
 /// What the last call found of the server, and how to speak of it.
 pub(crate) struct Health {
     /// The last call reached the server.
@@ -151,8 +171,11 @@ pub(crate) struct Health {
     pub(crate) server: String,
     /// The URLs as given, and the passwords in them: taken out of every message.
     secrets: Vec<String>,
-    /// The persistence settings as last read again after the connection opened, and when.
-    pub(crate) settings: Mutex<Option<(Instant, Persistence)>>,
+    /// The persistence settings as last read (of the server, or of every primary of a
+    /// cluster), and when: at the connection's opening, then by the periodic check.
+    pub(crate) settings: Mutex<Option<(Instant, Readings)>>,
+    /// The last listing found the keyspace not yet scanned for the queues of older versions.
+    pub(crate) indexing: AtomicBool,
 }
 
 impl Health {
@@ -176,6 +199,7 @@ impl Health {
                 .join(", "),
             secrets,
             settings: Mutex::new(None),
+            indexing: AtomicBool::new(false),
         }
     }
 
@@ -291,10 +315,11 @@ impl RedisAdmin {
 
     /// How often, at most, the server's persistence settings (`appendonly`, `appendfsync`,
     /// `maxmemory-policy`) are read again while the admin is used: the first call of the
-    /// contract after the interval reads them (one `CONFIG GET` each), so a setting changed
-    /// on a running server (`CONFIG SET maxmemory-policy allkeys-lru`) shows in
-    /// [`status`](workq::admin::Admin::status)'s warnings, and is logged, without a
-    /// reconnect. Default [`SETTINGS_CHECK_INTERVAL`], a minute; an idle admin reads nothing.
+    /// contract after the interval reads them (one `CONFIG GET` each, on every primary of a
+    /// cluster), so a setting changed on a running server (`CONFIG SET maxmemory-policy
+    /// allkeys-lru`) shows in [`status`](workq::admin::Admin::status)'s warnings, and is
+    /// logged once, without a reconnect. Default [`SETTINGS_CHECK_INTERVAL`], a minute; an
+    /// idle admin reads nothing.
     #[must_use]
     pub fn settings_check_interval(mut self, interval: Duration) -> Self {
         self.settings_check = interval;
@@ -308,65 +333,110 @@ impl RedisAdmin {
 
     /// The server's persistence settings as last read: when the connection opened, or since
     /// by the periodic check ([`settings_check_interval`](Self::settings_check_interval)).
-    /// `None` before the first call, and on a cluster.
+    /// `None` before the first call, and on a cluster, where each primary has settings of its
+    /// own: [`status`](workq::admin::Admin::status) names each primary's problems.
     pub fn persistence(&self) -> Option<Persistence> {
+        match self.readings().as_slice() {
+            [(None, persistence)] => Some(persistence.clone()),
+            _ => None,
+        }
+    }
+
+    /// The persistence settings as last read, each named by its primary on a cluster (for
+    /// `status`).
+    pub(crate) fn readings(&self) -> Readings {
         let checked = self
             .health
             .settings
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map(|(_, p)| p.clone());
-        checked.or_else(|| self.shared.opened()?.persistence.clone())
+            .map(|(_, readings)| readings.clone());
+        checked
+            .or_else(|| {
+                let at_open = self.shared.opened()?.persistence.clone()?;
+                Some(vec![(None, at_open)])
+            })
+            .unwrap_or_default()
     }
 
     /// Reads the persistence settings again if the last read is older than the interval
-    /// (the connection's opening counts as a read); logs a warning when their problems
-    /// changed and are not none. Nothing on a cluster (the settings are per node), before
-    /// the connection opened, or while the last call found the server down (a read would
-    /// only wait out the timeouts).
+    /// (the connection's opening counts as a read on a single server; a cluster's primaries
+    /// are first read at the first call, once the connection opened); logs a change of
+    /// their problems once. Nothing before the connection opened, or, past the first read,
+    /// while the last call found the server down (a read would only wait out the timeouts).
     pub(crate) async fn check_settings(&self) {
         let Some(opened) = self.shared.opened() else {
             return;
         };
-        if !self.health.up.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        let Some(at_open) = &opened.persistence else {
-            return;
-        };
+        let up = self.health.up.load(std::sync::atomic::Ordering::Relaxed);
         let before = {
             let mut settings = self
                 .health
                 .settings
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            let (read_at, last) = settings.get_or_insert_with(|| (Instant::now(), at_open.clone()));
-            if read_at.elapsed() < self.settings_check {
-                return;
+            if settings.is_none()
+                && let Some(at_open) = &opened.persistence
+            {
+                *settings = Some((Instant::now(), vec![(None, at_open.clone())]));
             }
-            // Whoever gets here first reads; the others keep the last reading meanwhile.
-            *read_at = Instant::now();
-            last.problems()
+            match settings.as_mut() {
+                Some((read_at, last)) => {
+                    if !up || read_at.elapsed() < self.settings_check {
+                        return;
+                    }
+                    // Whoever gets here first reads; the others keep the last reading
+                    // meanwhile.
+                    *read_at = Instant::now();
+                    problems_of(last)
+                }
+                // A cluster's primaries, never read yet.
+                None => {
+                    *settings = Some((Instant::now(), Vec::new()));
+                    Vec::new()
+                }
+            }
         };
-        let now = Persistence::read(&mut opened.con.clone()).await;
-        if now == Persistence::default() {
-            // Nothing could be read (the server went away meanwhile): keep the last reading.
+        let Some(now) = self.read_settings(opened).await else {
+            // Nothing could be read (a server went away meanwhile): keep the last reading.
             return;
-        }
-        let problems = now.problems();
-        if problems != before && !problems.is_empty() {
-            tracing::warn!(
-                server = %self.health.server,
-                problems = %problems.join("; "),
-                "workq-redis: the server's persistence settings changed: they cannot keep acknowledged work through a crash"
-            );
-        }
+        };
+        log_change(&self.health.server, None, &before, &problems_of(&now));
         *self
             .health
             .settings
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), now));
+    }
+
+    /// The persistence settings of the server, or of every primary of a cluster (each holds
+    /// some of the queues, and has settings of its own); `None` if one could not be read at
+    /// all.
+    async fn read_settings(&self, opened: &Opened) -> Option<Readings> {
+        let mut readings = Vec::new();
+        match &opened.con {
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => {
+                for node in self.nodes().await.ok()? {
+                    let Node::Addr(host, port) = node else {
+                        continue;
+                    };
+                    let route = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port,
+                    };
+                    let persistence = Persistence::read(&mut OnNode::new(c.clone(), route)).await;
+                    readings.push((Some(format!("{host}:{port}")), persistence));
+                }
+            }
+            con => readings.push((None, Persistence::read(&mut con.clone()).await)),
+        }
+        let unread = readings.is_empty()
+            || readings
+                .iter()
+                .any(|(_, persistence)| *persistence == Persistence::default());
+        (!unread).then_some(readings)
     }
 
     /// What the last call found of the server (for `status`).
@@ -428,22 +498,20 @@ impl RedisAdmin {
     }
 
     /// The names in the index of queue names under the prefix, sorted: every queue a handle
-    /// was built for (and not deleted since), whether it holds anything or not. The first call
-    /// under a prefix that was never scanned finds the queues of older versions first (see
-    /// [`reindex`](Self::reindex)).
+    /// was built for (and not deleted since), whether it holds anything or not. Until the
+    /// queues of older versions are found (see [`reindex`](Self::reindex)), each call first
+    /// scans a bounded part of the keyspace for them (at most 10 `SCAN` rounds of 1,000 keys
+    /// per primary), going on where the last call stopped.
     ///
     /// # Errors
     ///
     /// A connection error.
     pub async fn queue_names(&self) -> Result<Vec<String>, Error> {
         let mut con = self.open().await?.con.clone();
-        let scanned: bool = redis::cmd("EXISTS")
-            .arg(Keys::index_scanned(&self.prefix))
-            .query_async(&mut con)
-            .await?;
-        if !scanned {
-            self.reindex().await?;
-        }
+        let indexed = self.find_older_queues().await?;
+        self.health
+            .indexing
+            .store(!indexed, std::sync::atomic::Ordering::Relaxed);
         let mut names: Vec<String> = redis::cmd("SMEMBERS")
             .arg(Keys::index(&self.prefix))
             .query_async(&mut con)
@@ -455,22 +523,86 @@ impl RedisAdmin {
         Ok(names)
     }
 
+    /// The one-time migration of the queues made by a version that kept no index, a bounded
+    /// step at a time: unless the keyspace was scanned once already (`prefix:queues:scanned`),
+    /// scans at most [`MIGRATION_ROUNDS`] rounds of [`MIGRATION_COUNT`] keys on each primary
+    /// from where the last step stopped (each primary's cursor is kept in
+    /// `prefix:queues:scanning`, so steps of other processes go on from it too), adds the
+    /// queue names it found to the index, and marks the scan done once every primary's is.
+    /// Whether the keyspace is scanned.
+    async fn find_older_queues(&self) -> Result<bool, Error> {
+        let mut con = self.open().await?.con.clone();
+        let scanned: bool = redis::cmd("EXISTS")
+            .arg(Keys::index_scanned(&self.prefix))
+            .query_async(&mut con)
+            .await?;
+        if scanned {
+            return Ok(true);
+        }
+        let scanning = Keys::index_scanning(&self.prefix);
+        let cursors: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(&scanning)
+            .query_async(&mut con)
+            .await?;
+        let mut names = Vec::new();
+        let mut done = true;
+        for node in self.nodes().await? {
+            let field = node.label();
+            let cursor = match cursors.get(&field).map(String::as_str) {
+                Some(SCAN_DONE) => continue,
+                Some(cursor) => cursor.parse().unwrap_or(0),
+                None => 0,
+            };
+            let (found, next) = self
+                .scan_names(&node, cursor, MIGRATION_ROUNDS, MIGRATION_COUNT)
+                .await?;
+            names.extend(found);
+            let next = match next {
+                Some(next) => {
+                    done = false;
+                    next.to_string()
+                }
+                None => SCAN_DONE.to_owned(),
+            };
+            let _: i64 = redis::cmd("HSET")
+                .arg(&scanning)
+                .arg(field)
+                .arg(next)
+                .query_async(&mut con)
+                .await?;
+        }
+        self.add_to_index(names).await?;
+        if done {
+            self.mark_scanned().await?;
+        }
+        Ok(done)
+    }
+
     /// Scans every primary for the keys of queues under the prefix (`SCAN MATCH
-    /// prefix:{*}:*`, work in proportion to the whole keyspace) and adds their names to the
-    /// index of queue names; answers how many names the scan found. The first listing under a
-    /// prefix does it once by itself, for queues made by a version that kept no index; call it
-    /// again while processes of such a version still make new queues.
+    /// prefix:{*}:*`) in one go, work in proportion to the whole keyspace, adds their names
+    /// to the index of queue names and marks the keyspace scanned; answers how many names the
+    /// scan found. The listings do the same a bounded step at a time until the keyspace was
+    /// scanned once, for the queues made by a version that kept no index: call this to finish
+    /// at once, or again while processes of such a version still make new queues.
     ///
     /// # Errors
     ///
     /// A connection error.
     pub async fn reindex(&self) -> Result<usize, Error> {
-        let mut names: Vec<String> = self
-            .names_by_node()
-            .await?
-            .into_values()
-            .flatten()
-            .collect();
+        let mut names = Vec::new();
+        for node in self.nodes().await? {
+            let (found, _) = self
+                .scan_names(&node, 0, MAX_SCAN_ROUNDS, SCAN_COUNT)
+                .await?;
+            names.extend(found);
+        }
+        let found = self.add_to_index(names).await?;
+        self.mark_scanned().await?;
+        Ok(found)
+    }
+
+    /// Adds `names` to the index of queue names; how many distinct names they were.
+    async fn add_to_index(&self, mut names: Vec<String>) -> Result<usize, Error> {
         names.sort();
         names.dedup();
         let mut con = self.open().await?.con.clone();
@@ -481,20 +613,35 @@ impl RedisAdmin {
                 .query_async(&mut con)
                 .await?;
         }
+        Ok(names.len())
+    }
+
+    /// Marks the keyspace scanned for the queues of older versions, and forgets the cursors.
+    async fn mark_scanned(&self) -> Result<(), Error> {
+        let mut con = self.open().await?.con.clone();
         let _: () = redis::cmd("SET")
             .arg(Keys::index_scanned(&self.prefix))
             .arg(1)
             .query_async(&mut con)
             .await?;
-        Ok(names.len())
+        let _: i64 = redis::cmd("DEL")
+            .arg(Keys::index_scanning(&self.prefix))
+            .query_async(&mut con)
+            .await?;
+        self.health
+            .indexing
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Every queue under the prefix with its figures, sorted by name, in a bounded number of
     /// round trips whatever the size of the keyspace: the index of queue names
-    /// ([`queue_names`](Self::queue_names)), then one pipelined script call per queue, 200 to
-    /// a pipeline. A name in the index whose queue holds no key is left out. A queue that cannot be read (a key of the wrong type under its
-    /// name, say) is listed with [`QueueSummary::broken`] set (the server's error, with no
-    /// password) and does not stop the others.
+    /// ([`queue_names`](Self::queue_names), with a bounded step of the one-time migration
+    /// until it is done), then one pipelined script call per queue, 200 to a pipeline. A
+    /// name in the index whose queue holds no key is left out. A queue that cannot be read
+    /// (a key of the wrong type under its name, say) is listed with
+    /// [`QueueSummary::broken`] set (the server's error, with no password) and does not stop
+    /// the others.
     ///
     /// # Errors
     ///
@@ -723,8 +870,16 @@ impl RedisAdmin {
         }
     }
 
-    /// The queue names found on each primary.
-    async fn names_by_node(&self) -> Result<BTreeMap<Node, Vec<String>>, Error> {
+    /// The queue names under the prefix in the keys of `node`, scanned from `cursor` for at
+    /// most `rounds` `SCAN` rounds of `count` keys; and the cursor to go on from, `None` once
+    /// the node's keyspace is scanned.
+    async fn scan_names(
+        &self,
+        node: &Node,
+        mut cursor: u64,
+        rounds: usize,
+        count: usize,
+    ) -> Result<(Vec<String>, Option<u64>), Error> {
         // The prefix is matched literally: its glob characters are escaped.
         let literal: String = self
             .prefix
@@ -736,34 +891,29 @@ impl RedisAdmin {
             .collect();
         let pattern = format!("{literal}:{{*}}:*");
         let head = format!("{}:{{", self.prefix);
-        let mut out = BTreeMap::new();
-        for node in self.nodes().await? {
-            let mut names = std::collections::BTreeSet::new();
-            let mut cursor: u64 = 0;
-            for _ in 0..MAX_SCAN_ROUNDS {
-                let mut cmd = redis::cmd("SCAN");
-                cmd.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT);
-                let (next, keys): (u64, Vec<Vec<u8>>) = self.on_node(&node, &cmd).await?;
-                for key in keys {
-                    let key = String::from_utf8_lossy(&key);
-                    if let Some(rest) = key.strip_prefix(&head)
-                        && let Some((name, _suffix)) = rest.rsplit_once("}:")
-                    {
-                        names.insert(name.to_owned());
-                    }
-                }
-                cursor = next;
-                if cursor == 0 {
-                    break;
+        let mut names = std::collections::BTreeSet::new();
+        for _ in 0..rounds {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(count);
+            let (next, keys): (u64, Vec<Vec<u8>>) = self.on_node(node, &cmd).await?;
+            for key in keys {
+                let key = String::from_utf8_lossy(&key);
+                if let Some(rest) = key.strip_prefix(&head)
+                    && let Some((name, _suffix)) = rest.rsplit_once("}:")
+                {
+                    names.insert(name.to_owned());
                 }
             }
-            out.insert(node, names.into_iter().collect());
+            cursor = next;
+            if cursor == 0 {
+                return Ok((names.into_iter().collect(), None));
+            }
         }
-        Ok(out)
+        Ok((names.into_iter().collect(), Some(cursor)))
     }
 }
 

@@ -3,8 +3,19 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+
+use crate::connection::Conn;
+#[cfg(feature = "cluster")]
+use crate::connection::OnNode;
+
+/// How often, at most, the server's persistence settings are read again while in use: by a
+/// [`RedisAdmin`](crate::RedisAdmin) (see
+/// [`RedisAdmin::settings_check_interval`](crate::RedisAdmin::settings_check_interval)) and
+/// by a queue handle (see [`Builder::settings_check_interval`](crate::Builder::settings_check_interval)).
+pub const SETTINGS_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The server settings that decide whether acknowledged adds and dones survive a crash.
 ///
@@ -127,6 +138,62 @@ pub(crate) fn warn_once(server: &str, persistence: &Persistence) {
             server,
             problems = %problems.join("; "),
             "workq-redis: the server's persistence settings cannot keep acknowledged work through a crash"
+        );
+    }
+}
+
+/// The settings of the server queue `key` lives on: the server, or on a cluster the primary
+/// of the key's slot (its keys are there and nowhere else, so only that primary's settings
+/// can lose them).
+pub(crate) async fn read_for_queue(con: &Conn, key: &str) -> Persistence {
+    match con {
+        #[cfg(feature = "cluster")]
+        Conn::Cluster(c) => Persistence::read(&mut OnNode::primary_of(c.clone(), key)).await,
+        con => {
+            let _ = key;
+            Persistence::read(&mut con.clone()).await
+        }
+    }
+}
+
+/// The settings of the servers something lives on, as read: one reading for a single
+/// server (no node named), one per primary of a cluster (named `host:port`).
+pub(crate) type Readings = Vec<(Option<String>, Persistence)>;
+
+/// The problems of `readings`, each named by its node on a cluster.
+pub(crate) fn problems_of(readings: &Readings) -> Vec<String> {
+    readings
+        .iter()
+        .flat_map(|(node, persistence)| {
+            persistence.problems().into_iter().map(move |p| match node {
+                Some(node) => format!("{node}: {p}"),
+                None => p,
+            })
+        })
+        .collect()
+}
+
+/// Logs a change of the settings' problems (`before` to `now`) on `server`, for `queue` if
+/// the reader is one queue's handle: a warning while there are some, a note when they are
+/// gone. Nothing when they did not change, so a setting is logged once per change, however
+/// often it is read.
+pub(crate) fn log_change(server: &str, queue: Option<&str>, before: &[String], now: &[String]) {
+    if before == now {
+        return;
+    }
+    let queue = queue.unwrap_or_default();
+    if now.is_empty() {
+        tracing::info!(
+            server,
+            queue,
+            "workq-redis: the server's persistence settings changed: they keep acknowledged work through a crash again"
+        );
+    } else {
+        tracing::warn!(
+            server,
+            queue,
+            problems = %now.join("; "),
+            "workq-redis: the server's persistence settings changed: they cannot keep acknowledged work through a crash"
         );
     }
 }

@@ -93,7 +93,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     }
 
     /// The server's persistence settings as read at start (`None` if the check was turned
-    /// off). See [`Persistence::problems`].
+    /// off); on a cluster, those of the primary of the queue's slot. See
+    /// [`Persistence::problems`]. The handle reads them again while it lives and logs a
+    /// change ([`Builder::settings_check_interval`](crate::Builder::settings_check_interval)).
     pub fn persistence(&self) -> Option<&Persistence> {
         self.inner.persistence.as_ref()
     }

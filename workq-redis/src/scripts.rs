@@ -67,9 +67,15 @@ impl Keys {
     }
 
     /// Set once the keyspace was scanned for the queues of a version that kept no index
-    /// (`RedisAdmin::reindex`).
+    /// (by the listings, a bounded part each, or `RedisAdmin::reindex`).
     pub(crate) fn index_scanned(prefix: &str) -> String {
         format!("{prefix}:queues:scanned")
+    }
+
+    /// While that scan is under way: a hash of each primary's `SCAN` cursor (`done` once its
+    /// keyspace is scanned), so that each listing goes on where the last one stopped.
+    pub(crate) fn index_scanning(prefix: &str) -> String {
+        format!("{prefix}:queues:scanning")
     }
 
     /// The wake-up marker blocked getters wait on.

@@ -454,6 +454,74 @@ async fn a_cluster_listing_finds_the_queues_of_every_primary() {
     assert!(q.try_get().await.unwrap().is_empty());
 }
 
+/// On a cluster every primary's settings are checked, each on its own: an eviction policy
+/// set on one running primary is reported by the admin's status naming that primary, and by
+/// the handle of each queue whose slot it holds (and by no other).
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_has_the_settings_of_every_primary_checked() {
+    if !support::server::require_binary() {
+        return;
+    }
+    let Some(cluster) = support::server::RedisCluster::start() else {
+        return;
+    };
+    let urls = cluster.urls();
+    let admin = RedisAdmin::cluster(urls.clone(), "wq")
+        .unwrap()
+        .settings_check_interval(Duration::ZERO);
+    let status = |admin: &RedisAdmin| workq::admin::Admin::status(admin);
+    workq::admin::Admin::queues(&admin).await.unwrap();
+    assert_eq!(status(&admin).warnings, Vec::<String>::new());
+    let details = status(&admin).details.unwrap();
+    for node in &cluster.nodes {
+        assert!(
+            details.contains(&format!("127.0.0.1:{}: redis ", node.port())),
+            "{details}"
+        );
+    }
+
+    let evicting = &cluster.nodes[1];
+    support::set_eviction(&evicting.url(), "allkeys-lru").await;
+    let mut con = raw(evicting).await;
+    workq::admin::Admin::queues(&admin).await.unwrap();
+    assert_eq!(
+        status(&admin).warnings,
+        [format!(
+            "127.0.0.1:{}: maxmemory-policy is \"allkeys-lru\": the server may evict the \
+             queue's keys (set noeviction)",
+            evicting.port()
+        )]
+    );
+
+    // A worker's handle reads the primary of its queue's slot, where its keys are.
+    let mut seen = [false, false];
+    for i in 0..12 {
+        let name = format!("w{i}");
+        let q: RedisQueue<String> = RedisQueue::builder(name.as_str())
+            .cluster(urls.clone())
+            .build()
+            .await
+            .unwrap();
+        q.add("x".to_owned()).await.unwrap();
+        let keys: Vec<String> = con.keys(format!("wq:{{{name}}}:*")).await.unwrap();
+        let on_evicting = !keys.is_empty();
+        let problems = q.persistence().unwrap().problems();
+        let expected: Vec<String> = if on_evicting {
+            vec![
+                "maxmemory-policy is \"allkeys-lru\": the server may evict the queue's keys \
+                 (set noeviction)"
+                    .to_owned(),
+            ]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(problems, expected, "queue {name}");
+        seen[usize::from(on_evicting)] = true;
+    }
+    assert_eq!(seen, [true, true], "queues on that primary and on others");
+}
+
 /// Every command the server has run so far, by `INFO commandstats` (commands run by
 /// scripts included).
 async fn commands_run(con: &mut redis::aio::MultiplexedConnection) -> u64 {
@@ -499,7 +567,8 @@ async fn a_listing_costs_the_same_beside_a_million_unrelated_keys() {
     let _: () = con.rpush("wq:{legacy}:ready", json("old")).await.unwrap();
     let _: () = con.sadd("wq:{legacy}:dirty", json("old")).await.unwrap();
     let admin = admin(&server).await;
-    // The first listing finds it by the one-time scan, and indexes it.
+    // The first listing finds it by the first step of the one-time scan (the keyspace is
+    // small: one step scans it all), and indexes it.
     let listed: Vec<String> = admin
         .queues()
         .await

@@ -8,6 +8,7 @@ mod support;
 
 use std::time::Duration;
 
+use support::Log;
 use support::server::{RedisServer, require};
 use workq::admin::{Action, Admin, AdminError, End, act};
 use workq_conformance::admin::{AdminFactory, text};
@@ -189,26 +190,6 @@ async fn remove_says_a_lease_stays_and_the_listing_counts_dirty_leases() {
     lease.done().await.unwrap();
 }
 
-/// What the `tracing` events of the current thread wrote, as text.
-#[derive(Clone, Default)]
-struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Log {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Log {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 /// The warnings about maxmemory-policy in `status()`.
 fn eviction_warnings(admin: &dyn Admin) -> Vec<String> {
     admin
@@ -229,13 +210,7 @@ async fn an_eviction_policy_set_on_a_running_server_is_reported() {
     };
     // The admin's calls run on this thread (awaited here, not spawned): its log is this one.
     let log = Log::default();
-    let writer = log.clone();
-    let _logging = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish(),
-    );
+    let _logging = log.capture();
     let url = factory.server.url();
     let checking = RedisAdmin::new(&url, "wq")
         .unwrap()
@@ -257,18 +232,7 @@ async fn an_eviction_policy_set_on_a_running_server_is_reported() {
         assert!(admin.status().up);
     }
 
-    let mut con = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("allkeys-lru")
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    support::set_eviction(&url, "allkeys-lru").await;
     checking.summary("pods").await.unwrap();
     let warnings = eviction_warnings(checking);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -293,13 +257,7 @@ async fn an_eviction_policy_set_on_a_running_server_is_reported() {
         "read again at most once per interval"
     );
 
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("noeviction")
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    support::set_eviction(&url, "noeviction").await;
     checking.queues().await.unwrap();
     assert_eq!(eviction_warnings(checking), Vec::<String>::new(), "fixed");
 }

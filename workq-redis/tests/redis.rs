@@ -268,6 +268,95 @@ async fn the_persistence_check_reports_what_cannot_keep_the_promise() {
     );
 }
 
+/// How many lines of `log` hold `text`.
+fn lines_with(log: &support::Log, text: &str) -> usize {
+    log.text().lines().filter(|l| l.contains(text)).count()
+}
+
+/// `rounds` of an add, a get and a done on `q`, 50 ms apart.
+async fn calls(q: &RedisQueue<String>, rounds: usize) {
+    for i in 0..rounds {
+        q.add(format!("x{i}")).await.unwrap();
+        let lease = q.try_get().await.unwrap().into_lease().unwrap();
+        lease.done().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sets `maxmemory-policy` to `policy` on the server of `q`, makes calls until `log` holds
+/// `logged` (within 10 s), then ten more (several checks of the settings); the lines of
+/// `log` that hold `logged` then.
+async fn change_and_call(
+    server: &RedisServer,
+    q: &RedisQueue<String>,
+    log: &support::Log,
+    policy: &str,
+    logged: &str,
+) -> Vec<String> {
+    support::set_eviction(&server.url(), policy).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lines_with(log, logged) == 0 {
+        assert!(Instant::now() < deadline, "not logged: {}", log.text());
+        calls(q, 1).await;
+    }
+    calls(q, 10).await;
+    log.text()
+        .lines()
+        .filter(|l| l.contains(logged))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A worker's handle reads the server's settings again while it lives: an eviction policy
+/// set on the running server is logged once, however many calls the handle makes, and so
+/// is its fix; a dropped handle reads nothing more.
+#[tokio::test]
+async fn a_handle_logs_an_eviction_policy_set_on_the_running_server_once() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    // The handle's task runs on this (current-thread) runtime, so its events go here.
+    let log = support::Log::default();
+    let _logging = log.capture();
+    let q: RedisQueue<String> = RedisQueue::builder("watched")
+        .url(server.url())
+        .settings_check_interval(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    assert!(q.persistence().unwrap().is_durable());
+    calls(&q, 6).await;
+    assert_eq!(
+        lines_with(&log, "persistence settings"),
+        0,
+        "{}",
+        log.text()
+    );
+
+    let evicting = "maxmemory-policy is \"allkeys-lru\"";
+    let warned = change_and_call(&server, &q, &log, "allkeys-lru", evicting).await;
+    assert_eq!(warned.len(), 1, "once per change: {}", log.text());
+    assert!(
+        warned[0].contains("WARN") && warned[0].contains("queue=\"watched\""),
+        "{}",
+        warned[0]
+    );
+    let fixed = "they keep acknowledged work through a crash again";
+    let noted = change_and_call(&server, &q, &log, "noeviction", fixed).await;
+    assert_eq!(noted.len(), 1, "{}", log.text());
+    assert_eq!(lines_with(&log, evicting), 1, "{}", log.text());
+
+    drop(q);
+    support::set_eviction(&server.url(), "allkeys-lru").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        lines_with(&log, evicting),
+        1,
+        "the dropped handle's check ended: {}",
+        log.text()
+    );
+}
+
 #[tokio::test]
 async fn keys_are_namespaced_per_queue_with_one_hash_tag() {
     let Some(server) = support::server::require() else {

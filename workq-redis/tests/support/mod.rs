@@ -15,6 +15,54 @@ use workq_redis::{RateLimit, RedisQueue};
 
 pub(crate) use server::RedisServer;
 
+/// What the `tracing` events of the current thread wrote, as text.
+#[derive(Clone, Default)]
+pub(crate) struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Log {
+    /// Writes the events of the current thread here (and of the tasks it runs: on a
+    /// current-thread runtime, every task) until the guard is dropped.
+    pub(crate) fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .finish(),
+        )
+    }
+
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Sets `maxmemory-policy` on the running server at `url`.
+pub(crate) async fn set_eviction(url: &str, policy: &str) {
+    let mut con = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg(policy)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+}
+
 // ===== on Redis =====
 
 #[derive(Clone)]
