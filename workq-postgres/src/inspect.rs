@@ -24,7 +24,7 @@ use crate::wait::channel;
 pub const SEARCH_BUDGET: usize = 5000;
 
 /// Rows one page reads at most.
-#[deprecated(since = "0.2.0", note = "use `SEARCH_BUDGET`")]
+#[deprecated(since = "0.1.0", note = "use `SEARCH_BUDGET`")]
 pub const SCAN: i64 = 5000;
 
 /// [`SEARCH_BUDGET`] as the statements bind it.
@@ -196,7 +196,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// # Errors
     ///
     /// As for [`page`](Self::page).
-    #[deprecated(since = "0.2.0", note = "use `page`")]
+    #[deprecated(since = "0.1.0", note = "use `page`")]
     pub async fn items(&self, query: &PageQuery) -> Result<Page, Error> {
         self.page(query).await
     }

@@ -279,7 +279,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Errors
     ///
     /// A serialization or connection error.
-    #[deprecated(since = "0.2.0", note = "use `item_detail` with the item's JSON text")]
+    #[deprecated(since = "0.1.0", note = "use `item_detail` with the item's JSON text")]
     pub async fn inspect(&self, item: &T) -> Result<ItemDetail, Error> {
         let raw = serde_json::to_string(item).map_err(Error::Serialize)?;
         Ok(self
@@ -294,7 +294,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Errors
     ///
     /// A connection error.
-    #[deprecated(since = "0.2.0", note = "use `item_detail`")]
+    #[deprecated(since = "0.1.0", note = "use `item_detail`")]
     pub async fn inspect_raw(&self, raw: &str) -> Result<ItemDetail, Error> {
         Ok(self
             .item_detail(raw)

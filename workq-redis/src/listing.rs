@@ -522,7 +522,7 @@ impl RedisAdmin {
     ///
     /// A connection error.
     #[deprecated(
-        since = "0.2.0",
+        since = "0.1.0",
         note = "use `queues`, which marks a queue it cannot read `broken`"
     )]
     pub async fn overview(&self) -> Result<Vec<(String, Result<QueueSummary, Error>)>, Error> {
