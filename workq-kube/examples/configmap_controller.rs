@@ -1,4 +1,4 @@
-//! A ConfigMap controller on the workqueue.
+//! A ConfigMap controller on a workq queue.
 //!
 //! With a kubeconfig (`KUBECONFIG`, or `~/.kube/config`) it watches the ConfigMaps of the
 //! current namespace of that cluster and reconciles them (read only: it reports their size)

@@ -238,7 +238,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
     ///
     /// If `limit` is 0 (nothing could ever be handed out).
     pub fn max_in_flight(mut self, limit: usize) -> Self {
-        assert!(limit > 0, "workqueue: max_in_flight must be at least 1");
+        assert!(limit > 0, "workq: max_in_flight must be at least 1");
         self.flow.max_in_flight = Some(limit);
         self
     }
@@ -256,7 +256,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
     pub fn max_in_flight_per_group(mut self, limit: usize) -> Self {
         assert!(
             limit > 0,
-            "workqueue: max_in_flight_per_group must be at least 1"
+            "workq: max_in_flight_per_group must be at least 1"
         );
         self.flow.max_in_flight_per_group = Some(limit);
         self
@@ -270,7 +270,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Builder<T> {
     pub fn group_max_in_flight(mut self, group: impl Into<String>, limit: usize) -> Self {
         assert!(
             limit > 0,
-            "workqueue: a group's max_in_flight must be at least 1"
+            "workq: a group's max_in_flight must be at least 1"
         );
         self.flow
             .group_limits

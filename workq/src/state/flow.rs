@@ -53,11 +53,11 @@ impl Rate {
     pub(crate) fn new(per_second: f64, burst: u32) -> Self {
         assert!(
             per_second.is_finite() && per_second > 0.0,
-            "workqueue: a hand-out rate must be a positive number of items per second, not {per_second}"
+            "workq: a hand-out rate must be a positive number of items per second, not {per_second}"
         );
         assert!(
             burst > 0,
-            "workqueue: a hand-out rate needs a burst of at least 1"
+            "workq: a hand-out rate needs a burst of at least 1"
         );
         let interval = (1e9 / per_second).round().clamp(1.0, u64::MAX as f64) as u64;
         Self { interval, burst }
