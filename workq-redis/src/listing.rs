@@ -92,7 +92,10 @@ enum Node {
     /// The one server of a single-server deployment.
     Single,
     /// A cluster primary by address.
-    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    #[cfg_attr(
+        not(feature = "cluster"),
+        expect(dead_code, reason = "only a cluster has primaries by address")
+    )]
     Addr(String, u16),
 }
 

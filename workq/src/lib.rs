@@ -242,7 +242,14 @@
 //! cheap to clone.
 
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
-#![cfg_attr(loom, allow(dead_code, unreachable_pub))]
+#![cfg_attr(
+    loom,
+    allow(
+        dead_code,
+        unreachable_pub,
+        reason = "a loom build runs only the loom models, which leave most of the crate unused"
+    )
+)]
 
 mod added;
 pub mod admin;
