@@ -409,7 +409,7 @@ async fn idle_and_slow_connections_are_closed_and_a_flood_keeps_no_one_out() {
     for stream in &mut flood {
         let mut byte = [0u8; 1];
         match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut byte)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => closed += 1,
+            Ok(Ok(0) | Err(_)) => closed += 1,
             Ok(Ok(_)) => panic!("an answer to no request"),
             Err(_) => {}
         }

@@ -285,7 +285,7 @@ async fn in_process() {
             .count(4)
             .timeout(Duration::from_secs(30))
             .on_give_up(|gave_up| {
-                println!("gave up on {:?} ({})", gave_up.item.name, gave_up.reason)
+                println!("gave up on {:?} ({})", gave_up.item.name, gave_up.reason);
             })
     })
     .run(reconcile, context.clone());

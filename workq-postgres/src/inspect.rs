@@ -141,7 +141,7 @@ fn page_sql(state: ItemState, from_last: bool) -> Result<(String, String), Error
          WHERE $4::text IS NULL OR {matches}
          ORDER BY s.place LIMIT $5"
     );
-    let last = format!("SELECT {key} {scan} OFFSET $3 - 1", key = key);
+    let last = format!("SELECT {key} {scan} OFFSET $3 - 1");
     Ok((page, last))
 }
 

@@ -56,10 +56,10 @@ pub(crate) fn check_cursor(state: ItemState, cursor: &str) -> Result<(), Error> 
 
 /// A stored dead-letter entry in a reply.
 fn entry(value: &Value) -> Result<DeadLetter, ParsingError> {
-    Ok(letter_of(match value {
-        Value::BulkString(b) => b.clone(),
-        other => text(other)?.into_bytes(),
-    }))
+    Ok(match value {
+        Value::BulkString(b) => letter_of(b),
+        other => letter_of(text(other)?.as_bytes()),
+    })
 }
 
 /// A priority in a reply.

@@ -194,7 +194,7 @@ fn crossbeam(keys: &[Key]) -> f64 {
         let consumer = s.spawn(|| {
             let start = util::go(&barrier);
             let mut seen = 0usize;
-            for key in rx.iter() {
+            for key in &rx {
                 black_box(&key);
                 seen += 1;
             }

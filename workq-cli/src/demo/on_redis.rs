@@ -116,11 +116,11 @@ impl Backend for OnRedis {
 
     async fn helper(&self, id: &str, present: bool) -> Result<(), Error> {
         let mut con = self.con.clone();
-        let _: () = if present {
-            con.sadd(self.key("helpers"), id).await?
+        if present {
+            let _: () = con.sadd(self.key("helpers"), id).await?;
         } else {
-            con.srem(self.key("helpers"), id).await?
-        };
+            let _: () = con.srem(self.key("helpers"), id).await?;
+        }
         Ok(())
     }
 

@@ -275,13 +275,13 @@ impl Run {
             QueueCommand::Resume { queue } => self.resume(&queue).await?,
             QueueCommand::Shutdown { queue } => self.act(&queue, Action::ShutDownFleet).await?,
             QueueCommand::Retry { queue, item } => {
-                self.act(&queue, Action::RetryNow { item }).await?
+                self.act(&queue, Action::RetryNow { item }).await?;
             }
             QueueCommand::Remove { queue, item } => {
-                self.act(&queue, Action::Remove { item }).await?
+                self.act(&queue, Action::Remove { item }).await?;
             }
             QueueCommand::Forget { queue, item } => {
-                self.act(&queue, Action::Forget { item }).await?
+                self.act(&queue, Action::Forget { item }).await?;
             }
             QueueCommand::DeadLetters(command) => return self.dead_letters(command).await,
         }
