@@ -12,8 +12,6 @@
 //! The drain is one statement over `workqueue_items` (every row of the queue: queued, delayed
 //! or leased) and `wq_demo_ending`, so it reads one snapshot of both.
 
-use std::collections::{HashMap, HashSet};
-
 use sqlx::Executor;
 use workq_postgres::{Error, Lease, PgQueue};
 
@@ -38,11 +36,6 @@ CREATE TABLE IF NOT EXISTS wq_demo_helpers (
 /// more than the queue's own migration lock).
 const SCHEMA_LOCK: i64 = 7_310_550_117_463_005_202;
 
-/// A token as the tables store it.
-fn db_token(token: u64) -> i64 {
-    i64::try_from(token).unwrap_or(i64::MAX)
-}
-
 /// The queue on PostgreSQL; the bookkeeping runs on its pool.
 #[derive(Clone, Debug)]
 pub(crate) struct OnPostgres {
@@ -64,7 +57,9 @@ impl OnPostgres {
 
     /// `sql` about one lease: the queue's name, the item and the token as `$1`, `$2`, `$3`.
     fn of_lease<'q>(&'q self, sql: &'q str, item: &'q str, token: u64) -> Statement<'q> {
-        self.of_item(sql, item).bind(db_token(token))
+        // A token as the tables store it.
+        self.of_item(sql, item)
+            .bind(i64::try_from(token).unwrap_or(i64::MAX))
     }
 }
 
@@ -215,8 +210,8 @@ impl Backend for OnPostgres {
             done: done
                 .into_iter()
                 .map(|(item, token)| (item, token.unsigned_abs()))
-                .collect::<HashMap<_, _>>(),
-            given_up: given_up.into_iter().collect::<HashSet<_>>(),
+                .collect(),
+            given_up: given_up.into_iter().collect(),
         })
     }
 

@@ -23,7 +23,11 @@ pub(super) fn print(sim: &Sim, outcome: &PhaseOutcome) {
     table.row(
         "events absorbed by dedup",
         count(absorbed),
-        format!("{:.1}% of events", percent(absorbed, events)),
+        // Of no events (a run stopped at once), none.
+        format!(
+            "{:.1}% of events",
+            absorbed as f64 * 100.0 / events.max(1) as f64
+        ),
     );
     table.row("reconciles", count(summary.processed), "");
     table.row("  succeeded", count(summary.succeeded), "");
@@ -103,15 +107,6 @@ pub(super) fn checks(sim: &Sim, outcome: &PhaseOutcome) -> bool {
         );
     }
     exclusive && reconciled
-}
-
-/// `part` as a percentage of `whole` (0 when `whole` is).
-fn percent(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 * 100.0 / whole as f64
-    }
 }
 
 /// The note beside the give-ups: which objects.
