@@ -44,5 +44,5 @@ fn main() -> ExitCode {
     if let Some(spec) = &args.fleet_worker {
         return fleet::worker::run(spec);
     }
-    run::run(args)
+    run::run(&args)
 }

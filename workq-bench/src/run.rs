@@ -31,15 +31,15 @@ const PEER_NAMES: &[&str] = &[
 ];
 
 /// Runs the benchmarks as `args` say.
-pub(crate) fn run(args: Args) -> ExitCode {
-    let plan = match Plan::new(&args) {
+pub(crate) fn run(args: &Args) -> ExitCode {
+    let plan = match Plan::new(args) {
         Ok(plan) => plan,
         Err(e) => {
             eprintln!("wq-bench: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let servers = match connect(&args, &plan) {
+    let servers = match connect(args, &plan) {
         Ok(servers) => servers,
         Err(e) => {
             eprintln!("wq-bench: {e}");
@@ -66,7 +66,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
     };
     let mut sections = Vec::new();
     for server in targets {
-        match measure(&args, &plan, server, &progress) {
+        match measure(args, &plan, server, &progress) {
             Ok(samples) => sections.push(Section {
                 server,
                 figures: aggregate(&samples),
@@ -79,7 +79,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
         }
     }
     progress.finish();
-    report(&args, &plan, &sections, &machine, started.elapsed())
+    report(args, &plan, &sections, &machine, started.elapsed())
 }
 
 /// What a run is to do.

@@ -1,4 +1,4 @@
-//! `wq`: the workqueue command line.
+//! `wq`: the workq command line.
 //!
 //! - `wq demo`: a simulated controller on the in-memory queue, or with `--redis URL` or
 //!   `--postgres URL` on a queue on Redis or PostgreSQL shared by processes (`demo/`).
@@ -18,7 +18,7 @@ mod metrics_server;
 mod queue;
 mod runtime;
 
-/// The workqueue command line.
+/// The workq command line.
 #[derive(Debug, Parser)]
 #[command(
     name = "wq",

@@ -1,5 +1,6 @@
 //! `wq demo` end to end, through the built binary: a small run passes its checks, bad flag
-//! values are refused with exit code 2, and Ctrl-C winds the run down with exit code 130.
+//! values are refused with exit code 2, Ctrl-C winds the run down with exit code 130, and
+//! `--metrics-addr` serves the queue's series over HTTP.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Output, Stdio};
@@ -201,13 +202,16 @@ fn ctrl_c_stops_intake_and_still_prints_the_summary() {
     assert!(rest.trim_end().ends_with("interrupted"), "{rest}");
 }
 
-/// Sends `GET /metrics` to `addr` and returns the response.
-fn scrape(addr: &str) -> String {
+/// Sends `GET path` to `addr`, with an `Accept` header if given, and returns the response.
+fn scrape(addr: &str, path: &str, accept: Option<&str>) -> String {
     use std::io::Write;
     let mut stream = std::net::TcpStream::connect(addr).expect("the metrics server listens");
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .unwrap();
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{accept}\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     response
@@ -244,8 +248,26 @@ fn metrics_addr_serves_kubernetes_series_and_linger_keeps_serving_until_ctrl_c()
         }
     }
     let addr = addr.unwrap_or_else(|| panic!("no metrics address in:\n{seen}"));
-    let response = scrape(&addr);
-    assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+    let response = scrape(&addr, "/metrics", None);
+    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{response}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    // The classic text format: every sample parses, and no OpenMetrics line is left.
+    let mut samples = 0;
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = line.rsplit_once(' ').expect("`series value`");
+        assert!(
+            value.parse::<f64>().is_ok(),
+            "the value of {series}: {value}"
+        );
+        samples += 1;
+    }
+    assert!(samples > 20, "{body}");
+    assert!(body.contains("# HELP workqueue_adds_total "), "{body}");
+    assert!(
+        !body.contains("# EOF") && !body.contains("# UNIT"),
+        "{body}"
+    );
     let reconciles = row(&seen, "reconciles");
     // Every reconcile was a hand-out; adds count each time an object became dirty.
     assert!(
@@ -259,6 +281,12 @@ fn metrics_addr_serves_kubernetes_series_and_linger_keeps_serving_until_ctrl_c()
         "{response}"
     );
     assert!(response.contains("# TYPE workqueue_adds_total counter\n"));
+    // OpenMetrics for a scraper that asks for it; nothing but /metrics is served.
+    let open = scrape(&addr, "/metrics", Some("application/openmetrics-text"));
+    assert!(open.contains("application/openmetrics-text"), "{open}");
+    assert!(open.ends_with("# EOF\n"), "{open}");
+    let other = scrape(&addr, "/other", None);
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
 
     let sent = Command::new("kill")
         .args(["-INT", &child.id().to_string()])

@@ -244,7 +244,7 @@ async fn walk(
 }
 
 /// Checks that `call` of `item` answered [`AdminError::BadRequest`].
-fn bad_request<T: fmt::Debug>(answer: Result<T, AdminError>, call: &str, item: &str) {
+fn bad_request<T: fmt::Debug>(answer: &Result<T, AdminError>, call: &str, item: &str) {
     assert!(
         matches!(answer, Err(AdminError::BadRequest(_))),
         "{call} of {item:?}: expected a bad request, got {answer:?}"
@@ -868,9 +868,9 @@ pub mod rules {
             return;
         }
         for item in ["a", "{", ""] {
-            bad_request(admin.retry_now("pods", item).await, "retry_now", item);
-            bad_request(admin.remove("pods", item).await, "remove", item);
-            bad_request(admin.forget("pods", item).await, "forget", item);
+            bad_request(&admin.retry_now("pods", item).await, "retry_now", item);
+            bad_request(&admin.remove("pods", item).await, "remove", item);
+            bad_request(&admin.forget("pods", item).await, "forget", item);
         }
         assert_eq!(admin.summary("pods").await.expect("summary").depth, 1);
     }

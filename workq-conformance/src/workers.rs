@@ -653,7 +653,7 @@ fn give_ups() -> (GaveUp, impl Fn(&GiveUp<String>) + Send + Sync + 'static) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
     (seen, move |gave_up: &GiveUp<String>| {
-        sink.lock().unwrap().push(gave_up.clone())
+        sink.lock().unwrap().push(gave_up.clone());
     })
 }
 

@@ -1,6 +1,6 @@
 //! Serving a `prometheus-client` registry over HTTP: the classic text format (0.0.4) that
 //! Kubernetes components serve and promtool lints, or OpenMetrics when the scraper asks for
-//! it. This lives beside the HTTP servers (here and in `wq`), not in the `workqueue` core,
+//! it. This lives beside the HTTP servers (here and in `wq`), not in the `workq` core,
 //! which only registers metrics.
 
 use std::fmt;
@@ -18,7 +18,7 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
 /// Kubernetes components serve.
 ///
 /// Hand-written because `prometheus-client` writes only OpenMetrics: this encodes
-/// OpenMetrics and rewrites the three things that differ for the metric types `workqueue`
+/// OpenMetrics and rewrites the three things that differ for the metric types `workq`
 /// registers: a counter's `# HELP` and `# TYPE` lines take the `_total` sample name,
 /// `# UNIT` lines go, and so does the closing `# EOF`.
 ///

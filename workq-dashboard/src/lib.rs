@@ -1,4 +1,4 @@
-//! A web dashboard for workqueue queues: a page, a JSON API under `/api/` and Prometheus
+//! A web dashboard for workq queues: a page, a JSON API under `/api/` and Prometheus
 //! metrics under `/metrics`, as one [`axum::Router`].
 //!
 //! The router reads its queues from one or more sources, each an operator contract
@@ -119,19 +119,12 @@ pub use workq::admin;
 pub use workq::admin::ActionOutcome;
 pub use workq::metrics::QueueProbe;
 
-/// The old name of [`ActionOutcome`].
-#[deprecated(
-    since = "0.2.0",
-    note = "renamed `ActionOutcome`: `workq::Outcome` is a handler's outcome"
-)]
-pub type Outcome = ActionOutcome;
-
 /// The old name of [`admin::MemoryAdmin`], which moved to `workq`.
-#[deprecated(since = "0.2.0", note = "use `workq::admin::MemoryAdmin`")]
+#[deprecated(since = "0.1.0", note = "use `workq::admin::MemoryAdmin`")]
 pub type MemorySource = workq::admin::MemoryAdmin;
 
 /// `url` as it may be shown or logged: see [`admin::redact_url`], where it moved.
-#[deprecated(since = "0.2.0", note = "use `workq::admin::redact_url`")]
+#[deprecated(since = "0.1.0", note = "use `workq::admin::redact_url`")]
 pub fn redact(url: &str) -> String {
     workq::admin::redact_url(url)
 }
@@ -331,8 +324,6 @@ mod tests {
     #[test]
     #[expect(deprecated, reason = "the old names keep compiling for one release")]
     fn the_old_names_still_name_what_moved() {
-        let old = super::Outcome::new(2, "requeued 2 dead letters");
-        assert_eq!(old, super::ActionOutcome::new(2, "requeued 2 dead letters"));
         let memory: super::MemorySource = workq::admin::MemoryAdmin::new();
         assert_eq!(workq::admin::Admin::kind(&memory), "memory");
         assert_eq!(super::redact("redis://:pw@h:1/"), "redis://***@h:1/");

@@ -1,4 +1,4 @@
-//! A ConfigMap controller on the workqueue.
+//! A ConfigMap controller on a workq queue.
 //!
 //! With a kubeconfig (`KUBECONFIG`, or `~/.kube/config`) it watches the ConfigMaps of the
 //! current namespace of that cluster and reconciles them (read only: it reports their size)
@@ -285,7 +285,7 @@ async fn in_process() {
             .count(4)
             .timeout(Duration::from_secs(30))
             .on_give_up(|gave_up| {
-                println!("gave up on {:?} ({})", gave_up.item.name, gave_up.reason)
+                println!("gave up on {:?} ({})", gave_up.item.name, gave_up.reason);
             })
     })
     .run(reconcile, context.clone());

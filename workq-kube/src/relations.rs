@@ -39,7 +39,10 @@ where
         self.sources.push(Box::new(move |backoff: &BackoffFactory| {
             // kube's metadata watcher, deprecated in favour of an `Api<PartialObjectMeta<_>>`
             // that cannot be built from an `Api<Child>`; it makes the same requests.
-            #[allow(deprecated)]
+            #[expect(
+                deprecated,
+                reason = "the one watcher of metadata an `Api<Child>` can make"
+            )]
             let events = kube::runtime::metadata_watcher(api, config).backoff(backoff());
             let items = watcher_items(events, move |child, _| {
                 sources::owners::<K, _>(&child, &dyntype)

@@ -358,10 +358,10 @@ async fn kubes_finalizer_function_runs_end_to_end_on_a_controller() {
                     finalizer::finalizer(&widgets, FINALIZER, widget, |event| async move {
                         match event {
                             Event::Apply(widget) => {
-                                lifecycle.applied.lock().unwrap().push(widget.name_any())
+                                lifecycle.applied.lock().unwrap().push(widget.name_any());
                             }
                             Event::Cleanup(widget) => {
-                                lifecycle.cleaned.lock().unwrap().push(widget.name_any())
+                                lifecycle.cleaned.lock().unwrap().push(widget.name_any());
                             }
                         }
                         Ok::<_, kube::Error>(Action::await_change())

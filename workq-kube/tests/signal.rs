@@ -13,7 +13,6 @@
 //!   and the process exits 1 with the summary.
 
 #[path = "../examples/configmap_controller.rs"]
-#[allow(dead_code, unreachable_pub, missing_docs)]
 mod example;
 
 mod support;

@@ -110,7 +110,7 @@ async fn owns_stream_and_watches_stream_take_streams_you_build() {
     let client = server.client();
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), "default");
     // Children by their metadata only; related objects filtered to those with a label.
-    #[allow(deprecated)]
+    #[expect(deprecated, reason = "kube's metadata watcher, as `owns` uses it")]
     let children = kube::runtime::metadata_watcher(configmaps.clone(), watcher::Config::default())
         .default_backoff()
         .touched_objects();

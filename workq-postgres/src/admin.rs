@@ -40,8 +40,8 @@ impl PgAdmin {
 
     /// An error as operators read it: the server cannot be reached, the request was wrong,
     /// the queue is shut down, or something else went wrong (no password in any).
-    fn fail(&self, e: Error) -> AdminError {
-        match &e {
+    fn fail(&self, e: &Error) -> AdminError {
+        match e {
             Error::Database(sqlx::Error::PoolTimedOut) => self.down(format!(
                 "no connection to the server within {} s (it is down or unreachable, or the \
                  admin's {} connections are all busy)",
@@ -89,7 +89,7 @@ impl PgAdmin {
                 *self.error_slot() = None;
                 Ok(answer)
             }
-            Ok(Err(e)) => Err(self.fail(e)),
+            Ok(Err(e)) => Err(self.fail(&e)),
             Err(_) => Err(self.down(format!(
                 "no answer from the server within {} s",
                 wait.as_secs()
@@ -168,7 +168,7 @@ impl PgAdmin {
                 Ok(Ok(0)) => break,
                 Ok(Ok(n)) => total = total.saturating_add(n),
                 Ok(Err(Error::ShutDown)) if total > 0 => break,
-                Ok(Err(e)) => return Err(self.fail(e)),
+                Ok(Err(e)) => return Err(self.fail(&e)),
                 Err(_) => {
                     return Err(self.down(format!(
                         "no answer from the server within {} s (after {total} done)",

@@ -95,7 +95,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     ///
     /// As for [`requeue_dead_letter`](Self::requeue_dead_letter).
     #[deprecated(
-        since = "0.2.0",
+        since = "0.1.0",
         note = "use `requeue_dead_letter_by_id(&id.to_string())`: a dead letter's id is text"
     )]
     pub async fn requeue_dead_by_id(&self, id: i64) -> Result<bool, Error> {
@@ -167,7 +167,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     ///
     /// As for [`dead_letters`](Self::dead_letters).
     #[deprecated(
-        since = "0.2.0",
+        since = "0.1.0",
         note = "use `delete_dead_letter_by_id(&id.to_string())`: a dead letter's id is text"
     )]
     pub async fn delete_dead_letter(&self, id: i64) -> Result<bool, Error> {

@@ -24,7 +24,7 @@ use crate::wait::channel;
 pub const SEARCH_BUDGET: usize = 5000;
 
 /// Rows one page reads at most.
-#[deprecated(since = "0.2.0", note = "use `SEARCH_BUDGET`")]
+#[deprecated(since = "0.1.0", note = "use `SEARCH_BUDGET`")]
 pub const SCAN: i64 = 5000;
 
 /// [`SEARCH_BUDGET`] as the statements bind it.
@@ -141,7 +141,7 @@ fn page_sql(state: ItemState, from_last: bool) -> Result<(String, String), Error
          WHERE $4::text IS NULL OR {matches}
          ORDER BY s.place LIMIT $5"
     );
-    let last = format!("SELECT {key} {scan} OFFSET $3 - 1", key = key);
+    let last = format!("SELECT {key} {scan} OFFSET $3 - 1");
     Ok((page, last))
 }
 
@@ -196,7 +196,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// # Errors
     ///
     /// As for [`page`](Self::page).
-    #[deprecated(since = "0.2.0", note = "use `page`")]
+    #[deprecated(since = "0.1.0", note = "use `page`")]
     pub async fn items(&self, query: &PageQuery) -> Result<Page, Error> {
         self.page(query).await
     }

@@ -266,45 +266,19 @@ pub use migrate::SCHEMA_VERSION;
 pub use queue::PgQueue;
 pub use wait::APPLICATION_NAME;
 
-/// What an add did: `workq`'s.
-#[deprecated(since = "0.2.0", note = "use `workq::AddKind`")]
-pub type AddKind = workq::AddKind;
-/// The outcome of an add: `workq`'s.
-#[deprecated(since = "0.2.0", note = "use `workq::Added`")]
-pub type Added = workq::Added;
-/// The outcome of [`PgQueue::done_and_get_many`]: `workq`'s `DoneMany`.
-#[deprecated(since = "0.2.0", note = "use `workq::DoneMany<Lease<T>, Error>`")]
-pub type DoneAndGetMany<T> = workq::DoneMany<Lease<T>, Error>;
-/// A queue's figures for operators: `workq`'s.
-#[deprecated(since = "0.2.0", note = "use `workq::admin::Stats`")]
-pub type Stats = workq::admin::Stats;
-/// One item under a lease: `workq`'s.
-#[deprecated(since = "0.2.0", note = "use `workq::admin::InFlight`")]
-pub type InFlight = workq::admin::InFlight;
-/// A dead letter: `workq`'s (its id is text now, its reason `error`).
-#[deprecated(since = "0.2.0", note = "use `workq::admin::DeadLetter`")]
-pub type DeadLetter = workq::admin::DeadLetter;
-/// The states an item can be listed in: `workq`'s.
-#[deprecated(since = "0.2.0", note = "use `workq::admin::ItemState`")]
-pub type ItemState = workq::admin::ItemState;
-/// One page of items: `workq`'s.
-#[deprecated(since = "0.2.0", note = "use `workq::admin::Page`")]
-pub type Page = workq::admin::Page;
+// Names this crate had before the operator contract moved to the core, for one release. The
+// old names that another of the workq crates exports for something else (`Stats`, `Page`,
+// `AddKind`, ...) are gone: across the crates a public name means one thing.
+
 /// A request for one page of items: `workq`'s.
-#[deprecated(since = "0.2.0", note = "use `workq::admin::PageQuery`")]
+#[deprecated(since = "0.1.0", note = "use `workq::admin::PageQuery`")]
 pub type PageQuery = workq::admin::PageQuery;
-/// One item of a page: `workq`'s `PageEntry`.
-#[deprecated(since = "0.2.0", note = "use `workq::admin::PageEntry`")]
-pub type ItemInfo = workq::admin::PageEntry;
 /// Everything known of one item: `workq`'s.
-#[deprecated(since = "0.2.0", note = "use `workq::admin::ItemDetail`")]
+#[deprecated(since = "0.1.0", note = "use `workq::admin::ItemDetail`")]
 pub type ItemDetail = workq::admin::ItemDetail;
 /// A lease as operators see it: `workq`'s.
-#[deprecated(since = "0.2.0", note = "use `workq::admin::LeaseInfo`")]
+#[deprecated(since = "0.1.0", note = "use `workq::admin::LeaseInfo`")]
 pub type LeaseInfo = workq::admin::LeaseInfo;
-/// What a removal did: `workq`'s (a struct of flags now).
-#[deprecated(since = "0.2.0", note = "use `workq::admin::Removed`")]
-pub type Removed = workq::admin::Removed;
 /// One queue's figures: `workq`'s.
-#[deprecated(since = "0.2.0", note = "use `workq::admin::QueueSummary`")]
+#[deprecated(since = "0.1.0", note = "use `workq::admin::QueueSummary`")]
 pub type QueueSummary = workq::admin::QueueSummary;

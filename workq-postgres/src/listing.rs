@@ -189,7 +189,7 @@ pub(crate) async fn one(
 ///
 /// [`Error::Database`], also when the schema is not installed.
 #[deprecated(
-    since = "0.2.0",
+    since = "0.1.0",
     note = "use `PgAdmin::from_pool(pool).queues()`, or `PgAdmin::new(url)`, whose pool has a statement timeout; its counts have a cap"
 )]
 pub async fn queues(pool: &PgPool) -> Result<Vec<QueueSummary>, Error> {
@@ -203,7 +203,7 @@ pub async fn queues(pool: &PgPool) -> Result<Vec<QueueSummary>, Error> {
 ///
 /// [`Error::Database`], also when the schema is not installed.
 #[deprecated(
-    since = "0.2.0",
+    since = "0.1.0",
     note = "use `PgAdmin::from_pool(pool).summary(name)`, or `PgAdmin::new(url)`, whose pool has a statement timeout; its counts have a cap"
 )]
 pub async fn queue_summary(pool: &PgPool, name: &str) -> Result<Option<QueueSummary>, Error> {

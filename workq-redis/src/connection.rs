@@ -121,7 +121,10 @@ pub(crate) enum Source {
 }
 
 /// The `host:port` of a URL, for messages: never its user name or password.
-#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+#[cfg_attr(
+    not(feature = "cluster"),
+    expect(dead_code, reason = "the cluster's messages name its nodes")
+)]
 pub(crate) fn host_of(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let authority = rest.split(['/', '?']).next().unwrap_or_default();
@@ -165,7 +168,7 @@ fn versions(value: &Value, out: &mut Vec<String>) {
             );
         }
         Value::VerbatimString { text, .. } => {
-            versions(&Value::BulkString(text.clone().into()), out)
+            versions(&Value::BulkString(text.clone().into()), out);
         }
         Value::SimpleString(text) => versions(&Value::BulkString(text.clone().into()), out),
         Value::Array(values) | Value::Set(values) => {

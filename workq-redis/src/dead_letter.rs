@@ -18,11 +18,11 @@ use crate::units::saturated;
 /// Reads a stored entry (the scripts' JSON) as a [`DeadLetter`] whose [`id`](DeadLetter::id)
 /// is the entry itself ([`id_of`]). An item that was not valid UTF-8 makes an entry that is
 /// not either: it is read leniently.
-pub(crate) fn letter_of(entry: Vec<u8>) -> DeadLetter {
-    let text = String::from_utf8_lossy(&entry);
+pub(crate) fn letter_of(entry: &[u8]) -> DeadLetter {
+    let text = String::from_utf8_lossy(entry);
     let value: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
     let mut letter = DeadLetter::new(
-        id_of(&entry),
+        id_of(entry),
         value["item"].as_str().unwrap_or(&text).to_owned(),
     );
     letter.error = value["error"].as_str().unwrap_or_default().to_owned();
@@ -135,7 +135,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         if from == End::Last {
             entries.reverse();
         }
-        Ok(entries.into_iter().map(letter_of).collect())
+        Ok(entries.iter().map(|e| letter_of(e)).collect())
     }
 
     /// Moves one dead letter back to the queue as a fresh item (no failures, no stalls), as an
@@ -250,7 +250,7 @@ mod tests {
     fn an_id_is_the_stored_entry_and_reads_back() {
         let entry =
             br#"{"item":"\"a\"","error":"boom","at_ms":1500,"stalls":2,"failures":3,"token":"9"}"#;
-        let letter = letter_of(entry.to_vec());
+        let letter = letter_of(entry);
         assert_eq!(letter.id.as_bytes(), entry);
         assert_eq!(entry_of(&letter.id).as_deref(), Some(&entry[..]));
         assert_eq!(
@@ -269,7 +269,7 @@ mod tests {
         assert_eq!(letter.token, Some(9));
 
         let bytes = vec![0xff, b'{', 0x00];
-        let odd = letter_of(bytes.clone());
+        let odd = letter_of(&bytes);
         assert_eq!(odd.id, "hex:ff7b00");
         assert_eq!(entry_of(&odd.id), Some(bytes));
         assert_eq!(entry_of("hex:zz"), None);

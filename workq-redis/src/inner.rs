@@ -230,7 +230,7 @@ impl Inner {
                 .invoke_async(&mut self.con())
                 .await;
             match outcome {
-                Ok(1) | Ok(2) => return Ok(()),
+                Ok(1 | 2) => return Ok(()),
                 Ok(_) if unsure => return Err(Error::OutcomeUnknown),
                 Ok(_) => return Err(Error::LeaseLost),
                 Err(e) => {

@@ -56,10 +56,10 @@ pub(crate) fn check_cursor(state: ItemState, cursor: &str) -> Result<(), Error> 
 
 /// A stored dead-letter entry in a reply.
 fn entry(value: &Value) -> Result<DeadLetter, ParsingError> {
-    Ok(letter_of(match value {
-        Value::BulkString(b) => b.clone(),
-        other => text(other)?.into_bytes(),
-    }))
+    Ok(match value {
+        Value::BulkString(b) => letter_of(b),
+        other => letter_of(text(other)?.as_bytes()),
+    })
 }
 
 /// A priority in a reply.
@@ -279,7 +279,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Errors
     ///
     /// A serialization or connection error.
-    #[deprecated(since = "0.2.0", note = "use `item_detail` with the item's JSON text")]
+    #[deprecated(since = "0.1.0", note = "use `item_detail` with the item's JSON text")]
     pub async fn inspect(&self, item: &T) -> Result<ItemDetail, Error> {
         let raw = serde_json::to_string(item).map_err(Error::Serialize)?;
         Ok(self
@@ -294,7 +294,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Errors
     ///
     /// A connection error.
-    #[deprecated(since = "0.2.0", note = "use `item_detail`")]
+    #[deprecated(since = "0.1.0", note = "use `item_detail`")]
     pub async fn inspect_raw(&self, raw: &str) -> Result<ItemDetail, Error> {
         Ok(self
             .item_detail(raw)

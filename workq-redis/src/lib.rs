@@ -138,54 +138,23 @@ pub use persistence::{Persistence, SETTINGS_CHECK_INTERVAL};
 pub use queue::RedisQueue;
 pub use rate_limit::RateLimit;
 
-// The names of the last release, for one more: each is now the core's type (or was renamed),
-// and a type alias carries the deprecation that a `pub use` cannot.
+// Names this crate had before the operator contract moved to the core, for one release: each
+// is now the core's type (or was renamed), and a type alias carries the deprecation that a
+// `pub use` cannot. The old names that another of the workq crates exports for something else
+// (`Stats`, `Page`, `Summary`, ...) are gone: across the crates a public name means one thing.
 
 /// Was this crate's operator handle; now [`RedisAdmin`].
-#[deprecated(since = "0.2.0", note = "renamed `RedisAdmin`")]
+#[deprecated(since = "0.1.0", note = "renamed `RedisAdmin`")]
 pub type Admin = RedisAdmin;
-/// Was this crate's queue figures; now the core's [`workq::admin::QueueSummary`].
-#[deprecated(since = "0.2.0", note = "use `workq::admin::QueueSummary`")]
-pub type Summary = workq::admin::QueueSummary;
-/// Was this crate's item detail; now the core's [`workq::admin::ItemDetail`].
-#[deprecated(since = "0.2.0", note = "use `workq::admin::ItemDetail`")]
-pub type ItemInfo = workq::admin::ItemDetail;
-/// Was this crate's batched step; now the core's [`workq::DoneMany`].
-#[deprecated(since = "0.2.0", note = "use `workq::DoneMany<Lease<T>, Error>`")]
-pub type DoneAndGetMany<T> = workq::DoneMany<Lease<T>, Error>;
-/// Now the core's [`workq::AddKind`].
-#[deprecated(since = "0.2.0", note = "use `workq::AddKind`")]
-pub type AddKind = workq::AddKind;
-/// Now the core's [`workq::Added`].
-#[deprecated(since = "0.2.0", note = "use `workq::Added`")]
-pub type Added = workq::Added;
-/// Now the core's [`workq::admin::Stats`].
-#[deprecated(since = "0.2.0", note = "use `workq::admin::Stats`")]
-pub type Stats = workq::admin::Stats;
-/// Now the core's [`workq::admin::InFlight`].
-#[deprecated(since = "0.2.0", note = "use `workq::admin::InFlight`")]
-pub type InFlight = workq::admin::InFlight;
 /// Now the core's [`workq::admin::Counters`].
-#[deprecated(since = "0.2.0", note = "use `workq::admin::Counters`")]
+#[deprecated(since = "0.1.0", note = "use `workq::admin::Counters`")]
 pub type Counters = workq::admin::Counters;
-/// Now the core's [`workq::admin::DeadLetter`].
-#[deprecated(since = "0.2.0", note = "use `workq::admin::DeadLetter`")]
-pub type DeadLetter = workq::admin::DeadLetter;
-/// Now the core's [`workq::admin::ItemState`].
-#[deprecated(since = "0.2.0", note = "use `workq::admin::ItemState`")]
-pub type ItemState = workq::admin::ItemState;
 /// Now the core's [`workq::admin::End`].
-#[deprecated(since = "0.2.0", note = "use `workq::admin::End`")]
+#[deprecated(since = "0.1.0", note = "use `workq::admin::End`")]
 pub type End = workq::admin::End;
-/// Now the core's [`workq::admin::Page`].
-#[deprecated(since = "0.2.0", note = "use `workq::admin::Page`")]
-pub type Page = workq::admin::Page;
 /// Now the core's [`workq::admin::PageEntry`].
-#[deprecated(since = "0.2.0", note = "use `workq::admin::PageEntry`")]
+#[deprecated(since = "0.1.0", note = "use `workq::admin::PageEntry`")]
 pub type PageEntry = workq::admin::PageEntry;
-/// Now the core's [`workq::admin::Removed`].
-#[deprecated(since = "0.2.0", note = "use `workq::admin::Removed`")]
-pub type Removed = workq::admin::Removed;
 /// Now the core's [`workq::admin::Retried`].
-#[deprecated(since = "0.2.0", note = "use `workq::admin::Retried`")]
+#[deprecated(since = "0.1.0", note = "use `workq::admin::Retried`")]
 pub type Retried = workq::admin::Retried;

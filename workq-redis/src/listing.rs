@@ -106,7 +106,10 @@ enum Node {
     /// The one server of a single-server deployment.
     Single,
     /// A cluster primary by address.
-    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    #[cfg_attr(
+        not(feature = "cluster"),
+        expect(dead_code, reason = "only a cluster has primaries by address")
+    )]
     Addr(String, u16),
 }
 
@@ -669,7 +672,7 @@ impl RedisAdmin {
     ///
     /// A connection error.
     #[deprecated(
-        since = "0.2.0",
+        since = "0.1.0",
         note = "use `queues`, which marks a queue it cannot read `broken`"
     )]
     pub async fn overview(&self) -> Result<Vec<(String, Result<QueueSummary, Error>)>, Error> {

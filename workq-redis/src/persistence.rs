@@ -77,7 +77,7 @@ impl Persistence {
             None => problems.push("cannot read appendonly (CONFIG GET refused)".to_owned()),
         }
         match self.appendfsync.as_deref() {
-            Some("always") | Some("everysec") => {}
+            Some("always" | "everysec") => {}
             Some(other) => problems.push(format!(
                 "appendfsync is {other:?}: the OS decides when writes reach the disk (use always, or everysec)"
             )),

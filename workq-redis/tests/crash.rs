@@ -146,7 +146,7 @@ fn worker_main() -> ExitCode {
             .append(true)
             .open(&log)
             .expect("open the history");
-        let mut record = |line: String| {
+        let mut record = |line: &str| {
             // One write per line: a kill can cut off at most the line being written.
             history.write_all(line.as_bytes()).unwrap();
         };
@@ -163,13 +163,13 @@ fn worker_main() -> ExitCode {
                 Ok(Some(lease)) => lease,
                 Ok(None) => break,
                 Err(_) => {
-                    record(format!("X get - {}\n", now_us()));
+                    record(&format!("X get - {}\n", now_us()));
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             };
             let (item, token) = (lease.item().clone(), lease.token());
-            record(format!("S {item} {token} {}\n", now_us()));
+            record(&format!("S {item} {token} {}\n", now_us()));
             let ms = if rng.below(100) < slow_pct {
                 slow_ms
             } else {
@@ -187,19 +187,19 @@ fn worker_main() -> ExitCode {
                     let _ = (&mut handler).await;
                     // Recorded before the release (spawned by the drop) can run on this
                     // single-threaded runtime: nobody else holds the item yet.
-                    record(format!("A {item} {token} {}\n", now_us()));
+                    record(&format!("A {item} {token} {}\n", now_us()));
                     break;
                 }
             };
             let Ok(lease) = finished else { break };
-            record(format!("E {item} {token} {}\n", now_us()));
+            record(&format!("E {item} {token} {}\n", now_us()));
             // A worker that lost its lease still tries to commit: the server must refuse.
             let outcome = match lease.done().await {
                 Ok(()) => "ok",
                 Err(Error::LeaseLost) => "stale",
                 Err(_) => "unknown",
             };
-            record(format!("D {item} {token} {outcome}\n"));
+            record(&format!("D {item} {token} {outcome}\n"));
         }
         // A graceful stop: this handle only; the dropped lease's release gets time to go out.
         queue.shut_down();
@@ -225,7 +225,7 @@ impl History {
     }
 
     /// One write per line: a kill can cut off at most the line being written.
-    fn record(&self, line: String) {
+    fn record(&self, line: &str) {
         self.0.lock().unwrap().write_all(line.as_bytes()).unwrap();
     }
 
@@ -236,7 +236,7 @@ impl History {
             Err(Error::LeaseLost) => "stale",
             Err(_) => "unknown",
         };
-        self.record(format!("D {item} {token} {outcome}\n"));
+        self.record(&format!("D {item} {token} {outcome}\n"));
     }
 }
 
@@ -289,14 +289,14 @@ impl QueueLease for RecordedLease {
 
     async fn done(self) -> Result<(), Error> {
         let outcome = self.lease.done().await;
-        self.history.done(&self.item, outcome.as_ref().map(|_| ()));
+        self.history.done(&self.item, outcome.as_ref().copied());
         outcome
     }
 
     async fn release(self) -> Result<bool, Error> {
         let (item, token) = &self.item;
         self.history
-            .record(format!("A {item} {token} {}\n", now_us()));
+            .record(&format!("A {item} {token} {}\n", now_us()));
         QueueLease::release(self.lease).await
     }
 }
@@ -370,17 +370,17 @@ impl Queue for Recorded {
         match Queue::done_and_next_many(&self.queue, leases, max).await {
             Ok(step) => {
                 for (item, outcome) in items.iter().zip(&step.done) {
-                    self.history.done(item, outcome.as_ref().map(|_| ()));
+                    self.history.done(item, outcome.as_ref().copied());
                 }
                 self.history
-                    .record(format!("B {} {max} {}\n", items.len(), step.next.len()));
+                    .record(&format!("B {} {max} {}\n", items.len(), step.next.len()));
                 Ok(DoneMany {
                     done: step.done,
                     next: step.next.into_iter().map(|l| self.wrap(l)).collect(),
                 })
             }
             Err(error) => {
-                self.history.record(format!(
+                self.history.record(&format!(
                     "X step {} {}\n",
                     items.len(),
                     error.to_string().replace(' ', "_")
@@ -447,9 +447,9 @@ async fn pool_main(
                 }
             };
             async move {
-                history.record(format!("S {item} {token} {}\n", now_us()));
+                history.record(&format!("S {item} {token} {}\n", now_us()));
                 tokio::time::sleep(Duration::from_millis(ms)).await;
-                history.record(format!("E {item} {token} {}\n", now_us()));
+                history.record(&format!("E {item} {token} {}\n", now_us()));
                 Outcome::Done
             }
         });
@@ -1285,11 +1285,7 @@ async fn run(s: Scenario) -> Result<String, String> {
     } else {
         format!("; at the end: {:?}", producer_queue.stats(3).await)
     };
-    let dead = producer_queue
-        .stats(1)
-        .await
-        .map(|s| s.summary.dead)
-        .unwrap_or(0);
+    let dead = producer_queue.stats(1).await.map_or(0, |s| s.summary.dead);
     // Every worker leaves once the queue is shut down for the fleet and empty.
     let _ = producer_queue.shut_down_fleet().await;
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -706,7 +706,7 @@ async fn batched_adds_give_the_answers_of_adds_one_by_one() {
     };
     assert_eq!(
         undelayed(&a),
-        first_adds.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+        first_adds.iter().map(|&s| s.clone()).collect::<Vec<_>>()
     );
     assert_eq!(undelayed(&a), undelayed(&b));
     a.sort();

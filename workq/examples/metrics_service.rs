@@ -151,7 +151,7 @@ fn encode_for_accept(
     ))
 }
 
-/// Rewrites OpenMetrics text into the classic format, for the metric types `workqueue`
+/// Rewrites OpenMetrics text into the classic format, for the metric types `workq`
 /// registers (counters, gauges, histograms): a counter family's `# HELP` and `# TYPE`
 /// lines name the `_total` sample, and `# UNIT` and `# EOF` lines go. `prometheus-client`
 /// writes OpenMetrics only, hence this.

@@ -54,11 +54,11 @@ impl HandOutRate {
     pub fn new(per_second: f64, burst: u32) -> Self {
         assert!(
             per_second.is_finite() && per_second > 0.0,
-            "workqueue: a hand-out rate must be a positive number of items per second, not {per_second}"
+            "workq: a hand-out rate must be a positive number of items per second, not {per_second}"
         );
         assert!(
             burst > 0,
-            "workqueue: a hand-out rate needs a burst of at least 1"
+            "workq: a hand-out rate needs a burst of at least 1"
         );
         HandOutRate { per_second, burst }
     }
@@ -227,7 +227,7 @@ impl<T> FlowControl<T> {
     ///
     /// If `limit` is 0.
     pub fn max_in_flight(mut self, limit: usize) -> Self {
-        assert!(limit > 0, "workqueue: max_in_flight must be at least 1");
+        assert!(limit > 0, "workq: max_in_flight must be at least 1");
         self.limits.max_in_flight = Some(limit);
         self
     }
@@ -241,7 +241,7 @@ impl<T> FlowControl<T> {
     pub fn max_in_flight_per_group(mut self, limit: usize) -> Self {
         assert!(
             limit > 0,
-            "workqueue: max_in_flight_per_group must be at least 1"
+            "workq: max_in_flight_per_group must be at least 1"
         );
         self.limits.max_in_flight_per_group = Some(limit);
         self
@@ -256,7 +256,7 @@ impl<T> FlowControl<T> {
     pub fn group_max_in_flight(mut self, group: impl Into<String>, limit: usize) -> Self {
         assert!(
             limit > 0,
-            "workqueue: a group's max_in_flight must be at least 1"
+            "workq: a group's max_in_flight must be at least 1"
         );
         self.limits.group_max_in_flight.insert(group.into(), limit);
         self

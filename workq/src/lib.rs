@@ -212,7 +212,7 @@
 //! # Coming from client-go
 
 //!
-//! | client-go | workqueue | differences |
+//! | client-go | workq | differences |
 //! | --- | --- | --- |
 //! | `NewTyped`, `NewTypedDelayingQueue`, `NewTypedRateLimitingQueue` | [`WorkQueue::new`], [`WorkQueue::builder`] | one type carries all three layers; a queue that never delays pays nothing for it |
 //! | `TypedQueueConfig{Name, Clock}` | [`Builder::name`], [`Builder::clock`], [`Builder::rate_limiter`] | the default rate limiter is [`rate_limiter::default_controller`], on the queue's clock |
@@ -242,7 +242,14 @@
 //! cheap to clone.
 
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
-#![cfg_attr(loom, allow(dead_code, unreachable_pub))]
+#![cfg_attr(
+    loom,
+    allow(
+        dead_code,
+        unreachable_pub,
+        reason = "a loom build runs only the loom models, which leave most of the crate unused"
+    )
+)]
 
 mod added;
 pub mod admin;

@@ -133,7 +133,7 @@ impl Parallelizer {
         std::thread::scope(|scope| {
             for _ in 1..workers {
                 std::thread::Builder::new()
-                    .name("workqueue-parallelize".to_owned())
+                    .name("workq-parallelize".to_owned())
                     .spawn_scoped(scope, || run.worker())
                     .unwrap_or_else(|err| panic!("parallelize: cannot start a thread: {err}"));
             }

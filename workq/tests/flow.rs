@@ -36,7 +36,7 @@ fn a_getter_held_back_by_a_group_limit_wakes_when_a_lease_is_dropped() {
         let queue = queue.clone();
         thread::spawn(move || {
             tx.send(queue.blocking_get().map(|l| l.item().clone()))
-                .unwrap()
+                .unwrap();
         })
     };
     assert!(
@@ -85,7 +85,7 @@ fn a_getter_waiting_for_a_token_wakes_when_the_fake_clock_reaches_it() {
         let queue = queue.clone();
         thread::spawn(move || {
             tx.send(queue.blocking_get().map(|l| l.item().clone()))
-                .unwrap()
+                .unwrap();
         })
     };
     clock.step(Duration::from_millis(99));

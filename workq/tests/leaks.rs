@@ -396,7 +396,7 @@ fn timer_threads() -> Option<usize> {
     Some(
         tasks
             .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-            .filter(|name| name.starts_with("workqueue-time"))
+            .filter(|name| name.starts_with("workq-time"))
             .count(),
     )
 }
@@ -459,7 +459,7 @@ fn wait_until_timers_sleep() {
             let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
             // The state follows the parenthesised name: "tid (comm) S ...".
             let state = stat.rsplit(')').next().unwrap_or("").trim_start();
-            name.starts_with("workqueue-time") && !state.starts_with('S')
+            name.starts_with("workq-time") && !state.starts_with('S')
         });
         if !awake {
             return;

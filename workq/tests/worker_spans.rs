@@ -91,11 +91,10 @@ fn each_processed_item_runs_in_a_span_with_its_fields() {
 
     let seen = recorder.seen.lock();
     let field = |fields: &[(String, String)], key: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| panic!("no field {key} in {fields:?}"))
+        fields.iter().find(|(k, _)| k == key).map_or_else(
+            || panic!("no field {key} in {fields:?}"),
+            |(_, v)| v.clone(),
+        )
     };
     let mut items: Vec<(String, String, String, String)> = seen
         .spans

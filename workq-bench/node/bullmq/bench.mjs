@@ -1,4 +1,4 @@
-// BullMQ doing what `wq-bench --redis` does with workqueue-redis, on the same server:
+// BullMQ doing what `wq-bench --redis` does with workq-redis, on the same server:
 // WQ_REDIS_URL=URL node bench.mjs WORKLOAD SIZE  ->  one JSON object per line and
 // figure. The URL comes through the environment, so a password is not in the process list.
 //

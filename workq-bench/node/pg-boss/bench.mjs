@@ -1,10 +1,10 @@
-// pg-boss doing what `wq-bench --postgres` does with workqueue-postgres, on the same database:
+// pg-boss doing what `wq-bench --postgres` does with workq-postgres, on the same database:
 // WQ_POSTGRES_URL=URL node bench.mjs WORKLOAD SIZE  ->  one JSON object per line and figure.
 // The URL comes through the environment, so a password is not in the process list.
 //
 // Settings, each as close to ours as pg-boss allows:
 // - Consumers take and complete one job at a time, through pg-boss's `fetch` and `complete`
-//   (two statements per job, as workqueue-postgres's `get` and `done`). pg-boss's `work()`
+//   (two statements per job, as workq-postgres's `get` and `done`). pg-boss's `work()`
 //   would wait out its polling interval after every fetch at `batchSize` 1 (its burst modes
 //   need a larger batch), about 2 jobs/s; so each consumer here is the loop `work()` runs in
 //   burst mode: fetch again at once after a job, and after an empty fetch wait pg-boss's

@@ -4,7 +4,7 @@
 //! one thread. Figure: cycles/s, a cycle being one item's add + get + done, so it reads
 //! beside W1's items/s.
 //!
-//! Beside it, `workqueue-no-priority` runs the very same rounds with plain `add` (every
+//! Beside it, `workq-no-priority` runs the very same rounds with plain `add` (every
 //! item at priority 0), so the ratio is the price of priorities.
 //!
 //! Caveats: single-threaded, so no lock is ever contended; this isolates the cost of the
@@ -23,7 +23,7 @@ use crate::util::{self, Key};
 const ID: &str = "P1";
 const METRIC: &str = "cycles_per_s";
 /// The same rounds with plain `add`.
-const NO_PRIORITY: &str = "workqueue-no-priority";
+const NO_PRIORITY: &str = "workq-no-priority";
 const KEYS: usize = 1_000;
 const PRIORITIES: i32 = 5;
 

@@ -3,9 +3,9 @@
 //! both threads are released until the consumer has finished with the last item.
 //!
 //! Implementations, all in the same run and on the same prebuilt keys:
-//! - `workqueue`: `add` on the producer thread, `blocking_get` + lease drop on the consumer.
+//! - `workq`: `add` on the producer thread, `blocking_get` + lease drop on the consumer.
 //!   The producer calls `shut_down` after its last add; the consumer drains until `None`.
-//! - `workqueue-async`: the same, the consumer being a task on a tokio multi-thread runtime
+//! - `workq-async`: the same, the consumer being a task on a tokio multi-thread runtime
 //!   (one worker per core) awaiting `get()`. The producer stays a plain thread: `add` never
 //!   blocks, and a task that adds in a tight loop would pin a worker.
 //! - `limit-single-thread`: client-go's add / get / done logic on one thread with a
@@ -194,7 +194,7 @@ fn crossbeam(keys: &[Key]) -> f64 {
         let consumer = s.spawn(|| {
             let start = util::go(&barrier);
             let mut seen = 0usize;
-            for key in rx.iter() {
+            for key in &rx {
                 black_box(&key);
                 seen += 1;
             }

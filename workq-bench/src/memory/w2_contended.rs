@@ -3,9 +3,9 @@
 //! items/s, from the release of all threads until the last consumer is finished.
 //!
 //! Implementations, same run, same keys:
-//! - `workqueue`: 4 producer threads (`add`), 4 consumer threads (`blocking_get`, lease
+//! - `workq`: 4 producer threads (`add`), 4 consumer threads (`blocking_get`, lease
 //!   drop); the last producer to finish calls `shut_down` and consumers drain until `None`.
-//! - `workqueue-async`: the same producers; 4 consumer tasks awaiting `get()` on a tokio
+//! - `workq-async`: the same producers; 4 consumer tasks awaiting `get()` on a tokio
 //!   multi-thread runtime with one worker per core.
 //! - `limit-single-thread`: W1's, on the same keys: one thread doing client-go's add / get /
 //!   done with no lock, the most one core can do with the cycle (the goal for W2 is a share of
@@ -163,7 +163,7 @@ fn crossbeam(keys: &[Key]) -> f64 {
                 s.spawn(move || {
                     let start = util::go(barrier);
                     let mut seen = 0usize;
-                    for key in rx.iter() {
+                    for key in &rx {
                         black_box(&key);
                         seen += 1;
                     }

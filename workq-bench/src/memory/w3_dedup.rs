@@ -8,7 +8,7 @@
 //! space apart), so producers do not march in lock step on the same key. Consumers drain
 //! until `None` after the last producer shuts the queue down.
 //!
-//! Only `workqueue` runs here: docs/bench-workloads.md names no reference for W3, and a channel
+//! Only `workq` runs here: docs/bench-workloads.md names no reference for W3, and a channel
 //! does no dedup (its deliveries would be the number of adds).
 //!
 //! Caveats: most adds hit an item that is already queued (a no-op under the lock) or being

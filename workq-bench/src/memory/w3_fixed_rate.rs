@@ -17,7 +17,7 @@
 //! it is due (a sleep per item would be shorter than the OS's timer can sleep), so deliveries
 //! come in bursts of up to 50 within each millisecond.
 //!
-//! Only `workqueue` runs here, as in W3: client-go's workqueue is not in this bench (its
+//! Only `workq` runs here, as in W3: client-go's workqueue is not in this bench (its
 //! figures come from a Go port of the workloads that is not in the repository); the Go port's
 //! W3 with the same pacing gives the other half of the comparison.
 

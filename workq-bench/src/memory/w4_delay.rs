@@ -10,9 +10,9 @@
 //! for except that one clock read; the producer's rate includes it too (about 20 ns).
 //!
 //! Implementations, same run, same keys and delays:
-//! - `workqueue`: the producer (the bench's main thread) calls `add_after`; 2 consumer
+//! - `workq`: the producer (the bench's main thread) calls `add_after`; 2 consumer
 //!   threads `blocking_get`. The consumer that gets the last item shuts the queue down.
-//! - `workqueue-async`: the same producer; 2 consumer tasks awaiting `get()` on a tokio
+//! - `workq-async`: the same producer; 2 consumer tasks awaiting `get()` on a tokio
 //!   multi-thread runtime.
 //! - `tokio-util-delayqueue`: tokio-util's `DelayQueue`, which is neither `Sync` nor
 //!   shared, fed by one task that owns it: the task inserts the keys in batches of 1,024,

@@ -9,7 +9,7 @@
 //! of the wall is the queue and the limiter handling 80,000 gets and 60,000 delayed adds,
 //! and the timer waking consumers when retries come due.
 //!
-//! Only `workqueue` runs here: docs/bench-workloads.md names no reference for W5.
+//! Only `workq` runs here: docs/bench-workloads.md names no reference for W5.
 //!
 //! Caveats: the rate limiter keeps its failure counts behind its own lock, which the 4
 //! consumers share with the queue's; with 4 consumer threads, a producer and the timer on

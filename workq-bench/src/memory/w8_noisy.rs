@@ -5,10 +5,10 @@
 //! groups them by the part before the `/`.
 //!
 //! Three queues, in the same run:
-//! - `workqueue-fifo`: no groups, one first-in-first-out order within a priority (what every
+//! - `workq-fifo`: no groups, one first-in-first-out order within a priority (what every
 //!   queue without flow control does): the quiet items wait behind the backlog;
-//! - `workqueue` (ours): `group_by`, groups take turns;
-//! - `workqueue-limited`: `group_by` with `max_in_flight_per_group(8)` and
+//! - `workq` (ours): `group_by`, groups take turns;
+//! - `workq-limited`: `group_by` with `max_in_flight_per_group(8)` and
 //!   `max_in_flight(16)`, the limits checked.
 //!
 //! Figures: `quiet_pickup_p50_ms` / `quiet_pickup_p99_ms` (from the quiet item's add to the
@@ -37,16 +37,16 @@ use crate::util;
 
 pub(crate) const ID: &str = "W8";
 /// No groups.
-const FIFO: &str = "workqueue-fifo";
+const FIFO: &str = "workq-fifo";
 /// Groups with limits.
-const LIMITED: &str = "workqueue-limited";
+const LIMITED: &str = "workq-limited";
 /// Workers.
 const WORKERS: usize = 16;
 /// Quiet groups.
 const QUIET_GROUPS: usize = 100;
 /// Each quiet group adds one item this often.
 const QUIET_EVERY: Duration = Duration::from_millis(100);
-/// `workqueue-limited`'s limits.
+/// `workq-limited`'s limits.
 const PER_GROUP: usize = 8;
 const MAX_IN_FLIGHT: usize = 16;
 

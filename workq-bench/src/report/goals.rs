@@ -73,7 +73,7 @@ const GOALS: &[Goal] = &[
     in_memory(
         "W8",
         "items_per_s",
-        GoalKind::RatioAtLeast("workqueue-fifo", 0.8, None),
+        GoalKind::RatioAtLeast("workq-fifo", 0.8, None),
     ),
     Goal {
         workload: "W7",

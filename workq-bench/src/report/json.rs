@@ -1,5 +1,5 @@
 //! `--json`: one JSON object per line and figure, docs/bench-workloads.md's format with a few more
-//! keys: `{"workload": "W1", "impl": "workqueue", "metric": "items_per_s", "value": 3100000.0,
+//! keys: `{"workload": "W1", "impl": "workq", "metric": "items_per_s", "value": 3100000.0,
 //! "min": ..., "max": ..., "runs": 3}`. A fleet workload's lines carry its shape (`"processes"`,
 //! `"workers"`, `"handler_ms"`); a reference's lines carry its `"version"` and `"settings"` (how it
 //! was set up); a figure a reference cannot run has `"value": null` and the reason in `"na"`.

@@ -13,9 +13,9 @@ pub(crate) mod json;
 pub(crate) mod table;
 
 /// Our implementation with blocking (thread) consumers.
-pub(crate) const OURS: &str = "workqueue";
+pub(crate) const OURS: &str = "workq";
 /// Our implementation with async consumers on a tokio multi-thread runtime.
-pub(crate) const OURS_ASYNC: &str = "workqueue-async";
+pub(crate) const OURS_ASYNC: &str = "workq-async";
 /// Our queue on Redis (crate `workq-redis`), with `wq-bench --redis URL`.
 pub(crate) const OURS_REDIS: &str = "workq-redis";
 /// workq-redis with a consumer that completes and takes items in batches.

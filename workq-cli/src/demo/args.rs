@@ -33,16 +33,16 @@ stops, reconciles in flight finish, the table is printed).")]
 #[command(group(clap::ArgGroup::new("server").args(["redis", "postgres"])))]
 pub(crate) struct DemoArgs {
     /// How many objects the simulated cluster holds (1 to 1,000,000); every event names one.
-    #[arg(long, default_value = "200", value_name = "N", value_parser = objects)]
+    #[arg(long, default_value = "200", value_name = "N", value_parser = integer::<usize, 1, 1_000_000>)]
     pub(super) objects: usize,
 
     /// How many change events the producers emit in all, spread over --duration
     /// (1 to 100,000,000).
-    #[arg(long, default_value = "10000", value_name = "N", value_parser = events)]
+    #[arg(long, default_value = "10000", value_name = "N", value_parser = integer::<u64, 1, 100_000_000>)]
     pub(super) events: u64,
 
     /// How many workers reconcile at once (1 to 1024).
-    #[arg(long, default_value = "8", value_name = "N", value_parser = workers)]
+    #[arg(long, default_value = "8", value_name = "N", value_parser = integer::<usize, 1, 1024>)]
     pub(super) workers: usize,
 
     /// The fraction of reconciles that fail and are retried with backoff, from 0 to 1
@@ -65,12 +65,12 @@ pub(crate) struct DemoArgs {
     pub(super) limiter: Limiter,
 
     /// Retries before a failing object is given up (0 to 100).
-    #[arg(long, default_value = "5", value_name = "N", value_parser = max_retries)]
+    #[arg(long, default_value = "5", value_name = "N", value_parser = integer::<usize, 0, 100>)]
     pub(super) max_retries: usize,
 
     /// The longest simulated reconcile, in milliseconds (0 to 10,000); each one takes a
     /// random time up to this.
-    #[arg(long, default_value = "20", value_name = "MS", value_parser = latency_ms)]
+    #[arg(long, default_value = "20", value_name = "MS", value_parser = integer::<u64, 0, 10_000>)]
     pub(super) latency_ms: u64,
 
     /// Prints no live progress bar (it is also hidden when stderr is not a terminal).
@@ -164,45 +164,21 @@ impl Limiter {
 /// The longest `--duration` accepted.
 const MAX_DURATION: Duration = Duration::from_secs(3600);
 
-/// An integer within `min..=max`.
-fn integer<T>(value: &str, min: T, max: T) -> Result<T, String>
+/// An integer from `MIN` to `MAX` (`_` may group its digits: `10_000`).
+fn integer<T, const MIN: u64, const MAX: u64>(value: &str) -> Result<T, String>
 where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+    T: TryFrom<u64>,
 {
-    let parsed: T = value
+    let refused = || format!("expected a whole number from {MIN} to {MAX}");
+    let parsed: u64 = value
         .trim()
         .replace('_', "")
         .parse()
-        .map_err(|_| format!("expected a whole number from {min} to {max}"))?;
-    if parsed < min || parsed > max {
-        return Err(format!("must be from {min} to {max}"));
+        .map_err(|_| refused())?;
+    if !(MIN..=MAX).contains(&parsed) {
+        return Err(format!("must be from {MIN} to {MAX}"));
     }
-    Ok(parsed)
-}
-
-/// `--objects`: 1 to 1,000,000.
-fn objects(value: &str) -> Result<usize, String> {
-    integer(value, 1, 1_000_000)
-}
-
-/// `--events`: 1 to 100,000,000.
-fn events(value: &str) -> Result<u64, String> {
-    integer(value, 1, 100_000_000)
-}
-
-/// `--workers`: 1 to 1024.
-fn workers(value: &str) -> Result<usize, String> {
-    integer(value, 1, 1024)
-}
-
-/// `--max-retries`: 0 to 100.
-fn max_retries(value: &str) -> Result<usize, String> {
-    integer(value, 0, 100)
-}
-
-/// `--latency-ms`: 0 to 10,000.
-fn latency_ms(value: &str) -> Result<u64, String> {
-    integer(value, 0, 10_000)
+    T::try_from(parsed).map_err(|_| refused())
 }
 
 /// `--failure-rate`: a fraction from 0 to 1.
@@ -260,12 +236,16 @@ mod tests {
 
     #[test]
     fn out_of_range_numbers_are_refused() {
-        assert!(workers("0").is_err());
+        let workers = integer::<usize, 1, 1024>;
+        assert_eq!(workers("0"), Err("must be from 1 to 1024".to_owned()));
         assert_eq!(workers("8"), Ok(8));
         assert!(failure_rate("7").is_err());
         assert!(failure_rate("NaN").is_err());
         assert_eq!(failure_rate("0.25"), Ok(0.25));
-        assert_eq!(events("10_000"), Ok(10_000));
-        assert!(objects("-3").is_err());
+        assert_eq!(integer::<u64, 1, 100_000_000>("10_000"), Ok(10_000));
+        assert_eq!(
+            integer::<usize, 1, 1_000_000>("-3"),
+            Err("expected a whole number from 1 to 1000000".to_owned())
+        );
     }
 }

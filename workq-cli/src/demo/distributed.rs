@@ -36,21 +36,7 @@ use rand::RngExt;
 use rand::rngs::SmallRng;
 use workq::{AddOptions, Queue, QueueLease, Workers};
 
-/// Options of the demo on a server (`wq demo --redis URL`, `wq demo --postgres URL`): those
-/// of `wq demo` (`super::DemoArgs`) it uses, and the server's URL.
-#[derive(Debug)]
-pub(crate) struct DemoArgs {
-    pub(crate) url: String,
-    pub(crate) queue: String,
-    pub(crate) objects: u64,
-    pub(crate) events: u64,
-    pub(crate) workers: usize,
-    pub(crate) failure_rate: f64,
-    pub(crate) max_retries: usize,
-    /// How long the producers emit events, in seconds.
-    pub(crate) duration: f64,
-    pub(crate) workers_only: bool,
-}
+use super::args::DemoArgs;
 
 /// How long a lease lasts on either server: far longer than a reconcile.
 pub(super) const LEASE: Duration = Duration::from_secs(10);
@@ -86,17 +72,19 @@ pub(super) trait Backend: Clone + Send + Sync + 'static {
     /// The queue the workers run on.
     type Queue: Queue<Item = String>;
 
-    /// Connects to the server and opens the queue named in `args` and its bookkeeping.
-    fn open(args: &DemoArgs) -> impl Future<Output = Result<Self, Error<Self>>> + Send;
+    /// Connects to the server at `url` and opens the queue named `queue` (for `workers`
+    /// workers) and its bookkeeping.
+    fn open(
+        url: &str,
+        queue: &str,
+        workers: usize,
+    ) -> impl Future<Output = Result<Self, Error<Self>>> + Send;
 
     /// The queue.
     fn queue(&self) -> &Self::Queue;
 
     /// A lease's fencing token.
     fn token(lease: &BackendLease<Self>) -> u64;
-
-    /// Whether `error` says a lease was lost (its `done` refused).
-    fn is_lease_lost(error: &Error<Self>) -> bool;
 
     /// Adds `items` as one batch; returns each add's sequence number (from the counter that
     /// issues fencing tokens), in order.
@@ -111,9 +99,6 @@ pub(super) trait Backend: Clone + Send + Sync + 'static {
 
     /// Shuts the queue down for every process (ends the `--workers-only` ones).
     fn shut_down_fleet(&self) -> impl Future<Output = Result<(), Error<Self>>> + Send;
-
-    /// Whether the queue is shut down for every process.
-    fn is_fleet_shut_down(&self) -> impl Future<Output = Result<bool, Error<Self>>> + Send;
 
     /// Deletes the queue and the bookkeeping of a previous run of the same queue.
     fn reset(&self) -> impl Future<Output = Result<(), Error<Self>>> + Send;
@@ -181,18 +166,10 @@ struct Counters {
 /// The demo's view of the queue: the backend's queue, plus the two checks' bookkeeping around
 /// each lease (a claim while it is held, the token of each accepted `done`). A [`Queue`] of
 /// its own, so that the workers are the library's.
+#[derive(Clone)]
 struct Checked<B> {
     backend: B,
     counters: Arc<Counters>,
-}
-
-impl<B: Clone> Clone for Checked<B> {
-    fn clone(&self) -> Self {
-        Checked {
-            backend: self.backend.clone(),
-            counters: self.counters.clone(),
-        }
-    }
 }
 
 /// A lease of [`Checked`]: the queue's lease and whether it holds the item's claim.
@@ -226,6 +203,21 @@ impl<B: Backend> CheckedLease<B> {
 }
 
 impl<B: Backend> Checked<B> {
+    /// Claims the item of `lease` for it: a second live claim means two workers at once.
+    async fn claim(&self, lease: BackendLease<B>) -> Result<CheckedLease<B>, Error<B>> {
+        let token = B::token(&lease);
+        let claimed = self.backend.claim(lease.item(), token).await?;
+        if !claimed {
+            self.counters.overlaps.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(CheckedLease {
+            lease,
+            token,
+            claimed,
+            queue: self.clone(),
+        })
+    }
+
     /// Records how the step that ended lease `token` went: its token if the server accepted
     /// it, and a refusal if the lease was lost (then not recorded: the check counts only
     /// dones the server accepted). Hands `result` back.
@@ -241,7 +233,7 @@ impl<B: Backend> Checked<B> {
                 Ok(value)
             }
             Err(error) => {
-                if B::is_lease_lost(&error) {
+                if <B::Queue as Queue>::is_lease_lost(&error) {
                     self.counters.refused.fetch_add(1, Ordering::Relaxed);
                 }
                 self.backend.ended(item, token, false).await?;
@@ -276,22 +268,12 @@ impl<B: Backend> Queue for Checked<B> {
         Queue::len(self.backend.queue()).await
     }
 
-    /// Hands the next item out and claims it: a second live claim means two workers at once.
+    /// Hands the next item out and claims it.
     async fn get(&self) -> Result<Option<CheckedLease<B>>, Error<B>> {
-        let Some(lease) = Queue::get(self.backend.queue()).await? else {
-            return Ok(None);
-        };
-        let token = B::token(&lease);
-        let claimed = self.backend.claim(lease.item(), token).await?;
-        if !claimed {
-            self.counters.overlaps.fetch_add(1, Ordering::Relaxed);
+        match Queue::get(self.backend.queue()).await? {
+            Some(lease) => self.claim(lease).await.map(Some),
+            None => Ok(None),
         }
-        Ok(Some(CheckedLease {
-            lease,
-            token,
-            claimed,
-            queue: self.clone(),
-        }))
     }
 
     fn shut_down(&self) -> Vec<String> {
@@ -319,24 +301,13 @@ impl<B: Backend> Queue for Checked<B> {
         lease.unclaim().await?;
         let (item, token) = (lease.lease.item().clone(), lease.token);
         match Queue::retry_and_done(self.backend.queue(), lease.lease, options, forget).await {
-            Ok(Some(kept)) => {
-                let claimed = self.backend.claim(&item, token).await?;
-                if !claimed {
-                    self.counters.overlaps.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(Some(CheckedLease {
-                    lease: kept,
-                    token,
-                    claimed,
-                    queue: self.clone(),
-                }))
-            }
+            Ok(Some(kept)) => self.claim(kept).await.map(Some),
             done => self.ended(&item, token, done).await.map(|_| None),
         }
     }
 
     fn is_lease_lost(error: &Error<B>) -> bool {
-        B::is_lease_lost(error)
+        <B::Queue as Queue>::is_lease_lost(error)
     }
 }
 
@@ -376,7 +347,7 @@ impl<B: Backend> QueueLease for CheckedLease<B> {
 async fn reconcile<B: Backend>(
     item: String,
     backend: B,
-    args: Arc<DemoArgs>,
+    max_retries: usize,
     counters: Arc<Counters>,
     (latency, failed): (Duration, bool),
 ) -> Result<(), String> {
@@ -389,7 +360,7 @@ async fn reconcile<B: Backend>(
     let retries = Queue::num_requeues(backend.queue(), &item)
         .await
         .map_err(|e| e.to_string())?;
-    if retries >= args.max_retries {
+    if retries >= max_retries {
         backend.give_up(&item).await.map_err(|e| e.to_string())?;
     }
     Err("simulated failure".to_owned())
@@ -410,16 +381,16 @@ pub(super) fn missed<'a>(last_add: &'a HashMap<String, u64>, ledger: &Ledger) ->
     missed
 }
 
-/// Runs the demo on backend `B`.
-pub(super) async fn run<B: Backend>(args: DemoArgs) -> Result<ExitCode, Error<B>> {
-    let args = Arc::new(args);
-    let backend = B::open(&args).await?;
+/// Runs the demo on backend `B`, on the server at `url`.
+pub(super) async fn run<B: Backend>(args: DemoArgs, url: String) -> Result<ExitCode, Error<B>> {
+    let backend = B::open(&url, &args.queue, args.workers).await?;
     let started = Instant::now();
     let helper = format!("{}-{}", std::process::id(), rand::random::<u64>());
     if args.workers_only {
         backend.helper(&helper, true).await?;
-        // Wait for a producing process to (re)open the queue.
-        while backend.is_fleet_shut_down().await? {
+        // Wait for a producing process to (re)open the queue (this handle is not shut down
+        // by itself: the answer is the fleet's).
+        while Queue::is_shutting_down(backend.queue()).await? {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     } else {
@@ -436,16 +407,17 @@ pub(super) async fn run<B: Backend>(args: DemoArgs) -> Result<ExitCode, Error<B>
         .count(args.workers)
         .max_retries(args.max_retries)
         .spawn_async({
-            let (backend, args, counters) = (backend.clone(), args.clone(), counters.clone());
+            let (backend, counters) = (backend.clone(), counters.clone());
+            let (failure_rate, max_retries) = (args.failure_rate, args.max_retries);
             move |item: String| {
                 let draw = {
                     let mut rng = rng.lock().unwrap_or_else(|e| e.into_inner());
                     (
                         Duration::from_micros(rng.random_range(200..2200)),
-                        rng.random::<f64>() < args.failure_rate,
+                        rng.random::<f64>() < failure_rate,
                     )
                 };
-                reconcile(item, backend.clone(), args.clone(), counters.clone(), draw)
+                reconcile(item, backend.clone(), max_retries, counters.clone(), draw)
             }
         });
     let mut last_add: HashMap<String, u64> = HashMap::new();
@@ -457,7 +429,7 @@ pub(super) async fn run<B: Backend>(args: DemoArgs) -> Result<ExitCode, Error<B>
         );
     } else {
         let mut rng = rand::make_rng::<SmallRng>();
-        let per_event = Duration::from_secs_f64(args.duration.max(0.0) / args.events.max(1) as f64);
+        let per_event = args.duration.div_f64(args.events as f64);
         let mut batch = Vec::new();
         for n in 0..args.events {
             // A few hot objects get most events.
@@ -517,27 +489,29 @@ pub(super) async fn run<B: Backend>(args: DemoArgs) -> Result<ExitCode, Error<B>
         c.refused.load(Ordering::Relaxed)
     );
     println!("elapsed          {:.1} s", elapsed.as_secs_f64());
-    let overlaps = c.overlaps.load(Ordering::Relaxed);
-    println!(
-        "check            never two workers at once: {}",
-        if overlaps == 0 {
-            "ok".to_string()
+    // A check's line: `ok`, or `FAILED (what)`.
+    let check = |check: &str, ok: bool, what: String| {
+        let verdict = if ok {
+            "ok".to_owned()
         } else {
-            format!("FAILED ({overlaps})")
-        }
+            format!("FAILED ({what})")
+        };
+        println!("check            {check}: {verdict}");
+        ok
+    };
+    let overlaps = c.overlaps.load(Ordering::Relaxed);
+    let mut ok = check(
+        "never two workers at once",
+        overlaps == 0,
+        overlaps.to_string(),
     );
-    let mut ok = overlaps == 0;
     if !args.workers_only {
         let missed = missed(&last_add, &backend.ledger().await?);
-        println!(
-            "check            every last event reconciled after it arrived: {}",
-            if missed.is_empty() {
-                "ok".to_string()
-            } else {
-                format!("FAILED ({} objects)", missed.len())
-            }
+        ok &= check(
+            "every last event reconciled after it arrived",
+            missed.is_empty(),
+            format!("{} objects", missed.len()),
         );
-        ok &= missed.is_empty();
         leave_as_found(&backend).await?;
     }
     Ok(if ok {

@@ -3,17 +3,11 @@
 
 use std::time::Duration;
 
+use indicatif::HumanCount;
+
 /// `1234567` as `1,234,567`.
 pub(super) fn count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
+    HumanCount(n).to_string()
 }
 
 /// A duration in the unit that reads best: `850 µs`, `12.3 ms`, `4.56 s`.

@@ -19,7 +19,6 @@
 //! interleaving differs between runs.
 
 mod args;
-mod checks;
 pub(crate) mod distributed;
 mod format;
 pub(crate) mod install;
@@ -33,116 +32,51 @@ mod world;
 
 use std::process::ExitCode;
 
+use crate::runtime::block_on_as;
 pub(crate) use args::DemoArgs;
+use no_server::Kind;
 
 /// Runs the demo.
 pub(crate) fn run(args: DemoArgs) -> ExitCode {
-    let server = match (&args.redis, &args.postgres) {
-        (Some(url), _) => Some((
-            url_from(url.clone(), "--redis", "WQ_REDIS_URL"),
-            Server::Redis,
-        )),
-        (None, Some(url)) => Some((
-            url_from(url.clone(), "--postgres", "WQ_POSTGRES_URL"),
-            Server::Postgres,
-        )),
-        (None, None) => None,
-    };
-    if let Some((url, server)) = server {
-        let Some(url) = url else {
-            eprintln!("{}", no_server::without_url(server.kind()));
-            return ExitCode::FAILURE;
-        };
-        let args = distributed::DemoArgs {
-            url,
-            queue: args.queue,
-            objects: args.objects as u64,
-            events: args.events,
-            workers: args.workers,
-            failure_rate: args.failure_rate,
-            max_retries: args.max_retries,
-            duration: args.duration.as_secs_f64(),
-            workers_only: args.workers_only,
-        };
-        return match server {
-            Server::Redis => run_distributed(args),
-            Server::Postgres if unreachable(no_server::Kind::Postgres, &args.url) => {
-                ExitCode::FAILURE
-            }
-            Server::Postgres => crate::runtime::block_on_as(
-                "wq demo",
-                distributed::run::<on_postgres::OnPostgres>(args),
-            ),
-        };
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("wq-demo")
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("wq demo: cannot start the runtime: {err}");
-            return ExitCode::FAILURE;
+    let (given, kind) = match (&args.redis, &args.postgres) {
+        (Some(url), _) => (url, Kind::Redis),
+        (None, Some(url)) => (url, Kind::Postgres),
+        (None, None) => {
+            return block_on_as("wq demo", async { Ok::<_, String>(simulate(args).await) });
         }
     };
-    runtime.block_on(simulate(args))
-}
-
-/// The server of `wq demo --redis` or `--postgres`.
-#[derive(Debug, Clone, Copy)]
-enum Server {
-    Redis,
-    Postgres,
-}
-
-impl Server {
-    fn kind(self) -> no_server::Kind {
-        match self {
-            Server::Redis => no_server::Kind::Redis,
-            Server::Postgres => no_server::Kind::Postgres,
-        }
-    }
-}
-
-/// Whether nothing answers at `url`; then the message (with the command that starts a server
-/// on this machine) was printed.
-fn unreachable(kind: no_server::Kind, url: &str) -> bool {
-    match no_server::check(kind, url) {
-        Some(text) => {
-            eprintln!("wq demo: {text}");
-            true
-        }
-        None => false,
-    }
-}
-
-/// The URL given to option `flag`, or when none was given, the one in the environment
-/// variable `var`; `None` (having said why) without either.
-fn url_from(given: String, flag: &str, var: &str) -> Option<String> {
-    if !given.is_empty() {
-        return Some(given);
-    }
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            eprintln!("wq: {flag} without a URL needs {var}");
-            None
-        }
-    }
-}
-
-/// Runs the demo on Redis: `wq demo --redis URL`.
-fn run_distributed(args: distributed::DemoArgs) -> ExitCode {
-    if unreachable(no_server::Kind::Redis, &args.url) {
+    let (flag, var) = match kind {
+        Kind::Redis => ("--redis", "WQ_REDIS_URL"),
+        Kind::Postgres => ("--postgres", "WQ_POSTGRES_URL"),
+    };
+    // The URL given to the flag, or when none was given, the one in the variable.
+    let url = if given.is_empty() {
+        std::env::var(var).unwrap_or_default()
+    } else {
+        given.clone()
+    };
+    if url.is_empty() {
+        eprintln!("wq: {flag} without a URL needs {var}");
+        eprintln!("{}", no_server::without_url(kind));
         return ExitCode::FAILURE;
     }
-    crate::runtime::block_on_as("wq demo", distributed::run::<on_redis::OnRedis>(args))
+    // Nothing answers at the URL: the message names the command that starts a server here.
+    if let Some(text) = no_server::check(kind, &url) {
+        eprintln!("wq demo: {text}");
+        return ExitCode::FAILURE;
+    }
+    match kind {
+        Kind::Redis => block_on_as("wq demo", distributed::run::<on_redis::OnRedis>(args, url)),
+        Kind::Postgres => block_on_as(
+            "wq demo",
+            distributed::run::<on_postgres::OnPostgres>(args, url),
+        ),
+    }
 }
 
 /// The simulation: [`setup`] (Ctrl-C, the world, the queue, workers and producers), the
-/// [`phases`] (produce, drain, stop), the [`report`] table and the [`checks`]; the exit code
-/// follows the checks.
+/// [`phases`] (produce, drain, stop), then the [`report`]: the table and the checks; the exit
+/// code follows the checks.
 async fn simulate(args: DemoArgs) -> ExitCode {
     let (sim, workers) = match setup::setup(&args).await {
         Ok(started) => started,
@@ -150,7 +84,7 @@ async fn simulate(args: DemoArgs) -> ExitCode {
     };
     let outcome = phases::run(&sim, workers, &args).await;
     report::print(&sim, &outcome);
-    let passed = checks::print(&sim, &outcome);
+    let passed = report::checks(&sim, &outcome);
     if args.linger && !outcome.interrupted {
         println!("\nstill serving metrics; Ctrl-C to exit");
         sim.interrupt.stopped().await;

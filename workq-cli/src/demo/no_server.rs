@@ -18,7 +18,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A server's address, from its URL: `None` for a Unix socket or a URL the client will refuse
 /// itself (with its own message).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Address {
     pub(super) host: String,
     pub(super) port: u16,
@@ -42,8 +42,7 @@ impl Address {
             host,
             port,
             tls,
-            user: String::new(),
-            database: String::new(),
+            ..Address::default()
         })
     }
 
@@ -94,13 +93,20 @@ pub(super) enum Kind {
     Postgres,
 }
 
+impl Kind {
+    /// The address of a URL of this server.
+    fn address(self, url: &str) -> Option<Address> {
+        match self {
+            Kind::Redis => Address::of_redis(url),
+            Kind::Postgres => Address::of_postgres(url),
+        }
+    }
+}
+
 /// The message when nothing answers at `url`, or `None` when a server does (or the URL is
 /// not a TCP one: the client then speaks for itself).
 pub(super) fn check(kind: Kind, url: &str) -> Option<String> {
-    let address = match kind {
-        Kind::Redis => Address::of_redis(url),
-        Kind::Postgres => Address::of_postgres(url),
-    }?;
+    let address = kind.address(url)?;
     let why = address.refused()?;
     Some(message(kind, &address, &why, &Machine::current()))
 }
@@ -108,21 +114,14 @@ pub(super) fn check(kind: Kind, url: &str) -> Option<String> {
 /// The message after `--redis` / `--postgres` without a URL (and none in the environment):
 /// how to start a server on this machine, on the default port, and the URL to give.
 pub(super) fn without_url(kind: Kind) -> String {
-    let url = match kind {
-        Kind::Redis => "redis://127.0.0.1:6379/",
-        Kind::Postgres => "postgres://postgres@127.0.0.1:5432/postgres",
+    let (url, flag) = match kind {
+        Kind::Redis => ("redis://127.0.0.1:6379/", "--redis"),
+        Kind::Postgres => ("postgres://postgres@127.0.0.1:5432/postgres", "--postgres"),
     };
-    let address = match kind {
-        Kind::Redis => Address::of_redis(url),
-        Kind::Postgres => Address::of_postgres(url),
-    }
-    .expect("a valid URL");
-    let (command, flag) = match kind {
-        Kind::Redis => (redis_command(address.port, &Machine::current()), "--redis"),
-        Kind::Postgres => (
-            postgres_command(&address, &Machine::current()).expect("plain names"),
-            "--postgres",
-        ),
+    let (address, machine) = (kind.address(url).expect("a valid URL"), Machine::current());
+    let command = match kind {
+        Kind::Redis => redis_command(address.port, &machine),
+        Kind::Postgres => postgres_command(&address, &machine).expect("plain names"),
     };
     format!(
         "wq demo: to try it on a server of this machine, start one:\n\n    {command}\n\nthen run: \
@@ -141,6 +140,14 @@ pub(super) struct Machine {
 }
 
 impl Machine {
+    /// PostgreSQL's `bin` directory in a command: where it is, or `$B` where the command
+    /// looks for it.
+    fn bin(&self) -> String {
+        self.postgres_bin
+            .as_ref()
+            .map_or_else(|| "$B".to_owned(), |b| b.display().to_string())
+    }
+
     fn current() -> Machine {
         let path = path_dirs();
         Machine {
@@ -188,11 +195,7 @@ fn stop_note(kind: Kind, address: &Address, machine: &Machine) -> String {
             format!("(no persistence; stop it with: redis-cli -p {port} shutdown nosave)")
         }
         Kind::Postgres => {
-            let bin = machine
-                .postgres_bin
-                .as_ref()
-                .map_or_else(|| "$B".to_owned(), |b| b.display().to_string());
-            let stop = format!("{bin}/pg_ctl -D {} stop", postgres_dir(port));
+            let stop = format!("{}/pg_ctl -D {} stop", machine.bin(), postgres_dir(port));
             let stop = if machine.root {
                 format!("runuser -u postgres -- {stop}")
             } else {
@@ -256,10 +259,7 @@ fn postgres_command(address: &Address, machine: &Machine) -> Option<String> {
         &address.user
     })?;
     let dir = postgres_dir(port);
-    let bin = match &machine.postgres_bin {
-        Some(bin) => bin.display().to_string(),
-        None => "$B".to_owned(),
-    };
+    let bin = machine.bin();
     let mut steps = format!(
         "{bin}/initdb -D {dir} -U {user} --auth=trust && {bin}/pg_ctl -D {dir} -o \"-p {port} \
          -k /tmp\" -l {dir}.log start"

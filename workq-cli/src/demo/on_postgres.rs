@@ -12,12 +12,10 @@
 //! The drain is one statement over `workqueue_items` (every row of the queue: queued, delayed
 //! or leased) and `wq_demo_ending`, so it reads one snapshot of both.
 
-use std::collections::{HashMap, HashSet};
-
 use sqlx::Executor;
 use workq_postgres::{Error, Lease, PgQueue};
 
-use super::distributed::{BACKOFF, Backend, DemoArgs, LEASE, Ledger};
+use super::distributed::{BACKOFF, Backend, LEASE, Ledger};
 
 /// The bookkeeping's tables, created if missing.
 const SCHEMA: &str = "
@@ -38,11 +36,6 @@ CREATE TABLE IF NOT EXISTS wq_demo_helpers (
 /// more than the queue's own migration lock).
 const SCHEMA_LOCK: i64 = 7_310_550_117_463_005_202;
 
-/// A token as the tables store it.
-fn db_token(token: u64) -> i64 {
-    i64::try_from(token).unwrap_or(i64::MAX)
-}
-
 /// The queue on PostgreSQL; the bookkeeping runs on its pool.
 #[derive(Clone, Debug)]
 pub(crate) struct OnPostgres {
@@ -57,23 +50,27 @@ impl OnPostgres {
         self.queue.name()
     }
 
+    /// `sql` about one item: the queue's name and the item as `$1` and `$2`.
+    fn of_item<'q>(&'q self, sql: &'q str, item: &'q str) -> Statement<'q> {
+        sqlx::query(sql).bind(self.name()).bind(item)
+    }
+
     /// `sql` about one lease: the queue's name, the item and the token as `$1`, `$2`, `$3`.
     fn of_lease<'q>(&'q self, sql: &'q str, item: &'q str, token: u64) -> Statement<'q> {
-        sqlx::query(sql)
-            .bind(self.name())
-            .bind(item)
-            .bind(db_token(token))
+        // A token as the tables store it.
+        self.of_item(sql, item)
+            .bind(i64::try_from(token).unwrap_or(i64::MAX))
     }
 }
 
 impl Backend for OnPostgres {
     type Queue = PgQueue<String>;
 
-    async fn open(args: &DemoArgs) -> Result<Self, Error> {
-        let queue: PgQueue<String> = PgQueue::builder(args.queue.as_str())
-            .url(args.url.as_str())
+    async fn open(url: &str, queue: &str, workers: usize) -> Result<Self, Error> {
+        let queue: PgQueue<String> = PgQueue::builder(queue)
+            .url(url)
             // Every worker's get or done, the producer's batch and the bookkeeping at once.
-            .max_connections(u32::try_from(args.workers + 4).unwrap_or(u32::MAX))
+            .max_connections(u32::try_from(workers + 4).unwrap_or(u32::MAX))
             .lease_duration(LEASE)
             .backoff(BACKOFF.0, BACKOFF.1)
             .token_bucket(None)
@@ -97,10 +94,6 @@ impl Backend for OnPostgres {
         lease.token()
     }
 
-    fn is_lease_lost(error: &Error) -> bool {
-        error.is_lease_lost()
-    }
-
     /// One statement and one commit per batch.
     async fn add_batch(&self, items: &[String]) -> Result<Vec<u64>, Error> {
         let added = self.queue.add_all(items).await?;
@@ -122,11 +115,6 @@ impl Backend for OnPostgres {
 
     async fn shut_down_fleet(&self) -> Result<(), Error> {
         self.queue.shut_down_fleet().await.map(drop)
-    }
-
-    async fn is_fleet_shut_down(&self) -> Result<bool, Error> {
-        // This handle is never shut down by itself here: the answer is the fleet's.
-        self.queue.is_shutting_down().await
     }
 
     async fn reset(&self) -> Result<(), Error> {
@@ -201,13 +189,9 @@ impl Backend for OnPostgres {
     }
 
     async fn give_up(&self, item: &str) -> Result<(), Error> {
-        sqlx::query(
-            "INSERT INTO wq_demo_given_up (queue, item) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-        )
-        .bind(self.name())
-        .bind(item)
-        .execute(self.queue.pool())
-        .await?;
+        let sql =
+            "INSERT INTO wq_demo_given_up (queue, item) VALUES ($1, $2) ON CONFLICT DO NOTHING";
+        self.of_item(sql, item).execute(self.queue.pool()).await?;
         Ok(())
     }
 
@@ -226,8 +210,8 @@ impl Backend for OnPostgres {
             done: done
                 .into_iter()
                 .map(|(item, token)| (item, token.unsigned_abs()))
-                .collect::<HashMap<_, _>>(),
-            given_up: given_up.into_iter().collect::<HashSet<_>>(),
+                .collect(),
+            given_up: given_up.into_iter().collect(),
         })
     }
 
@@ -237,11 +221,7 @@ impl Backend for OnPostgres {
         } else {
             "DELETE FROM wq_demo_helpers WHERE queue = $1 AND helper = $2"
         };
-        sqlx::query(sql)
-            .bind(self.name())
-            .bind(id)
-            .execute(self.queue.pool())
-            .await?;
+        self.of_item(sql, id).execute(self.queue.pool()).await?;
         Ok(())
     }
 
@@ -264,87 +244,68 @@ mod tests {
     use super::*;
     use crate::demo::distributed::missed;
 
-    fn args(url: String) -> DemoArgs {
-        DemoArgs {
-            url,
-            queue: "ledger".to_owned(),
-            objects: 2,
-            events: 3,
-            workers: 2,
-            failure_rate: 0.0,
-            max_retries: 1,
-            duration: 0.0,
-            workers_only: false,
-        }
-    }
-
     /// The bookkeeping on a real server, driven by hand: a second live claim is refused (what
     /// the first check counts), a lease still ending keeps the queue from being drained, a
     /// `done` that was not accepted leaves its object missed (the control of the second
     /// check), a give-up excuses it, and a smaller token never hides a larger one.
-    #[test]
-    fn the_bookkeeping_on_postgres_sees_two_claims_an_unfinished_done_and_a_missed_event() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_bookkeeping_on_postgres_sees_two_claims_an_unfinished_done_and_a_missed_event() {
         let Some(server) = pg_server::PgServer::start() else {
             return;
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        runtime.block_on(async {
-            let pg = OnPostgres::open(&args(server.url())).await.expect("open");
-            pg.reset().await.expect("reset");
-            let (a, b) = ("default/a".to_owned(), "default/b".to_owned());
-            let batch = [a.clone(), b.clone(), a.clone()];
-            let seqs = pg.add_batch(&batch).await.expect("add");
-            assert!(
-                seqs[0] > 0 && seqs[1] > seqs[0] && seqs[2] > seqs[1],
-                "{seqs:?}"
-            );
-            // The last add of each object, as the producer keeps it.
-            let last_add: HashMap<String, u64> = batch.iter().cloned().zip(seqs).collect();
+        let pg = OnPostgres::open(&server.url(), "ledger", 2)
+            .await
+            .expect("open");
+        pg.reset().await.expect("reset");
+        let (a, b) = ("default/a".to_owned(), "default/b".to_owned());
+        let batch = [a.clone(), b.clone(), a.clone()];
+        let seqs = pg.add_batch(&batch).await.expect("add");
+        assert!(
+            seqs[0] > 0 && seqs[1] > seqs[0] && seqs[2] > seqs[1],
+            "{seqs:?}"
+        );
+        // The last add of each object, as the producer keeps it.
+        let last_add: HashMap<String, u64> = batch.iter().cloned().zip(seqs).collect();
 
-            // a: its claim is taken; a second live claim is refused: two workers at once.
-            let lease = pg.queue().get().await.expect("get").expect("a lease");
-            assert_eq!(lease.item(), &a);
-            let token_a = lease.token();
-            assert!(token_a > last_add[&a], "handed out after its last add");
-            assert!(pg.claim(&a, token_a).await.expect("claim"));
-            assert!(!pg.claim(&a, token_a + 1).await.expect("claim"));
-            pg.end_claim(&a, token_a, true).await.expect("end claim");
-            lease.done().await.expect("done");
-            pg.ended(&a, token_a, true).await.expect("ended");
-            // A slower process recording an older token does not hide the newer one.
-            pg.ended(&a, 1, true).await.expect("ended");
+        // a: its claim is taken; a second live claim is refused: two workers at once.
+        let lease = pg.queue().get().await.expect("get").expect("a lease");
+        assert_eq!(lease.item(), &a);
+        let token_a = lease.token();
+        assert!(token_a > last_add[&a], "handed out after its last add");
+        assert!(pg.claim(&a, token_a).await.expect("claim"));
+        assert!(!pg.claim(&a, token_a + 1).await.expect("claim"));
+        pg.end_claim(&a, token_a, true).await.expect("end claim");
+        lease.done().await.expect("done");
+        pg.ended(&a, token_a, true).await.expect("ended");
+        // A slower process recording an older token does not hide the newer one.
+        pg.ended(&a, 1, true).await.expect("ended");
 
-            // b: accepted by the queue, not yet recorded: the queue is empty, yet not drained.
-            let lease = pg.queue().get().await.expect("get").expect("a lease");
-            assert_eq!(lease.item(), &b);
-            let token_b = lease.token();
-            assert!(pg.claim(&b, token_b).await.expect("claim"));
-            pg.end_claim(&b, token_b, true).await.expect("end claim");
-            lease.done().await.expect("done");
-            let queue = pg.queue();
-            assert_eq!(queue.len().await.expect("len"), 0);
-            assert_eq!(queue.processing_len().await.expect("processing"), 0);
-            assert_eq!(queue.delayed_len().await.expect("delayed"), 0);
-            assert!(!pg.is_drained().await.expect("drained?"));
-            // Recorded as not accepted (a refused done): b's last event counts as missed.
-            pg.ended(&b, token_b, false).await.expect("ended");
-            assert!(pg.is_drained().await.expect("drained?"));
-            let ledger = pg.ledger().await.expect("ledger");
-            assert_eq!(ledger.done.get(&a), Some(&token_a));
-            assert_eq!(missed(&last_add, &ledger), [b.as_str()]);
-            // Given up, it is not.
-            pg.give_up(&b).await.expect("give up");
-            assert!(missed(&last_add, &pg.ledger().await.expect("ledger")).is_empty());
+        // b: accepted by the queue, not yet recorded: the queue is empty, yet not drained.
+        let lease = pg.queue().get().await.expect("get").expect("a lease");
+        assert_eq!(lease.item(), &b);
+        let token_b = lease.token();
+        assert!(pg.claim(&b, token_b).await.expect("claim"));
+        pg.end_claim(&b, token_b, true).await.expect("end claim");
+        lease.done().await.expect("done");
+        let queue = pg.queue();
+        assert_eq!(queue.len().await.expect("len"), 0);
+        assert_eq!(queue.processing_len().await.expect("processing"), 0);
+        assert_eq!(queue.delayed_len().await.expect("delayed"), 0);
+        assert!(!pg.is_drained().await.expect("drained?"));
+        // Recorded as not accepted (a refused done): b's last event counts as missed.
+        pg.ended(&b, token_b, false).await.expect("ended");
+        assert!(pg.is_drained().await.expect("drained?"));
+        let ledger = pg.ledger().await.expect("ledger");
+        assert_eq!(ledger.done.get(&a), Some(&token_a));
+        assert_eq!(missed(&last_add, &ledger), [b.as_str()]);
+        // Given up, it is not.
+        pg.give_up(&b).await.expect("give up");
+        assert!(missed(&last_add, &pg.ledger().await.expect("ledger")).is_empty());
 
-            // A new run starts from nothing; claims of the last one are gone too.
-            pg.reset().await.expect("reset");
-            let ledger = pg.ledger().await.expect("ledger");
-            assert!(ledger.done.is_empty() && ledger.given_up.is_empty());
-            assert!(pg.claim(&a, token_a + 1).await.expect("claim"));
-        });
+        // A new run starts from nothing; claims of the last one are gone too.
+        pg.reset().await.expect("reset");
+        let ledger = pg.ledger().await.expect("ledger");
+        assert!(ledger.done.is_empty() && ledger.given_up.is_empty());
+        assert!(pg.claim(&a, token_a + 1).await.expect("claim"));
     }
 }

@@ -5,53 +5,40 @@
 //! `--workers-only` processes on the queue).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use workq_redis::{Error, Lease, RateLimit, RedisQueue};
 
-use super::distributed::{BACKOFF, Backend, DemoArgs, LEASE, Ledger};
-
-fn key(name: &str, suffix: &str) -> String {
-    format!("wq-demo:{{{name}}}:{suffix}")
-}
+use super::distributed::{BACKOFF, Backend, LEASE, Ledger};
 
 /// The queue on Redis and a connection for the bookkeeping.
 #[derive(Clone)]
 pub(crate) struct OnRedis {
     queue: RedisQueue<String>,
     con: ConnectionManager,
-    /// The claims hash: item -> token of the lease that holds it.
-    claims: Arc<str>,
-    /// Item -> token of its last accepted `done`.
-    done: Arc<str>,
-    /// The set of items given up.
-    given_up: Arc<str>,
-    /// The set of `--workers-only` processes.
-    helpers: Arc<str>,
+}
+
+impl OnRedis {
+    /// The key of the bookkeeping's `part`: `claims`, `done`, `given-up` or `helpers`.
+    fn key(&self, part: &str) -> String {
+        format!("wq-demo:{{{}}}:{part}", self.queue.name())
+    }
 }
 
 impl Backend for OnRedis {
     type Queue = RedisQueue<String>;
 
-    async fn open(args: &DemoArgs) -> Result<Self, Error> {
-        let queue: RedisQueue<String> = RedisQueue::builder(args.queue.as_str())
-            .url(args.url.as_str())
+    async fn open(url: &str, queue: &str, _workers: usize) -> Result<Self, Error> {
+        let queue: RedisQueue<String> = RedisQueue::builder(queue)
+            .url(url)
             .lease_duration(LEASE)
             .rate_limit(RateLimit::exponential(BACKOFF.0, BACKOFF.1))
             .build()
             .await?;
-        let client = redis::Client::open(args.url.as_str())?;
+        let client = redis::Client::open(url)?;
         let con = client.get_connection_manager().await?;
-        Ok(OnRedis {
-            queue,
-            con,
-            claims: key(&args.queue, "claims").into(),
-            done: key(&args.queue, "done").into(),
-            given_up: key(&args.queue, "given-up").into(),
-            helpers: key(&args.queue, "helpers").into(),
-        })
+        Ok(OnRedis { queue, con })
     }
 
     fn queue(&self) -> &RedisQueue<String> {
@@ -60,10 +47,6 @@ impl Backend for OnRedis {
 
     fn token(lease: &Lease<String>) -> u64 {
         lease.token()
-    }
-
-    fn is_lease_lost(error: &Error) -> bool {
-        error.is_lease_lost()
     }
 
     async fn add_batch(&self, items: &[String]) -> Result<Vec<u64>, Error> {
@@ -87,61 +70,61 @@ impl Backend for OnRedis {
         self.queue.shut_down_fleet().await.map(|_| ())
     }
 
-    async fn is_fleet_shut_down(&self) -> Result<bool, Error> {
-        self.queue.is_fleet_shut_down().await
-    }
-
     async fn reset(&self) -> Result<(), Error> {
         self.queue.delete().await?;
         let _: () = self
             .con
             .clone()
-            .del(&[&*self.claims, &*self.done, &*self.given_up])
+            .del(&[self.key("claims"), self.key("done"), self.key("given-up")])
             .await?;
         Ok(())
     }
 
     async fn claim(&self, item: &str, token: u64) -> Result<bool, Error> {
-        Ok(self.con.clone().hset_nx(&*self.claims, item, token).await?)
+        Ok(self
+            .con
+            .clone()
+            .hset_nx(self.key("claims"), item, token)
+            .await?)
     }
 
     async fn end_claim(&self, item: &str, _token: u64, claimed: bool) -> Result<(), Error> {
         if claimed {
-            let _: () = self.con.clone().hdel(&*self.claims, item).await?;
+            let _: () = self.con.clone().hdel(self.key("claims"), item).await?;
         }
         Ok(())
     }
 
     async fn ended(&self, item: &str, token: u64, accepted: bool) -> Result<(), Error> {
         if accepted {
-            let _: () = self.con.clone().hset(&*self.done, item, token).await?;
+            let _: () = self.con.clone().hset(self.key("done"), item, token).await?;
         }
         Ok(())
     }
 
     async fn give_up(&self, item: &str) -> Result<(), Error> {
-        let _: () = self.con.clone().sadd(&*self.given_up, item).await?;
+        let _: () = self.con.clone().sadd(self.key("given-up"), item).await?;
         Ok(())
     }
 
     async fn ledger(&self) -> Result<Ledger, Error> {
         let mut con = self.con.clone();
-        let done: HashMap<String, u64> = con.hgetall(&*self.done).await?;
-        let given_up: HashSet<String> = con.smembers(&*self.given_up).await?;
+        let done: HashMap<String, u64> = con.hgetall(self.key("done")).await?;
+        let given_up: HashSet<String> = con.smembers(self.key("given-up")).await?;
         Ok(Ledger { done, given_up })
     }
 
     async fn helper(&self, id: &str, present: bool) -> Result<(), Error> {
         let mut con = self.con.clone();
-        let _: () = if present {
-            con.sadd(&*self.helpers, id).await?
+        if present {
+            let _: () = con.sadd(self.key("helpers"), id).await?;
         } else {
-            con.srem(&*self.helpers, id).await?
-        };
+            let _: () = con.srem(self.key("helpers"), id).await?;
+        }
         Ok(())
     }
 
     async fn helpers(&self) -> Result<u64, Error> {
-        Ok(self.con.clone().scard(&*self.helpers).await?)
+        Ok(self.con.clone().scard(self.key("helpers")).await?)
     }
 }

@@ -1,4 +1,6 @@
-//! The end-of-run table and the formatting helpers behind it and the progress bar.
+//! What the simulation prints at the end: the table of what happened, and the two checks
+//! made as it ran (no object was reconciled by two workers at once, and every object's last
+//! event was reconciled after it arrived).
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
@@ -6,7 +8,7 @@ use std::time::Duration;
 
 use super::format::{count, duration, list};
 use super::phases::PhaseOutcome;
-use super::setup::Sim;
+use super::setup::{SHUTDOWN_TIMEOUT, Sim};
 
 /// Prints the end-of-run table: events, dedup, reconciles, retries, give-ups, latency,
 /// throughput.
@@ -17,21 +19,25 @@ pub(super) fn print(sim: &Sim, outcome: &PhaseOutcome) {
     let latencies = world.sorted_latencies();
     let latency = |p: f64| percentile(&latencies, p).map_or_else(|| "-".to_owned(), duration);
     let mut table = Table::default();
-    table.row("events added", count(events));
-    table.row_note(
+    table.row("events added", count(events), "");
+    table.row(
         "events absorbed by dedup",
         count(absorbed),
-        format!("{:.1}% of events", percent(absorbed, events)),
+        // Of no events (a run stopped at once), none.
+        format!(
+            "{:.1}% of events",
+            absorbed as f64 * 100.0 / events.max(1) as f64
+        ),
     );
-    table.row("reconciles", count(summary.processed));
-    table.row("  succeeded", count(summary.succeeded));
-    table.row("  retried", count(summary.retried));
-    table.row_note(
+    table.row("reconciles", count(summary.processed), "");
+    table.row("  succeeded", count(summary.succeeded), "");
+    table.row("  retried", count(summary.retried), "");
+    table.row(
         "  given up",
         count(summary.given_up),
         given_up_note(&sim.given_up.lock()),
     );
-    table.row_note(
+    table.row(
         "left in the queue at exit",
         count(summary.left_in_queue as u64),
         if summary.left_in_queue > 0 {
@@ -41,9 +47,9 @@ pub(super) fn print(sim: &Sim, outcome: &PhaseOutcome) {
             ""
         },
     );
-    table.row("latency add → reconcile p50", latency(50.0));
-    table.row("latency add → reconcile p99", latency(99.0));
-    table.row_note(
+    table.row("latency add → reconcile p50", latency(50.0), "");
+    table.row("latency add → reconcile p99", latency(99.0), "");
+    table.row(
         "throughput",
         format!(
             "{:.0}",
@@ -51,18 +57,56 @@ pub(super) fn print(sim: &Sim, outcome: &PhaseOutcome) {
         ),
         "reconciles/s",
     );
-    table.row("elapsed", duration(sim.started.elapsed()));
+    table.row("elapsed", duration(sim.started.elapsed()), "");
     println!();
     print!("{}", table.render());
 }
 
-/// `part` as a percentage of `whole` (0 when `whole` is).
-fn percent(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
+/// Prints the checks; true if both hold (the second is skipped, not failed, when
+/// interrupted).
+pub(super) fn checks(sim: &Sim, outcome: &PhaseOutcome) -> bool {
+    let world = &sim.world;
+    let overlaps = world.overlaps.load(Ordering::SeqCst);
+    let exclusive = overlaps == 0;
+    println!();
+    println!("checks");
+    println!(
+        "  [{}] no object was reconciled by two workers at once ({} reconciles{})",
+        if exclusive { "ok" } else { "FAILED" },
+        count(world.reconciles.load(Ordering::Relaxed)),
+        if exclusive {
+            String::new()
+        } else {
+            format!(", {overlaps} overlapping")
+        },
+    );
+    let last = world.last_events();
+    let reconciled = last.missed.is_empty();
+    if outcome.interrupted {
+        println!(
+            "  [skipped] every object's last event was reconciled after it arrived (interrupted)"
+        );
     } else {
-        part as f64 * 100.0 / whole as f64
+        println!(
+            "  [{}] every object's last event was reconciled after it arrived ({} of {} changed objects{})",
+            if reconciled { "ok" } else { "FAILED" },
+            count((last.changed - last.missed.len()) as u64),
+            count(last.changed as u64),
+            if reconciled {
+                String::new()
+            } else {
+                format!(", missed: {}", list(&last.missed))
+            },
+        );
     }
+    if !outcome.summary.is_drained() {
+        println!(
+            "  note: {} reconciles were still running {} after the stop",
+            outcome.summary.in_flight.len(),
+            duration(SHUTDOWN_TIMEOUT)
+        );
+    }
+    exclusive && reconciled
 }
 
 /// The note beside the give-ups: which objects.
@@ -93,17 +137,9 @@ pub(super) struct Table {
 }
 
 impl Table {
-    pub(super) fn row(&mut self, label: impl Into<String>, value: impl Into<String>) {
-        self.rows.push((label.into(), value.into(), String::new()));
-    }
-
-    pub(super) fn row_note(
-        &mut self,
-        label: impl Into<String>,
-        value: impl Into<String>,
-        note: impl Into<String>,
-    ) {
-        self.rows.push((label.into(), value.into(), note.into()));
+    /// A row: its label, its value and a note after it (`""` for none).
+    pub(super) fn row(&mut self, label: &str, value: String, note: impl Into<String>) {
+        self.rows.push((label.to_owned(), value, note.into()));
     }
 
     pub(super) fn render(&self) -> String {
@@ -147,8 +183,8 @@ mod tests {
     #[test]
     fn tables_align_their_columns() {
         let mut table = Table::default();
-        table.row("events", "10");
-        table.row_note("reconciles", "1,000", "(fast)");
+        table.row("events", "10".to_owned(), "");
+        table.row("reconciles", "1,000".to_owned(), "(fast)");
         assert_eq!(
             table.render(),
             "  events         10\n  reconciles  1,000  (fast)\n"

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
+use tokio::signal::unix::SignalKind;
 use workq::AsyncWorkers;
 use workq::metrics::prometheus::PrometheusMetrics;
 use workq::{StopToken, WorkQueue, Workers};
@@ -46,7 +47,7 @@ pub(super) struct Sim {
 /// Sets the simulation up and starts it, workers and producers; `Err` with the exit code if
 /// the metrics server cannot start.
 pub(super) async fn setup(args: &DemoArgs) -> Result<(Sim, AsyncWorkers<usize>), ExitCode> {
-    let interrupt = ctrl_c_stops().await;
+    let interrupt = ctrl_c_stops();
     println!(
         "wq demo: {} objects, {} events over {}, {} workers, failure rate {}%, \
          max retries {}, limiter {}, seed {}",
@@ -109,15 +110,18 @@ pub(super) async fn setup(args: &DemoArgs) -> Result<(Sim, AsyncWorkers<usize>),
     for producer in 0..PRODUCERS {
         let share = args.events / PRODUCERS as u64
             + u64::from((producer as u64) < args.events % PRODUCERS as u64);
-        tokio::spawn(produce(Producer {
-            world: world.clone(),
-            queue: queue.clone(),
-            rng: SmallRng::seed_from_u64(seeds.random()),
-            events: share,
-            duration: args.duration,
-            stop: interrupt.clone(),
-            producing: producing.clone(),
-        }));
+        tokio::spawn(
+            Producer {
+                world: world.clone(),
+                queue: queue.clone(),
+                rng: SmallRng::seed_from_u64(seeds.random()),
+                events: share,
+                duration: args.duration,
+                stop: interrupt.clone(),
+                producing: producing.clone(),
+            }
+            .produce(),
+        );
     }
     let sim = Sim {
         interrupt,
@@ -131,22 +135,15 @@ pub(super) async fn setup(args: &DemoArgs) -> Result<(Sim, AsyncWorkers<usize>),
     Ok((sim, workers))
 }
 
-/// A token that Ctrl-C stops: intake stops, the run then winds down as usual and prints
-/// what it did. The handler is in place before the first line is printed, so a script (or
-/// test) that waits for that line can interrupt safely.
-async fn ctrl_c_stops() -> StopToken {
+/// A token that Ctrl-C (SIGINT) stops: intake stops, the run then winds down as usual and
+/// prints what it did. The handler is in place when this returns, before the first line is
+/// printed, so a script (or test) that waits for that line can interrupt safely.
+fn ctrl_c_stops() -> StopToken {
     let interrupt = StopToken::new();
-    let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
-    // The first poll installs the handler.
-    let installed = tokio::select! {
-        biased;
-        _ = &mut ctrl_c => false,
-        () = std::future::ready(()) => true,
-    };
-    if installed {
+    if let Ok(mut signal) = tokio::signal::unix::signal(SignalKind::interrupt()) {
         let interrupt = interrupt.clone();
         tokio::spawn(async move {
-            if ctrl_c.await.is_ok() {
+            if signal.recv().await.is_some() {
                 interrupt.stop();
             }
         });
@@ -167,40 +164,33 @@ struct Producer {
     producing: Arc<AtomicUsize>,
 }
 
-/// Emits bursts of events (1 to 8 for one object, back to back, like a rollout's status
-/// updates), paced evenly over the duration. Half the bursts go to a hot tenth of the
-/// objects, so many events name an object that is already waiting.
-async fn produce(producer: Producer) {
-    let Producer {
-        world,
-        queue,
-        mut rng,
-        events,
-        duration,
-        stop,
-        producing,
-    } = producer;
-    let objects = world.len();
-    let hot = (objects / 10).max(1);
-    let start = tokio::time::Instant::now();
-    let mut emitted = 0;
-    while emitted < events && !stop.is_stopped() {
-        let object = if rng.random_bool(0.5) {
-            rng.random_range(0..hot)
-        } else {
-            rng.random_range(0..objects)
-        };
-        let burst = rng.random_range(1..=8u64).min(events - emitted);
-        for _ in 0..burst {
-            world.event(object);
-            queue.add(object);
+impl Producer {
+    /// Emits bursts of events (1 to 8 for one object, back to back, like a rollout's status
+    /// updates), paced evenly over the duration. Half the bursts go to a hot tenth of the
+    /// objects, so many events name an object that is already waiting.
+    async fn produce(mut self) {
+        let objects = self.world.len();
+        let hot = (objects / 10).max(1);
+        let start = tokio::time::Instant::now();
+        let mut emitted = 0;
+        while emitted < self.events && !self.stop.is_stopped() {
+            let object = if self.rng.random_bool(0.5) {
+                self.rng.random_range(0..hot)
+            } else {
+                self.rng.random_range(0..objects)
+            };
+            let burst = self.rng.random_range(1..=8u64).min(self.events - emitted);
+            for _ in 0..burst {
+                self.world.event(object);
+                self.queue.add(object);
+            }
+            emitted += burst;
+            let due = start + self.duration.mul_f64(emitted as f64 / self.events as f64);
+            tokio::select! {
+                () = tokio::time::sleep_until(due) => {}
+                () = self.stop.stopped() => break,
+            }
         }
-        emitted += burst;
-        let due = start + duration.mul_f64(emitted as f64 / events as f64);
-        tokio::select! {
-            () = tokio::time::sleep_until(due) => {}
-            () = stop.stopped() => break,
-        }
+        self.producing.fetch_sub(1, Ordering::SeqCst);
     }
-    producing.fetch_sub(1, Ordering::SeqCst);
 }

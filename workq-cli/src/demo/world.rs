@@ -33,6 +33,7 @@ struct ObjectState {
 }
 
 /// The objects, the counters and the checks.
+#[derive(Default)]
 pub(super) struct World {
     objects: Box<[Object]>,
     /// The sequence behind `last_event` and `last_start`.
@@ -64,15 +65,10 @@ impl World {
     pub(super) fn new(objects: usize, seed: u64, failure_rate: f64, max_latency: Duration) -> Self {
         Self {
             objects: (0..objects).map(|_| Object::default()).collect(),
-            sequence: AtomicU64::new(0),
-            events: AtomicU64::new(0),
-            absorbed: AtomicU64::new(0),
-            reconciles: AtomicU64::new(0),
-            overlaps: AtomicU64::new(0),
-            latencies: Mutex::new(Vec::new()),
             seed,
             failure_rate,
             max_latency,
+            ..Self::default()
         }
     }
 
@@ -180,28 +176,19 @@ mod tests {
         assert_ne!(draw(&a, 3, 1), draw(&c, 3, 1));
     }
 
-    #[test]
-    fn an_event_after_the_last_reconcile_is_reported() {
+    #[tokio::test]
+    async fn an_event_after_the_last_reconcile_is_reported() {
         let world = World::new(3, 1, 0.0, Duration::ZERO);
         world.event(0);
         world.event(1);
         world.event(1); // absorbed: object 1 is still waiting
-        block_on(world.reconcile(0)).unwrap();
-        block_on(world.reconcile(1)).unwrap();
+        world.reconcile(0).await.unwrap();
+        world.reconcile(1).await.unwrap();
         world.event(1);
         let found = world.last_events();
         assert_eq!(found.changed, 2);
         assert_eq!(found.missed, vec![1]);
         assert_eq!(world.absorbed.load(Ordering::Relaxed), 1);
         assert_eq!(world.overlaps.load(Ordering::Relaxed), 0);
-    }
-
-    /// Runs a future that never waits (zero latency) to completion.
-    fn block_on<F: std::future::Future>(future: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap()
-            .block_on(future)
     }
 }

@@ -47,7 +47,10 @@ pub(crate) struct QueueArgs {
     command: QueueCommand,
 }
 
-#[derive(Debug, clap::Subcommand)]
+/// The commands; each one's name for messages (`wq queue stats`, `wq redis dead-letters`) is
+/// its `&'static str`.
+#[derive(Debug, clap::Subcommand, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 enum QueueCommand {
     /// Lists every queue: depth, delayed, in flight, dead letters, shut down or paused.
     #[command(alias = "queues")]
@@ -150,26 +153,10 @@ fn end_of(name: &str) -> Result<End, String> {
     }
 }
 
-/// The command's name for messages (`wq queue stats`, `wq redis dead-letters`).
-fn name_of(command: &QueueCommand) -> &'static str {
-    match command {
-        QueueCommand::List => "list",
-        QueueCommand::Stats { .. } => "stats",
-        QueueCommand::Items { .. } => "items",
-        QueueCommand::Item { .. } => "item",
-        QueueCommand::Pause { .. } => "pause",
-        QueueCommand::Resume { .. } => "resume",
-        QueueCommand::Shutdown { .. } => "shutdown",
-        QueueCommand::Retry { .. } => "retry",
-        QueueCommand::Remove { .. } => "remove",
-        QueueCommand::Forget { .. } => "forget",
-        QueueCommand::DeadLetters(_) => "dead-letters",
-    }
-}
-
 /// Runs `wq queue` (or an alias).
 pub(crate) fn run(args: QueueArgs, alias: Alias) -> ExitCode {
-    let command = format!("{} {}", alias.tool(), name_of(&args.command));
+    let name: &str = (&args.command).into();
+    let command = format!("{} {name}", alias.tool());
     let opened = open::url(args.url, alias).and_then(|url| {
         let admin = open::open(&url, args.prefix.as_deref(), alias)?;
         Ok((redact_url(&url), admin))
@@ -288,13 +275,13 @@ impl Run {
             QueueCommand::Resume { queue } => self.resume(&queue).await?,
             QueueCommand::Shutdown { queue } => self.act(&queue, Action::ShutDownFleet).await?,
             QueueCommand::Retry { queue, item } => {
-                self.act(&queue, Action::RetryNow { item }).await?
+                self.act(&queue, Action::RetryNow { item }).await?;
             }
             QueueCommand::Remove { queue, item } => {
-                self.act(&queue, Action::Remove { item }).await?
+                self.act(&queue, Action::Remove { item }).await?;
             }
             QueueCommand::Forget { queue, item } => {
-                self.act(&queue, Action::Forget { item }).await?
+                self.act(&queue, Action::Forget { item }).await?;
             }
             QueueCommand::DeadLetters(command) => return self.dead_letters(command).await,
         }

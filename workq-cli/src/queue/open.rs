@@ -81,20 +81,17 @@ pub(crate) fn open(
     alias: Alias,
 ) -> Result<Box<dyn Admin>, String> {
     let backend = backend_of(url)?;
-    match (alias, backend) {
-        (Alias::Redis, Backend::Postgres) | (Alias::Postgres, Backend::Redis) => {
-            return Err(format!(
-                "{} takes a {} URL, not {} (wq queue takes either)",
-                alias.tool(),
-                if alias == Alias::Redis {
-                    "redis"
-                } else {
-                    "postgres"
-                },
-                redact_url(url)
-            ));
-        }
-        _ => {}
+    // An alias takes its own backend's URLs only.
+    let wanted = match (alias, backend) {
+        (Alias::Redis, Backend::Postgres) => Some("redis"),
+        (Alias::Postgres, Backend::Redis) => Some("postgres"),
+        _ => None,
+    };
+    if let Some(scheme) = wanted {
+        let (tool, url) = (alias.tool(), redact_url(url));
+        return Err(format!(
+            "{tool} takes a {scheme} URL, not {url} (wq queue takes either)"
+        ));
     }
     if backend == Backend::Postgres && prefix.is_some() {
         return Err("--prefix is for Redis: a PostgreSQL queue has no key prefix".into());

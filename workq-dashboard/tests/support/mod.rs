@@ -2,7 +2,11 @@
 //! port, a fresh data directory, stopped by PID when dropped), a PostgreSQL server of the
 //! test's own (likewise), and requests to the dashboard's router.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, reason = "each test binary uses a part of the support")]
+#![expect(
+    unreachable_pub,
+    reason = "the helpers are `pub` for the test files that include them"
+)]
 
 use axum::Router;
 use axum::body::Body;

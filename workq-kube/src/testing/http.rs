@@ -169,7 +169,7 @@ pub(super) async fn handle(
     let answer = match (&method, &target.name) {
         (&Method::GET, None) if watch => {
             drop(state);
-            return watch_response(shared, target, &params, metadata_only(&headers), client);
+            return watch_response(&shared, target, &params, metadata_only(&headers), client);
         }
         (&Method::GET, None) => list(&mut state, &target, &params, metadata_only(&headers)),
         (&Method::GET, Some(name)) => get(&mut state, &target, name),
@@ -457,7 +457,7 @@ fn delete(state: &mut ApiState, target: &Target, name: &str) -> Answer {
 /// watch's timeout, a dropped connection, or the server's drop; or one `410 Gone` error if
 /// that version has expired.
 fn watch_response(
-    shared: Arc<Shared>,
+    shared: &Arc<Shared>,
     target: Target,
     params: &HashMap<String, String>,
     metadata_only: bool,

@@ -1,7 +1,7 @@
 //! What the controller tests share: waiting for a state, ConfigMaps, and a custom resource
 //! with a status.
 
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses a part of the support")]
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -141,7 +141,7 @@ impl PageQuery {
     }
 
     /// Starts from the last item of the state's order when `from_last`, else from the first.
-    #[deprecated(since = "0.2.0", note = "use `from(End::Last)`")]
+    #[deprecated(since = "0.1.0", note = "use `from(End::Last)`")]
     #[must_use]
     pub fn from_last(self, from_last: bool) -> Self {
         self.from(if from_last { End::Last } else { End::First })

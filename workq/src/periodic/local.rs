@@ -52,7 +52,7 @@ pub(crate) fn apply(info: &mut ScheduleInfo, update: &ScheduleUpdate) {
 }
 
 /// What [`begin`] took: the last tick before the claim, to put back if the add is refused.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Taken {
     before: Option<SystemTime>,
 }

@@ -195,7 +195,7 @@ impl<T> Shared<T> {
         {
             tracing::error!(
                 queue = self.name.as_deref().unwrap_or(""),
-                "workqueue: the metrics recorder panicked; the event was dropped"
+                "workq: the metrics recorder panicked; the event was dropped"
             );
         }
     }

@@ -17,8 +17,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
     pub(super) fn start_timer(self: &Arc<Self>, inner: &mut Inner<T>) {
         let weak = Arc::downgrade(self);
         let name = match &self.name {
-            Some(name) => format!("workqueue-timer-{name}"),
-            None => "workqueue-timer".to_owned(),
+            Some(name) => format!("workq-timer-{name}"),
+            None => "workq-timer".to_owned(),
         };
         inner.timer.sleeping_until = u64::MAX;
         let spawned = std::thread::Builder::new()
@@ -28,7 +28,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
         // loudly rather than hang quietly.
         match spawned {
             Ok(handle) => inner.timer.thread = Some(handle),
-            Err(err) => panic!("workqueue: cannot start the delay timer thread: {err}"),
+            Err(err) => panic!("workq: cannot start the delay timer thread: {err}"),
         }
     }
 }
@@ -52,7 +52,7 @@ fn timer_loop<T: Eq + Hash + Clone + Send + Sync + 'static>(weak: Weak<Shared<T>
             Err(_) => {
                 tracing::error!(
                     queue = shared.name.as_deref().unwrap_or(""),
-                    "workqueue: a clock or waker panicked on the delay timer thread; \
+                    "workq: a clock or waker panicked on the delay timer thread; \
                      the timer goes on"
                 );
                 std::thread::sleep(Duration::from_millis(10));

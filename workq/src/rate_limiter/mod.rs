@@ -68,7 +68,7 @@ impl<T, R: RateLimiter<T> + ?Sized> RateLimiter<T> for Box<R> {
     }
 
     fn forget(&self, item: &T) {
-        (**self).forget(item)
+        (**self).forget(item);
     }
 
     fn num_requeues(&self, item: &T) -> usize {
@@ -82,7 +82,7 @@ impl<T, R: RateLimiter<T> + ?Sized> RateLimiter<T> for Arc<R> {
     }
 
     fn forget(&self, item: &T) {
-        (**self).forget(item)
+        (**self).forget(item);
     }
 
     fn num_requeues(&self, item: &T) -> usize {

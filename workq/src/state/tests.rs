@@ -273,7 +273,7 @@ fn an_entry_whose_bucket_does_not_fit_is_removed_by_probing() {
         s.add(i, None, 0);
     }
     // As in an index of more than 2^24 buckets: half the entries do not know theirs.
-    for (slot, entry) in s.entries.iter_mut() {
+    for (slot, entry) in &mut s.entries {
         if slot % 2 == 0 {
             entry.bucket = NO_BUCKET;
         }

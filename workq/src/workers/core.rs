@@ -34,7 +34,10 @@ pub(crate) enum Handled {
     /// It panicked with this message.
     Panicked(String),
     /// It ran past the per-item timeout and was cancelled (async workers only).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg_attr(
+        not(feature = "tokio"),
+        expect(dead_code, reason = "only async workers time out")
+    )]
     TimedOut(Duration),
 }
 
@@ -127,7 +130,7 @@ where
             queue,
             max_retries,
             on_give_up,
-            stop: stop.clone(),
+            stop,
             shutdown_timeout,
             counters: Counters::default(),
             slots: (0..count).map(|_| Mutex::new(None)).collect(),
@@ -140,7 +143,7 @@ where
         });
         // Weak: the token may outlive the pool by far (one token for a whole program).
         let weak: Weak<Self> = Arc::downgrade(&core);
-        let key = stop.on_stop(move || {
+        let key = core.stop.on_stop(move || {
             if let Some(core) = weak.upgrade() {
                 core.on_stop();
             }
@@ -516,7 +519,10 @@ where
     }
 
     /// The summary, reading the queue's length from any backend.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg_attr(
+        not(feature = "tokio"),
+        expect(dead_code, reason = "threaded workers sum up without waiting")
+    )]
     pub(crate) async fn final_summary(&self) -> Summary<T> {
         let queued = if self.stop.is_stopped() {
             match self.queue.len().await {

@@ -645,7 +645,7 @@ where
 }
 
 impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> Workers<T, WorkQueue<T>> {
-    /// Starts the workers as threads named `workqueue-worker-<i>` (with the queue's name if
+    /// Starts the workers as threads named `workq-worker-<i>` (with the queue's name if
     /// it has one), each calling `handler` with the item of each lease it takes.
     ///
     /// In memory only: a thread blocks in [`WorkQueue::blocking_get`], and a backend that

@@ -48,8 +48,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + fmt::Debug + 'static> ThreadWorkers<T>
     {
         let handler = Arc::new(handler);
         let prefix = match core.queue.name() {
-            Some(name) => format!("workqueue-worker-{name}"),
-            None => "workqueue-worker".to_owned(),
+            Some(name) => format!("workq-worker-{name}"),
+            None => "workq-worker".to_owned(),
         };
         let count = core.count();
         let threads = (0..count)

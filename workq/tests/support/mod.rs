@@ -3,7 +3,7 @@
 //! the suite).
 //!
 //! Each test binary uses only some of them.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses a part of the support")]
 
 use std::future::Future;
 use std::pin::Pin;
