@@ -355,7 +355,7 @@ async fn closed_by_the_server(sockets: &mut [tokio::net::TcpStream], wait: Durat
     for stream in sockets {
         let mut byte = [0u8; 1];
         match tokio::time::timeout(wait, stream.read(&mut byte)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => closed += 1,
+            Ok(Ok(0) | Err(_)) => closed += 1,
             Ok(Ok(_)) => panic!("an answer to no request"),
             Err(_) => {}
         }
