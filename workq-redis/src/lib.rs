@@ -109,6 +109,7 @@ mod control;
 mod dead_letter;
 mod error;
 mod faults;
+mod flow;
 mod get;
 mod inner;
 mod inspect;
