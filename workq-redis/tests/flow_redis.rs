@@ -10,7 +10,7 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use workq_conformance::flow::{FlowFactory, FlowSpec, Unsupported, group_of};
+use workq_conformance::flow::{FlowFactory, FlowSpec, Unsupported};
 use workq_redis::{Builder, RedisQueue};
 
 use support::RedisServer;
@@ -30,44 +30,69 @@ impl RedisFlow {
     }
 }
 
-/// `spec`'s settings on a builder of queue `name`.
+/// A handle on queue `name` built as `spec` says.
 fn flow_builder(url: &str, name: &str, spec: &FlowSpec) -> Builder<String> {
-    let mut builder = RedisQueue::builder(name)
-        .url(url)
-        .lease_duration(Duration::from_secs(10))
-        // Far above the wake-up bounds the rules assert: a wake-up is never a poll.
-        .poll_interval(Duration::from_secs(30))
-        .group_by(|item: &String| group_of(item).to_owned());
-    if let Some(n) = spec.max_in_flight {
-        builder = builder.max_in_flight(n);
+    workq_conformance::with_flow_spec!(
+        RedisQueue::builder(name)
+            .url(url)
+            .lease_duration(Duration::from_secs(10))
+            // Far above the wake-up bounds the rules assert: a wake-up is never a poll.
+            .poll_interval(Duration::from_secs(30)),
+        spec
+    )
+}
+
+impl RedisFlow {
+    fn name(&self) -> String {
+        format!("flow-{}", self.next.fetch_add(1, Ordering::Relaxed))
     }
-    if let Some(n) = spec.max_in_flight_per_group {
-        builder = builder.max_in_flight_per_group(n);
-    }
-    for (group, n) in &spec.group_limits {
-        builder = builder.group_max_in_flight(group.clone(), *n);
-    }
-    for (group, w) in &spec.group_weights {
-        builder = builder.group_weight(group.clone(), *w);
-    }
-    if let Some((rate, burst)) = spec.hand_out_rate {
-        builder = builder.hand_out_rate(rate, burst);
-    }
-    for (group, rate, burst) in &spec.group_rates {
-        builder = builder.group_hand_out_rate(group.clone(), *rate, *burst);
-    }
-    builder
 }
 
 impl FlowFactory for RedisFlow {
     type Q = RedisQueue<String>;
 
     async fn flow_queue(&self, spec: FlowSpec) -> Result<RedisQueue<String>, Unsupported> {
-        let name = format!("flow-{}", self.next.fetch_add(1, Ordering::Relaxed));
-        Ok(flow_builder(&self.server.url(), &name, &spec)
+        Ok(flow_builder(&self.server.url(), &self.name(), &spec)
             .build()
             .await
             .expect("connect to the test server"))
+    }
+
+    /// Handles built one by one, each with its own connections, as processes build them.
+    async fn flow_handles(
+        &self,
+        spec: FlowSpec,
+        n: usize,
+    ) -> Result<Vec<RedisQueue<String>>, Unsupported> {
+        let name = self.name();
+        let mut handles = Vec::with_capacity(n);
+        for _ in 0..n {
+            handles.push(
+                flow_builder(&self.server.url(), &name, &spec)
+                    .build()
+                    .await
+                    .expect("connect to the test server"),
+            );
+        }
+        Ok(handles)
+    }
+
+    async fn expiring_flow_queue(
+        &self,
+        spec: FlowSpec,
+        lease: Duration,
+    ) -> Result<RedisQueue<String>, Unsupported> {
+        Ok(flow_builder(&self.server.url(), &self.name(), &spec)
+            .lease_duration(lease)
+            .auto_renew(false)
+            .build()
+            .await
+            .expect("connect to the test server"))
+    }
+
+    /// Nothing sent: the lease expires on the server.
+    fn crash(lease: workq_redis::Lease<String>) {
+        lease.abandon();
     }
 }
 
