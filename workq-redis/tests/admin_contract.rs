@@ -189,26 +189,6 @@ async fn remove_says_a_lease_stays_and_the_listing_counts_dirty_leases() {
     lease.done().await.unwrap();
 }
 
-/// What the `tracing` events of the current thread wrote, as text.
-#[derive(Clone, Default)]
-struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Log {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Log {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 /// The warnings about maxmemory-policy in `status()`.
 fn eviction_warnings(admin: &dyn Admin) -> Vec<String> {
     admin
@@ -228,14 +208,7 @@ async fn an_eviction_policy_set_on_a_running_server_is_reported() {
         return;
     };
     // The admin's calls run on this thread (awaited here, not spawned): its log is this one.
-    let log = Log::default();
-    let writer = log.clone();
-    let _logging = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish(),
-    );
+    let (log, _logging) = support::Log::capture();
     let url = factory.server.url();
     let checking = RedisAdmin::new(&url, "wq")
         .unwrap()

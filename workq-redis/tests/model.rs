@@ -18,9 +18,9 @@ use std::time::Duration;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
+use workq::WorkQueue;
 use workq::clock::FakeClock;
 use workq::rate_limiter::ExponentialFailure;
-use workq::WorkQueue;
 use workq_redis::{RateLimit, RedisQueue};
 
 /// Items: few, so that adds collide with queued and processing items.

@@ -17,6 +17,16 @@ pub(crate) use server::RedisServer;
 
 pub(crate) mod flow_check;
 
+/// A connection of the test's own to `server`, for looking at the keys or acting on the
+/// server beside the queue.
+pub(crate) async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
 /// A `try_get` on a Redis queue and on the in-memory queue it is held against (a model
 /// test): both hand out the same item at the same priority (the pair of leases), or neither
 /// hands out anything; else the case fails, `at` saying where.
@@ -196,5 +206,39 @@ impl Backend for Redis {
     }
     async fn done(lease: Self::Lease) {
         lease.done().await.unwrap();
+    }
+}
+
+/// What the `tracing` events of the current thread wrote, as text.
+#[derive(Clone, Default)]
+pub(crate) struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Log {
+    /// A log of the current thread's events from now on, until the guard drops.
+    pub(crate) fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let log = Log::default();
+        let writer = log.clone();
+        let guard = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .finish(),
+        );
+        (log, guard)
+    }
+
+    /// What was written.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 }
