@@ -15,44 +15,75 @@ use workq_redis::{Builder, RedisQueue};
 
 use support::RedisServer;
 
-/// Queues with flow control on a server of the test's own.
+/// Where a factory's queues live.
+enum Place {
+    /// A server of the test's own.
+    Server(RedisServer),
+    /// A three-node cluster of the test's own (feature `cluster`).
+    #[cfg(feature = "cluster")]
+    Cluster(support::server::RedisCluster),
+}
+
+/// Queues with flow control on a server (or a cluster) of the test's own.
 struct RedisFlow {
-    server: RedisServer,
+    place: Place,
     next: AtomicUsize,
 }
 
 impl RedisFlow {
     fn start() -> Option<Self> {
         Some(RedisFlow {
-            server: support::server::require()?,
+            place: Place::Server(support::server::require()?),
             next: AtomicUsize::new(0),
         })
     }
-}
 
-/// A handle on queue `name` built as `spec` says.
-fn flow_builder(url: &str, name: &str, spec: &FlowSpec) -> Builder<String> {
-    workq_conformance::with_flow_spec!(
-        RedisQueue::builder(name)
-            .url(url)
-            .lease_duration(Duration::from_secs(10))
-            // Far above the wake-up bounds the rules assert: a wake-up is never a poll.
-            .poll_interval(Duration::from_secs(30)),
-        spec
-    )
-}
+    #[cfg(feature = "cluster")]
+    fn start_cluster() -> Option<Self> {
+        if !support::server::require_binary() {
+            return None;
+        }
+        Some(RedisFlow {
+            place: Place::Cluster(support::server::RedisCluster::start()?),
+            next: AtomicUsize::new(0),
+        })
+    }
 
-impl RedisFlow {
     fn name(&self) -> String {
         format!("flow-{}", self.next.fetch_add(1, Ordering::Relaxed))
     }
+
+    /// A handle on queue `name` built as `spec` says.
+    fn builder(&self, name: &str, spec: &FlowSpec) -> Builder<String> {
+        let builder = base(name);
+        let builder = match &self.place {
+            Place::Server(server) => builder.url(server.url()),
+            #[cfg(feature = "cluster")]
+            Place::Cluster(cluster) => builder.cluster(cluster.urls()),
+        };
+        workq_conformance::with_flow_spec!(builder, spec)
+    }
+}
+
+/// A builder of queue `name` with the tests' lease and poll settings.
+fn base(name: &str) -> Builder<String> {
+    RedisQueue::builder(name)
+        .lease_duration(Duration::from_secs(10))
+        // Far above the wake-up bounds the rules assert: a wake-up is never a poll.
+        .poll_interval(Duration::from_secs(30))
+}
+
+/// A handle on queue `name` of the server at `url` built as `spec` says.
+fn flow_builder(url: &str, name: &str, spec: &FlowSpec) -> Builder<String> {
+    workq_conformance::with_flow_spec!(base(name).url(url), spec)
 }
 
 impl FlowFactory for RedisFlow {
     type Q = RedisQueue<String>;
 
     async fn flow_queue(&self, spec: FlowSpec) -> Result<RedisQueue<String>, Unsupported> {
-        Ok(flow_builder(&self.server.url(), &self.name(), &spec)
+        Ok(self
+            .builder(&self.name(), &spec)
             .build()
             .await
             .expect("connect to the test server"))
@@ -68,7 +99,7 @@ impl FlowFactory for RedisFlow {
         let mut handles = Vec::with_capacity(n);
         for _ in 0..n {
             handles.push(
-                flow_builder(&self.server.url(), &name, &spec)
+                self.builder(&name, &spec)
                     .build()
                     .await
                     .expect("connect to the test server"),
@@ -82,7 +113,8 @@ impl FlowFactory for RedisFlow {
         spec: FlowSpec,
         lease: Duration,
     ) -> Result<RedisQueue<String>, Unsupported> {
-        Ok(flow_builder(&self.server.url(), &self.name(), &spec)
+        Ok(self
+            .builder(&self.name(), &spec)
             .lease_duration(lease)
             .auto_renew(false)
             .build()
@@ -114,6 +146,26 @@ macro_rules! flow_suite {
 }
 
 workq_conformance::for_each_flow_rule!(flow_suite);
+
+/// Every flow rule, one after the other, on one three-node Redis Cluster (feature
+/// `cluster`): every flow key lives in its queue's slot.
+#[cfg(feature = "cluster")]
+macro_rules! cluster_suite {
+    ($($rule:ident),* $(,)?) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn redis_cluster_keeps_every_flow_rule() {
+            let Some(factory) = RedisFlow::start_cluster() else {
+                return;
+            };
+            $(
+                workq_conformance::flow::rules::$rule(&factory).await;
+            )*
+        }
+    };
+}
+
+#[cfg(feature = "cluster")]
+workq_conformance::for_each_flow_rule!(cluster_suite);
 
 /// Instantiates every flow rule that drives a pool of `Workers` on Redis.
 macro_rules! flow_workers_suite {
@@ -733,4 +785,86 @@ async fn an_operator_pages_removes_and_retries_in_groups() {
         lease.done().await.unwrap();
     }
     assert_eq!(order, ["a/0", "b/0", "c/0", "a/2", "b/1", "c/1"]);
+}
+
+/// Every kind of add sends the item's group with it: batched adds (now, after a delay,
+/// with a priority), a rate-limited add, a periodic tick's add, a failed item's retry; the
+/// server keeps each item in the group its function gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_add_carries_the_items_group() {
+    use std::time::SystemTime;
+    use workq::periodic::TickClaim;
+    use workq::{AddOptions, Queue};
+
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let queue = flow_builder(&server.url(), "adds", &FlowSpec::default())
+        .rate_limit(workq_redis::RateLimit::exponential(
+            Duration::from_millis(1),
+            Duration::from_millis(10),
+        ))
+        .build()
+        .await
+        .unwrap();
+    queue
+        .add_all(["a/0", "b/0"].map(str::to_owned))
+        .await
+        .unwrap();
+    queue
+        .add_all_after([("c/0".to_owned(), Duration::from_millis(5))])
+        .await
+        .unwrap();
+    queue.add_rate_limited("d/0".to_owned()).await.unwrap();
+    Queue::add_all_with(
+        &queue,
+        vec!["e/0".to_owned(), "e/1".to_owned()],
+        AddOptions::default().priority(1),
+    )
+    .await
+    .unwrap();
+    let now = SystemTime::now();
+    let claim = TickClaim::new("tick", "every second", now, None, now);
+    Queue::add_on_tick(&queue, claim, "f/0".to_owned(), AddOptions::default())
+        .await
+        .unwrap();
+    queue
+        .add_with(
+            "g/0".to_owned(),
+            AddOptions::default().after(Duration::from_millis(5)),
+        )
+        .await
+        .unwrap();
+    let lease = next(&queue).await;
+    let failed = lease.item().clone();
+    assert!(
+        Queue::retry_and_done(&queue, lease, AddOptions::default().rate_limited(), false)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(queue.len().await.unwrap(), 8, "every add is ready");
+    let mut con = support::raw(&server).await;
+    let groups: std::collections::BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg("wq:{adds}:fgr")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(groups.len(), 8, "{groups:?}");
+    for (item, group) in &groups {
+        let item: String = serde_json::from_str(item).unwrap();
+        assert_eq!(
+            workq_conformance::flow::group_of(&item),
+            group,
+            "{groups:?}"
+        );
+    }
+    assert!(
+        groups.contains_key(&format!("{failed:?}")),
+        "{failed} is back"
+    );
+    support::flow_check::check(&server.url(), "adds")
+        .await
+        .unwrap();
 }
