@@ -309,6 +309,59 @@ mod tests {
     }
 
     #[test]
+    fn the_stats_part_is_read_or_refused() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let summary = workq::admin::QueueSummary::named("q");
+        let mut plain = Stats::new(summary.clone());
+        fill_stats(&mut plain, 0, &Value::Array(vec![])).unwrap();
+        assert_eq!((plain.flow, plain.limits.is_some()), (None, false));
+
+        let group = |name: &str, ready: i64, limit: &str, oldest: &str| {
+            Value::Array(vec![
+                bulk(name),
+                bulk(&ready.to_string()),
+                Value::Int(1),
+                bulk(limit),
+                bulk(oldest),
+            ])
+        };
+        let part = Value::Array(vec![
+            bulk(r#"{"grouped":true,"max_in_flight_per_group":2}"#),
+            Value::Int(2),
+            Value::Int(1),
+            Value::Int(3),
+            Value::Array(vec![group("b", 4, "2", "1000000"), group("a", 4, "", "")]),
+        ]);
+        let mut stats = Stats::new(summary.clone());
+        fill_stats(&mut stats, 3_000_000, &part).unwrap();
+        assert_eq!(stats.flow, Some(FlowStats::new(3, 2, 1)));
+        assert_eq!(
+            stats.limits.unwrap().max_in_flight_per_group,
+            Some(2),
+            "the settings"
+        );
+        let read: Vec<_> = stats
+            .groups
+            .iter()
+            .map(|g| (g.name.as_str(), g.ready, g.limit, g.oldest_ready))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                ("a", 4, None, None),
+                ("b", 4, Some(2), Some(std::time::Duration::from_secs(2)))
+            ],
+            "ties by name"
+        );
+
+        let short = Value::Array(vec![bulk("{}"), Value::Int(1)]);
+        assert!(matches!(
+            fill_stats(&mut Stats::new(summary), 0, &short),
+            Err(Error::Protocol(_))
+        ));
+    }
+
+    #[test]
     fn no_override_no_group_lookups() {
         let flow: FlowControl<String> = FlowControl::new()
             .group_by(|s: &String| s.clone())

@@ -53,6 +53,18 @@
 -- the number of groups (amortised: a ring entry is dropped once), plus
 -- O(log n) in the sorted sets.
 --
+-- Why these structures: a list per group and priority gives FIFO inside a group
+-- with O(1) pushes and pops (and the head for a released item), as the ready
+-- lists do; a ring is a list too, rotated with one LPOP and RPUSH, and pruned
+-- only at its front, so that no decision walks or LREMs through the groups
+-- (an entry that went stale in the middle waits for its turn to be dropped,
+-- as in memory); the item -> group hash is what lets a done, a release or a
+-- reclaim, which only name the item, find the group's counts; the sorted set
+-- of ready counts is kept with one ZADD INCR per change so that the operator's
+-- top groups and the count of groups with work cost O(log n), not a scan; the
+-- group hash holds every per-group field in one key, read with one HMGET per
+-- decision.
+--
 -- A group's state is forgotten (its hash emptied, so Redis deletes it) once it
 -- has no ready item, no lease out, no ring entry and no park, and its bucket
 -- is full: at once, or through `fidle` when its bucket still refills.
@@ -310,8 +322,10 @@ end
 
 -- The lease of `x` ended (done, released, reclaimed or dead-lettered) and, if
 -- it was queued again, after it was: its group has one lease fewer. A group
--- that was at its limit takes its turns again and wakes a getter. An item
--- leased before the queue had flow control was never counted, and is not now.
+-- that was at its limit takes its turns again and wakes a getter. (Every
+-- leased item has its group and counts in it: flow_set.lua gives the ones
+-- leased when flow control comes on the group ''. The guards below only keep
+-- a count that went wrong some other way from going wrong further.)
 flow_lease_ended = function(x)
   local g = redis.call('HGET', K_FGR, x)
   if not g then
