@@ -11,6 +11,11 @@
 //! Items are `"group/name"` keys; the spec's queue groups them by the part before the `/`.
 //! The rules wait on real time (a backend's server has its own clock): a wait that must not
 //! end is bounded by [`HELD`], and every pacing check is a lower bound.
+//!
+//! Some rules need more than one queue handle ([`FlowFactory::flow_handles`]: several
+//! processes' handles on a server, clones in memory) or a lease that its holder loses
+//! ([`FlowFactory::expiring_flow_queue`] and [`FlowFactory::crash`]: a lease that expires on
+//! a server, dropped in memory); their defaults are the in-memory ones.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -34,6 +39,9 @@ macro_rules! for_each_flow_rule {
             the_hand_out_rate_paces_gets,
             a_group_out_of_tokens_leaves_the_turns_to_the_others,
             a_heavier_group_gets_more_turns,
+            between_two_turns_of_a_group_every_other_group_able_to_go_has_one,
+            a_lost_lease_frees_its_groups_slot_and_wakes_a_getter,
+            limits_hold_with_several_handles_getting_at_once,
         );
     };
 }
@@ -73,27 +81,39 @@ pub struct FlowSpec {
 impl FlowSpec {
     /// The in-memory queue this spec describes.
     pub fn build_memory(&self) -> WorkQueue<String> {
-        let mut builder = WorkQueue::builder().group_by(|item: &String| group_of(item).to_owned());
-        if let Some(n) = self.max_in_flight {
+        crate::with_flow_spec!(WorkQueue::builder(), self).build()
+    }
+}
+
+/// `$builder` with the settings of the [`FlowSpec`] `$spec`: the group function of
+/// `"group/name"` items ([`group_of`]) and every limit, weight and rate. Any backend's
+/// builder: the flow methods have the same names everywhere.
+#[macro_export]
+macro_rules! with_flow_spec {
+    ($builder:expr, $spec:expr) => {{
+        let spec: &$crate::flow::FlowSpec = $spec;
+        let mut builder =
+            $builder.group_by(|item: &String| $crate::flow::group_of(item).to_owned());
+        if let Some(n) = spec.max_in_flight {
             builder = builder.max_in_flight(n);
         }
-        if let Some(n) = self.max_in_flight_per_group {
+        if let Some(n) = spec.max_in_flight_per_group {
             builder = builder.max_in_flight_per_group(n);
         }
-        for (group, n) in &self.group_limits {
+        for (group, n) in &spec.group_limits {
             builder = builder.group_max_in_flight(group.clone(), *n);
         }
-        for (group, w) in &self.group_weights {
+        for (group, w) in &spec.group_weights {
             builder = builder.group_weight(group.clone(), *w);
         }
-        if let Some((rate, burst)) = self.hand_out_rate {
+        if let Some((rate, burst)) = spec.hand_out_rate {
             builder = builder.hand_out_rate(rate, burst);
         }
-        for (group, rate, burst) in &self.group_rates {
+        for (group, rate, burst) in &spec.group_rates {
             builder = builder.group_hand_out_rate(group.clone(), *rate, *burst);
         }
-        builder.build()
-    }
+        builder
+    }};
 }
 
 /// The group of a `"group/name"` item.
@@ -114,6 +134,40 @@ pub trait FlowFactory: Send + Sync {
         &self,
         spec: FlowSpec,
     ) -> impl Future<Output = Result<Self::Q, Unsupported>> + Send;
+
+    /// `n` handles on one fresh, empty queue built as `spec` says, as `n` processes would
+    /// have them (each built on its own), so that the limits are held across them. By
+    /// default `n` clones of one [`flow_queue`](Self::flow_queue): what one process has.
+    fn flow_handles(
+        &self,
+        spec: FlowSpec,
+        n: usize,
+    ) -> impl Future<Output = Result<Vec<Self::Q>, Unsupported>> + Send {
+        async move {
+            let queue = self.flow_queue(spec).await?;
+            Ok(vec![queue; n])
+        }
+    }
+
+    /// A fresh, empty queue built as `spec` says whose leases last `lease` unless renewed,
+    /// and are not renewed by themselves, so that a lease [`crash`](Self::crash)ed is lost
+    /// once `lease` has passed. By default a [`flow_queue`](Self::flow_queue): a backend whose
+    /// leases do not expire (in memory, a lease lives as long as its holder).
+    fn expiring_flow_queue(
+        &self,
+        spec: FlowSpec,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Self::Q, Unsupported>> + Send {
+        let _ = lease;
+        self.flow_queue(spec)
+    }
+
+    /// Lets `lease` go as a worker that dies would: nothing sent, the backend finds out
+    /// itself (a server when the lease expires). By default the lease is dropped: in
+    /// memory, a holder that dies drops its lease with it.
+    fn crash(lease: <Self::Q as Queue>::Lease) {
+        drop(lease);
+    }
 }
 
 /// The in-memory queue.
@@ -144,12 +198,32 @@ impl FlowFactory for BatchedMemory {
 
 /// The queue, or `None` after printing why the rule is skipped.
 async fn queue<F: FlowFactory>(factory: &F, spec: FlowSpec) -> Option<F::Q> {
-    match factory.flow_queue(spec).await {
-        Ok(queue) => Some(queue),
+    supported(factory.flow_queue(spec).await)
+}
+
+/// What a factory made, or `None` after printing why the rule is skipped.
+fn supported<T>(made: Result<T, Unsupported>) -> Option<T> {
+    match made {
+        Ok(made) => Some(made),
         Err(Unsupported(reason)) => {
             eprintln!("skipped: {reason}");
             None
         }
+    }
+}
+
+/// A small deterministic generator (a linear congruential one): the rules that drive a
+/// queue through many random-looking steps take the same steps on every backend and run.
+struct Steps(u64);
+
+impl Steps {
+    /// A number below `n`.
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 33) % n as u64) as usize
     }
 }
 
@@ -441,6 +515,271 @@ pub mod rules {
         let got = take(&queue, 8).await;
         let heavy = got.iter().filter(|item| group_of(item) == "heavy").count();
         assert_eq!(heavy, 6, "6 heavy for 2 light in 8 hand-outs: {got:?}");
+    }
+    /// Fair turns under a limit, with leases ending in any order and adds meanwhile:
+    /// between two hand-outs of one group, every other group that could hand out all along
+    /// (it had a ready item and a free slot at every get since) had one. Checked against the
+    /// rule's own count of each group's ready items and leases out, over a few hundred
+    /// steps taken in the same order everywhere; no group ever has more leases out than its
+    /// limit, and a get is served whenever some group can hand out.
+    pub async fn between_two_turns_of_a_group_every_other_group_able_to_go_has_one<
+        F: FlowFactory,
+    >(
+        factory: &F,
+    ) {
+        const LIMIT: usize = 2;
+        const GROUPS: [&str; 4] = ["noisy", "a", "b", "c"];
+        let spec = FlowSpec {
+            max_in_flight_per_group: Some(LIMIT),
+            ..FlowSpec::default()
+        };
+        let Some(queue) = queue(factory, spec).await else {
+            return;
+        };
+        let mut steps = Steps(7);
+        let mut ready: HashMap<&str, usize> = HashMap::new();
+        let mut out: HashMap<String, usize> = HashMap::new();
+        let mut added = 0;
+        let mut add_to = async |group: &'static str, ready: &mut HashMap<&str, usize>| {
+            added += 1;
+            add(&queue, &format!("{group}/{added}")).await;
+            *ready.entry(group).or_default() += 1;
+        };
+        for group in [
+            "noisy", "noisy", "noisy", "noisy", "noisy", "noisy", "a", "a", "b",
+        ] {
+            add_to(group, &mut ready).await;
+        }
+        let mut leases: Vec<<F::Q as Queue>::Lease> = Vec::new();
+        // For each group: the hand-out count when it could last start handing out without a
+        // break, and the count after its last hand-out.
+        let mut able_since: HashMap<String, usize> = HashMap::new();
+        let mut last: HashMap<String, usize> = HashMap::new();
+        let mut pops = 0;
+        let mut held_checks = 0;
+        for _ in 0..300 {
+            match steps.below(10) {
+                0..=2 => {
+                    // The noisy group gets most of the adds.
+                    let group = if steps.below(2) == 0 {
+                        "noisy"
+                    } else {
+                        GROUPS[steps.below(GROUPS.len())]
+                    };
+                    add_to(group, &mut ready).await;
+                }
+                3..=5 if !leases.is_empty() => {
+                    let lease = leases.swap_remove(steps.below(leases.len()));
+                    *out.get_mut(group_of(lease.item())).unwrap() -= 1;
+                    done(lease).await;
+                }
+                _ => {
+                    let able: HashSet<&str> = GROUPS
+                        .into_iter()
+                        .filter(|g| {
+                            ready.get(g).copied().unwrap_or(0) > 0
+                                && out.get(*g).copied().unwrap_or(0) < LIMIT
+                        })
+                        .collect();
+                    for group in &able {
+                        able_since.entry((*group).to_owned()).or_insert(pops);
+                    }
+                    able_since.retain(|group, _| able.contains(group.as_str()));
+                    if able.is_empty() {
+                        if held_checks < 3 {
+                            held_checks += 1;
+                            assert_held(&queue, "no group may hand out").await;
+                        }
+                        continue;
+                    }
+                    let lease = get(&queue).await;
+                    let group = group_of(lease.item()).to_owned();
+                    assert!(
+                        able.contains(group.as_str()),
+                        "{} handed out while its group could not hand out (at its limit, or \
+                         nothing ready): {out:?}",
+                        lease.item()
+                    );
+                    if let Some(&previous) = last.get(&group) {
+                        for (other, &since) in &able_since {
+                            if *other != group && since < previous {
+                                assert!(
+                                    last.get(other).is_some_and(|&l| l > previous),
+                                    "{other} could hand out all along, and waited through two \
+                                     turns of {group}"
+                                );
+                            }
+                        }
+                    }
+                    pops += 1;
+                    last.insert(group.clone(), pops);
+                    able_since.remove(&group);
+                    *ready.get_mut(group.as_str()).unwrap() -= 1;
+                    *out.entry(group).or_default() += 1;
+                    leases.push(lease);
+                }
+            }
+        }
+        assert!(pops > 60, "only {pops} hand-outs");
+        for lease in leases {
+            done(lease).await;
+        }
+    }
+
+    /// A lease whose holder dies frees its group's slot once the backend finds it lost (a
+    /// server: when the lease has expired and the next get reclaims it; in memory: when the
+    /// lease is dropped with its holder), and a getter held back by that group's limit is
+    /// served then, asleep until it is, not polling. No item is lost.
+    pub async fn a_lost_lease_frees_its_groups_slot_and_wakes_a_getter<F: FlowFactory>(
+        factory: &F,
+    ) {
+        let spec = FlowSpec {
+            max_in_flight_per_group: Some(1),
+            ..FlowSpec::default()
+        };
+        let lease_for = Duration::from_millis(500);
+        let Some(queue) = supported(factory.expiring_flow_queue(spec, lease_for).await) else {
+            return;
+        };
+        for item in ["g/0", "g/1", "h/0"] {
+            add(&queue, item).await;
+        }
+        let lost = get(&queue).await;
+        assert_eq!(lost.item(), "g/0");
+        let other = get(&queue).await;
+        assert_eq!(other.item(), "h/0", "another group is not held back");
+        // Done at once: only g's lease is to be lost.
+        done(other).await;
+        let waiting = {
+            let queue = queue.clone();
+            tokio::spawn(async move { get(&queue).await })
+        };
+        tokio::time::sleep(HELD).await;
+        assert!(
+            !waiting.is_finished(),
+            "g is at its limit: the getter waits"
+        );
+        F::crash(lost);
+        let served = tokio::time::timeout(WAKE, waiting)
+            .await
+            .expect("the lost lease freed g's slot and woke the getter")
+            .unwrap();
+        assert_eq!(group_of(served.item()), "g", "{}", served.item());
+        let mut seen = vec![served.item().clone()];
+        done(served).await;
+        while queue.len().await.unwrap_or_else(|_| panic!("len")) > 0 {
+            let lease = get(&queue).await;
+            seen.push(lease.item().clone());
+            done(lease).await;
+        }
+        assert!(
+            seen.iter().any(|item| item == "g/1"),
+            "g/1 was lost: {seen:?}"
+        );
+    }
+
+    /// Several handles (processes, on a server) getting at once, each with several getters
+    /// that hold their leases a little while, never have more leases out than the limits
+    /// between them: per group and over the queue, at any time. One group has half the
+    /// items, so that the queue's limit binds while every group has work and the group's
+    /// own once the others ran dry. Every item is handed out once.
+    pub async fn limits_hold_with_several_handles_getting_at_once<F: FlowFactory>(factory: &F) {
+        use std::sync::{Arc, Mutex};
+
+        const PER_GROUP: usize = 2;
+        const MAX: usize = 5;
+        const ITEMS: usize = 240;
+        let spec = FlowSpec {
+            max_in_flight: Some(MAX),
+            max_in_flight_per_group: Some(PER_GROUP),
+            ..FlowSpec::default()
+        };
+        let Some(handles) = supported(factory.flow_handles(spec, 3).await) else {
+            return;
+        };
+        for i in 0..ITEMS {
+            let group = if i % 2 == 0 { 0 } else { 1 + i % 3 };
+            add(&handles[i % handles.len()], &format!("g{group}/{i}")).await;
+        }
+        #[derive(Default)]
+        struct Seen {
+            out: HashMap<String, usize>,
+            total: usize,
+            worst_group: usize,
+            worst_total: usize,
+            handed: HashSet<String>,
+        }
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let all_handed = Arc::new(tokio::sync::Notify::new());
+        let mut getters = Vec::new();
+        for (h, handle) in handles.iter().enumerate() {
+            for g in 0..4 {
+                let (queue, seen) = (handle.clone(), seen.clone());
+                let all_handed = all_handed.clone();
+                getters.push(tokio::spawn(async move {
+                    let mut steps = Steps((h * 4 + g) as u64);
+                    while let Some(lease) = queue.get().await.unwrap_or_else(|_| panic!("get")) {
+                        let group = group_of(lease.item()).to_owned();
+                        {
+                            // From the get's return to the done's call: inside the lease as
+                            // the backend counts it, so never more than it allowed.
+                            let mut s = seen.lock().unwrap();
+                            let n = s.out.entry(group.clone()).or_default();
+                            *n += 1;
+                            let n = *n;
+                            s.total += 1;
+                            s.worst_group = s.worst_group.max(n);
+                            s.worst_total = s.worst_total.max(s.total);
+                            assert!(
+                                s.handed.insert(lease.item().clone()),
+                                "{} handed out twice",
+                                lease.item()
+                            );
+                            if s.handed.len() == ITEMS {
+                                all_handed.notify_one();
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(steps.below(4) as u64)).await;
+                        {
+                            let mut s = seen.lock().unwrap();
+                            *s.out.get_mut(&group).unwrap() -= 1;
+                            s.total -= 1;
+                        }
+                        done(lease).await;
+                    }
+                }));
+            }
+        }
+        tokio::time::timeout(WAKE * 3, all_handed.notified())
+            .await
+            .expect("every item is handed out");
+        for handle in &handles {
+            handle.shut_down();
+        }
+        for getter in getters {
+            tokio::time::timeout(WAKE, getter)
+                .await
+                .expect("a shut down handle's getter returns")
+                .unwrap();
+        }
+        let s = seen.lock().unwrap();
+        assert!(
+            s.worst_group <= PER_GROUP,
+            "a group had {} leases out",
+            s.worst_group
+        );
+        assert!(
+            s.worst_total <= MAX,
+            "the queue had {} leases out",
+            s.worst_total
+        );
+        assert!(
+            s.worst_total == MAX && s.worst_group == PER_GROUP,
+            "the getters never filled the limits ({} out, {} in a group): the rule proved \
+             little",
+            s.worst_total,
+            s.worst_group
+        );
     }
 }
 

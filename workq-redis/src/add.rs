@@ -82,6 +82,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         serde_json::to_string(item).map_err(Error::Serialize)
     }
 
+    /// The group argument of an add of `item`: what the group function says, or `""` for a
+    /// handle without one.
+    pub(crate) fn group_arg(&self, item: &T) -> String {
+        self.group
+            .as_ref()
+            .map(|group| group(item))
+            .unwrap_or_default()
+    }
+
     /// Marks `item` as needing processing: client-go's `Add`.
     ///
     /// A new item joins the tail; an item already queued stays where it is; an item waiting
@@ -152,7 +161,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         }
         self.register_once().await;
         let raw = Self::encode(item.borrow())?;
-        let raw = &raw;
+        let (raw, group) = (&raw, &self.group_arg(item));
         let value: Value = self
             .inner
             .call("add_after", |mut con| async move {
@@ -161,6 +170,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .arg(raw)
                     .arg(micros(delay))
                     .arg(priority_arg(priority))
+                    .arg(group)
                     .invoke_async(&mut con)
                     .await
             })
@@ -192,7 +202,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         }
         self.register_once().await;
         let raw = Self::encode(item.borrow())?;
-        let raw = &raw;
+        let (raw, group) = (&raw, &self.group_arg(item));
         let limit = &self.inner.rate_limit;
         let (qps, burst) = limit.bucket().unwrap_or((0.0, 0));
         let value: Value = self
@@ -207,6 +217,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .arg(burst)
                     .arg(micros(after))
                     .arg(priority_arg(priority))
+                    .arg(group)
                     .invoke_async(&mut con)
                     .await
             })
@@ -255,17 +266,19 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let mut args = Vec::new();
         let mut delays = Vec::new();
         for (item, delay, priority) in items {
+            let item = item.borrow();
             args.extend([
-                Self::encode(item.borrow())?,
+                Self::encode(item)?,
                 micros(delay).to_string(),
                 priority_arg(priority),
+                self.group_arg(item),
             ]);
             delays.push(delay);
         }
         // `add_many` runs a chunk of adds per call: one script run instead of one per add,
         // short enough (about a millisecond) not to hold up the server's other clients.
         let calls: Vec<_> = args
-            .chunks(3 * ADD_MANY_CHUNK)
+            .chunks(4 * ADD_MANY_CHUNK)
             .map(|chunk| (&SCRIPTS.add_many, chunk.to_vec()))
             .collect();
         if self.is_closed() {
@@ -419,6 +432,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let limit = &inner.rate_limit;
         let (qps, burst) = limit.bucket().unwrap_or((0.0, 0));
         let flag = |on: bool| if on { "1" } else { "0" };
+        let group = self.group_arg(lease.item());
         let give_up = inner.settle_deadline();
         // Whether an attempt may have been applied without our seeing the answer.
         let mut unsure = false;
@@ -440,6 +454,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 .arg(micros(limit.max_delay()))
                 .arg(qps)
                 .arg(burst)
+                .arg(group.as_str())
                 .invoke_async(&mut inner.con())
                 .await;
             let error = match outcome {

@@ -11,6 +11,7 @@ use redis::Client;
 use redis::aio::ConnectionManagerConfig;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use workq::flow::FlowControl;
 
 #[cfg(feature = "cluster")]
 use crate::connection::host_of;
@@ -19,6 +20,7 @@ use crate::error::Error;
 use crate::faults::Faults;
 #[cfg(feature = "fault-injection")]
 use crate::faults::Mutation;
+use crate::flow::{self, FlowSide};
 use crate::inner::Inner;
 use crate::persistence::{self, Persistence, SETTINGS_CHECK_INTERVAL, log_change, read_for_queue};
 use crate::queue::RedisQueue;
@@ -68,6 +70,8 @@ pub struct Builder<T> {
     dead_letter_cap: usize,
     retry_deadline: Duration,
     faults: Faults,
+    /// Flow control: the group function and the limits (see `flow.rs`).
+    flow: FlowControl<T>,
     /// A connection shared with a [`RedisAdmin`](crate::RedisAdmin): no connection of its
     /// own.
     shared: Option<Arc<Shared>>,
@@ -194,6 +198,7 @@ impl<T> fmt::Debug for Builder<T> {
             .field("dead_letter_cap", &self.dead_letter_cap)
             .field("retry_deadline", &self.retry_deadline)
             .field("rate_limit", &self.rate_limit)
+            .field("flow", &self.flow)
             .finish_non_exhaustive()
     }
 }
@@ -237,6 +242,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             dead_letter_cap: 10_000,
             retry_deadline: Duration::from_secs(30),
             faults: Faults::default(),
+            flow: FlowControl::new(),
             shared: None,
             _item: PhantomData,
         }
@@ -377,6 +383,116 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         self
     }
 
+    /// Groups the items by `group` (for example the namespace of a `"namespace/name"` key)
+    /// and makes getters take turns between groups, in every process: the in-memory
+    /// [`workq::Builder::group_by`], whose rules hold here across the fleet.
+    ///
+    /// Within the highest priority that has ready work, each hand-out goes to the next group
+    /// in turn (round robin; deficit round robin with [`group_weight`](Self::group_weight)),
+    /// and inside a group items come out in the order they became ready; priorities stay
+    /// strict.
+    ///
+    /// `group` runs in the adding process at every add (each `add*`, a failed item's retry,
+    /// a periodic tick) and the group's name travels with the add; the server keeps an item's
+    /// group while it holds the item, so it must give the same group for equal items in every
+    /// process. The settings (this and the limits below) are kept on the server beside the
+    /// queue, and the last handle built with settings sets them for every process; a handle
+    /// built without any follows the queue's (see the crate docs, "Flow control").
+    pub fn group_by<G: Into<String>>(
+        mut self,
+        group: impl Fn(&T) -> G + Send + Sync + 'static,
+    ) -> Self {
+        self.flow = self.flow.group_by(group);
+        self
+    }
+
+    /// Gives the group `group` `weight` turns in a row where the others get one
+    /// ([`workq::Builder::group_weight`]). Weight 0 counts as 1.
+    pub fn group_weight(mut self, group: impl Into<String>, weight: u32) -> Self {
+        self.flow = self.flow.group_weight(group, weight);
+        self
+    }
+
+    /// At most `limit` leases out over the whole queue, whatever process holds them
+    /// ([`workq::Builder::max_in_flight`]). A getter held back by it waits for the end of a
+    /// lease (a done, a release, an expired lease reclaimed by the next `get` after its
+    /// deadline), which wakes it through the queue's wake-up, not a poll.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is 0 (nothing could ever be handed out).
+    pub fn max_in_flight(mut self, limit: usize) -> Self {
+        self.flow = self.flow.max_in_flight(limit);
+        self
+    }
+
+    /// At most `limit` leases out per group (each group, unless
+    /// [`group_max_in_flight`](Self::group_max_in_flight) names it), over the whole fleet
+    /// ([`workq::Builder::max_in_flight_per_group`]). A ready item of a group at its limit
+    /// never holds back another group; when one of its leases ends, the group takes its turn
+    /// again and a waiting getter wakes. An item re-added while processing still waits for
+    /// its own done.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is 0.
+    pub fn max_in_flight_per_group(mut self, limit: usize) -> Self {
+        self.flow = self.flow.max_in_flight_per_group(limit);
+        self
+    }
+
+    /// Overrides [`max_in_flight_per_group`](Self::max_in_flight_per_group) for one group.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is 0.
+    pub fn group_max_in_flight(mut self, group: impl Into<String>, limit: usize) -> Self {
+        self.flow = self.flow.group_max_in_flight(group, limit);
+        self
+    }
+
+    /// Hands out at most `per_second` items a second over the whole queue and the whole
+    /// fleet, with bursts of up to `burst` ([`workq::Builder::hand_out_rate`]): one token
+    /// bucket on the server's clock. A getter waiting for a token sleeps until it is due (the
+    /// script tells it when). Separate from, and composable with, the
+    /// [rate limit](Self::rate_limit) of re-adds.
+    ///
+    /// # Panics
+    ///
+    /// If `per_second` is not a positive finite number, or `burst` is 0.
+    pub fn hand_out_rate(mut self, per_second: f64, burst: u32) -> Self {
+        self.flow = self.flow.hand_out_rate(per_second, burst);
+        self
+    }
+
+    /// Paces every group as [`hand_out_rate`](Self::hand_out_rate) paces the queue, each
+    /// with a bucket of its own on the server (unless
+    /// [`group_hand_out_rate`](Self::group_hand_out_rate) names it). A group waiting for its
+    /// token leaves the turns to the others.
+    ///
+    /// # Panics
+    ///
+    /// As [`hand_out_rate`](Self::hand_out_rate).
+    pub fn hand_out_rate_per_group(mut self, per_second: f64, burst: u32) -> Self {
+        self.flow = self.flow.hand_out_rate_per_group(per_second, burst);
+        self
+    }
+
+    /// Overrides [`hand_out_rate_per_group`](Self::hand_out_rate_per_group) for one group.
+    ///
+    /// # Panics
+    ///
+    /// As [`hand_out_rate`](Self::hand_out_rate).
+    pub fn group_hand_out_rate(
+        mut self,
+        group: impl Into<String>,
+        per_second: f64,
+        burst: u32,
+    ) -> Self {
+        self.flow = self.flow.group_hand_out_rate(group, per_second, burst);
+        self
+    }
+
     /// Switches on a deliberate bug (see [`Mutation`], feature `fault-injection`); may be
     /// called more than once to combine them. It exists only to prove that the fault tests
     /// can fail.
@@ -430,6 +546,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
     /// ([`RedisAdmin::queues`](crate::RedisAdmin::queues)); a handle made by a
     /// [`RedisAdmin`](crate::RedisAdmin) registers nothing. A refused registration (an ACL
     /// user without `SADD` on the index) is logged, and the queue works on.
+    ///
+    /// With flow control settings ([`group_by`](Self::group_by), the limits, the rates), it
+    /// writes them beside the queue for every process (one script run; other settings there
+    /// are replaced, with a warning); without, it reads the queue's settings once, and warns
+    /// when the queue groups its items while this handle cannot (see the crate docs, "Flow
+    /// control").
     ///
     /// # Errors
     ///
@@ -495,6 +617,23 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             register(&mut con, &self.prefix, &self.name).await;
         }
         let client_config = self.client_config();
+        // Flow control: a handle with settings writes them (the last one built wins); one
+        // without reads what the queue has, to warn when it cannot group its adds. A handle
+        // an admin made without settings reads nothing (it is made per operator call).
+        let flow_side = if self.flow.is_active() {
+            let written = flow::write(&mut con.clone(), &keys, self.flow.limits()).await?;
+            flow::warn_at_build(&self.name, Some(&written), None);
+            FlowSide::new(true, written.generation)
+        } else {
+            // The read only feeds a warning: a failure to read costs the warning, not the build.
+            if !from_admin
+                && let Ok(Some(json)) = flow::read(&mut con.clone(), &keys).await
+                && let Ok(found) = flow::parse_limits(&json)
+            {
+                flow::warn_at_build(&self.name, None, Some(&found));
+            }
+            FlowSide::new(false, 0)
+        };
         let poll = self.poll.max(Duration::from_millis(1));
         let wake = Waiter::new(
             source.clone(),
@@ -525,6 +664,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             registered: AtomicBool::new(!from_admin),
             leases_out: AtomicUsize::new(0),
             wake,
+            flow: flow_side,
         });
         if let (Some(server), Some(last)) = (watched, at_build) {
             let every = capped(self.settings_check).max(Duration::from_millis(100));
@@ -532,6 +672,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         }
         Ok(RedisQueue {
             inner,
+            group: self.flow.group_fn().cloned(),
             _item: PhantomData,
         })
     }

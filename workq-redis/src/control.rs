@@ -1,15 +1,20 @@
 //! The switches of one queue for every process: the pause ([`pause`](RedisQueue::pause):
-//! `get` stops handing out items, adds are still taken) and the fleet shutdown
+//! `get` stops handing out items, adds are still taken), the fleet shutdown
 //! ([`shut_down_fleet`](RedisQueue::shut_down_fleet): client-go's `ShutDown` applied to the
-//! shared queue). A handle's own shutdown is in `queue.rs`.
+//! shared queue), and flow control's settings as the server keeps them
+//! ([`flow_limits`](RedisQueue::flow_limits),
+//! [`clear_flow_control`](RedisQueue::clear_flow_control); see `flow.rs`). A handle's own
+//! shutdown is in `queue.rs`.
 //!
 //! The pause flag is the field `paused` of the queue's `meta` hash (`prefix:{name}:meta`), so
 //! it needs no new key and lives in the queue's cluster slot; `get.lua` checks it first.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use workq::flow::FlowLimits;
 
 use crate::error::Error;
+use crate::flow::{self, parse_limits};
 use crate::queue::RedisQueue;
 use crate::scripts::SCRIPTS;
 
@@ -142,5 +147,48 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .await
             })
             .await
+    }
+
+    /// The queue's flow control settings as every process applies them (the last handle
+    /// built with settings wrote them), or `None` if it has none.
+    ///
+    /// # Errors
+    ///
+    /// A connection error, or settings this crate cannot read.
+    pub async fn flow_limits(&self) -> Result<Option<FlowLimits>, Error> {
+        let keys = &self.inner.keys;
+        let json = self
+            .inner
+            .call("flow_limits", |mut con| async move {
+                flow::read(&mut con, keys).await
+            })
+            .await?;
+        json.map(|json| parse_limits(&json)).transpose()
+    }
+
+    /// Takes flow control off the queue, for every process: the ready items go back to the
+    /// plain ready lists (group after group, each in its order, at their priorities), and
+    /// every flow control key is deleted, so the queue works as one built without flow
+    /// control from the next call on. Returns whether it had flow control.
+    ///
+    /// Handles built with flow settings keep their group function but their adds' groups
+    /// are ignored, and a handle built with settings afterwards sets them again. One script
+    /// run, which moves every ready item: O(items), once. An operator's action: it deletes
+    /// keys (`DEL`), which docs/redis.md's worker's ACL rules leave out.
+    ///
+    /// # Errors
+    ///
+    /// A connection error.
+    pub async fn clear_flow_control(&self) -> Result<bool, Error> {
+        let had: i64 = self
+            .inner
+            .call("clear_flow_control", |mut con| async move {
+                self.inner
+                    .invocation(&SCRIPTS.flow_clear)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(had == 1)
     }
 }

@@ -15,7 +15,7 @@ use crate::error::{Error, Transient};
 use crate::inner::Inner;
 use crate::lease::Lease;
 use crate::queue::RedisQueue;
-use crate::reply::{self, number, parts};
+use crate::reply::{self, count, number, parts};
 use crate::scripts::SCRIPTS;
 use crate::units::{from_now, micros};
 use crate::wait::{Owed, Waiting};
@@ -30,11 +30,13 @@ enum Attempt<T> {
 
 /// The reply of the `get` script.
 enum GetReply {
-    /// `{1, item, token, priority}`: an item under a new lease.
+    /// `{1, item, token, priority}`: an item under a new lease; `{1, item, token, priority,
+    /// generation}` with flow control (the generation of the queue's settings).
     Leased {
         raw: Vec<u8>,
         token: u64,
         priority: i32,
+        generation: Option<u64>,
     },
     /// `{2}`: shut down, nothing ready.
     ShutDown,
@@ -56,10 +58,12 @@ impl FromRedisValue for GetReply {
                 let priority = parts.next().as_ref().map(number).transpose()?.unwrap_or(0);
                 let priority = i32::try_from(priority)
                     .map_err(|_| ParsingError::from(format!("priority {priority} out of range")))?;
+                let generation = parts.next().as_ref().map(count).transpose()?;
                 Ok(GetReply::Leased {
                     raw,
                     token,
                     priority,
+                    generation,
                 })
             }
             Some(2) => Ok(GetReply::ShutDown),
@@ -361,7 +365,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 raw,
                 token,
                 priority,
+                generation,
             } => {
+                if let Some(generation) = generation {
+                    self.inner.flow.saw(&self.inner.name, generation);
+                }
                 let decoded = match String::from_utf8(raw) {
                     Ok(text) => serde_json::from_str::<T>(&text)
                         .map(|item| (item, text.clone()))
@@ -468,7 +476,7 @@ mod tests {
         .unwrap();
         assert!(matches!(
             leased,
-            GetReply::Leased { ref raw, token: 42, priority: -3 } if raw == b"\"x\""
+            GetReply::Leased { ref raw, token: 42, priority: -3, generation: None } if raw == b"\"x\""
         ));
         let empty: GetReply =
             reply::parse("get", Value::Array(vec![Value::Int(0), Value::Int(-1)])).unwrap();

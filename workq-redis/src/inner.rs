@@ -12,6 +12,7 @@ use redis::{Script, ScriptInvocation, Value};
 use crate::connection::{Conn, Source};
 use crate::error::{Error, Transient};
 use crate::faults::Faults;
+use crate::flow::FlowSide;
 use crate::persistence::Persistence;
 use crate::rate_limit::RateLimit;
 use crate::scripts::{Keys, SCRIPTS};
@@ -49,6 +50,8 @@ pub(crate) struct Inner {
     pub(crate) leases_out: AtomicUsize,
     /// The blocking wait this handle's getters share, and their wake-ups.
     pub(crate) wake: Waiter,
+    /// What this handle knows of the queue's flow control settings.
+    pub(crate) flow: FlowSide,
 }
 
 impl Inner {

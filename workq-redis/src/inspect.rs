@@ -307,18 +307,30 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// under a lease is queued again when the lease ends). Its failure count stays (use
     /// [`forget`](Self::forget)). Idempotent: a second call finds it queued. The item is
     /// given as its stored JSON text. Nothing changes while the queue is shut down for every
-    /// process ([`Retried::ShutDown`]).
+    /// process ([`Retried::ShutDown`]). With flow control, the item stays in the group the
+    /// queue holds it in; one the queue knows only by its failure count joins the group this
+    /// handle's group function gives it (`""` for a handle without one, as an operator's).
     ///
     /// # Errors
     ///
     /// A connection error.
     pub async fn retry_now(&self, raw: &str) -> Result<Retried, Error> {
+        // With flow control, an item known only by its failure count has no group on the
+        // server: this handle's group function gives it one if it reads the item.
+        let group = match self.group {
+            Some(_) => serde_json::from_str::<T>(raw)
+                .map(|item| self.group_arg(&item))
+                .unwrap_or_default(),
+            None => String::new(),
+        };
+        let group = &group;
         let outcome: String = self
             .inner
             .call("retry_now", |mut con| async move {
                 self.inner
                     .invocation(&RETRY_NOW)
                     .arg(raw)
+                    .arg(group)
                     .invoke_async(&mut con)
                     .await
             })

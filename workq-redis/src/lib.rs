@@ -34,6 +34,71 @@
 //! lives in the queue's main ready list, so a queue that never uses priorities pays only one
 //! extra key check per hand-out.
 //!
+//! # Flow control
+//!
+//! The in-memory builder's flow control ([`Builder::group_by`], [`Builder::group_weight`],
+//! [`Builder::max_in_flight`], [`Builder::max_in_flight_per_group`],
+//! [`Builder::group_max_in_flight`], [`Builder::hand_out_rate`],
+//! [`Builder::hand_out_rate_per_group`], [`Builder::group_hand_out_rate`]) holds across the
+//! whole fleet, each decision one script run on the server:
+//!
+//! - **Turns.** Within the highest priority that has ready work, getters take turns between
+//!   groups (round robin; deficit round robin by weight), FIFO inside a group by the time an
+//!   item became ready. Priorities stay strict. The group function runs in the adding process
+//!   at every add and the group's name travels with the add; the server keeps an item's
+//!   group while it holds the item (and a dead letter keeps it for a requeue).
+//! - **Limits count every process's leases.** The counts live on the server and every
+//!   decision reads them there, so `max_in_flight(8)` is eight leases over the fleet. A
+//!   ready item of a group at its limit never holds back another group. When a lease ends
+//!   (done, release, dead letter), its group takes its turns again and a getter held back
+//!   wakes through the queue's wake-up, not a poll. An item re-added while processing still
+//!   waits for its own done.
+//! - **Lease expiry.** An expired lease frees its slot when it is reclaimed, which is at the
+//!   next `get` after its deadline in any process: a getter held back by a limit sleeps no
+//!   longer than the earliest lease deadline, so it makes that reclaim itself.
+//! - **Hand-out rates** are token buckets (GCRA) on the server's clock, one for the queue and
+//!   one per group, shared by the fleet; a getter waiting for a token sleeps until it is due
+//!   (the script tells it when), and a group waiting for its own leaves its turns to others.
+//!
+//! ```no_run
+//! use workq_redis::RedisQueue;
+//!
+//! # async fn run() -> Result<(), workq_redis::Error> {
+//! // Namespaces take turns; at most 4 leases per namespace and 50 hand-outs a second over
+//! // every process of the fleet.
+//! let queue: RedisQueue<String> = RedisQueue::builder("pods")
+//!     .url("redis://127.0.0.1:6379")
+//!     .group_by(|key: &String| key.split_once('/').map_or("", |(ns, _)| ns).to_owned())
+//!     .max_in_flight_per_group(4)
+//!     .hand_out_rate(50.0, 10)
+//!     .build()
+//!     .await?;
+//! queue.add("default/web-0".to_owned()).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The settings are kept on the server beside the queue (`prefix:{name}:flow`), where every
+//! process and [`RedisAdmin`] read them. **The last handle built with settings wins**: it
+//! replaces other settings for every process (logging a warning), and a process built
+//! earlier applies the new ones from its next decision and logs a warning once when it sees
+//! the change. A handle built **without** any setting changes nothing on the server: on a
+//! queue with flow control it follows the queue's settings, and its adds (no group function)
+//! join the group `""`, with a warning at build; so an operator's handle or a producer built
+//! without `group_by` cannot switch a fleet's flow control off by starting.
+//! [`RedisQueue::clear_flow_control`] takes it off on purpose. The items a queue holds when
+//! flow control first comes on join the group `""`.
+//!
+//! A queue built without any flow setting keeps its structures, and a `get` runs the very
+//! commands it ran before (the check for flow control rides on the check for priorities; an
+//! add and a done pay one `EXISTS`). With flow control a decision costs O(1) commands in the
+//! number of groups (about 30 for a `get` with a per-group limit, against 16; the rings are
+//! pruned lazily, each entry once) and O(log n) in its sorted sets. Every key carries the
+//! queue's hash tag (docs/redis.md lists them). [`RedisQueue::stats`] and the operator's
+//! contract show the groups: how many have ready items, are at their limit and are kept, the
+//! top groups by ready items with their leases out, limit and the age of their oldest ready
+//! item, and the settings.
+//!
 //! Each operation is one Lua script run on the server (`EVALSHA`), so each is atomic; every
 //! key of a queue carries the queue's hash tag (`wq:{name}:...`), so a queue lives in one
 //! Redis Cluster slot. No script has a switch that turns a rule off (fencing, the re-queue of
@@ -110,6 +175,7 @@ mod control;
 mod dead_letter;
 mod error;
 mod faults;
+mod flow;
 mod get;
 mod inner;
 mod inspect;

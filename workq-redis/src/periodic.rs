@@ -94,9 +94,7 @@ fn opt_ms(at: Option<SystemTime>) -> String {
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// The schedules' hash of this queue.
     fn periodic_key(&self) -> String {
-        let ready = &self.inner.keys.all[0];
-        let base = ready.strip_suffix("ready").unwrap_or(ready);
-        format!("{base}{SUFFIX}")
+        self.inner.keys.derived(SUFFIX)
     }
 
     /// [`Queue::upsert_schedule`](workq::Queue::upsert_schedule): one run of the
@@ -153,7 +151,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let priority = options
             .requested_priority()
             .map_or_else(String::new, |p| p.to_string());
-        let priority = &priority;
+        let (priority, group) = (&priority, &self.group_arg(item));
         let value: Value = self
             .inner
             .call("periodic_tick", |mut con| async move {
@@ -168,6 +166,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .arg(raw)
                     .arg(micros(options.delay()))
                     .arg(priority)
+                    .arg(group)
                     .invoke_async(&mut con)
                     .await
             })

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use workq::flow::GroupFn;
 
 use crate::error::Error;
 use crate::inner::Inner;
@@ -65,6 +66,9 @@ use crate::scripts::{Keys, SCRIPTS};
 /// ```
 pub struct RedisQueue<T> {
     pub(crate) inner: Arc<Inner>,
+    /// The group function of flow control, if the handle was built with one: it runs at
+    /// every add, and the group's name goes with the add (see `flow.rs`).
+    pub(crate) group: Option<GroupFn<T>>,
     pub(crate) _item: PhantomData<fn() -> T>,
 }
 
@@ -72,6 +76,7 @@ impl<T> Clone for RedisQueue<T> {
     fn clone(&self) -> Self {
         RedisQueue {
             inner: self.inner.clone(),
+            group: self.group.clone(),
             _item: PhantomData,
         }
     }
@@ -176,7 +181,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     }
 
     /// Deletes every key of the queue: its items (at every priority), leases, failure counts,
-    /// dead letters and shut-down flag, and takes its name out of the index of queue names
+    /// dead letters, shut-down flag and flow control (settings, groups, rings, buckets), and
+    /// takes its name out of the index of queue names
     /// that operators' listings read. Workers holding leases will find them lost; a handle
     /// built afterwards registers the name again.
     ///

@@ -78,6 +78,20 @@ impl Keys {
         format!("{prefix}:queues:scanning")
     }
 
+    /// The key of the queue's with `suffix` that is not among [`all`](Self::all) (the scripts
+    /// derive such keys from the ready list's name, in the same hash tag):
+    /// `prefix:{name}:suffix`.
+    pub(crate) fn derived(&self, suffix: &str) -> String {
+        let ready = &self.all[0];
+        let base = ready.strip_suffix("ready").unwrap_or(ready);
+        format!("{base}{suffix}")
+    }
+
+    /// The queue's flow control settings (see `lua/flow.lua`).
+    pub(crate) fn flow(&self) -> String {
+        self.derived("flow")
+    }
+
     /// The wake-up marker blocked getters wait on.
     pub(crate) fn marker(&self) -> &str {
         &self.all[MARKER]
@@ -130,8 +144,9 @@ pub(crate) enum Oom {
     Allow,
 }
 
-/// Builds the script of one operation: the shared prelude, the shared functions the
-/// operation calls (`parts` but the last), then the operation (the last of `parts`).
+/// Builds the script of one operation: the shared prelude and flow control (`common.lua`,
+/// `flow.lua`), the shared functions the operation calls (`parts` but the last), then the
+/// operation (the last of `parts`).
 pub(crate) fn script(parts: &[&str], oom: Oom) -> Script {
     Script::new(&script_source(parts, oom))
 }
@@ -142,7 +157,7 @@ pub(crate) fn script_source(parts: &[&str], oom: Oom) -> String {
     if oom == Oom::Allow {
         source.push_str("#!lua flags=allow-oom\n");
     }
-    for part in std::iter::once(&COMMON).chain(parts) {
+    for part in [&COMMON, &FLOW].into_iter().chain(parts) {
         source.push_str(part);
         source.push('\n');
     }
@@ -150,6 +165,9 @@ pub(crate) fn script_source(parts: &[&str], oom: Oom) -> String {
 }
 
 const COMMON: &str = include_str!("lua/common.lua");
+/// Flow control (groups, limits, rates): in every script, after `COMMON`, which calls it on
+/// a queue that has it.
+const FLOW: &str = include_str!("lua/flow.lua");
 /// `take()`: the hand-out of `get` and `done_get`.
 const TAKE: &str = include_str!("lua/take.lua");
 /// `finish()`: the done of `done`, `done_get` and `retry_done`.
@@ -179,6 +197,8 @@ pub(crate) struct Scripts {
     pub(crate) resume: Script,
     pub(crate) stats: Script,
     pub(crate) delete: Script,
+    pub(crate) flow_set: Script,
+    pub(crate) flow_clear: Script,
 }
 
 /// The scripts, built once per process.
@@ -212,6 +232,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     resume: script(&[include_str!("lua/resume.lua")], Oom::Allow),
     stats: script(&[FIGURES, include_str!("lua/stats.lua")], Oom::Allow),
     delete: script(&[include_str!("lua/delete.lua")], Oom::Allow),
+    // Settings are small; a handle must be able to start on a full server. (Turning flow
+    // control on moves the queue's items into the group '': about the memory they take.)
+    flow_set: script(&[include_str!("lua/flow_set.lua")], Oom::Allow),
+    flow_clear: script(&[include_str!("lua/flow_clear.lua")], Oom::Allow),
 });
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use workq::admin::{Counters, InFlight, LeaseInfo, QueueSummary, Stats};
 
 use crate::error::Error;
+use crate::flow;
 use crate::queue::RedisQueue;
 use crate::reply::{count, number, parts, parts_ref, span, text};
 use crate::scripts::SCRIPTS;
@@ -97,6 +98,9 @@ fn parse_stats(name: &str, value: Value) -> Result<(Stats, bool), ParsingError> 
     stats.next_delayed_in = (next >= 0).then(|| span(now, next));
     stats.leases = leases;
     stats.failures = failures;
+    if let Some(flow) = parts.get(5) {
+        flow::fill_stats(&mut stats, now, flow).map_err(|e| ParsingError::from(e.to_string()))?;
+    }
     Ok((stats, exists))
 }
 
@@ -104,7 +108,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// A snapshot of the queue for operators, taken atomically on the server: its figures
     /// (paused and shut down included, as a listing shows them), the time until the next
     /// delayed item is due, and at most `limit` of its leases (nearest deadline first) and
-    /// of its failure counts (largest first).
+    /// of its failure counts (largest first). With flow control, also the groups at a glance
+    /// ([`Stats::flow`]: groups with ready items, at their limit, and kept, the last being
+    /// those with ready items or leases out, or a bucket still refilling), the `limit` groups
+    /// with the most ready items ([`Stats::groups`], with their leases out, limit and the age
+    /// of their oldest ready item) and the settings ([`Stats::limits`]).
     ///
     /// # Errors
     ///

@@ -15,8 +15,8 @@ use workq_redis::{RateLimit, RedisAdmin, RedisQueue};
 /// The worker's rules, as docs/redis.md gives them (prefix `wq`).
 const WORKER: &str = "~wq:* resetchannels -@all +evalsha +script|load +bzpopmin +ping +info \
     +config|get +time +exists +get +set +hget +hset +hdel +hmget +hexists +hincrby +lpop \
-    +rpush +lrem +ltrim +llen +lrange +sadd +srem +sismember +smismember +zadd +zrem +zrange \
-    +zrangebyscore +zscore +zmscore +zcard";
+    +lpush +rpush +lrem +ltrim +llen +lrange +sadd +srem +sismember +smismember +zadd +zrem \
+    +zrange +zrangebyscore +zscore +zmscore +zcard";
 
 /// The operator's rules, as docs/redis.md gives them (prefix `wq`).
 const OPERATOR: &str = "~wq:* resetchannels -@all +@read +@write -@dangerous +evalsha \
@@ -77,6 +77,9 @@ async fn workers_and_operators_run_with_their_least_privileges() {
     let lease = jobs.try_get().await.unwrap().into_lease().unwrap();
     assert_eq!(lease.item(), "urgent");
     lease.renew().await.unwrap();
+    // A released lease's item goes back to the head of its list (`LPUSH`).
+    let dropped = jobs.try_get().await.unwrap().into_lease().unwrap();
+    dropped.release().await.unwrap();
     let next = jobs.done_and_get(lease, false).await.unwrap().unwrap();
     jobs.add_rate_limited(next.item().clone()).await.unwrap();
     assert_eq!(jobs.num_requeues(next.item().clone()).await.unwrap(), 1);
@@ -176,4 +179,74 @@ async fn workers_and_operators_run_with_their_least_privileges() {
     // ... which the operator can.
     let purged = operator.purge_dead_letters("jobs").await;
     assert!(purged.is_ok(), "{purged:?}");
+}
+
+/// What a worker needs beyond [`WORKER`] on a queue with flow control, as docs/redis.md
+/// gives it.
+const FLOW_WORKER: &str = "+hgetall +hsetnx";
+
+/// A queue with flow control runs as a worker's user with the few more commands
+/// docs/redis.md names (groups, limits, a rate, a release, delayed adds, a pool of
+/// workers), and an operator reads its groups and clears its flow control.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flow_control_runs_with_the_workers_few_more_commands() {
+    let Some(server) = require() else { return };
+    user(
+        &server,
+        "flow-worker",
+        "f-secret-0123456789",
+        &format!("{WORKER} {FLOW_WORKER}"),
+    )
+    .await;
+    user(&server, "operator", "o-secret-0123456789", OPERATOR).await;
+    let as_worker = url_as(&server, "flow-worker", "f-secret-0123456789");
+    let as_operator = url_as(&server, "operator", "o-secret-0123456789");
+    let fair: RedisQueue<String> = RedisQueue::builder("fair")
+        .url(as_worker.as_str())
+        .lease_duration(Duration::from_secs(2))
+        .group_by(|item: &String| item.split_once('/').map_or("", |(g, _)| g).to_owned())
+        .max_in_flight_per_group(1)
+        .hand_out_rate_per_group(1000.0, 10)
+        .build()
+        .await
+        .expect("the worker's user builds a queue with flow control");
+    fair.add_all(["a/0", "a/1", "b/0"].map(str::to_owned))
+        .await
+        .unwrap();
+    fair.add_after("c/0".to_owned(), Duration::from_millis(20))
+        .await
+        .unwrap();
+    let first = fair.try_get().await.unwrap().into_lease().unwrap();
+    assert_eq!(first.item(), "a/0");
+    first.release().await.unwrap();
+    // a had its turn: b's comes, then a's released item, back at the head of its group.
+    for expected in ["b/0", "a/0"] {
+        let next = fair.try_get().await.unwrap().into_lease().unwrap();
+        assert_eq!(next.item(), expected);
+        next.done().await.unwrap();
+    }
+    let workers = Workers::new(fair.clone())
+        .count(3)
+        .spawn_async(|_: String| async { Outcome::Done });
+    let mut left = usize::MAX;
+    for _ in 0..200 {
+        left = fair.len().await.unwrap()
+            + fair.delayed_len().await.unwrap()
+            + fair.processing_len().await.unwrap();
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    workers.shut_down().await;
+    assert_eq!(left, 0, "the workers ran every item");
+
+    let operator = RedisAdmin::new(&as_operator, "wq").unwrap();
+    let stats = Admin::stats(&operator, "fair", 10).await.unwrap();
+    assert!(
+        stats.limits.as_ref().is_some_and(|l| l.grouped),
+        "{stats:?}"
+    );
+    let handle: RedisQueue<String> = operator.queue("fair").build().await.unwrap();
+    assert!(handle.clear_flow_control().await.unwrap());
 }

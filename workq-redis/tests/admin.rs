@@ -28,17 +28,9 @@ async fn queue(server: &RedisServer, name: &str) -> RedisQueue<String> {
         .unwrap()
 }
 
-async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
 /// The clients the server counts, less the one asking.
 async fn clients(server: &RedisServer) -> usize {
-    let mut con = raw(server).await;
+    let mut con = support::raw(server).await;
     let list: String = redis::cmd("CLIENT")
         .arg("LIST")
         .query_async(&mut con)
@@ -130,7 +122,7 @@ async fn a_key_of_the_wrong_type_breaks_only_its_own_queue() {
         .add("x".to_owned())
         .await
         .unwrap();
-    let mut con = raw(&server).await;
+    let mut con = support::raw(&server).await;
     let _: () = con.set("wq:{bad}:ready", "not a list").await.unwrap();
     let admin = admin(&server).await;
     let all = admin.queues().await.unwrap();
@@ -185,7 +177,7 @@ async fn pages_reach_both_ends_of_a_long_dead_letter_list_and_search_it() {
     };
     let q = queue(&server, "big").await;
     // 30,000 dead letters, written as the scripts write them; one in the middle is special.
-    let mut con = raw(&server).await;
+    let mut con = support::raw(&server).await;
     let n = 30_000;
     for chunk in (0..n).collect::<Vec<_>>().chunks(5_000) {
         let mut pipe = redis::pipe();
@@ -428,7 +420,7 @@ async fn a_cluster_listing_finds_the_queues_of_every_primary() {
     // The queues' slots are spread over the three primaries.
     let mut per_node = Vec::new();
     for node in &cluster.nodes {
-        let mut con = raw(node).await;
+        let mut con = support::raw(node).await;
         let keys: Vec<String> = con.keys("wq:{*}:ready").await.unwrap();
         per_node.push(keys.len());
     }
@@ -483,7 +475,7 @@ async fn a_cluster_has_the_settings_of_every_primary_checked() {
 
     let evicting = &cluster.nodes[1];
     support::set_eviction(&evicting.url(), "allkeys-lru").await;
-    let mut con = raw(evicting).await;
+    let mut con = support::raw(evicting).await;
     workq::admin::Admin::queues(&admin).await.unwrap();
     assert_eq!(
         status(&admin).warnings,
@@ -563,7 +555,7 @@ async fn a_listing_costs_the_same_beside_a_million_unrelated_keys() {
             .unwrap();
     }
     // A queue of a version that kept no index: its keys only.
-    let mut con = raw(&server).await;
+    let mut con = support::raw(&server).await;
     let _: () = con.rpush("wq:{legacy}:ready", json("old")).await.unwrap();
     let _: () = con.sadd("wq:{legacy}:dirty", json("old")).await.unwrap();
     let admin = admin(&server).await;
@@ -628,7 +620,7 @@ async fn a_hostile_name_in_the_index_is_skipped() {
         .add("x".to_owned())
         .await
         .unwrap();
-    let mut con = raw(&server).await;
+    let mut con = support::raw(&server).await;
     let _: () = con
         .sadd("wq:queues", &["a}:x", "white space", "{jobs}", ""])
         .await

@@ -12,14 +12,6 @@ use workq::admin::End;
 use workq::{AddKind, AddOptions, Queue, TryGet};
 use workq_redis::{Error, RedisQueue};
 
-async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
 fn builder(server: &RedisServer, name: &str) -> workq_redis::Builder<String> {
     RedisQueue::<String>::builder(name).url(server.url())
 }
@@ -160,7 +152,7 @@ async fn snapshot_restart_keeps_tokens_growing_and_fences_the_stale_holder() {
         .unwrap();
     q.add("b".to_string()).await.unwrap();
     let _: () = redis::cmd("SAVE")
-        .query_async(&mut raw(&server).await)
+        .query_async(&mut support::raw(&server).await)
         .await
         .unwrap();
     let old = server.dir().join("snapshot.rdb");
@@ -212,7 +204,7 @@ async fn oom_a_full_server_keeps_renew_done_and_release_working() {
     let a = q.try_get().await.unwrap().into_lease().unwrap();
     let b = q.try_get().await.unwrap().into_lease().unwrap();
     // Fill the server until it refuses writes.
-    let mut con = raw(&server).await;
+    let mut con = support::raw(&server).await;
     // Large blobs first, then small ones: a refused large write frees its own buffer, which
     // could leave room for a small add.
     let mut full = false;
@@ -333,7 +325,7 @@ fn busy_script(server: &RedisServer) -> tokio::task::JoinHandle<()> {
 }
 
 async fn script_kill(server: &RedisServer) {
-    let mut con = raw(server).await;
+    let mut con = support::raw(server).await;
     let _: redis::RedisResult<()> = redis::cmd("SCRIPT").arg("KILL").query_async(&mut con).await;
 }
 
@@ -391,7 +383,7 @@ async fn readonly_after_a_demotion_is_waited_out() {
         .unwrap();
     q.add("warm".to_string()).await.unwrap();
     // The server is demoted to a replica, as in a failover: writes answer READONLY.
-    let mut con = raw(&server).await;
+    let mut con = support::raw(&server).await;
     let _: () = redis::cmd("REPLICAOF")
         .arg("127.0.0.1")
         .arg(primary.port())
@@ -606,7 +598,7 @@ async fn a_poison_item_goes_to_the_dead_letters_by_default_with_its_history() {
 async fn an_item_that_is_not_utf8_goes_to_the_dead_letters() {
     let Some(server) = require() else { return };
     let q = builder(&server, "utf8").build().await.unwrap();
-    let mut con = raw(&server).await;
+    let mut con = support::raw(&server).await;
     let bad: &[u8] = b"\"\xff\xfe\"";
     let _: () = con.rpush("wq:{utf8}:ready", bad).await.unwrap();
     let _: () = con.sadd("wq:{utf8}:dirty", bad).await.unwrap();
@@ -751,7 +743,7 @@ async fn dead_letters_are_capped_listed_requeued_and_purged() {
         .build()
         .await
         .unwrap();
-    let mut con = raw(&server).await;
+    let mut con = support::raw(&server).await;
     for i in 0..5 {
         let item = format!("\"not a number {i}\"");
         let _: () = con.rpush("wq:{dead}:ready", &item).await.unwrap();
@@ -792,7 +784,7 @@ async fn dead_letters_are_capped_listed_requeued_and_purged() {
 async fn connections_received(server: &RedisServer) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("stats")
-        .query_async(&mut raw(server).await)
+        .query_async(&mut support::raw(server).await)
         .await
         .unwrap();
     info.lines()

@@ -11,17 +11,16 @@
 //! release is spelled out with its operations: done, then the item goes first among the ready
 //! ones (re-queued ahead of what was waiting), as the Redis release script puts it at the head.
 
-use workq_conformance::servers::redis as server;
+mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
+use workq::WorkQueue;
 use workq::clock::FakeClock;
 use workq::rate_limiter::ExponentialFailure;
-use workq::{TryGetError, WorkQueue};
 use workq_redis::{RateLimit, RedisQueue};
 
 /// Items: few, so that adds collide with queued and processing items.
@@ -79,13 +78,9 @@ fn model_release(memory: &WorkQueue<String>, lease: workq::Lease<String>) {
     }
 }
 
-async fn run_case(
-    server: &server::RedisServer,
-    name: &str,
-    ops: &[Op],
-) -> Result<(), TestCaseError> {
+async fn run_case(url: &str, name: &str, ops: &[Op]) -> Result<(), TestCaseError> {
     let redis: RedisQueue<String> = RedisQueue::builder(name)
-        .url(server.url())
+        .url(url)
         .rate_limit(RateLimit::exponential(FOREVER, FOREVER))
         .check_persistence(false)
         .build()
@@ -105,21 +100,8 @@ async fn run_case(
                 memory.add(ITEMS[i].to_string());
             }
             Op::TryGet => {
-                let r = redis.try_get().await.map_err(failed)?.into_result();
-                let m = memory.try_get();
-                match (r, m) {
-                    (Ok(r), Ok(m)) => {
-                        prop_assert_eq!(r.item(), m.item(), "{}", at);
-                        held.push((r, m));
-                    }
-                    (Err(TryGetError::Empty), Err(TryGetError::Empty)) => {}
-                    (r, m) => {
-                        return Err(TestCaseError::fail(format!(
-                            "{at}: redis {:?}, memory {:?}",
-                            r.map(|l| l.item().clone()),
-                            m.map(|l| l.item().clone())
-                        )));
-                    }
+                if let Some(pair) = support::try_get_both(&redis, &memory, &at).await? {
+                    held.push(pair);
                 }
             }
             Op::Done(k) if !held.is_empty() => {
@@ -167,25 +149,7 @@ async fn run_case(
 
 #[test]
 fn redis_queue_matches_the_in_memory_queue_step_by_step() {
-    let Some(server) = server::require() else {
-        return;
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut runner = TestRunner::new(Config {
-        cases: 64,
-        failure_persistence: None,
-        ..Config::default()
+    support::run_cases("model", 64, vec(op(), 1..40), |url, name, ops| async move {
+        run_case(&url, &name, &ops).await
     });
-    let case = AtomicUsize::new(0);
-    let result = runner.run(&vec(op(), 1..40), |ops| {
-        let name = format!("model-{}", case.fetch_add(1, Ordering::Relaxed));
-        runtime.block_on(run_case(&server, &name, &ops))
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }

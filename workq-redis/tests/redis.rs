@@ -22,14 +22,6 @@ async fn queue(server: &RedisServer, name: &str, lease: Duration) -> RedisQueue<
         .unwrap()
 }
 
-async fn raw_connection(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn an_expired_lease_is_reclaimed_and_its_holder_fenced() {
     let Some(server) = support::server::require() else {
@@ -112,7 +104,7 @@ async fn lost_completes_when_the_lease_is_taken() {
     q.add("key".to_string()).await.unwrap();
     let lease = q.get().await.unwrap().unwrap();
     // Someone clears the claim behind the holder's back (as a reclaim after a pause would).
-    let mut con = raw_connection(&server).await;
+    let mut con = support::raw(&server).await;
     let _: () = con.hdel("wq:{lost}:lease", "\"key\"").await.unwrap();
     tokio::time::timeout(Duration::from_secs(3), lease.lost())
         .await
@@ -128,7 +120,7 @@ async fn deadlines_are_on_the_server_clock() {
     let q = queue(&server, "clock", Duration::from_secs(10)).await;
     q.add("key".to_string()).await.unwrap();
     let _lease = q.get().await.unwrap().unwrap();
-    let mut con = raw_connection(&server).await;
+    let mut con = support::raw(&server).await;
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await.unwrap();
     let now = secs * 1_000_000 + micros;
     let deadline: f64 = con.zscore("wq:{clock}:proc", "\"key\"").await.unwrap();
@@ -377,7 +369,7 @@ async fn keys_are_namespaced_per_queue_with_one_hash_tag() {
     assert_eq!(b.len().await.unwrap(), 1, "another name is another queue");
     lease.done().await.unwrap();
 
-    let mut con = raw_connection(&server).await;
+    let mut con = support::raw(&server).await;
     let keys: Vec<String> = con.keys("*").await.unwrap();
     assert!(!keys.is_empty());
     for key in &keys {
@@ -751,7 +743,7 @@ async fn done_and_get_many_finishes_a_batch_and_takes_the_next() {
     assert!(q.is_empty().await.unwrap());
     // A lease lost meanwhile (i8's) is refused and changes nothing; the others are done.
     assert_eq!(next[1].item(), "i8");
-    let con = &mut raw_connection(&server).await;
+    let con = &mut support::raw(&server).await;
     let _: () = redis::cmd("HDEL")
         .arg("wq:{many}:lease")
         .arg("\"i8\"")
@@ -917,7 +909,7 @@ async fn pipelined_adds_and_done_and_get_keep_the_rules() {
     };
     let q = queue(&server, "pipe", Duration::from_secs(10)).await;
     // The scripts are not loaded yet on a fresh server: the pipeline loads them and retries.
-    let mut con = raw_connection(&server).await;
+    let mut con = support::raw(&server).await;
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut con)
@@ -1186,7 +1178,7 @@ async fn stats_count_and_delete_removes_every_priority() {
     );
     assert_eq!(q.len().await.unwrap(), 3);
 
-    let mut con = raw_connection(&server).await;
+    let mut con = support::raw(&server).await;
     let keys: Vec<String> = con.keys("wq:{prio-delete}:ready:*").await.unwrap();
     assert_eq!(
         keys.len(),

@@ -1,5 +1,6 @@
--- add_after(item, delay, priority): ARGV[1] = item, ARGV[2] = delay in
--- microseconds, ARGV[3] = priority ('' or absent: none given).
+-- add_after(item, delay, priority, group): ARGV[1] = item, ARGV[2] = delay in
+-- microseconds, ARGV[3] = priority ('' or absent: none given), ARGV[4] = the
+-- item's group (with flow control; absent: '').
 -- Returns {outcome, seq}.
 local now = now_us()
 if redis.call('EXISTS', K_SHUT) == 1 then
@@ -10,6 +11,6 @@ local seq = next_seq(now)
 local delay = tonumber(ARGV[2])
 local p = priority_arg(ARGV[3])
 if delay <= 0 then
-  return {add_now(ARGV[1], p), seq}
+  return {add_now(ARGV[1], p, ARGV[4]), seq}
 end
-return {add_at(ARGV[1], now + delay, p), seq}
+return {add_at(ARGV[1], now + delay, p, ARGV[4]), seq}

@@ -1,13 +1,15 @@
--- add_many(item, delay, priority, ...): `add_after` of each item in turn, in
--- one call (the adds apply in order, each by the rules of one add). Delays
--- are in microseconds (0: add now); a priority of '' means none given.
+-- add_many(item, delay, priority, group, ...): `add_after` of each item in
+-- turn, in one call (the adds apply in order, each by the rules of one add).
+-- Delays are in microseconds (0: add now); a priority of '' means none given;
+-- the group is the item's, for a queue with flow control ('' otherwise).
 -- Returns {{outcome, seq}, ...}, one per add.
 --
 -- A batch of adds now without priorities (the common batch) takes the calls of
 -- add_now() over the whole batch: one read each of which items are being
 -- processed, queued and given a priority before, then one write per structure.
+-- With flow control, each item joins its group: the adds go one by one.
 local now = now_us()
-local n = #ARGV / 3
+local n = #ARGV / 4
 local replies = {}
 if redis.call('EXISTS', K_SHUT) == 1 then
   for i = 1, n do
@@ -19,10 +21,11 @@ promote_due(now)
 -- One sequence number per add, read and written back once (see next_seq()).
 local seq = next_seq(now)
 
--- Whether every add is an add now without a priority.
-local plain = n > 1
+-- Whether every add is an add now without a priority, on a queue without flow
+-- control.
+local plain = n > 1 and not flow_on()
 for i = 1, n do
-  if tonumber(ARGV[3 * i - 1]) > 0 or priority_arg(ARGV[3 * i]) ~= nil then
+  if tonumber(ARGV[4 * i - 2]) > 0 or priority_arg(ARGV[4 * i - 1]) ~= nil then
     plain = false
     break
   end
@@ -33,7 +36,7 @@ end
 local function add_all_now()
   local xs = {}
   for i = 1, n do
-    xs[i] = ARGV[3 * i - 2]
+    xs[i] = ARGV[4 * i - 3]
   end
   local busy = redis.call('ZMSCORE', K_PROC, unpack(xs))
   local dirty = redis.call('SMISMEMBER', K_DIRTY, unpack(xs))
@@ -99,13 +102,13 @@ if plain then
   return replies
 end
 for i = 1, n do
-  local x, delay = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1])
-  local p = priority_arg(ARGV[3 * i])
+  local x, delay = ARGV[4 * i - 3], tonumber(ARGV[4 * i - 2])
+  local p, g = priority_arg(ARGV[4 * i - 1]), ARGV[4 * i]
   local outcome
   if delay <= 0 then
-    outcome = add_now(x, p)
+    outcome = add_now(x, p, g)
   else
-    outcome = add_at(x, now + delay, p)
+    outcome = add_at(x, now + delay, p, g)
   end
   replies[i] = {outcome, seq + i - 1}
 end

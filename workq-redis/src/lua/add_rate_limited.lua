@@ -3,7 +3,8 @@
 -- ARGV[1] = item, ARGV[2] = base delay (us), ARGV[3] = max delay (us),
 -- ARGV[4] = bucket rate (tokens per second, 0 = no bucket), ARGV[5] = burst,
 -- ARGV[6] = a delay of the caller's (us, 0 or absent: none; the shorter of it
--- and the limiter's wins), ARGV[7] = priority ('' or absent: none given).
+-- and the limiter's wins), ARGV[7] = priority ('' or absent: none given),
+-- ARGV[8] = the item's group (with flow control; absent: '').
 -- Returns {outcome, seq, delay in us}.
 local x = ARGV[1]
 local p = priority_arg(ARGV[7])
@@ -18,6 +19,6 @@ end
 promote_due(now)
 local seq = next_seq(now)
 if delay <= 0 then
-  return {add_now(x, p), seq, delay}
+  return {add_now(x, p, ARGV[8]), seq, delay}
 end
-return {add_at(x, now + delay, p), seq, delay}
+return {add_at(x, now + delay, p, ARGV[8]), seq, delay}

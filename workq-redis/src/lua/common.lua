@@ -32,11 +32,41 @@
 -- and not in `delay`. A non-zero priority is in `lanes` exactly when its list
 -- is non-empty, so a queue that never uses priorities only ever checks that
 -- `lanes` does not exist.
+--
+-- Flow control (flow.lua) lives in keys of its own beside these, derived from
+-- the queue's prefix (`flow`, `fgr`, `fq:P:GROUP`, ...), and only exists on a
+-- queue built with a group function, a limit or a rate: the `flow` hash is
+-- there exactly then. With it, the ready items live in their groups' lists
+-- instead of the ready lists above (which stay empty), and every function
+-- below that queues an item, takes one or ends a lease hands over to flow.lua.
+-- Without it, each script run pays one EXISTS at most (and a get none: it
+-- rides on the check of `lanes`).
 
 local K_READY, K_DIRTY, K_PROC, K_LEASE, K_SINCE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_DELAY, K_FAIL, K_STALLS, K_BUCKET = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local K_MARKER, K_SEQ, K_SHUT, K_DEAD = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local K_META, K_LANES, K_PRIO, K_LPRIO = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
+
+-- The flow control keys: the queue's prefix (`prefix:{name}:`, the hash tag
+-- included) and a suffix, so that they are in the queue's cluster slot; see
+-- flow.lua for what each holds.
+local K_BASE = string.sub(K_READY, 1, -6)
+local K_FLOW = K_BASE .. 'flow'
+
+-- Whether the queue has flow control: read once per script run, when first
+-- asked (nil until then).
+local flow_is_on = nil
+local function flow_on()
+  if flow_is_on == nil then
+    flow_is_on = redis.call('EXISTS', K_FLOW) == 1
+  end
+  return flow_is_on
+end
+
+-- The flow control functions, defined in flow.lua (which follows this file in
+-- every script) and called from here only when the queue has flow control.
+local flow_enqueue, flow_move, flow_pop, flow_lease_ended, flow_freed, flow_ready_count
+local flow_letter
 
 -- Items moved per call by promotion and by reclaim: keeps every call short.
 local BATCH = 100
@@ -101,8 +131,12 @@ local function prio_of(x)
 end
 
 -- Queues `x` (in `dirty`, not processing) at its priority: at the tail, or at
--- the head for work that was handed out before.
-local function enqueue(x, head)
+-- the head for work that was handed out before. `g` is the group an add gave
+-- (nil for none); with flow control the item joins its group's list (flow.lua).
+local function enqueue(x, head, g)
+  if flow_on() then
+    return flow_enqueue(x, head, g)
+  end
   local p = prio_of(x)
   redis.call(head and 'LPUSH' or 'RPUSH', lane(p), x)
   if p ~= 0 then
@@ -118,10 +152,18 @@ local function drop_lane_if_empty(p)
 end
 
 -- Takes the next ready item: the head of the highest priority's list.
--- Returns the item (or false) and its priority.
-local function pop_ready()
+-- Returns the item (or false) and its priority; with flow control, the item
+-- (or false), its priority and the time until something may change (flow_pop).
+-- A queue without priorities and flow control finds out with the one EXISTS it
+-- always made.
+local function pop_ready(now)
   local p = 0
-  if redis.call('EXISTS', K_LANES) == 1 then
+  if redis.call('EXISTS', K_LANES, K_FLOW) == 0 then
+    flow_is_on = false
+  else
+    if flow_on() then
+      return flow_pop(now)
+    end
     p = tonumber(redis.call('ZRANGE', K_LANES, -1, -1, 'WITHSCORES')[2])
     if p < 0 and redis.call('LLEN', K_READY) > 0 then
       p = 0
@@ -139,6 +181,9 @@ end
 
 -- How many items are ready, at every priority.
 local function ready_count()
+  if flow_on() then
+    return flow_ready_count()
+  end
   local n = redis.call('LLEN', K_READY)
   for _, p in ipairs(redis.call('ZRANGE', K_LANES, 0, -1)) do
     n = n + redis.call('LLEN', lane(tonumber(p)))
@@ -170,6 +215,10 @@ local function raise(x, p)
   local old = prio_of(x)
   if p <= old then
     return
+  end
+  if flow_on() then
+    redis.call('HSET', K_PRIO, x, int(p))
+    return flow_move(x, old, p)
   end
   redis.call('LREM', lane(old), 1, x)
   drop_lane_if_empty(old)
@@ -207,8 +256,9 @@ end
 -- Outcomes of an add, as the client decodes them.
 local IGNORED, QUEUED, DUPLICATE, DEFERRED, DELAYED = 0, 1, 2, 3, 4
 
--- client-go's Add, with priority `p` (nil: none given).
-local function add_now(x, p)
+-- client-go's Add, with priority `p` (nil: none given) and group `g` (nil:
+-- none given; used only with flow control, by an item the queue does not hold).
+local function add_now(x, p, g)
   if is_processing(x) then
     -- Re-added while processing: queued again when its lease ends. A pending
     -- delayed add is moot now: this one is sooner.
@@ -231,14 +281,14 @@ local function add_now(x, p)
   else
     give(x, p, nil)
   end
-  enqueue(x, false)
+  enqueue(x, false, g)
   wake()
   return QUEUED
 end
 
 -- client-go's AddAfter with a positive delay: `at` is the ready time, `p` the
--- priority (nil: none given).
-local function add_at(x, at, p)
+-- priority (nil: none given), `g` the group (as for add_now).
+local function add_at(x, at, p, g)
   local busy = is_processing(x)
   if redis.call('SISMEMBER', K_DIRTY, x) == 1 then
     -- Queued, or due for a re-add when its lease ends: nothing is sooner, but
@@ -254,8 +304,14 @@ local function add_at(x, at, p)
     give(x, p, nil)
   elseif redis.call('ZSCORE', K_DELAY, x) then
     give(x, p, 0)
-  elseif p ~= nil and p ~= 0 then
-    redis.call('HSET', K_PRIO, x, int(p))
+  else
+    if p ~= nil and p ~= 0 then
+      redis.call('HSET', K_PRIO, x, int(p))
+    end
+    if flow_on() then
+      -- Held from now on (delayed): its group is fixed while the queue holds it.
+      redis.call('HSETNX', K_BASE .. 'fgr', x, g or '')
+    end
   end
   -- LT inserts a new member and only ever lowers an existing score: the
   -- earliest ready time wins.
@@ -330,6 +386,11 @@ end
 local function bury(x, reason, now, cap, token)
   local stalls = tonumber(redis.call('HGET', K_STALLS, x)) or 0
   local failures = tonumber(redis.call('HGET', K_FAIL, x)) or 0
+  -- With flow control, the letter keeps the item's group for a requeue.
+  local group = nil
+  if flow_on() then
+    group = flow_letter(x)
+  end
   redis.call('SREM', K_DIRTY, x)
   redis.call('ZREM', K_DELAY, x)
   redis.call('HDEL', K_FAIL, x)
@@ -343,6 +404,7 @@ local function bury(x, reason, now, cap, token)
     stalls = stalls,
     failures = failures,
     token = int(token),
+    group = group,
   }))
   trim_dead(cap)
 end
@@ -363,10 +425,20 @@ local function reclaim(now, max_stalls, cap)
     redis.call('ZREM', K_DELAY, x)
     local stalls = redis.call('HINCRBY', K_STALLS, x, 1)
     if max_stalls > 0 and stalls >= max_stalls then
+      if flow_on() then
+        flow_lease_ended(x)
+      end
       bury(x, 'its lease expired ' .. stalls .. ' times in a row (the worker died or stalled each time)', now, cap, token)
     else
       requeue_head(x)
+      if flow_on() then
+        -- Its slot is free once it is queued again (see flow_lease_ended).
+        flow_lease_ended(x)
+      end
     end
+  end
+  if #expired > 0 and flow_on() then
+    flow_freed(#expired)
   end
   return #expired
 end

@@ -9,5 +9,9 @@ end
 redis.call('ZREM', K_PROC, x)
 redis.call('HDEL', K_LEASE, x)
 redis.call('HDEL', K_SINCE, x)
+if flow_on() then
+  flow_lease_ended(x)
+  flow_freed(1)
+end
 bury(x, ARGV[3], now_us(), tonumber(ARGV[4]) or 0, tonumber(ARGV[2]) or 0)
 return 1

@@ -14,7 +14,12 @@ local function requeue(entry)
   local x = letter.item
   redis.call('HDEL', K_FAIL, x)
   redis.call('HDEL', K_STALLS, x)
-  add_now(x, nil)
+  -- With flow control, the letter keeps the item's group.
+  local group = nil
+  if type(letter.group) == 'string' then
+    group = letter.group
+  end
+  add_now(x, nil, group)
   return 1
 end
 if ARGV[1] ~= '' then

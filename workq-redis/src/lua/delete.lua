@@ -1,7 +1,8 @@
 -- delete(): deletes every key of the queue, the ready lists of every priority
--- among them. Returns 1.
+-- and the flow control keys (settings, groups, rings) among them. Returns 1.
 for _, p in ipairs(redis.call('ZRANGE', K_LANES, 0, -1)) do
   redis.call('DEL', lane(tonumber(p)))
 end
+flow_delete_all()
 redis.call('DEL', unpack(KEYS))
 return 1

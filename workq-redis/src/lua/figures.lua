@@ -5,7 +5,8 @@
 -- Returns {ready, delayed, processing, dirty, failing, stalled, dead, shut,
 --          paused, dead_dropped, adds, done, failures, oldest lease start or
 --          '', sum of the leases' ages, leases summed, sum of failure counts,
---          how many of the queue's keys exist}.
+--          how many of the queue's keys exist (its flow control settings
+--          among them)}.
 local function figures(now)
   local meta = redis.call('HMGET', K_META, 'paused', 'dead_dropped', 'adds', 'done', 'failures')
   local nproc = redis.call('ZCARD', K_PROC)
@@ -63,6 +64,6 @@ local function figures(now)
     int(age_sum),
     summed,
     fail_sum,
-    redis.call('EXISTS', unpack(KEYS)),
+    redis.call('EXISTS', K_FLOW, unpack(KEYS)),
   }
 end

@@ -18,13 +18,25 @@ local function finish(x, token)
   redis.call('HINCRBY', K_META, 'done', 1)
   -- Processed to the end: whatever stalled it before is not fatal.
   redis.call('HDEL', K_STALLS, x)
+  local flow = flow_on()
   if redis.call('SISMEMBER', K_DIRTY, x) == 1 then
     -- At the tail of the highest priority its re-adds gave (0 if none did),
     -- behind the delayed items that came due before.
     promote_due(now_us())
     enqueue(x, false)
+    if flow then
+      flow_lease_ended(x)
+      flow_freed(1)
+    end
     wake()
     return 2
+  end
+  if flow then
+    flow_lease_ended(x)
+    if not redis.call('ZSCORE', K_DELAY, x) then
+      flow_drop(x)
+    end
+    flow_freed(1)
   end
   return 1
 end
@@ -79,12 +91,27 @@ local function finish_many(xs, tokens)
   redis.call('HINCRBY', K_META, 'done', #held)
   redis.call('HDEL', K_STALLS, unpack(held))
   local dirty = redis.call('SMISMEMBER', K_DIRTY, unpack(held))
+  local flow = flow_on()
+  local delayed = {}
+  if flow then
+    delayed = redis.call('ZMSCORE', K_DELAY, unpack(held))
+  end
   for j = 1, #held do
     if dirty[j] == 1 then
       enqueue(held[j], false)
       wake()
       out[at[j]] = 2
     end
+    if flow then
+      -- As finish() does it, one lease after the other.
+      flow_lease_ended(held[j])
+      if dirty[j] ~= 1 and not delayed[j] then
+        flow_drop(held[j])
+      end
+    end
+  end
+  if flow then
+    flow_freed(#held)
   end
   return out
 end

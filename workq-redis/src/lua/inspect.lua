@@ -11,7 +11,11 @@ local dirty = redis.call('SISMEMBER', K_DIRTY, x)
 local deadline = redis.call('ZSCORE', K_PROC, x)
 local due = redis.call('ZSCORE', K_DELAY, x)
 local lane_of, position = '', -1
-if dirty == 1 and not deadline then
+if dirty == 1 and not deadline and flow_on() then
+  -- Queued in its group: its place in the hand-out order depends on the turns
+  -- of every group, which no bounded look tells.
+  lane_of = int(prio_of(x))
+elseif dirty == 1 and not deadline then
   -- Queued: its place in the hand-out order, counting the lanes before its own
   -- (positive priorities highest first, then 0, then negative ones).
   local p = prio_of(x)

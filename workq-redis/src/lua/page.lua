@@ -116,7 +116,66 @@ end
 
 -- The entries at positions i .. i + n - 1 (from `from`'s end) and the total.
 local slice, total
-if state == 'ready' then
+if state == 'ready' and flow_on() then
+  -- With flow control the hand-out order is the groups' turns, which no page
+  -- can foresee: the ready items are listed group by group, the groups with
+  -- the most ready items first, each group's by priority (highest first) and
+  -- then in its own order; from the last end, the exact reverse. A page walks
+  -- the groups before it by their counts (`fready`), CHUNK at a time.
+  total = flow_ready_count()
+  local first = from ~= 'last'
+  slice = function(i, n)
+    local got, base, offset = {}, 0, 0
+    while #got < n do
+      local r
+      if first then
+        r = redis.call('ZRANGE', K_FREADY, offset, offset + CHUNK - 1, 'REV', 'WITHSCORES')
+      else
+        r = redis.call('ZRANGE', K_FREADY, offset, offset + CHUNK - 1, 'WITHSCORES')
+      end
+      if #r == 0 then
+        break
+      end
+      for k = 1, #r, 2 do
+        local g, len = r[k], tonumber(r[k + 1])
+        if len > 0 and i < base + len and #got < n then
+          local h = redis.call('HGETALL', fgroup(g))
+          local ps = {}
+          for f = 1, #h, 2 do
+            if string.sub(h[f], 1, 2) == 'q:' then
+              table.insert(ps, tonumber(string.sub(h[f], 3)))
+            end
+          end
+          table.sort(ps, function(a, b)
+            if first then
+              return a > b
+            end
+            return a < b
+          end)
+          local at = base
+          for _, p in ipairs(ps) do
+            local key = flane(p, g)
+            local ll = redis.call('LLEN', key)
+            if i < at + ll and #got < n then
+              local start = math.max(0, i - at)
+              for _, x in ipairs(list_slice(key, start, math.min(n - #got, ll - start))) do
+                table.insert(got, {x, int(p)})
+              end
+              i = at + ll
+            end
+            at = at + ll
+          end
+        end
+        base = base + len
+        if #got >= n then
+          break
+        end
+      end
+      offset = offset + CHUNK
+    end
+    return got
+  end
+elseif state == 'ready' then
   local lanes = ready_lanes()
   if from == 'last' then
     local rev = {}

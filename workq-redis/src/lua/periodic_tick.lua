@@ -7,7 +7,8 @@
 --   server's clock is never read for them: a tick is a time the schedule names.
 -- ARGV[1] = schedule, ARGV[2] = spec, ARGV[3] = tick, ARGV[4] = next tick ('':
 -- none), ARGV[5] = the runner's now, ARGV[6] = item, ARGV[7] = delay in
--- microseconds, ARGV[8] = priority ('': none given).
+-- microseconds, ARGV[8] = priority ('': none given), ARGV[9] = the item's
+-- group (with flow control; absent: '').
 -- Returns {outcome, add outcome, seq}: outcome 1 added, 2 already taken,
 -- 3 paused (taken without an add), 0 shut down (nothing changed).
 local K_PERIODIC = KEYS[18]
@@ -39,6 +40,6 @@ local seq = next_seq(now)
 local delay = tonumber(ARGV[7])
 local p = priority_arg(ARGV[8])
 if delay <= 0 then
-  return {1, add_now(ARGV[6], p), seq}
+  return {1, add_now(ARGV[6], p, ARGV[9]), seq}
 end
-return {1, add_at(ARGV[6], now + delay, p), seq}
+return {1, add_at(ARGV[6], now + delay, p, ARGV[9]), seq}

@@ -14,5 +14,9 @@ redis.call('HDEL', K_SINCE, x)
 -- Its work is still to do: sooner than any delayed add of it.
 redis.call('ZREM', K_DELAY, x)
 requeue_head(x)
+if flow_on() then
+  flow_lease_ended(x)
+  flow_freed(1)
+end
 wake()
 return 1

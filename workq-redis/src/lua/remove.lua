@@ -15,8 +15,12 @@ if redis.call('SREM', K_DIRTY, x) == 1 then
     readd = 1
   else
     local p = prio_of(x)
-    queued = redis.call('LREM', lane(p), 1, x)
-    drop_lane_if_empty(p)
+    if flow_on() then
+      queued = flow_unqueue(x, p)
+    else
+      queued = redis.call('LREM', lane(p), 1, x)
+      drop_lane_if_empty(p)
+    end
   end
 end
 local delayed = redis.call('ZREM', K_DELAY, x)
@@ -26,6 +30,10 @@ if not processing then
   counts = redis.call('HDEL', K_FAIL, x) + redis.call('HDEL', K_STALLS, x)
   if counts > 0 then
     counts = 1
+  end
+  if flow_on() then
+    -- No longer held: its group is forgotten.
+    flow_drop(x)
   end
 end
 return {queued, delayed, readd, counts, processing and 1 or 0}

@@ -1,10 +1,11 @@
--- retry_done(item, token, forget, limited, delay, priority, base, max, qps, burst): a failed
--- item's step, fenced by the lease's token as its `done` is. If the lease is no longer the
+-- retry_done(item, token, forget, limited, delay, priority, base, max, qps, burst, group): a
+-- failed item's step, fenced by the lease's token as its `done` is. If the lease is no longer the
 -- caller's, nothing changes. Otherwise the item's failures are forgotten if `forget` is '1',
 -- the item is added again as `add_after` (`limited` '0': after `delay` us, 0 for now) or
 -- `add_rate_limited` (`limited` '1': the limiter's delay from `base`, `max`, `qps` and
 -- `burst`, or `delay` if that is shorter and not 0) would add it, with priority `priority`
--- ('': none given), and the lease is finished as `done` finishes it: the re-add was made
+-- ('': none given) and group `group` (with flow control; absent: ''), and the lease is
+-- finished as `done` finishes it: the re-add was made
 -- while the item was processed, so it is queued (or waits for its delay) once the lease ends.
 -- One script run: a stale holder counts no failure, forgets nothing and re-adds nothing.
 -- Returns {done, outcome, seq, delay}: `done` is finish()'s reply (0: another holder has the
@@ -35,8 +36,8 @@ promote_due(now)
 local seq = next_seq(now)
 local outcome
 if delay <= 0 then
-  outcome = add_now(x, p)
+  outcome = add_now(x, p, ARGV[11])
 else
-  outcome = add_at(x, now + delay, p)
+  outcome = add_at(x, now + delay, p, ARGV[11])
 end
 return {finish(x, token), outcome, seq, delay}

@@ -4,7 +4,9 @@
 -- again when its lease ends; a queued item stays where it is. Its failure
 -- count is kept (forget clears it). Changes nothing for an item the queue
 -- does not know, and nothing while the queue is shut down for every process.
--- ARGV[1] = item.
+-- ARGV[1] = item, ARGV[2] = its group (with flow control, for an item the
+-- queue does not hold: one known only by its failure count; '' or absent:
+-- the group '').
 -- Returns 'queued', 'deferred' (queued when its lease ends), 'already_queued',
 -- 'in_flight' (leased, no pending add to bring forward), 'shut_down' or
 -- 'unknown'.
@@ -24,7 +26,7 @@ end
 if not delayed and not failing then
   return 'unknown'
 end
-local outcome = add_now(x, nil)
+local outcome = add_now(x, nil, ARGV[2])
 if outcome == QUEUED then
   return 'queued'
 elseif outcome == DEFERRED then

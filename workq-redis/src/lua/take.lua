@@ -1,10 +1,13 @@
 -- take(now, lease, max_stalls, cap): hands out the next ready item under a
 -- new lease of `lease` microseconds, after promotion and reclaim (max stalls
 -- 0: no limit; dead-letter cap 0: none). Shared by `get` and `done_get`.
--- Returns {1, item, token, priority} for an item, {2} when the queue is shut
--- down and has nothing ready, or {0, wait} when nothing is ready: `wait` is
--- the time in us until the next delayed item or lease deadline is due, or -1
--- if none is.
+-- Returns {1, item, token, priority} for an item ({1, item, token, priority,
+-- gen} with flow control: gen is the settings' generation), {2} when the queue
+-- is shut down and has nothing ready, or {0, wait} when nothing is handed out:
+-- `wait` is the time in us until the next delayed item, lease deadline or
+-- (flow control) hand-out token is due, or -1 if none is. With flow control,
+-- items may be ready and still not be handed out (a limit, a token): that is
+-- {0, wait}, also after a shut down, until they are.
 local function take(now, lease, max_stalls, cap)
   refresh(now, max_stalls, cap)
   if redis.call('HEXISTS', K_META, 'paused') == 1 then
@@ -12,17 +15,20 @@ local function take(now, lease, max_stalls, cap)
     if redis.call('EXISTS', K_SHUT) == 1 then wake() return {2} end
     return {0, -1}
   end
-  local x, p = pop_ready()
+  local x, p, wait = pop_ready(now)
   if not x then
-    if redis.call('EXISTS', K_SHUT) == 1 then
+    if redis.call('EXISTS', K_SHUT) == 1 and (not flow_is_on or flow_ready_count() == 0) then
       -- Pass the news on to the next blocked getter.
       wake()
       return {2}
     end
-    local wait = -1
+    wait = wait or -1
     local d = redis.call('ZRANGE', K_DELAY, 0, 0, 'WITHSCORES')
     if d[2] then
-      wait = tonumber(d[2]) - now
+      local w = tonumber(d[2]) - now
+      if wait < 0 or w < wait then
+        wait = w
+      end
     end
     local l = redis.call('ZRANGE', K_PROC, 0, 0, 'WITHSCORES')
     if l[2] then
@@ -46,6 +52,13 @@ local function take(now, lease, max_stalls, cap)
   redis.call('ZADD', K_PROC, now + lease, x)
   redis.call('HSET', K_LEASE, x, int(token))
   redis.call('HSET', K_SINCE, x, int(now))
+  if flow_is_on then
+    if flow_more() then
+      -- Another hand-out may go: wake the next blocked getter.
+      wake()
+    end
+    return {1, x, token, p, flow_gen()}
+  end
   if any_ready() then
     -- More work: wake the next blocked getter (a chain, not a herd).
     wake()
@@ -64,7 +77,12 @@ local function take_many(now, lease, max_stalls, cap, max)
     return taken
   end
   refresh(now, max_stalls, cap)
-  if redis.call('EXISTS', K_LANES) == 0 and redis.call('HEXISTS', K_META, 'paused') == 0 then
+  -- No priority in use, no flow control (one check for both), not paused.
+  local plain = redis.call('EXISTS', K_LANES, K_FLOW) == 0
+  if plain then
+    flow_is_on = false
+  end
+  if plain and redis.call('HEXISTS', K_META, 'paused') == 0 then
     local xs = redis.call('LPOP', K_READY, max)
     if xs then
       redis.call('SREM', K_DIRTY, unpack(xs))

@@ -63,6 +63,81 @@ pub(crate) async fn set_eviction(url: &str, policy: &str) {
         .unwrap();
 }
 
+pub(crate) mod flow_check;
+
+/// A connection of the test's own to `server`, for looking at the keys or acting on the
+/// server beside the queue.
+pub(crate) async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// A `try_get` on a Redis queue and on the in-memory queue it is held against (a model
+/// test): both hand out the same item at the same priority (the pair of leases), or neither
+/// hands out anything; else the case fails, `at` saying where.
+pub(crate) async fn try_get_both(
+    redis: &RedisQueue<String>,
+    memory: &workq::WorkQueue<String>,
+    at: &str,
+) -> Result<
+    Option<(workq_redis::Lease<String>, workq::Lease<String>)>,
+    proptest::test_runner::TestCaseError,
+> {
+    use proptest::test_runner::TestCaseError;
+
+    let r = redis
+        .try_get()
+        .await
+        .map_err(|e| TestCaseError::fail(e.to_string()))?
+        .into_result();
+    match (r, memory.try_get()) {
+        (Ok(r), Ok(m)) if (r.item(), r.priority()) == (m.item(), m.priority()) => Ok(Some((r, m))),
+        (Err(TryGetError::Empty), Err(TryGetError::Empty)) => Ok(None),
+        (r, m) => Err(TestCaseError::fail(format!(
+            "{at}: redis {:?}, memory {:?}",
+            r.map(|l| (l.item().clone(), l.priority())),
+            m.map(|l| (l.item().clone(), l.priority()))
+        ))),
+    }
+}
+
+/// Runs `cases` random cases of `strategy` (a model test), each on a fresh queue named
+/// `prefix-N` on one server of the test's own: `case(url, name, value)`. Panics with
+/// proptest's report (the minimal failing case) when one fails.
+pub(crate) fn run_cases<S, F, Fut>(prefix: &str, cases: u32, strategy: S, case: F)
+where
+    S: proptest::strategy::Strategy,
+    F: Fn(String, String, S::Value) -> Fut,
+    Fut: std::future::Future<Output = Result<(), proptest::test_runner::TestCaseError>>,
+{
+    use proptest::test_runner::{Config, TestRunner};
+
+    let Some(server) = server::require() else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let next = AtomicU64::new(0);
+    let result = runner.run(&strategy, |value| {
+        let name = format!("{prefix}-{}", next.fetch_add(1, Ordering::Relaxed));
+        runtime.block_on(case(server.url(), name, value))
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
 // ===== on Redis =====
 
 #[derive(Clone)]
