@@ -581,10 +581,12 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> QueueLease for Lease<T> {
         future::ready(Ok(()))
     }
 
-    /// In memory: adds the item again (with its priority) and marks it done, so that it is
-    /// handed out again; `Ok(false)` if the queue is shut down and refused the add.
+    /// In memory: queues the item again at once (with its priority), at the head of its
+    /// priority, where it was taken from, and marks the lease done, so that it is handed out
+    /// next, as on the shared backends; `Ok(false)` if the queue is shut down and refused
+    /// the re-add.
     fn release(self) -> impl Future<Output = Result<bool, Infallible>> + Send {
-        future::ready(Ok(Lease::re_add_and_done(self)))
+        future::ready(Ok(Lease::release(self)))
     }
 
     #[cfg(feature = "otel")]
