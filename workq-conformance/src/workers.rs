@@ -151,6 +151,15 @@ impl Queue for Batched {
         Queue::done_and_next(&self.0, lease, forget)
     }
 
+    fn retry_and_done(
+        &self,
+        lease: Self::Lease,
+        options: AddOptions,
+        forget: bool,
+    ) -> impl Future<Output = Result<Option<Self::Lease>, Self::Error>> + Send {
+        Queue::retry_and_done(&self.0, lease, options, forget)
+    }
+
     /// The `done`s in order, then up to `max` items that are ready, as a shared backend's
     /// step hands out (the trait's default takes at most one next item per `done`). Also
     /// once the queue is shut down, as the in-memory queue's `try_get` drains it: nothing in
