@@ -196,9 +196,11 @@ async fn produce(producer: Producer) {
             queue.add(object);
         }
         emitted += burst;
-        let due = start + duration.mul_f64(emitted as f64 / events as f64);
+        let due =
+            Duration::try_from_secs_f64(duration.as_secs_f64() * emitted as f64 / events as f64)
+                .unwrap_or(duration);
         tokio::select! {
-            () = tokio::time::sleep_until(due) => {}
+            () = tokio::time::sleep(due.saturating_sub(start.elapsed())) => {}
             () = stop.stopped() => break,
         }
     }
