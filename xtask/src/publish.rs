@@ -18,7 +18,6 @@
 //! our packages there and in cargo's home: cargo takes a registry crate of an unchanged name
 //! and version as unchanged, so without that a second run checked the first run's sources.
 
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
