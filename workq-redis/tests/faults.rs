@@ -473,36 +473,7 @@ async fn loading_a_large_aof_after_a_restart_is_waited_out() {
         .unwrap();
     q.add("before".to_string()).await.unwrap();
     // A big data set, rewritten into the AOF so that a restart takes a while to load it.
-    let mut con = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection_with_config(
-            &redis::AsyncConnectionConfig::new().set_response_timeout(None),
-        )
-        .await
-        .unwrap();
-    let _: () = redis::cmd("DEBUG")
-        .arg("POPULATE")
-        .arg(1_500_000)
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    let _: String = redis::cmd("BGREWRITEAOF")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("persistence")
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        if info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the AOF rewrite did not finish");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut con = support::fill_aof(&server, 1_500_000).await;
     let old_run = run_id(&mut con).await;
     drop(con);
     let port = server.port();

@@ -202,37 +202,7 @@ async fn a_server_loading_a_large_aof_during_a_batched_step_loses_no_done() {
         return;
     };
     // A big data set, rewritten into the AOF, so that a restart takes a while to load it.
-    let mut con = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection_with_config(
-            &redis::AsyncConnectionConfig::new().set_response_timeout(None),
-        )
-        .await
-        .unwrap();
-    let _: () = redis::cmd("DEBUG")
-        .arg("POPULATE")
-        .arg(1_500_000)
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    let _: String = redis::cmd("BGREWRITEAOF")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("persistence")
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        if info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the AOF rewrite did not finish");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    drop(con);
+    drop(support::fill_aof(&server, 1_500_000).await);
     // A lease longer than the restart and its load, which a loaded machine stretches.
     let lease = Duration::from_secs(10);
     let queue = builder(server.url(), "step-loading")
