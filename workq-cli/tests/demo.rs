@@ -129,6 +129,7 @@ fn out_of_range_flags_are_refused_with_exit_code_2() {
         (&["--events", "0"], "must be from 1 to 100000000"),
         (&["--duration", "0s"], "must be above zero"),
         (&["--duration", "soon"], "expected a duration"),
+        (&["--duration", "99999999999999999999"], "at most 1h"),
         (&["--max-retries", "1000"], "must be from 0 to 100"),
         (&["--limiter", "fastest"], "possible values"),
     ];

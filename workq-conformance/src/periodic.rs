@@ -145,7 +145,8 @@ async fn guarded<F: Future>(what: &str, wait: F) -> F::Output {
         .unwrap_or_else(|_| panic!("a runner never got to {what}"))
 }
 
-/// Waits until every runner settled `tick` (or a later one).
+/// Waits until every runner settled `tick` (or a later one); a runner that ended (its task
+/// died) fails it.
 async fn settled<Q: Queue>(runners: &[PeriodicHandle<Q>], tick: SystemTime) {
     for runner in runners {
         let status = guarded(
@@ -154,6 +155,10 @@ async fn settled<Q: Queue>(runners: &[PeriodicHandle<Q>], tick: SystemTime) {
         )
         .await;
         assert!(!status.stopped, "{status:?}");
+        assert!(
+            status.last_tick >= Some(tick),
+            "the runner ended: {status:?}"
+        );
     }
 }
 
@@ -399,11 +404,12 @@ pub mod rules {
     }
 
     pub async fn jitter_delays_the_claim_and_never_moves_or_skips_a_tick<B: Backend>(backend: &B) {
-        let handles = backend.handles(2).await;
+        let handles = backend.handles(3).await;
         let time = Time::new();
         let every = Schedule::every(MINUTE);
-        // A jitter of ten periods: each wait is cut short of the tick after.
-        let runners: Vec<_> = [(0, MINUTE / 2), (1, MINUTE * 10)]
+        // A jitter of ten periods, or of `Duration::MAX` (which panicked the runner): each
+        // wait is cut short of the tick after.
+        let runners: Vec<_> = [(0, MINUTE / 2), (1, MINUTE * 10), (2, Duration::MAX)]
             .into_iter()
             .map(|(i, jitter)| {
                 time.runner(&handles[i], "spread", every.clone())

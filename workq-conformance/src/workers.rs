@@ -33,6 +33,7 @@ macro_rules! for_each_workers_rule {
             one_worker_takes_items_by_priority,
             a_batched_done_requeues_due_re_adds_in_the_order_of_the_step,
             fifo_holds_through_slow_batched_steps,
+            a_released_item_goes_back_to_the_head,
             the_pool_holds_no_lease_that_no_worker_takes,
             stop_then_drain_then_wait_returns,
             after_shut_down_every_item_is_accounted_for,
@@ -149,6 +150,15 @@ impl Queue for Batched {
         forget: bool,
     ) -> impl Future<Output = Result<Option<Self::Lease>, Self::Error>> + Send {
         Queue::done_and_next(&self.0, lease, forget)
+    }
+
+    fn retry_and_done(
+        &self,
+        lease: Self::Lease,
+        options: AddOptions,
+        forget: bool,
+    ) -> impl Future<Output = Result<Option<Self::Lease>, Self::Error>> + Send {
+        Queue::retry_and_done(&self.0, lease, options, forget)
     }
 
     /// The `done`s in order, then up to `max` items that are ready, as a shared backend's
@@ -1213,8 +1223,9 @@ pub mod rules {
     }
 
     /// No item of a backlog starts after items added after it, through slow batched steps
-    /// (FIFO, as one item at a time): a step takes a next item only for a worker that will
-    /// take it. An idle worker that the pool's one `get` already serves was served by the
+    /// (FIFO, as one item at a time; on a server, but for the answers of two calls on their
+    /// way at once, see below): a step takes a next item only for a worker that will take
+    /// it. An idle worker that the pool's one `get` already serves was served by the
     /// next step too, and the extra lease waited, kept for nobody, until a worker was idle
     /// again: in memory the item after the retried one started after the late item.
     pub async fn fifo_holds_through_slow_batched_steps<B: Backend>(backend: &B) {
@@ -1239,8 +1250,16 @@ pub mod rules {
             added.push("late".to_owned());
             let firsts = first_starts(&snapshot(&run.started));
             assert_eq!(firsts.len(), 101);
-            // With two workers, an item may start after one item handed out after it (the
-            // other worker's, from a step on its way at the same time), never after more.
+            // In memory an item is handed out and its worker told in one moment, and on one
+            // thread the workers start their items in the order they were handed out: no
+            // item starts after an item added after it. On a server the hand-out and its
+            // answer are apart, and two calls that hand out run at once on two connections
+            // (the pool's `get` for an idle worker and a step for a worker that finished; on
+            // Redis also two steps): the answer of the later hand-out may come first, and
+            // its worker starts first. The pool cannot tell (a lease does not say when it
+            // was handed out), so there an item may start after one item added after it
+            // (the other worker's), never after more.
+            let allowed = usize::from(B::SHARED);
             for (place, item) in added.iter().enumerate() {
                 let start = firsts.iter().position(|i| i == item).unwrap();
                 let overtaken = added[place + 1..]
@@ -1248,13 +1267,34 @@ pub mod rules {
                     .filter(|later| firsts.iter().position(|i| i == *later).unwrap() < start)
                     .count();
                 assert!(
-                    overtaken <= 1,
+                    overtaken <= allowed,
                     "{item} started {} of {}, after {overtaken} items added after it: {firsts:?}",
                     start + 1,
                     firsts.len()
                 );
             }
         });
+    }
+
+    /// A lease handed back unprocessed (what the pool does with a lease that no worker takes)
+    /// puts its item back where it was taken from, at the head of the queue, so that items
+    /// added after it do not start before it. In memory it went to the tail.
+    pub async fn a_released_item_goes_back_to_the_head<B: Backend>(backend: &B) {
+        let queue = backend.queue().await;
+        for item in ["a", "b", "c"] {
+            add(&queue, item).await;
+        }
+        let a = Queue::get(&queue).await.unwrap().expect("an item");
+        assert_eq!(a.item(), "a");
+        add(&queue, "late").await;
+        assert!(QueueLease::release(a).await.unwrap());
+        let mut order = Vec::new();
+        for _ in 0..4 {
+            let lease = Queue::get(&queue).await.unwrap().expect("an item");
+            order.push(lease.item().clone());
+            QueueLease::done(lease).await.unwrap();
+        }
+        assert_eq!(order, ["a", "b", "c", "late"]);
     }
 
     /// Every lease the pool holds is a worker's: with two workers, never more than two

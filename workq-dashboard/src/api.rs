@@ -362,7 +362,7 @@ pub(crate) async fn api_history(
 ) -> Response {
     state.reads.touch();
     let since = q.since.unwrap_or(0);
-    let every = state.config.sample_every.as_millis() as u64;
+    let every = crate::respond::millis(state.config.sample_every);
     match q.queue {
         Some(name) => {
             let r = match resolve(&state, q.source.as_deref(), Some(&name)).await {
@@ -694,9 +694,14 @@ pub(crate) async fn metrics_text(State(state): State<AppState>, headers: HeaderM
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
-/// How long after the last read the sampler goes on: three samples, and at least 10 s.
+/// How long after the last read the sampler goes on: three samples, and at least 10 s
+/// (saturating: a `sample_every` of `Duration::MAX` samples once per read, as long as it
+/// is read).
 fn idle_after(config: &Config) -> std::time::Duration {
-    (config.sample_every * 3).max(std::time::Duration::from_secs(10))
+    config
+        .sample_every
+        .saturating_mul(3)
+        .max(std::time::Duration::from_secs(10))
 }
 
 /// The sampler: every [`Config::sample_every`] while a page or a scraper reads (and for

@@ -217,7 +217,7 @@ impl Dashboard {
         let reads = Arc::new(state::Reads::default());
         let shared = Arc::new(state::Shared {
             history: history::History::new(
-                self.config.keep.as_millis() as u64,
+                respond::millis(self.config.keep),
                 self.config.history_queues,
             ),
             sources: self.sources,

@@ -1,7 +1,7 @@
 //! The answers every handler shares: refusals (which the audit layer logs and counts), other
 //! errors, and the clock the sources' `down_since` is read on.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -10,7 +10,13 @@ use axum::response::{IntoResponse, Response};
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+        .map_or(0, millis)
+}
+
+/// `d` in whole milliseconds, `u64::MAX` for a span longer than that counts (a setting of
+/// `Duration::MAX`).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A refusal, as the audit log and `/metrics` tell it: a short fixed label (`unauthorized`,

@@ -502,6 +502,35 @@ async fn in_process_queues_show_through_their_probes() {
     assert_eq!(get(&app, "/api/queues").await.json()["queues"], json!([]));
 }
 
+/// `sample_every` and `keep` of `Duration::MAX` (public fields, no limit) panic nowhere: a
+/// read still gets its sample. The sampler's idle window (three samples) overflowed, and
+/// its task died before the first sample.
+#[tokio::test]
+async fn a_sample_every_of_duration_max_still_samples_on_a_read() {
+    let source = MemoryAdmin::new();
+    let queue: workq::WorkQueue<u32> = workq::WorkQueue::builder()
+        .name("pods")
+        .metrics(source.clone())
+        .build();
+    queue.add(1);
+    let config = Config {
+        sample_every: Duration::MAX,
+        keep: Duration::MAX,
+        ..Config::default()
+    };
+    let app = router(source, config);
+    let mut history = serde_json::Value::Null;
+    for _ in 0..200 {
+        history = get(&app, "/api/history?queue=pods").await.json();
+        if history["samples"].as_array().is_some_and(|s| !s.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(history["samples"][0]["depth"], 1, "{history}");
+    assert_eq!(history["sample_every_ms"], u64::MAX);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_queues_under_the_prefix_are_listed() {
     let Some(server) = support::redis_server(&[]) else {

@@ -56,8 +56,9 @@ enum Retry {
     /// With the queue's rate limiter: the item's failure count is above zero until a
     /// success, a give-up or an explicit forget.
     Backoff,
-    /// After a fixed delay (an error policy's `RetryAfter`), due at this instant.
-    At(Instant),
+    /// After a fixed delay (an error policy's `RetryAfter`), due at this instant; `None`
+    /// for a delay past what the clock counts (`Duration::MAX`: no limit), never due.
+    At(Option<Instant>),
 }
 
 /// How the attempt a worker holds a key for ended, as far as the handler knows.
@@ -202,7 +203,9 @@ impl<T: Eq + Hash + Clone> Gate<T> {
                 }
                 match *retry {
                     Retry::Backoff => Admit::Verify,
-                    Retry::At(due) if Instant::now() > due + RETRY_GRACE => {
+                    Retry::At(Some(due))
+                        if Instant::now().saturating_duration_since(due) > RETRY_GRACE =>
+                    {
                         keys.remove(key);
                         Admit::Add
                     }
@@ -281,7 +284,9 @@ impl<T: Eq + Hash + Clone> Gate<T> {
         let retry = match attempt {
             Attempt::Succeeded => return held,
             Attempt::FailedBackoff if retry_added => Retry::Backoff,
-            Attempt::FailedAfter(delay) if retry_added => Retry::At(Instant::now() + delay),
+            Attempt::FailedAfter(delay) if retry_added => {
+                Retry::At(Instant::now().checked_add(delay))
+            }
             // Given up (by the policy or after the workers' `max_retries`), cancelled, or
             // handed back unprocessed: events held back are the attempt's own doing, or
             // will be seen by the hand-out that follows.
@@ -1119,7 +1124,7 @@ mod tests {
         gate.ended(&"web");
         // Due long ago in this process's eyes: the retry ran elsewhere.
         if let Some(KeyState::BackingOff { retry, .. }) = gate.keys.lock().get_mut(&"web") {
-            *retry = Retry::At(Instant::now() - 2 * RETRY_GRACE);
+            *retry = Retry::At(Some(Instant::now() - 2 * RETRY_GRACE));
         }
         assert_eq!(gate.admit(&"web", Cause::Related, 0), Admit::Add);
         assert_eq!(gate.backing_off(), 0);

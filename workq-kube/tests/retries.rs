@@ -256,6 +256,56 @@ async fn giving_up_after_n_failures_is_a_choice_and_the_next_change_tries_again(
     controller.shut_down().await.unwrap();
 }
 
+/// An error policy's `RetryAfter(Duration::MAX)` means "no limit": the object's retry waits
+/// (a year on the queue's clock changes nothing), and the worker goes on with the other
+/// objects. The controller took the retry's due time as `now + Duration::MAX`, which
+/// panicked and ended the only worker: the next object was never reconciled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_policy_retry_after_duration_max_waits_without_a_limit() {
+    let server = FakeApiServer::start().await;
+    server.apply(&configmap("never", "v1"));
+    let clock = FakeClock::new();
+    let queue: WorkQueue<ObjectRef<ConfigMap>> = queue_on(&clock, Duration::from_secs(1000));
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let controller = Controller::with_queue(
+        queue.clone(),
+        Api::<ConfigMap>::namespaced(server.client(), "default"),
+        watcher::Config::default(),
+    )
+    .error_policy(|_, _: &String, _| ErrorAction::RetryAfter(Duration::MAX))
+    .workers(|workers| workers.count(1))
+    .run(
+        |object: Arc<ConfigMap>, calls: Arc<Mutex<Vec<String>>>| async move {
+            let name = object.name_any();
+            calls.lock().unwrap().push(name.clone());
+            if name == "never" {
+                Err(format!("{name} is broken"))
+            } else {
+                Ok(Action::await_change())
+            }
+        },
+        calls.clone(),
+    );
+    eventually("the retry scheduled", || {
+        queue.delayed_len() == 1 && queue.processing_len() == 0
+    })
+    .await;
+    server.apply(&configmap("other", "v1"));
+    eventually("the next object reconciled", || {
+        calls.lock().unwrap().len() == 2
+    })
+    .await;
+    clock.step(Duration::from_secs(365 * 24 * 3600));
+    assert_eq!(
+        queue.delayed_len(),
+        1,
+        "a year later, the retry still waits"
+    );
+    assert_eq!(*calls.lock().unwrap(), ["never", "other"]);
+    let summary = controller.shut_down().await.unwrap();
+    assert_eq!((summary.retried, summary.succeeded), (1, 1));
+}
+
 /// What the widget reconciles saw: the number of each attempt and the object's failures
 /// when it started.
 struct Attempts {

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use workq::admin::{
     Admin, AdminError, BoxFuture, Capabilities, DeadLetter, End, ItemDetail, MAX_PAGE_LIMIT, Page,
@@ -78,11 +79,18 @@ impl PgAdmin {
         }
     }
 
+    /// How long a call waits for the server's answer: the statement timeout and the
+    /// connection's wait together (saturating: a timeout of `Duration::MAX` waits as long
+    /// as it takes).
+    fn answer_wait(&self) -> Duration {
+        self.statement_timeout.saturating_add(CONNECT_TIMEOUT)
+    }
+
     /// `call`, failing as [`AdminError::Unavailable`] if it takes longer than the statement
     /// timeout and the connection's wait together (a server that hangs, or a network that
     /// dropped it without a word).
     async fn read<T>(&self, call: impl Future<Output = Result<T, Error>>) -> Result<T, AdminError> {
-        let wait = self.statement_timeout + CONNECT_TIMEOUT;
+        let wait = self.answer_wait();
         match tokio::time::timeout(wait, call).await {
             Ok(Ok(answer)) => {
                 self.up.store(true, Ordering::Relaxed);
@@ -159,12 +167,7 @@ impl PgAdmin {
         let queue = self.handle(name).await?;
         let mut total = 0u64;
         loop {
-            match tokio::time::timeout(
-                self.statement_timeout + CONNECT_TIMEOUT,
-                step(queue.clone()),
-            )
-            .await
-            {
+            match tokio::time::timeout(self.answer_wait(), step(queue.clone())).await {
                 Ok(Ok(0)) => break,
                 Ok(Ok(n)) => total = total.saturating_add(n),
                 Ok(Err(Error::ShutDown)) if total > 0 => break,
@@ -172,7 +175,7 @@ impl PgAdmin {
                 Err(_) => {
                     return Err(self.down(format!(
                         "no answer from the server within {} s (after {total} done)",
-                        (self.statement_timeout + CONNECT_TIMEOUT).as_secs()
+                        self.answer_wait().as_secs()
                     )));
                 }
             }

@@ -390,7 +390,9 @@ impl PgAdmin {
     /// unless set). Giving up on an answer does not stop a query on the server: this does, so
     /// a slow listing or a search stuck behind a lock holds no connection and no lock once
     /// its caller has moved on. A call waits for an answer as long, and 2 s more, before it
-    /// counts the server as down.
+    /// counts the server as down. A timeout longer than PostgreSQL takes (`i32::MAX`
+    /// milliseconds, about 24.8 days), `Duration::MAX` included, is no limit: the server
+    /// cancels nothing (`statement_timeout = 0`) and a call waits as long as it takes.
     #[must_use]
     pub fn statement_timeout(mut self, timeout: Duration) -> Self {
         self.statement_timeout = timeout.max(Duration::from_millis(1));
@@ -410,7 +412,8 @@ impl PgAdmin {
     /// The pool: at most [`Self::MAX_CONNECTIONS`], none opened until a call needs one, each
     /// checked before use, idle ones closed after a minute, each with the statement timeout.
     pub(crate) fn pool(&self) -> &PgPool {
-        let timeout_ms = self.statement_timeout.as_millis();
+        // PostgreSQL's own "no limit" for what it cannot take.
+        let timeout_ms = i32::try_from(self.statement_timeout.as_millis()).unwrap_or(0);
         self.pool.get_or_init(|| {
             PgPoolOptions::new()
                 .max_connections(Self::MAX_CONNECTIONS)

@@ -579,6 +579,14 @@ impl Scenario {
         })
     }
 
+    /// A backlog of `n` distinct items, queued before the workers start. For pools of
+    /// `Workers`: while a step is on its way, other workers end items of the backlog, and
+    /// the next step carries their `done`s together (adds that trickle in, one at a time,
+    /// leave each step one `done`).
+    async fn backlog(&self, n: usize) {
+        self.produce(n, n, Duration::ZERO).await.unwrap();
+    }
+
     /// Waits until nothing is queued, delayed or leased (for at most `limit`), then kills
     /// every worker and checks the histories.
     async fn finish(mut self, limit: Duration) -> Report {
@@ -774,15 +782,30 @@ fn assert_passed(kind: &str, report: &Report) {
     }
 }
 
-/// Three worker processes of four workers; four times, the oldest live one is killed
-/// (`kill -9`) as soon as it is inside a handler, and a new one started.
+/// Workers per process and the handler's time (ms) of a row whose loops run `tasks` workers
+/// for `work_ms`: pools of `Workers` get twice the workers and handlers of 5 ms, and a
+/// backlog ([`Scenario::backlog`]), so that their steps carry several `done`s.
+fn shape(kind: &str, tasks: usize, work_ms: u64) -> (usize, u64) {
+    if kind == "workers" {
+        (tasks * 2, 5)
+    } else {
+        (tasks, work_ms)
+    }
+}
+
+/// Three worker processes of four workers (pools of eight); four times, the oldest live one
+/// is killed (`kill -9`) as soon as it is inside a handler, and a new one started.
 async fn kill_9_of_workers_mid_item(kind: &'static str) {
     let _serial = SERIAL.lock().await;
-    let Some(mut s) = Scenario::start(kind, 600, 20, "").await else {
+    let (tasks, work_ms) = shape(kind, 4, 20);
+    let Some(mut s) = Scenario::start(kind, 600, work_ms, "").await else {
         return;
     };
+    if kind == "workers" {
+        s.backlog(600).await;
+    }
     for _ in 0..3 {
-        s.spawn(4);
+        s.spawn(tasks);
     }
     let producer = s.produce(300, 12, Duration::from_millis(5));
     let mut mid_item_kills = 0;
@@ -798,7 +821,7 @@ async fn kill_9_of_workers_mid_item(kind: &'static str) {
             mid_item_kills += 1;
         }
         s.kill(victim);
-        s.spawn(4);
+        s.spawn(tasks);
     }
     producer.await.unwrap();
     let report = s.finish(Duration::from_secs(60)).await;
@@ -816,15 +839,19 @@ async fn kill_9_of_batched_workers_mid_item_loses_nothing() {
     kill_9_of_workers_mid_item("workers").await;
 }
 
-/// Three worker processes of four workers; the server is killed (`kill -9`) and restarted
-/// 1.5 s later.
+/// Three worker processes of four workers (pools of eight); the server is killed (`kill
+/// -9`) and restarted 1.5 s later.
 async fn kill_9_of_the_server(kind: &'static str) {
     let _serial = SERIAL.lock().await;
-    let Some(mut s) = Scenario::start(kind, 1000, 20, "").await else {
+    let (tasks, work_ms) = shape(kind, 4, 20);
+    let Some(mut s) = Scenario::start(kind, 1000, work_ms, "").await else {
         return;
     };
+    if kind == "workers" {
+        s.backlog(600).await;
+    }
     for _ in 0..3 {
-        s.spawn(4);
+        s.spawn(tasks);
     }
     let producer = s.produce(300, 12, Duration::from_millis(5));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -844,11 +871,16 @@ async fn kill_9_of_the_server_under_batched_workers_loses_nothing() {
     kill_9_of_the_server("workers").await;
 }
 
-/// Two worker processes on four hot keys; the first is paused mid-item for five leases.
+/// Two worker processes (of two workers, pools of four) on four hot keys; the first is
+/// paused mid-item for five leases.
 async fn paused_past_the_lease(kind: &'static str, mutation: &'static str) -> Option<Report> {
-    let mut s = Scenario::start(kind, 400, 100, mutation).await?;
-    s.spawn(2);
-    s.spawn(2);
+    let (tasks, work_ms) = shape(kind, 2, 100);
+    let mut s = Scenario::start(kind, 400, work_ms, mutation).await?;
+    if kind == "workers" {
+        s.backlog(300).await;
+    }
+    s.spawn(tasks);
+    s.spawn(tasks);
     let producer = s.produce(150, 4, Duration::from_millis(5));
     s.pause(0, Duration::from_millis(2000)).await;
     producer.await.unwrap();

@@ -7,8 +7,9 @@ mod support;
 use std::time::Duration;
 
 use support::{PgServer, unique};
+use workq::admin::Admin;
 use workq::{AddOptions, Outcome, Workers};
-use workq_postgres::{Builder, Error, PgQueue};
+use workq_postgres::{Builder, Error, PgAdmin, PgQueue};
 
 fn builder(server: &PgServer) -> Builder<String> {
     PgQueue::builder(unique("settings")).url(server.url())
@@ -267,4 +268,27 @@ async fn workers_run_on_a_queue_of_unlimited_settings() {
     assert_eq!(summary.retried, 1, "{summary:?}");
     assert_eq!(summary.given_up, 1, "{summary:?}");
     assert_eq!(q.delayed_len().await.unwrap(), 1);
+}
+
+/// A `PgAdmin` whose statement timeout is `Duration::MAX`, or longer than PostgreSQL takes
+/// (30 days, over `i32::MAX` milliseconds), answers: no limit. The first panicked adding the
+/// connection's wait to it; the second set a `statement_timeout` the server refuses, and
+/// every call failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_statement_timeout_past_what_postgresql_takes_is_no_limit() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let q = builder(&server).build().await.unwrap();
+    q.add("a".to_owned()).await.unwrap();
+    let name = q.name().to_owned();
+    for timeout in [Duration::MAX, Duration::from_secs(30 * 86_400)] {
+        let admin = PgAdmin::new(&server.url())
+            .unwrap()
+            .statement_timeout(timeout);
+        let summary = Admin::summary(&admin, &name).await.unwrap();
+        assert_eq!(summary.depth, 1, "{timeout:?}");
+        let purged = Admin::purge_dead_letters(&admin, &name).await.unwrap();
+        assert_eq!(purged, 0, "{timeout:?}: a call in steps");
+    }
 }

@@ -138,7 +138,7 @@ fn worker_main() -> ExitCode {
         };
         let mut rng = Rng::new(u64::from(std::process::id()) ^ now_us());
         if pool > 0 {
-            pool_main(queue, &log, pool, rng, work).await;
+            pool_main(queue, &log, pool, rng, work, graceful.then_some(stop)).await;
             return;
         }
         let mut history = OpenOptions::new()
@@ -146,7 +146,7 @@ fn worker_main() -> ExitCode {
             .append(true)
             .open(&log)
             .expect("open the history");
-        let mut record = |line: &str| {
+        let mut record = |line: String| {
             // One write per line: a kill can cut off at most the line being written.
             history.write_all(line.as_bytes()).unwrap();
         };
@@ -163,13 +163,13 @@ fn worker_main() -> ExitCode {
                 Ok(Some(lease)) => lease,
                 Ok(None) => break,
                 Err(_) => {
-                    record(&format!("X get - {}\n", now_us()));
+                    record(format!("X get - {}\n", now_us()));
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             };
             let (item, token) = (lease.item().clone(), lease.token());
-            record(&format!("S {item} {token} {}\n", now_us()));
+            record(format!("S {item} {token} {}\n", now_us()));
             let ms = if rng.below(100) < slow_pct {
                 slow_ms
             } else {
@@ -187,19 +187,19 @@ fn worker_main() -> ExitCode {
                     let _ = (&mut handler).await;
                     // Recorded before the release (spawned by the drop) can run on this
                     // single-threaded runtime: nobody else holds the item yet.
-                    record(&format!("A {item} {token} {}\n", now_us()));
+                    record(format!("A {item} {token} {}\n", now_us()));
                     break;
                 }
             };
             let Ok(lease) = finished else { break };
-            record(&format!("E {item} {token} {}\n", now_us()));
+            record(format!("E {item} {token} {}\n", now_us()));
             // A worker that lost its lease still tries to commit: the server must refuse.
             let outcome = match lease.done().await {
                 Ok(()) => "ok",
                 Err(Error::LeaseLost) => "stale",
                 Err(_) => "unknown",
             };
-            record(&format!("D {item} {token} {outcome}\n"));
+            record(format!("D {item} {token} {outcome}\n"));
         }
         // A graceful stop: this handle only; the dropped lease's release gets time to go out.
         queue.shut_down();
@@ -251,12 +251,31 @@ struct Recorded {
     history: History,
 }
 
-/// A lease of [`Recorded`]: its item is the item and the lease's token.
+/// A lease of [`Recorded`]: its item is the item and the lease's token. One dropped without
+/// a `done` or a release (its worker's task aborted by a graceful stop) is recorded as
+/// released (`A`) as it drops: the Redis lease's drop releases it, after that.
 #[derive(Debug)]
 struct RecordedLease {
-    lease: workq_redis::Lease<String>,
+    lease: Option<workq_redis::Lease<String>>,
     item: (String, u64),
     history: History,
+}
+
+impl RecordedLease {
+    /// The Redis lease, to end: this one then records nothing as it drops.
+    fn take(mut self) -> workq_redis::Lease<String> {
+        self.lease.take().expect("a lease is ended once")
+    }
+}
+
+impl Drop for RecordedLease {
+    fn drop(&mut self) {
+        if self.lease.take().is_some() {
+            let (item, token) = &self.item;
+            self.history
+                .record(&format!("A {item} {token} {}\n", now_us()));
+        }
+    }
 }
 
 impl std::fmt::Debug for History {
@@ -269,7 +288,7 @@ impl Recorded {
     fn wrap(&self, lease: workq_redis::Lease<String>) -> RecordedLease {
         RecordedLease {
             item: (lease.item().clone(), lease.token()),
-            lease,
+            lease: Some(lease),
             history: self.history.clone(),
         }
     }
@@ -284,12 +303,13 @@ impl QueueLease for RecordedLease {
     }
 
     fn priority(&self) -> i32 {
-        self.lease.priority()
+        self.lease.as_ref().expect("a lease not ended").priority()
     }
 
     async fn done(self) -> Result<(), Error> {
-        let outcome = self.lease.done().await;
-        self.history.done(&self.item, outcome.as_ref().copied());
+        let (item, history) = (self.item.clone(), self.history.clone());
+        let outcome = self.take().done().await;
+        history.done(&item, outcome.as_ref().copied());
         outcome
     }
 
@@ -297,7 +317,7 @@ impl QueueLease for RecordedLease {
         let (item, token) = &self.item;
         self.history
             .record(&format!("A {item} {token} {}\n", now_us()));
-        QueueLease::release(self.lease).await
+        QueueLease::release(self.take()).await
     }
 }
 
@@ -331,7 +351,13 @@ impl Queue for Recorded {
     }
 
     async fn get(&self) -> Result<Option<RecordedLease>, Error> {
-        Ok(Queue::get(&self.queue).await?.map(|lease| self.wrap(lease)))
+        match Queue::get(&self.queue).await {
+            Ok(lease) => Ok(lease.map(|lease| self.wrap(lease))),
+            Err(error) => {
+                self.history.record(&format!("X get - {}\n", now_us()));
+                Err(error)
+            }
+        }
     }
 
     async fn done_and_next(
@@ -339,8 +365,9 @@ impl Queue for Recorded {
         lease: RecordedLease,
         forget: bool,
     ) -> Result<Option<RecordedLease>, Error> {
-        let outcome = Queue::done_and_next(&self.queue, lease.lease, forget).await;
-        self.history.done(&lease.item, outcome.as_ref().map(|_| ()));
+        let item = lease.item.clone();
+        let outcome = Queue::done_and_next(&self.queue, lease.take(), forget).await;
+        self.history.done(&item, outcome.as_ref().map(|_| ()));
         Ok(outcome?.map(|lease| self.wrap(lease)))
     }
 
@@ -351,7 +378,7 @@ impl Queue for Recorded {
         forget: bool,
     ) -> Result<Option<RecordedLease>, Error> {
         let item = lease.item.clone();
-        match Queue::retry_and_done(&self.queue, lease.lease, options, forget).await {
+        match Queue::retry_and_done(&self.queue, lease.take(), options, forget).await {
             Ok(Some(back)) => Ok(Some(self.wrap(back))),
             outcome => {
                 self.history.done(&item, outcome.as_ref().map(|_| ()));
@@ -366,7 +393,7 @@ impl Queue for Recorded {
         max: usize,
     ) -> Result<DoneMany<RecordedLease, Error>, Error> {
         let items: Vec<(String, u64)> = leases.iter().map(|(l, _)| l.item.clone()).collect();
-        let leases = leases.into_iter().map(|(l, f)| (l.lease, f)).collect();
+        let leases = leases.into_iter().map(|(l, f)| (l.take(), f)).collect();
         match Queue::done_and_next_many(&self.queue, leases, max).await {
             Ok(step) => {
                 for (item, outcome) in items.iter().zip(&step.done) {
@@ -417,14 +444,18 @@ impl Queue for Recorded {
 }
 
 /// Runs a pool of `count` `Workers` on `queue` (batched steps, as on Redis by default) until
-/// the queue is shut down for the fleet and empty. The handler records the start and the
-/// end of its work (`S`, `E`), the queue each `done` the pool's steps settle (`D`).
+/// the queue is shut down for the fleet and empty, or, with `stop`, until it says so: a
+/// graceful stop, after which the handlers still running 20 ms later are aborted mid-item
+/// (their leases released as they drop) and the process exits. The handler records the
+/// start and the end of its work (`S`, `E`), the queue each `done` the pool's steps settle
+/// (`D`).
 async fn pool_main(
     queue: RedisQueue<String>,
     log: &std::path::Path,
     count: usize,
     rng: Rng,
     work: Vec<u64>,
+    stop: Option<tokio::sync::watch::Receiver<bool>>,
 ) {
     let history = History::open(log);
     let recorded = Recorded {
@@ -433,27 +464,42 @@ async fn pool_main(
     };
     let rng = Arc::new(Mutex::new(rng));
     let (work_min, work_max, slow_pct, slow_ms) = (work[0], work[1], work[2], work[3]);
-    let workers = Workers::new(recorded)
-        .count(count)
-        .retry_forever()
-        .spawn_async(move |(item, token): (String, u64)| {
-            let history = history.clone();
-            let ms = {
-                let mut rng = rng.lock().unwrap();
-                if rng.below(100) < slow_pct {
-                    slow_ms
-                } else {
-                    work_min + rng.below(work_max - work_min + 1)
-                }
-            };
-            async move {
-                history.record(&format!("S {item} {token} {}\n", now_us()));
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                history.record(&format!("E {item} {token} {}\n", now_us()));
-                Outcome::Done
+    let mut workers = Workers::new(recorded).count(count).retry_forever();
+    if stop.is_some() {
+        workers = workers.shutdown_timeout(Duration::from_millis(20));
+    }
+    let workers = workers.spawn_async(move |(item, token): (String, u64)| {
+        let history = history.clone();
+        let ms = {
+            let mut rng = rng.lock().unwrap();
+            if rng.below(100) < slow_pct {
+                slow_ms
+            } else {
+                work_min + rng.below(work_max - work_min + 1)
             }
-        });
-    workers.wait().await;
+        };
+        async move {
+            history.record(&format!("S {item} {token} {}\n", now_us()));
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            history.record(&format!("E {item} {token} {}\n", now_us()));
+            Outcome::Done
+        }
+    });
+    match stop {
+        Some(mut stop) => {
+            workers
+                .run_until(async move {
+                    let _ = stop.wait_for(|stopped| *stopped).await;
+                })
+                .await;
+            // The dropped leases' releases get time to go out.
+            queue.shut_down();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        None => {
+            workers.wait().await;
+        }
+    }
 }
 
 // ===== the harness =====
@@ -1913,6 +1959,93 @@ fn scenarios() -> Vec<Scenario> {
             hot_keys: 8,
             add_every: Duration::from_micros(500),
             faults: every(500, 500, 4, Fault::KillWorker),
+            ..base.clone()
+        },
+        Scenario {
+            name: "control_workers_kill_redis_without_persistence_reports_losses",
+            durability: Durability::None,
+            // Four workers in all, as the loops: a backlog is queued when the server dies.
+            workers: 2,
+            pool: 2,
+            work: [20, 40, 0, 0],
+            distinct: 400,
+            adds: 400,
+            add_every: ms(2),
+            expect: Expect::Losses,
+            faults: vec![(1500, Fault::KillServer(ms(300)))],
+            ..base.clone()
+        },
+        Scenario {
+            name: "workers_oom_full_server_keeps_leases_alive",
+            // Four workers in all, as the loops: a backlog fills the server.
+            workers: 2,
+            pool: 2,
+            lease_ms: 600,
+            work: [20, 40, 3, 900],
+            distinct: 500,
+            adds: 500,
+            add_every: ms(2),
+            pad: 4000,
+            memory_limit_after: Some(200),
+            min_refused_adds: 20,
+            ..base.clone()
+        },
+        Scenario {
+            name: "workers_loading_large_aof_after_kill",
+            workers: 2,
+            pool: 4,
+            lease_ms: 5000,
+            work: [5, 30, 0, 0],
+            distinct: 200,
+            adds: 400,
+            add_every: ms(5),
+            filler_keys: 1_000_000,
+            faults: vec![(600, Fault::KillServer(ms(100)))],
+            no_get_errors: true,
+            ..base.clone()
+        },
+        Scenario {
+            name: "workers_snapshot_restore_older_than_tokens",
+            durability: Durability::None,
+            workers: 2,
+            pool: 4,
+            lease_ms: 600,
+            work: [300, 700, 0, 0],
+            distinct: 150,
+            adds: 150,
+            add_every: ms(5),
+            faults: vec![(400, Fault::Snapshot), (1000, Fault::KillServer(ms(50)))],
+            min_stale: 1,
+            ..base.clone()
+        },
+        Scenario {
+            name: "workers_graceful_stop_aborts_workers_mid_item",
+            // A stop ends a whole pool: the handlers still running 20 ms after it are
+            // aborted, and their leases released as they drop.
+            workers: 2,
+            pool: 4,
+            lease_ms: 5000,
+            work: [100, 300, 0, 0],
+            distinct: 120,
+            adds: 240,
+            add_every: ms(10),
+            graceful: true,
+            faults: every(300, 300, 6, Fault::StopWorker),
+            min_released: 1,
+            ..base.clone()
+        },
+        Scenario {
+            name: "workers_skew_server_clock_stepped_forward_past_the_lease",
+            workers: 2,
+            pool: 4,
+            lease_ms: 1000,
+            work: [50, 150, 0, 0],
+            distinct: 150,
+            adds: 300,
+            add_every: ms(5),
+            skew: true,
+            faults: vec![(700, Fault::StepClock(5)), (1500, Fault::StepClock(10))],
+            min_stale: 1,
             ..base.clone()
         },
         Scenario {

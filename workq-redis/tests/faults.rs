@@ -372,6 +372,47 @@ async fn busy_is_waited_out_up_to_the_retry_deadline() {
     script.await.unwrap();
 }
 
+/// A lease the server handed out as a pause longer than the lease ended (the `get` was sent
+/// before the pause) is renewed, not taken for lost: nobody else takes the item for three
+/// leases, and its `done` is accepted. Its clock counts from the call's sending, so it came
+/// past its deadline; its renewals stopped, and the server's lease, which runs from the
+/// answer, expired while the item was held (another handle took it: two holders).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_answered_after_a_paused_server_is_renewed() {
+    let Some(server) = require() else { return };
+    let lease = Duration::from_millis(500);
+    let q = builder(&server, "late")
+        .lease_duration(lease)
+        .build()
+        .await
+        .unwrap();
+    let other = builder(&server, "late")
+        .lease_duration(lease)
+        .build()
+        .await
+        .unwrap();
+    q.add("a".to_string()).await.unwrap();
+    // Both connections open before the pause.
+    assert_eq!(other.len().await.unwrap(), 1);
+    server.signal("STOP");
+    let get = {
+        let q = q.clone();
+        tokio::spawn(async move { q.get().await })
+    };
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    server.signal("CONT");
+    let held = get.await.unwrap().unwrap().expect("the item");
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            other.try_get().await.unwrap().into_lease().is_none(),
+            "another handle took the held item"
+        );
+    }
+    assert!(!held.is_lost());
+    held.done().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readonly_after_a_demotion_is_waited_out() {
     let Some(server) = require() else { return };
@@ -424,36 +465,7 @@ async fn loading_a_large_aof_after_a_restart_is_waited_out() {
         .unwrap();
     q.add("before".to_string()).await.unwrap();
     // A big data set, rewritten into the AOF so that a restart takes a while to load it.
-    let mut con = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection_with_config(
-            &redis::AsyncConnectionConfig::new().set_response_timeout(None),
-        )
-        .await
-        .unwrap();
-    let _: () = redis::cmd("DEBUG")
-        .arg("POPULATE")
-        .arg(1_500_000)
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    let _: String = redis::cmd("BGREWRITEAOF")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("persistence")
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        if info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the AOF rewrite did not finish");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut con = support::fill_aof(&server, 1_500_000).await;
     let old_run = run_id(&mut con).await;
     drop(con);
     let port = server.port();

@@ -1,8 +1,10 @@
 //! A transient fault loses no done: a batched step of `Workers` (the `done_get` script, with
-//! the forgets of its successes) that meets a busy server (`BUSY` for 200 ms) or a server restarting
-//! from its AOF waits it out, as a single `done` does. Every item is handled exactly once,
-//! its `forget` is kept, no lease expires (no stall), and nothing is counted as lost. A
-//! reply lost after the server applied a step, or a retry's step, is never applied twice.
+//! the forgets of its successes) that meets a busy server (`BUSY` for 200 ms), a server
+//! restarting from its AOF, a server still loading a large AOF (`LOADING`) or a server made a
+//! replica for a moment (`READONLY`) waits it out, as a single `done` does. Every item is
+//! handled exactly once, its `forget` is kept, no lease expires (no stall), and nothing is
+//! counted as lost. A reply lost after the server applied a step, or a retry's step, is never
+//! applied twice.
 
 mod support;
 
@@ -19,10 +21,13 @@ use support::server::{Durability, RedisServer, require_with};
 
 const ITEMS: [&str; 4] = ["a", "b", "c", "d"];
 
+/// The lease of the queues here (but the one loading a large AOF).
+const LEASE: Duration = Duration::from_secs(2);
+
 fn builder(url: String, name: &str) -> workq_redis::Builder<String> {
     RedisQueue::builder(name)
         .url(url)
-        .lease_duration(Duration::from_secs(2))
+        .lease_duration(LEASE)
         .rate_limit(RateLimit::exponential(
             Duration::from_millis(1),
             Duration::from_millis(10),
@@ -37,10 +42,16 @@ struct Held {
     workers: AsyncWorkers<String, RedisQueue<String>>,
     calls: Arc<Mutex<Vec<String>>>,
     gate: tokio::sync::watch::Sender<bool>,
+    /// The queue's lease.
+    lease: Duration,
 }
 
 async fn four_held(server: &RedisServer, name: &str) -> Held {
-    let queue = builder(server.url(), name).build().await.unwrap();
+    four_held_on(builder(server.url(), name).build().await.unwrap(), LEASE).await
+}
+
+/// [`four_held`] on `queue`, whose lease is `lease`.
+async fn four_held_on(queue: RedisQueue<String>, lease: Duration) -> Held {
     for item in ITEMS {
         queue.add_rate_limited(item.to_owned()).await.unwrap();
         assert_eq!(queue.num_requeues(item.to_owned()).await.unwrap(), 1);
@@ -73,6 +84,7 @@ async fn four_held(server: &RedisServer, name: &str) -> Held {
         workers,
         calls,
         gate,
+        lease,
     }
 }
 
@@ -84,6 +96,7 @@ async fn handled_exactly_once(held: Held, what: &str) {
         queue,
         workers,
         calls,
+        lease,
         ..
     } = held;
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -97,7 +110,7 @@ async fn handled_exactly_once(held: Held, what: &str) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Longer than the lease: a done that was dropped would have its item handed out again.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tokio::time::sleep(lease + Duration::from_millis(500)).await;
     let summary = workers.shut_down().await;
     let mut calls = calls.lock().unwrap().clone();
     calls.sort();
@@ -181,6 +194,102 @@ async fn a_server_restart_during_a_batched_step_loses_no_done() {
     // Back from its AOF, on the same port.
     server.restart();
     handled_exactly_once(held, "a restart").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_loading_a_large_aof_during_a_batched_step_loses_no_done() {
+    let Some(server) = require_with(Durability::Always, &["--enable-debug-command", "yes"]) else {
+        return;
+    };
+    // A big data set, rewritten into the AOF, so that a restart takes a while to load it.
+    drop(support::fill_aof(&server, 1_500_000).await);
+    // A lease longer than the restart and its load, which a loaded machine stretches.
+    let lease = Duration::from_secs(10);
+    let queue = builder(server.url(), "step-loading")
+        .lease_duration(lease)
+        .retry_deadline(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let held = four_held_on(queue, lease).await;
+    let port = server.port();
+    // The restart (which returns once the load is over) runs on a thread of its own.
+    let mut server = server;
+    let restarted = std::thread::spawn(move || {
+        server.restart();
+        server
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            && let Ok(mut c) = client.get_multiplexed_async_connection().await
+        {
+            let ping: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut c).await;
+            if matches!(ping, Err(e) if e.code() == Some("LOADING")) {
+                break;
+            }
+        }
+        assert!(
+            !restarted.is_finished() && Instant::now() < deadline,
+            "the restart never answered LOADING: the data set is too small"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The handlers end while the server loads: their steps meet LOADING.
+    held.gate.send_replace(true);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !restarted.is_finished(),
+        "the load ended before the steps went out: the data set is too small"
+    );
+    let _server = tokio::task::spawn_blocking(move || restarted.join().unwrap())
+        .await
+        .unwrap();
+    handled_exactly_once(held, "LOADING").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_made_a_replica_during_a_batched_step_loses_no_done() {
+    let Some(server) = require_with(Durability::Always, &[]) else {
+        return;
+    };
+    let held = four_held(&server, "step-readonly").await;
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // A replica of a primary that does not answer (nothing listens on the port): it keeps
+    // its data, and refuses writes with READONLY, as in a failover.
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = nobody.local_addr().unwrap().port();
+    drop(nobody);
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(port)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let write: redis::RedisResult<()> = redis::cmd("SET")
+        .arg("step-readonly-probe")
+        .arg(1)
+        .query_async(&mut con)
+        .await;
+    assert!(
+        matches!(&write, Err(e) if e.code() == Some("READONLY")),
+        "{write:?}"
+    );
+    // The handlers end: their dones go out in batched steps, which meet READONLY.
+    held.gate.send_replace(true);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A primary again, its data as it was.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    handled_exactly_once(held, "READONLY").await;
 }
 
 // ===== a lost reply =====

@@ -220,21 +220,29 @@ pub trait Queue: Clone + Send + Sync + 'static {
     }
 
     /// A failed item's step: re-adds `lease`'s item as `options` say (rate-limited, or after
-    /// a delay) while the lease is still held, after forgetting the item's rate-limiter
-    /// history if `forget` is set, then marks the lease done. The re-add is kept and the item
-    /// is queued again when the lease ends, as for a re-add while processing.
+    /// a delay), after forgetting the item's rate-limiter history if `forget` is set, and
+    /// marks the lease done.
     ///
     /// Returns `Ok(None)` once the re-add is kept and the lease is done, and `Ok(Some(lease))`
     /// if the queue (or this handle) is shut down and refused the re-add: then nothing
     /// changed, and the lease is handed back for the caller to end.
     ///
-    /// A backend whose leases can be lost (a shared one, where a lease expires) makes it one
-    /// step on the server, fenced like the `done`: if the lease is no longer the caller's,
-    /// nothing changes (no failure is counted, nothing is forgotten or re-added) and the
-    /// error says so ([`is_lease_lost`](Self::is_lease_lost)). The default makes the forget,
-    /// the add and the done one after the other (the add first when it is not rate-limited,
-    /// so that a refused add forgets nothing), which is right for the in-memory queue, whose
-    /// leases cannot be lost.
+    /// A stale holder changes nothing: if the lease is no longer the caller's (it expired
+    /// and the item may be another worker's), no failure is counted, nothing is forgotten or
+    /// re-added, and the error says so ([`is_lease_lost`](Self::is_lease_lost)). A backend
+    /// whose leases can be lost makes it one step on the server, fenced like the `done`, with
+    /// the re-add made while the lease is held (Redis and PostgreSQL do). The in-memory
+    /// queue, whose leases cannot be lost, re-adds while it holds the lease, then marks it
+    /// done.
+    ///
+    /// The default is fenced by its order: it hands the lease back if the queue is shut
+    /// down, then marks the lease done, which a backend refuses for a lease that is not the
+    /// caller's, and only once the `done` is accepted forgets and re-adds the item (the
+    /// forget first when the add is rate-limited, which reads the history it clears; after
+    /// an accepted add otherwise). Between the `done` and the re-add the item is in no
+    /// state: a process that dies there loses the retry, and a shut down that comes there
+    /// refuses the re-add (the item then leaves the queue, and `Ok(None)` is returned).
+    /// Override it with one fenced call where the backend can.
     ///
     /// # Errors
     ///
@@ -248,19 +256,21 @@ pub trait Queue: Clone + Send + Sync + 'static {
         forget: bool,
     ) -> impl Future<Output = Result<Option<Self::Lease>, Self::Error>> + Send {
         async move {
+            if self.is_shutting_down().await? {
+                return Ok(Some(lease));
+            }
+            let item = lease.item().clone();
+            // Fenced: nothing is written for a lease that is no longer the caller's.
+            lease.done().await?;
             // A rate-limited add reads the history the forget clears: forget first. Any
             // other add does not: add first, and forget only once the add is kept.
             let forget_first = forget && options.is_rate_limited();
             if forget_first {
-                self.forget(lease.item()).await?;
+                self.forget(&item).await?;
             }
-            if !self.add_with(lease.item().clone(), options).await? {
-                return Ok(Some(lease));
+            if self.add_with(item.clone(), options).await? && forget && !forget_first {
+                self.forget(&item).await?;
             }
-            if forget && !forget_first {
-                self.forget(lease.item()).await?;
-            }
-            lease.done().await?;
             Ok(None)
         }
     }
@@ -550,6 +560,33 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Queue for WorkQueue<T> {
         future::ready(Ok(lease.done_and_try_get()))
     }
 
+    /// In memory, whose leases cannot be lost: hands the lease back if the queue is shut
+    /// down, else re-adds the item while the lease is held (the forget first when the add is rate-limited, after an accepted add otherwise, so
+    /// that a refused add forgets nothing), then marks the lease done; the re-add is kept
+    /// and the item queued again as for a re-add while processing.
+    fn retry_and_done(
+        &self,
+        lease: Lease<T>,
+        options: AddOptions,
+        forget: bool,
+    ) -> impl Future<Output = Result<Option<Lease<T>>, Infallible>> + Send {
+        if WorkQueue::is_shutting_down(self) {
+            return future::ready(Ok(Some(lease)));
+        }
+        let forget_first = forget && options.is_rate_limited();
+        if forget_first {
+            WorkQueue::forget(self, lease.item());
+        }
+        if !self.add_with_accepted(lease.item().clone(), options) {
+            return future::ready(Ok(Some(lease)));
+        }
+        if forget && !forget_first {
+            WorkQueue::forget(self, lease.item());
+        }
+        lease.done();
+        future::ready(Ok(None))
+    }
+
     fn shut_down(&self) -> Vec<T> {
         self.shut_down_taking_delayed()
     }
@@ -581,10 +618,12 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> QueueLease for Lease<T> {
         future::ready(Ok(()))
     }
 
-    /// In memory: adds the item again (with its priority) and marks it done, so that it is
-    /// handed out again; `Ok(false)` if the queue is shut down and refused the add.
+    /// In memory: queues the item again at once (with its priority), at the head of its
+    /// priority, where it was taken from, and marks the lease done, so that it is handed out
+    /// next, as on the shared backends; `Ok(false)` if the queue is shut down and refused
+    /// the re-add.
     fn release(self) -> impl Future<Output = Result<bool, Infallible>> + Send {
-        future::ready(Ok(Lease::re_add_and_done(self)))
+        future::ready(Ok(Lease::release(self)))
     }
 
     #[cfg(feature = "otel")]

@@ -92,16 +92,23 @@ impl<T> Lease<T> {
 }
 
 impl<T: Eq + Hash + Clone + Send + Sync + 'static> Lease<T> {
-    /// Re-adds the item with its priority while it is still processing, then marks it done,
-    /// so that it is queued again; `false` if the queue is shut down and refused the re-add.
-    pub(crate) fn re_add_and_done(self) -> bool {
+    /// Hands the lease back unprocessed: the item is queued again at once, at the head of
+    /// its priority (where it was taken from), and the lease is done; `false` if the queue
+    /// is shut down and refused the re-add (the lease is then done as it drops).
+    pub(crate) fn release(mut self) -> bool {
         // The links go back with the item, so its next hand-out links to the adds behind it.
         #[cfg(feature = "otel")]
         if let Some(links) = &self.links {
             self.shared.restore_links(self.slot, links.clone());
         }
-        self.shared
-            .add_now(self.item.clone(), Some(self.priority), false)
+        let released = self
+            .shared
+            .release(self.slot, self.item.clone(), self.priority);
+        if released {
+            // Done already: the drop below must not do it again.
+            self.slot = DONE;
+        }
+        released
     }
 
     /// Marks the item done and hands out the next ready item, in one round of the queue's

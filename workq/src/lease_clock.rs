@@ -112,9 +112,16 @@ pub enum RenewalEnd {
     MaxHold,
 }
 
-/// Renews a lease every `every` until it is lost or `stop` (the maximum hold) passes; a
-/// failed or slow renewal is tried again after a quarter of `every`. `renew` gets the
-/// deadline of its attempt (transient failures may be retried until then).
+/// Renews a lease every `every` until it is lost (the server refused a renewal) or `stop`
+/// (the maximum hold) passes; a failed or slow renewal is tried again after a quarter of
+/// `every`. `renew` gets the deadline of its attempt (transient failures may be retried
+/// until then).
+///
+/// A lease past the deadline this process knows of is still renewed: only the server can
+/// say whether it is lost, and it refuses a renewal of a lease that is another holder's.
+/// A lease handed out by a call that waited longer than the lease (a server paused, then
+/// answering) is past that deadline on arrival, yet the server's lease runs from its
+/// answer; taken as lost, it was never renewed, and expired while its holder worked.
 pub async fn renew_while_held<F, Fut>(
     clock: Arc<LeaseClock>,
     every: Duration,
@@ -128,8 +135,7 @@ where
     let mut wait = every;
     loop {
         tokio::time::sleep(wait).await;
-        if clock.is_lost() {
-            clock.lose();
+        if clock.lost.load(Ordering::Acquire) {
             return RenewalEnd::Lost;
         }
         if Instant::now() >= stop {
@@ -379,6 +385,29 @@ mod tests {
         async fn release_dropped(self: Arc<Self>, _raw: String, _token: u64) {}
         fn lease_started(&self) {}
         fn lease_ended(&self) {}
+    }
+
+    /// A lease handed out by a call that waited longer than the lease (a paused server
+    /// answering late) is past its deadline here on arrival: it is renewed all the same,
+    /// and valid again once the server accepts. It was taken as lost and never renewed,
+    /// and the server's lease, which runs from its answer, expired while it was held.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_past_its_deadline_on_arrival_is_still_renewed() {
+        let backend = Arc::new(Counting {
+            max_hold: Duration::MAX,
+            renewals: AtomicUsize::new(0),
+        });
+        let sent = Instant::now() - Duration::from_secs(2);
+        let mut held = Held::new(backend.clone(), "item".to_owned(), 1, sent);
+        assert!(held.clock().is_lost(), "past its deadline on arrival");
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert!(
+            backend.renewals.load(Ordering::Relaxed) >= 3,
+            "renewed {} times",
+            backend.renewals.load(Ordering::Relaxed)
+        );
+        assert!(!held.clock().is_lost(), "valid once renewed");
+        held.finish();
     }
 
     /// `max_hold(Duration::MAX)` means "renew for as long as it is held": the renewal task

@@ -556,3 +556,165 @@ fn a_retry_the_shut_down_queue_refuses_changes_nothing() {
     assert!(back.is_some(), "the refused retry hands the lease back");
     assert_eq!(queue.num_requeues(&"key".to_owned()), 2);
 }
+
+/// A backend that relies on the trait's default `Queue::retry_and_done`, over the in-memory
+/// queue, whose leases the test can lose (as a lease expires on a server and another holder
+/// takes the item): a lost lease's `done` is refused.
+#[derive(Clone)]
+struct Losable {
+    queue: WorkQueue<String>,
+    lost: Arc<AtomicBool>,
+}
+
+/// [`Losable`]'s lease.
+#[derive(Debug)]
+struct LosableLease {
+    lease: workq::Lease<String>,
+    lost: Arc<AtomicBool>,
+}
+
+/// [`Losable`]'s error: the lease was lost.
+#[derive(Debug)]
+struct Lost;
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the lease was lost")
+    }
+}
+
+impl std::error::Error for Lost {}
+
+impl workq::QueueLease for LosableLease {
+    type Item = String;
+    type Error = Lost;
+
+    fn item(&self) -> &String {
+        self.lease.item()
+    }
+
+    fn priority(&self) -> i32 {
+        self.lease.priority()
+    }
+
+    async fn done(self) -> Result<(), Lost> {
+        if self.lost.load(Ordering::SeqCst) {
+            // The other holder's to end.
+            std::mem::forget(self.lease);
+            return Err(Lost);
+        }
+        self.lease.done();
+        Ok(())
+    }
+
+    async fn release(self) -> Result<bool, Lost> {
+        if self.lost.load(Ordering::SeqCst) {
+            std::mem::forget(self.lease);
+            return Err(Lost);
+        }
+        Ok(workq::QueueLease::release(self.lease).await.unwrap())
+    }
+}
+
+impl Queue for Losable {
+    type Item = String;
+    type Lease = LosableLease;
+    type Error = Lost;
+
+    fn name(&self) -> Option<&str> {
+        None
+    }
+
+    async fn add_with(&self, item: String, options: AddOptions) -> Result<bool, Lost> {
+        Ok(Queue::add_with(&self.queue, item, options).await.unwrap())
+    }
+
+    async fn forget(&self, item: &String) -> Result<(), Lost> {
+        self.queue.forget(item);
+        Ok(())
+    }
+
+    async fn num_requeues(&self, item: &String) -> Result<usize, Lost> {
+        Ok(self.queue.num_requeues(item))
+    }
+
+    async fn len(&self) -> Result<usize, Lost> {
+        Ok(self.queue.len())
+    }
+
+    async fn get(&self) -> Result<Option<LosableLease>, Lost> {
+        Ok(self.queue.get().await.map(|lease| LosableLease {
+            lease,
+            lost: self.lost.clone(),
+        }))
+    }
+
+    fn is_lease_lost(_: &Lost) -> bool {
+        true
+    }
+
+    fn shut_down(&self) -> Vec<String> {
+        Queue::shut_down(&self.queue)
+    }
+
+    async fn shut_down_with_drain(&self) -> Result<(), Lost> {
+        self.queue.shut_down_with_drain().await;
+        Ok(())
+    }
+
+    async fn is_shutting_down(&self) -> Result<bool, Lost> {
+        Ok(self.queue.is_shutting_down())
+    }
+}
+
+/// The trait's default `Queue::retry_and_done` is fenced: for a lease that is no longer the
+/// caller's, a rate-limited retry counts no failure and re-adds nothing, and a retry after
+/// a delay (with its forget) forgets nothing. The default forgot and added before the
+/// fenced `done`, so a stale holder moved the count 2 -> 3 and queued the item again, or
+/// reset it to 0. The current holder's retries still apply.
+#[test]
+fn the_default_retry_and_done_changes_nothing_for_a_stale_holder() {
+    use futures::executor::block_on;
+
+    let item = || "key".to_owned();
+    // A queue holding the item under a lease, with two failures counted.
+    let leased = || {
+        let queue = Losable {
+            queue: WorkQueue::builder().clock(FakeClock::new()).build(),
+            lost: Arc::new(AtomicBool::new(false)),
+        };
+        queue.queue.add(item());
+        queue.queue.add_rate_limited(item());
+        queue.queue.add_rate_limited(item());
+        let lease = block_on(Queue::get(&queue)).unwrap().unwrap();
+        assert_eq!(queue.queue.num_requeues(&item()), 2);
+        (queue, lease)
+    };
+    let cases = [
+        (AddOptions::default().rate_limited(), false, 3),
+        (AddOptions::default().after(Duration::from_secs(1)), true, 0),
+    ];
+    for (options, forget, applied_count) in cases {
+        let (queue, lease) = leased();
+        queue.lost.store(true, Ordering::SeqCst);
+        let refused = block_on(Queue::retry_and_done(&queue, lease, options, forget));
+        assert!(matches!(refused, Err(Lost)), "{options:?}");
+        assert_eq!(queue.queue.num_requeues(&item()), 2, "{options:?}");
+        assert_eq!(
+            queue.queue.delayed_len(),
+            0,
+            "{options:?}: nothing re-added"
+        );
+
+        let (queue, lease) = leased();
+        let applied = block_on(Queue::retry_and_done(&queue, lease, options, forget));
+        assert!(matches!(applied, Ok(None)), "{options:?}");
+        assert_eq!(
+            queue.queue.num_requeues(&item()),
+            applied_count,
+            "{options:?}"
+        );
+        assert_eq!(queue.queue.delayed_len(), 1, "{options:?}: re-added");
+        assert_eq!(queue.queue.processing_len(), 0);
+    }
+}

@@ -216,3 +216,57 @@ fn done_and_next_hands_nothing_out_once_the_queue_is_shut_down() {
     // Queued items are still handed out after a shut down, by get.
     assert_eq!(*queue.try_get().unwrap(), "b");
 }
+
+/// A lease handed back unprocessed ([`QueueLease::release`], what `Workers` do with a lease
+/// no worker takes) puts its item back where it was taken from: at the head of its
+/// priority, as the shared backends do, so that items added after it do not start before
+/// it. It went to the tail: `a` came out after `late`.
+#[test]
+fn a_released_item_goes_back_to_the_head_of_its_priority() {
+    use futures::executor::block_on;
+    use workq::{AddOptions, QueueLease, clock::FakeClock};
+
+    let queue: WorkQueue<&str> = WorkQueue::builder().clock(FakeClock::new()).build();
+    for item in ["a", "b", "c"] {
+        queue.add(item);
+    }
+    queue.add_with("urgent", AddOptions::default().priority(5));
+    let urgent = queue.try_get().unwrap();
+    let a = queue.try_get().unwrap();
+    queue.add("late");
+    assert_eq!(block_on(QueueLease::release(a)), Ok(true));
+    assert_eq!(block_on(QueueLease::release(urgent)), Ok(true));
+    assert_eq!(queue.processing_len(), 0);
+    let mut order = Vec::new();
+    while let Ok(lease) = queue.try_get() {
+        order.push(*lease.item());
+    }
+    assert_eq!(order, ["urgent", "a", "b", "c", "late"]);
+
+    // Re-adds while it was held: a delayed one is dropped (the item is ready now), a raise
+    // of its priority is kept.
+    for item in ["x", "y"] {
+        queue.add(item);
+    }
+    let x = queue.try_get().unwrap();
+    queue.add("z");
+    queue.add_after("x", std::time::Duration::from_secs(3600));
+    queue.add_with(
+        "x",
+        AddOptions::default()
+            .priority(3)
+            .after(std::time::Duration::from_secs(60)),
+    );
+    assert_eq!(block_on(QueueLease::release(x)), Ok(true));
+    assert_eq!(queue.delayed_len(), 0);
+    let next = queue.try_get().unwrap();
+    assert_eq!((*next.item(), next.priority()), ("x", 3));
+    drop(next);
+    assert_eq!(*queue.try_get().unwrap().item(), "y");
+
+    // Once the queue is shut down, a release is refused and the item leaves the queue.
+    queue.shut_down();
+    let z = queue.try_get().unwrap();
+    assert_eq!(block_on(QueueLease::release(z)), Ok(false));
+    assert_eq!((queue.len(), queue.processing_len()), (0, 0));
+}

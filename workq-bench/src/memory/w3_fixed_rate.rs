@@ -56,10 +56,10 @@ pub(crate) fn run(ctx: &Ctx<'_>) -> Vec<Sample> {
 
 /// Waits until the `n`-th delivery of a consumer started at `start` is due at `rate`.
 fn pace(start: Instant, n: usize, rate: f64) {
-    let due = start + Duration::from_secs_f64(n as f64 / rate);
-    let now = Instant::now();
-    if due > now + SLACK {
-        thread::sleep(due - now);
+    let due = Duration::try_from_secs_f64(n as f64 / rate).unwrap_or(Duration::MAX);
+    let ahead = due.saturating_sub(start.elapsed());
+    if ahead > SLACK {
+        thread::sleep(ahead);
     }
 }
 

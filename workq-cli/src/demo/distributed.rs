@@ -429,7 +429,7 @@ pub(super) async fn run<B: Backend>(args: DemoArgs, url: String) -> Result<ExitC
         );
     } else {
         let mut rng = rand::make_rng::<SmallRng>();
-        let per_event = args.duration.div_f64(args.events as f64);
+        let per_event = args.duration.div_f64(args.events.max(1) as f64);
         let mut batch = Vec::new();
         for n in 0..args.events {
             // A few hot objects get most events.
@@ -445,8 +445,8 @@ pub(super) async fn run<B: Backend>(args: DemoArgs, url: String) -> Result<ExitC
                 }
                 adds += batch.len() as u64;
                 batch.clear();
-                let due = started + per_event * (n + 1) as u32;
-                tokio::time::sleep_until(due.into()).await;
+                let due = per_event.saturating_mul(u32::try_from(n + 1).unwrap_or(u32::MAX));
+                tokio::time::sleep(due.saturating_sub(started.elapsed())).await;
             }
         }
         // Drain: nothing queued, delayed or in flight in any process.

@@ -185,9 +185,13 @@ impl Producer {
                 self.queue.add(object);
             }
             emitted += burst;
-            let due = start + self.duration.mul_f64(emitted as f64 / self.events as f64);
+            // An offset from the start, never an `Instant` sum: no duration can overflow it.
+            let due = Duration::try_from_secs_f64(
+                self.duration.as_secs_f64() * emitted as f64 / self.events as f64,
+            )
+            .unwrap_or(self.duration);
             tokio::select! {
-                () = tokio::time::sleep_until(due) => {}
+                () = tokio::time::sleep(due.saturating_sub(start.elapsed())) => {}
                 () = self.stop.stopped() => break,
             }
         }

@@ -138,6 +138,45 @@ where
     }
 }
 
+/// Fills `server` (started with `--enable-debug-command yes`) with `keys` keys and rewrites
+/// its AOF with them, so that a restart takes a while to load it (and answers `LOADING`
+/// meanwhile). Returns a connection to it that waits for any answer.
+pub(crate) async fn fill_aof(server: &RedisServer, keys: u64) -> redis::aio::MultiplexedConnection {
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new().set_response_timeout(None),
+        )
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEBUG")
+        .arg("POPULATE")
+        .arg(keys)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let _: String = redis::cmd("BGREWRITEAOF")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        if info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0") {
+            return con;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the AOF rewrite did not finish"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 // ===== on Redis =====
 
 #[derive(Clone)]

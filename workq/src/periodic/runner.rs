@@ -156,7 +156,8 @@ impl<Q: Queue> Periodic<Q> {
     }
 
     /// Claims each tick after a random span in `[0, jitter)` (see the
-    /// [module documentation](super#jitter)). Zero (the default) claims at the tick.
+    /// [module documentation](super#jitter)), cut short of the tick after: any length is
+    /// taken, `Duration::MAX` included. Zero (the default) claims at the tick.
     #[must_use]
     pub fn jitter(mut self, jitter: Duration) -> Self {
         self.jitter = jitter;
@@ -232,10 +233,18 @@ impl<Q: Queue> Periodic<Q> {
             loop {
                 let next = self.schedule.next_after(cursor)?;
                 status.send_modify(|s| s.next_tick = Some(next));
-                let mut at = next + self.draw_jitter();
-                if let Some(after) = self.schedule.next_after(next) {
-                    at = at.min(after - Duration::from_millis(1)).max(next);
-                }
+                // The jitter is cut short of the tick after (a jitter of any length, up to
+                // `Duration::MAX`, claims each tick before the next is due).
+                let jitter = match self.schedule.next_after(next) {
+                    Some(after) => self.jitter.min(
+                        after
+                            .duration_since(next)
+                            .unwrap_or_default()
+                            .saturating_sub(Duration::from_millis(1)),
+                    ),
+                    None => self.jitter,
+                };
+                let at = next.checked_add(draw(jitter)).unwrap_or(next);
                 self.wall.until(at).await;
                 // Woken late, past later ticks (a host suspended, a stalled executor): the
                 // latest tick due as of the jittered wait's end is taken, those before it
@@ -337,17 +346,18 @@ impl<Q: Queue> Periodic<Q> {
             wait = (wait * 2).min(MAX_RETRY);
         }
     }
+}
 
-    /// A span drawn evenly from `[0, jitter)`.
-    fn draw_jitter(&self) -> Duration {
-        if self.jitter.is_zero() {
-            return Duration::ZERO;
-        }
-        static STATE: std::sync::LazyLock<AtomicU64> =
-            std::sync::LazyLock::new(|| AtomicU64::new(random_seed()));
-        let fraction = bits53(&STATE) as f64 / (1_u64 << 53) as f64;
-        self.jitter.mul_f64(fraction)
+/// A span drawn evenly from `[0, jitter)` (any `jitter`, `Duration::MAX` included).
+fn draw(jitter: Duration) -> Duration {
+    if jitter.is_zero() {
+        return Duration::ZERO;
     }
+    static STATE: std::sync::LazyLock<AtomicU64> =
+        std::sync::LazyLock::new(|| AtomicU64::new(random_seed()));
+    let fraction = bits53(&STATE) as f64 / (1_u64 << 53) as f64;
+    Duration::try_from_secs_f64(jitter.as_secs_f64() * fraction)
+        .map_or(jitter, |drawn| drawn.min(jitter))
 }
 
 impl<Q: Queue> fmt::Debug for Periodic<Q> {

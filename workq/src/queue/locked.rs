@@ -210,7 +210,14 @@ impl<T> Shared<T> {
     /// The done itself, under the lock: what [`done`](Self::done) does once it holds it.
     #[inline(always)]
     fn done_locked(&self, inner: &mut Inner<T>, slot: u32) -> After<T> {
-        let done = inner.state.done(slot, self.metrics_now());
+        self.end_locked(inner, slot, false)
+    }
+
+    /// [`done_locked`](Self::done_locked); an item re-added while processing is queued
+    /// again at the head of its lane if `at_head`.
+    #[inline(always)]
+    fn end_locked(&self, inner: &mut Inner<T>, slot: u32, at_head: bool) -> After<T> {
+        let done = inner.state.end(slot, self.metrics_now(), at_head);
         // The queue's copy of an item it no longer tracks is freed outside the lock.
         let mut after = After::new(done.removed);
         if done.requeued || (self.flow && inner.state.len() > 0) {
@@ -364,6 +371,31 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> Shared<T> {
             after.adds = usize::from(added.counted);
             after.retry = retry && accepted;
             (accepted, after)
+        })
+    }
+
+    /// Hands the lease in `slot` back unprocessed, in one round of the lock: its item (a
+    /// clone of it) is re-added with `priority`, the one it was handed out with, and queued
+    /// again at once at the head of its priority, where it was taken from, so that items
+    /// added after it do not start before it (a re-add while it was held may raise the
+    /// priority; a delayed one is dropped, the item being ready now). `false` if the queue is
+    /// shut down and refused the re-add: the lease is then not ended here.
+    pub(crate) fn release(&self, slot: u32, item: T, priority: i32) -> bool {
+        let hash = item_hash(&self.hasher, &item);
+        let link = current_link();
+        self.locked_with(item, move |inner, item, _| {
+            if inner.state.is_shutting_down() {
+                return (false, After::new(Some(item)));
+            }
+            let (added, unused) =
+                inner
+                    .state
+                    .add_hashed(item, hash, Some(priority), self.metrics_now(), link);
+            let mut after = self.end_locked(inner, slot, true);
+            debug_assert!(after.unused.is_none(), "a released item stays queued");
+            after.unused = unused;
+            after.adds = usize::from(added.counted);
+            (true, after)
         })
     }
 

@@ -321,12 +321,18 @@ impl Flow {
         }
     }
 
-    /// Queues the item in `slot` at `priority` in its group.
+    /// Queues the item in `slot` at `priority` in its group: at the tail of its lane, or at
+    /// its head if `at_head` (a lease handed back unprocessed; the group takes its turn in
+    /// the ring as after any add).
     #[inline(never)]
-    pub(super) fn push(&mut self, priority: i32, slot: u32) {
+    pub(super) fn push(&mut self, priority: i32, slot: u32, at_head: bool) {
         let id = self.group_of[slot as usize];
         let group = &mut self.groups[id as usize];
-        group.ready.push(priority, slot);
+        if at_head {
+            group.ready.push_front(priority, slot);
+        } else {
+            group.ready.push(priority, slot);
+        }
         let eligible = group.eligible();
         let lane = group.lanes.entry(priority).or_default();
         lane.live += 1;

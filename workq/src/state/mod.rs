@@ -342,11 +342,19 @@ impl<T, S> State<T, S> {
     /// Queues `slot` at `priority`: in the ready lanes, or in its group.
     #[inline]
     fn enqueue(&mut self, priority: i32, slot: u32) {
+        self.enqueue_at(priority, slot, false);
+    }
+
+    /// [`enqueue`](Self::enqueue), at the head of the item's lane if `at_head` (a lease
+    /// handed back unprocessed goes back where it was taken from).
+    #[inline(always)]
+    fn enqueue_at(&mut self, priority: i32, slot: u32, at_head: bool) {
         match &mut self.flow {
+            None if at_head => self.ready.push_front(priority, slot),
             None => self.ready.push(priority, slot),
             Some(flow) => {
                 self.ready.len += 1;
-                flow.push(priority, slot);
+                flow.push(priority, slot, at_head);
             }
         }
     }
@@ -396,8 +404,16 @@ impl<T, S> State<T, S> {
 
     /// Ends the processing of the item in `slot` (client-go's `Done`). Returns `true` if the
     /// item was queued again because it was re-added while processing.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn done(&mut self, slot: u32, now: u64) -> Done<T> {
+        self.end(slot, now, false)
+    }
+
+    /// Ends the processing of the item in `slot` (client-go's `Done`). An item re-added while
+    /// processing is queued again: at the tail, or at the head of its lane if `at_head` (its
+    /// lease was handed back unprocessed: the re-add is the release's own).
+    #[inline(always)]
+    pub(crate) fn end(&mut self, slot: u32, now: u64, at_head: bool) -> Done<T> {
         let mut worked_for = None;
         if let Some(times) = &mut self.times {
             let started = std::mem::replace(Times::slot(&mut times.started, slot), UNSET);
@@ -420,7 +436,7 @@ impl<T, S> State<T, S> {
         if entry.flags & DIRTY != 0 {
             entry.flags = QUEUED;
             let prio = entry.priority;
-            self.enqueue(prio, slot);
+            self.enqueue_at(prio, slot, at_head);
             return Done {
                 requeued: true,
                 worked_for,

@@ -38,6 +38,20 @@ impl Ready {
         }
     }
 
+    /// Queues `slot` at the head of `priority`'s queue: a lease handed back unprocessed
+    /// goes back where it was taken from. The ordering rule holds: no stale reference to
+    /// (priority, slot) is left in that queue. The item was handed out from a queue at or
+    /// below `priority` (a re-add while it was held only raises it); had that queue held a
+    /// stale reference to the slot, the pop would have met it first, and a queue above it
+    /// with one would have been popped before it.
+    pub(super) fn push_front(&mut self, priority: i32, slot: u32) {
+        debug_assert!(
+            !self.stale.contains_key(&(priority, slot)),
+            "a stale reference left where a lease goes back"
+        );
+        self.unpop(priority, slot);
+    }
+
     /// Puts back a live reference [`pop`](Self::pop) just returned, at the head of its
     /// queue. No stale reference to the same (priority, slot) is left in that queue (they
     /// all sit before the live one, so `pop` consumed them), so the ordering rule holds.
