@@ -10,8 +10,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::{BoxStream, SelectAll};
 use kube::Resource;
+use kube::runtime::reflector::ObjectRef;
 use parking_lot::Mutex;
 use tokio::sync::watch;
+use tracing::Instrument;
 use workq::{AddOptions, Queue, StopToken};
 
 use crate::ObjectKey;
@@ -192,13 +194,19 @@ where
         // Keys by priority, highest first, each in the order the events came.
         let mut batches: BTreeMap<std::cmp::Reverse<i32>, Vec<Q::Item>> = BTreeMap::new();
         let mut failure = None;
+        // The events that brought keys, the keys that go to the queue, and the first one's
+        // object (for the round's span).
+        let (mut events, mut added, mut first) = (0, 0, None);
         for (index, item) in round {
             let meta = &mut metas[index];
             match item {
                 FeedItem::Keys(keys, priority) => {
+                    events += 1;
                     for (object, cause) in keys {
                         let key = Q::Item::from_object_ref(&object);
                         if self.admit(&key, cause, priority).await {
+                            added += 1;
+                            first.get_or_insert(object);
                             batches
                                 .entry(std::cmp::Reverse(priority))
                                 .or_default()
@@ -238,14 +246,51 @@ where
                 },
             }
         }
+        if batches.is_empty() {
+            return failure;
+        }
         // Keys gathered before a failure are still added: the controller stops gracefully.
-        for (std::cmp::Reverse(priority), keys) in batches {
-            if !self.add(keys, priority).await {
-                // The queue is shut down, or the controller stopped: it is stopping.
-                return failure;
+        let span = self.events_span(events, added, first.as_ref());
+        async {
+            for (std::cmp::Reverse(priority), keys) in batches {
+                if !self.add(keys, priority).await {
+                    // The queue is shut down, or the controller stopped: it is stopping.
+                    break;
+                }
             }
         }
+        .instrument(span)
+        .await;
         failure
+    }
+
+    /// The span a round's keys are added in: `controller.events`, with the controller's
+    /// name, how many events brought keys, how many keys go to the queue, and the object
+    /// when there is one (a live change, most of the time), as kube-runtime names it
+    /// (`object.ref`). An add records the span it is made in (feature `otel`), so the
+    /// reconcile of each key links to the round of events that queued it.
+    fn events_span<K>(
+        &self,
+        events: usize,
+        keys: usize,
+        object: Option<&ObjectRef<K>>,
+    ) -> tracing::Span
+    where
+        K: Resource,
+    {
+        let span = tracing::info_span!(
+            "controller.events",
+            controller = %self.controller,
+            events,
+            keys,
+            "object.ref" = tracing::field::Empty,
+        );
+        if keys == 1
+            && let Some(object) = object
+        {
+            span.record("object.ref", tracing::field::display(object));
+        }
+        span
     }
 
     /// Adds `keys` at `priority`, until the queue takes them: a shared backend's failure

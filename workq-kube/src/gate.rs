@@ -663,6 +663,19 @@ impl<Q: Queue> QueueLease for ControllerLease<Q> {
         self.inner().priority()
     }
 
+    /// The queue's lease's: the workers' `workqueue.item` span, which the reconcile runs in,
+    /// links to the adds (the events) that queued the key.
+    #[cfg(feature = "otel")]
+    fn links(&self) -> &[workq::otel::TraceLink] {
+        self.inner().links()
+    }
+
+    /// The queue's lease's.
+    #[cfg(feature = "otel")]
+    fn links_dropped(&self) -> u32 {
+        self.inner().links_dropped()
+    }
+
     async fn done(mut self) -> Result<(), Q::Error> {
         let inner = self.lease.take().expect("a lease is ended once");
         let item = inner.item().clone();

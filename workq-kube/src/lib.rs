@@ -118,6 +118,17 @@
 //!   (`controller_runtime_reconcile_total{controller,result}`, errors, terminal errors,
 //!   panics, timeouts, `controller_runtime_reconcile_time_seconds`, active workers, max
 //!   concurrent reconciles), so kubebuilder's dashboards and alerts read them unchanged.
+//! - **Traces from the event to the reconcile** (feature `otel`). A reconcile runs inside
+//!   the workers' `workqueue.item` span (with the key), so its own spans are children of
+//!   that span. The controller adds each round of events' keys inside a `controller.events`
+//!   span (the controller's name, how many events and keys, the key when there is one).
+//!   With a `tracing-opentelemetry` layer, an add records the span it is made in, and the
+//!   `workqueue.item` span of the reconcile it causes links to it: to the round of watch
+//!   events that queued the key, or to your own span around an add to [`Running::queue`]
+//!   (a webhook's request, say). Deduplicated adds keep links to the first few (see
+//!   `workq::otel`), on a queue that keeps them (the in-memory one does). Events that come
+//!   in while their object is being reconciled are added when that reconcile succeeds,
+//!   inside its span: the next reconcile links to the one before.
 //!
 //! # Queues and keys
 //!
@@ -216,6 +227,7 @@
 //! | `error_policy(obj, &err, ctx) -> Action` | [`Controller::error_policy`]`(\|obj, &err, failures\| ...)` returning [`ErrorAction`] or kube's `Action`; by default a per-object exponential backoff, reset on success | better: the per-object failure count kube lacks (kube-rs#1916, #297), and a default that never drops an object |
 //! | `Action::requeue(d)`, `Action::await_change()` | the same, read by the runner ([`action_outcome`]); or [`Outcome`](workq::Outcome) | same |
 //! | (no metrics) | Kubernetes' workqueue series per controller, controller-runtime's reconcile series, watch failures | better (kube-rs#1917) |
+//! | a `reconciling object` span per reconcile | the workers' `workqueue.item` span per reconcile, linked to the spans of the events or adds that queued the key (feature `otel`) | better: a trace leads from the event to the reconcile |
 //! | (no leader election: kube-rs#485) | [`Controller::leader_elected`]`(lease)`, [`Controller::leader_election`]`(`[`LeaderElection`]`)`: client-go's rules on a Lease, fencing at the renew deadline, warm standby, release on a graceful stop | better |
 //! | `applier(...)` ("hard mode") | missing: [`Workers`](workq::Workers) over any [`Queue`](workq::Queue) is this crate's lower level |  |
 //!
@@ -229,6 +241,8 @@
 //! - `rustls-tls`: TLS to API servers (kubeconfigs with `https://` clusters, that is every
 //!   real cluster), on rustls with ring. Without it, only `http://` servers can be reached.
 //! - `testing`: [`testing::FakeApiServer`], an in-process API server for tests and examples.
+//! - `otel`: trace links from the events to the reconciles (`workq`'s feature `otel`; see
+//!   "What the runner does").
 
 mod controller;
 mod defaults;

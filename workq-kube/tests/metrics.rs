@@ -14,14 +14,7 @@ use workq_kube::Controller;
 use workq_kube::testing::FakeApiServer;
 
 mod support;
-use support::{Widget, configmap, eventually, widget};
-
-/// The registry's text.
-fn metrics() -> String {
-    let mut text = String::new();
-    workq_kube::metrics::encode(&mut text).unwrap();
-    text
-}
+use support::{Widget, configmap, eventually, metrics, sample, widget};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_default_controller_reports_the_workqueue_series_under_its_kind_or_name() {
@@ -64,14 +57,6 @@ async fn a_default_controller_reports_the_workqueue_series_under_its_kind_or_nam
     ] {
         assert!(text.contains(line), "{line} missing from:\n{text}");
     }
-}
-
-/// The value of the sample named `series` with exactly `labels` (in the registry's order).
-fn sample(text: &str, series: &str, labels: &str) -> Option<f64> {
-    let prefix = format!("{series}{{{labels}}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map(|value| value.trim().parse().expect("a sample's value is a number"))
 }
 
 /// The value of `series{controller="<controller>"}`, or of a `result` of

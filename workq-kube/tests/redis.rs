@@ -3,71 +3,22 @@
 //! test's own (`redis-server` on a free loopback port); without the binary the test fails,
 //! unless `WQ_SKIP_REDIS_TESTS=1` outside CI.
 
-use std::collections::{BTreeMap, HashSet};
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
+use support::replicas::{self, Replica, Shared, reconcile};
+use support::{configmap, eventually};
 use tokio::sync::watch;
 use workq::{Outcome, Queue};
 use workq_conformance::servers::redis as server;
 use workq_kube::Controller;
 use workq_kube::testing::FakeApiServer;
 use workq_redis::RedisQueue;
-
-/// What both replicas' reconciles saw.
-#[derive(Default)]
-struct Shared {
-    /// Objects being reconciled now, by any replica.
-    running: Mutex<HashSet<String>>,
-    /// Whether two replicas ever reconciled one object at once.
-    overlapped: Mutex<bool>,
-    /// (name, value) per reconcile, and which replica ran it.
-    calls: Mutex<Vec<(String, String, usize)>>,
-}
-
-struct Replica {
-    id: usize,
-    shared: Arc<Shared>,
-}
-
-async fn reconcile(configmap: Arc<ConfigMap>, replica: Arc<Replica>) -> Outcome {
-    let name = configmap.name_any();
-    if !replica.shared.running.lock().unwrap().insert(name.clone()) {
-        *replica.shared.overlapped.lock().unwrap() = true;
-    }
-    // Long enough for the other replica to try the same key if the queue let it.
-    tokio::time::sleep(Duration::from_millis(2)).await;
-    let value = configmap
-        .data
-        .as_ref()
-        .and_then(|data| data.get("value"))
-        .cloned()
-        .unwrap_or_default();
-    replica
-        .shared
-        .calls
-        .lock()
-        .unwrap()
-        .push((name.clone(), value, replica.id));
-    replica.shared.running.lock().unwrap().remove(&name);
-    Outcome::Done
-}
-
-fn configmap(name: &str, value: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some("default".to_owned()),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([("value".to_owned(), value.to_owned())])),
-        ..ConfigMap::default()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_sharing_a_redis_queue_reconcile_each_object_one_at_a_time() {
@@ -101,34 +52,28 @@ async fn replicas_sharing_a_redis_queue_reconcile_each_object_one_at_a_time() {
         );
     }
 
-    let reconciled_at = |value: &str| {
-        let calls = shared.calls.lock().unwrap();
-        let names: HashSet<&str> = calls
-            .iter()
-            .filter(|(_, v, _)| v == value)
-            .map(|(name, ..)| name.as_str())
-            .collect();
-        names.len()
-    };
-    eventually("every object reconciled", || reconciled_at("v1") == 20).await;
+    eventually("every object reconciled", || {
+        shared.reconciled_at("v1") == 20
+    })
+    .await;
     for index in 0..20 {
         api.apply(&configmap(&format!("web-{index}"), "v2"));
     }
-    eventually("every change reconciled", || reconciled_at("v2") == 20).await;
+    eventually("every change reconciled", || {
+        shared.reconciled_at("v2") == 20
+    })
+    .await;
 
     for replica in replicas {
         let summary = replica.shut_down().await.unwrap();
         assert!(summary.is_drained());
     }
-    assert!(
-        !*shared.overlapped.lock().unwrap(),
-        "two replicas held one object at once"
-    );
+    assert!(!shared.overlapped(), "two replicas held one object at once");
     // controller-runtime's reconcile series on a shared queue too: both replicas (one
     // process here) under the queue's name, which no other test of this binary uses.
     let mut text = String::new();
     workq_kube::metrics::encode(&mut text).unwrap();
-    let reconciles = shared.calls.lock().unwrap().len();
+    let reconciles = shared.count();
     for line in [
         format!(
             r#"controller_runtime_reconcile_total{{controller="replicas",result="success"}} {reconciles}"#
@@ -142,17 +87,6 @@ async fn replicas_sharing_a_redis_queue_reconcile_each_object_one_at_a_time() {
     ] {
         assert!(text.contains(&line), "{line} missing from:\n{text}");
     }
-}
-
-/// Waits until `done` holds, checking every 10 ms; fails after 30 s.
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..3000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 /// How many scripts the server has run so far (`EVALSHA` and `EVAL` calls): one per add
@@ -266,14 +200,7 @@ async fn a_redis_restart_under_the_controller_is_survived() {
             shared: shared.clone(),
         }),
     );
-    let reconciled = |value: &str| {
-        shared
-            .calls
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|(name, v, _)| name == "web-0" && v == value)
-    };
+    let reconciled = |value: &str| shared.reconciled("web-0", value, None);
     // Done with it (a `done` cut off by the outage would leave its lease to expire, 30 s).
     eventually("the first reconcile", || {
         reconciled("v1") && controller.stats().processed == 1
@@ -370,80 +297,19 @@ async fn a_stale_replicas_failed_reconcile_changes_nothing_on_redis() {
 }
 
 /// Two leader-elected replicas on one Redis queue: both feed it (warm standby), only the
-/// leader's workers take keys; after the leader's graceful stop the other one does.
+/// leader's workers take keys; after the leader's graceful stop the other one does, without
+/// a list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_elected_replicas_on_a_redis_queue_reconcile_on_the_leader_only() {
-    use workq_kube::LeaderElection;
     if !server::require_binary() {
         return;
     }
     let redis = server::RedisServer::start().expect("redis-server starts");
     let api = FakeApiServer::start().await;
-    for index in 0..5 {
-        api.apply(&configmap(&format!("web-{index}"), "v1"));
-    }
-    let shared = Arc::new(Shared::default());
-    let start = |id: usize| {
-        let (url, api_client, shared) = (
-            redis.url(),
-            api.client_named(&format!("replica-{id}")),
-            shared.clone(),
-        );
-        async move {
-            let queue: RedisQueue<String> = RedisQueue::connect(&url, "elected").await.unwrap();
-            Controller::with_queue(
-                queue,
-                Api::<ConfigMap>::namespaced(api_client, "default"),
-                watcher::Config::default(),
-            )
-            .leader_election(
-                LeaderElection::new("elected")
-                    .identity(format!("replica-{id}"))
-                    .lease_duration(Duration::from_secs(2))
-                    .renew_deadline(Duration::from_secs(1))
-                    .retry_period(Duration::from_millis(200)),
-            )
-            .run(reconcile, Arc::new(Replica { id, shared }))
-        }
-    };
-    let first = start(0).await;
-    eventually("replica-0 leads", || first.is_leader()).await;
-    let second = start(1).await;
-    eventually("every object reconciled", || {
-        shared.calls.lock().unwrap().len() >= 5
-    })
-    .await;
-    second.wait_until_ready().await;
-    // The standby's feed adds its events to the shared queue too; a change is reconciled,
-    // by the leader.
-    api.apply(&configmap("web-0", "v2"));
-    eventually("the change reconciled", || {
-        shared
-            .calls
-            .lock()
+    replicas::leader_elected_pair(&api, || async {
+        RedisQueue::<String>::connect(&redis.url(), "elected")
+            .await
             .unwrap()
-            .iter()
-            .any(|(name, value, _)| name == "web-0" && value == "v2")
     })
     .await;
-    assert!(!second.is_leader());
-    assert!(
-        shared.calls.lock().unwrap().iter().all(|(.., id)| *id == 0),
-        "only the leader reconciles"
-    );
-
-    first.shut_down().await.unwrap();
-    eventually("replica-1 leads", || second.is_leader()).await;
-    api.apply(&configmap("web-1", "v2"));
-    eventually("the next change reconciled by replica-1", || {
-        shared
-            .calls
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|(name, value, id)| name == "web-1" && value == "v2" && *id == 1)
-    })
-    .await;
-    second.shut_down().await.unwrap();
-    assert!(!*shared.overlapped.lock().unwrap());
 }

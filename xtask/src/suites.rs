@@ -29,6 +29,7 @@ const SERVER_BINARIES: &[(&str, Option<&str>, &str)] = &[
         "Chromium, redis-server and PostgreSQL",
     ),
     ("workq-kube", Some("redis"), "redis-server"),
+    ("workq-kube", Some("postgres"), "PostgreSQL"),
     ("workq-kube", Some("signal"), "redis-server"),
     ("workq-cli", Some("redis_cli"), "redis-server"),
     ("workq-cli", Some("postgres_cli"), "PostgreSQL"),

@@ -1,7 +1,9 @@
-//! What the controller tests share: waiting for a state, ConfigMaps, and a custom resource
-//! with a status.
+//! What the controller tests share: waiting for a state, ConfigMaps, a custom resource
+//! with a status, and replicas sharing a queue on a server (`replicas`).
 
 #![allow(dead_code, reason = "each test binary uses a part of the support")]
+
+pub(crate) mod replicas;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,6 +22,22 @@ pub(crate) async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("timed out waiting for {what}");
+}
+
+/// The process-wide registry's text.
+#[cfg(feature = "prometheus")]
+pub(crate) fn metrics() -> String {
+    let mut text = String::new();
+    workq_kube::metrics::encode(&mut text).unwrap();
+    text
+}
+
+/// The value of the sample named `series` with exactly `labels` (in the scrape's order).
+pub(crate) fn sample(text: &str, series: &str, labels: &str) -> Option<f64> {
+    let prefix = format!("{series}{{{labels}}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map(|value| value.trim().parse().expect("a sample's value is a number"))
 }
 
 pub(crate) fn configmap(name: &str, value: &str) -> ConfigMap {
