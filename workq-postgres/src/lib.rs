@@ -238,6 +238,7 @@ mod control;
 mod dead_letter;
 mod error;
 mod faults;
+mod flow;
 mod get;
 mod inner;
 mod inspect;
@@ -255,6 +256,7 @@ pub use builder::{Builder, MAX_NAME_BYTES};
 pub use error::Error;
 #[cfg(feature = "fault-injection")]
 pub use faults::Mutation;
+pub use flow::MAX_GROUP_BYTES;
 #[expect(deprecated, reason = "the old name stays one release")]
 pub use inspect::SCAN;
 pub use inspect::SEARCH_BUDGET;
