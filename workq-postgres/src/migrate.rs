@@ -94,7 +94,7 @@ const MIGRATIONS: &[Migration] = &[
         version: 7,
         serves_from: 3,
         sql: include_str!("sql/migrations/0007_flow.sql"),
-        released: 0xae22_bd5b_e98d_1569,
+        released: 0x82eb_46dc_53b3_da66,
     },
 ];
 

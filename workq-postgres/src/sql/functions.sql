@@ -627,8 +627,9 @@ DECLARE
     flow_ boolean;
     queue_n integer;
     freed integer := 0;
-    reopened integer := 0;
+    again boolean;
     now_ timestamptz := clock_timestamp();
+    d record;
     r record;
 BEGIN
     SELECT s.flow INTO flow_ FROM workqueue_queues s WHERE s.id = q;
@@ -647,25 +648,28 @@ BEGIN
     ELSE
         PERFORM 1 FROM workqueue_flow f WHERE f.queue = q FOR NO KEY UPDATE;
     END IF;
-    -- The groups' slots back; a group at its limit that has a free slot now goes to the back
-    -- of the turns.
-    WITH d AS (
-        SELECT u.g AS name, count(*)::integer AS n
-        FROM unnest(grps, bits) AS u(g, b)
-        WHERE (u.b & 1) <> 0 AND u.g IS NOT NULL
-        GROUP BY u.g
-    ), changed AS (
+    -- The groups' slots back, a group row at a time (by its key: most often one). A group
+    -- at its limit that has a free slot now goes to the back of the turns.
+    FOR d IN SELECT u.g AS name, count(*)::integer AS n
+             FROM unnest(grps, bits) AS u(g, b)
+             WHERE (u.b & 1) <> 0 AND u.g IS NOT NULL
+             GROUP BY u.g LOOP
         UPDATE workqueue_groups g SET
             in_flight = greatest(g.in_flight - d.n, 0),
             turn = CASE WHEN g.saturated AND g.in_flight - d.n < g.lim
                         THEN nextval('workqueue_seq') ELSE g.turn END,
             credit = CASE WHEN g.saturated THEN 0 ELSE g.credit END
-        FROM d
-        WHERE g.queue = q AND g.name = d.name
-        RETURNING g.top IS NOT NULL AND g.lim IS NOT NULL AND g.in_flight < g.lim
-                  AND g.in_flight + d.n >= g.lim AS again
-    )
-    SELECT count(*) FILTER (WHERE c.again) INTO reopened FROM changed c;
+            WHERE g.queue = q AND g.name = d.name
+            RETURNING g.top IS NOT NULL AND g.lim IS NOT NULL AND g.in_flight < g.lim
+                      AND g.in_flight + d.n >= g.lim
+            INTO again;
+        IF again THEN
+            freed := freed + 1;
+        END IF;
+        -- A group that holds nothing, its bucket full: forgotten.
+        DELETE FROM workqueue_groups g
+            WHERE g.queue = q AND g.name = d.name AND g.idle AND g.tat <= now_;
+    END LOOP;
     IF flow_ THEN
         SELECT array_agg(coalesce(u.g, '')) AS names, array_agg(1) AS ns,
                array_agg(u.p) AS tops, array_agg(nextval('workqueue_seq')) AS turns
@@ -675,10 +679,8 @@ BEGIN
             PERFORM workqueue_groups_join(q, r.names, r.ns, r.tops, r.turns);
         END IF;
     END IF;
-    DELETE FROM workqueue_groups g
-        WHERE g.queue = q AND g.name = ANY(grps) AND g.idle AND g.tat <= now_;
-    IF freed + reopened > 0 THEN
-        PERFORM workqueue_wake(q, freed + reopened);
+    IF freed > 0 THEN
+        PERFORM workqueue_wake(q, freed);
     END IF;
 END $function$;
 
@@ -816,13 +818,16 @@ BEGIN
                 WHERE t.queue = q AND t.name = g.name;
             CONTINUE;
         END IF;
+        -- (The lane's own order, whatever the statistics: see workqueue_group_oldest.)
         SELECT i.ctid, coalesce(i.priority, 0) AS p INTO h FROM workqueue_items i
-            WHERE i.queue = q AND i.grp = g.name AND i.grp IS NOT NULL AND i.ready
-            ORDER BY coalesce(i.priority, 0) DESC, i.avail_at, i.seq
+            WHERE i.queue = q AND i.grp >= g.name AND i.grp <= g.name AND i.ready
+            ORDER BY i.grp, coalesce(i.priority, 0) DESC, i.avail_at, i.seq
             LIMIT 1 FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             IF EXISTS (SELECT 1 FROM workqueue_items i
-                       WHERE i.queue = q AND i.grp = g.name AND i.grp IS NOT NULL AND i.ready) THEN
+                       WHERE i.queue = q AND i.grp >= g.name AND i.grp <= g.name AND i.ready
+                       ORDER BY i.grp, coalesce(i.priority, 0) DESC, i.avail_at, i.seq
+                       LIMIT 1) THEN
                 -- Its ready rows are someone's (a transaction's add): their commit wakes the
                 -- getters.
                 skipped := skipped || g.name;
@@ -853,8 +858,8 @@ BEGIN
         taken := taken + 1;
         next_top := NULL;
         SELECT coalesce(i.priority, 0) INTO next_top FROM workqueue_items i
-            WHERE i.queue = q AND i.grp = g.name AND i.grp IS NOT NULL AND i.ready
-            ORDER BY coalesce(i.priority, 0) DESC, i.avail_at, i.seq LIMIT 1;
+            WHERE i.queue = q AND i.grp >= g.name AND i.grp <= g.name AND i.ready
+            ORDER BY i.grp, coalesce(i.priority, 0) DESC, i.avail_at, i.seq LIMIT 1;
         -- Deficit round robin: a new visit gets `weight` turns; the last one sends the group
         -- to the back. A group that leaves the turns (no more items at this priority, at its
         -- limit) ends its visit.
@@ -1136,6 +1141,11 @@ END $function$;
 -- at the head of its group, does not count), read through the group's lane one priority at a
 -- time: a look per priority the group has ready items at, whatever their number. For
 -- operators.
+--
+-- A lane is read with `grp` between the name and itself, ordered by `grp` first: with `grp =`
+-- a value, the order by `grp` would be dropped as constant, and a plan made with statistics
+-- from a nearly empty table could take the queue's ready order (workqueue_items_ready) and
+-- filter the group's items out of all of them; only the lane's index gives this order.
 CREATE OR REPLACE FUNCTION public.workqueue_group_oldest(q integer, g text)
  RETURNS timestamp with time zone
  LANGUAGE plpgsql
@@ -1143,6 +1153,8 @@ CREATE OR REPLACE FUNCTION public.workqueue_group_oldest(q integer, g text)
  SET search_path TO 'pg_catalog', 'public', 'pg_temp'
  SET enable_seqscan TO 'off'
  SET jit TO 'off'
+ SET enable_sort TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
     p integer;
@@ -1150,19 +1162,19 @@ DECLARE
     oldest timestamptz;
 BEGIN
     SELECT coalesce(i.priority, 0) INTO p FROM workqueue_items i
-        WHERE i.queue = q AND i.grp = g AND i.grp IS NOT NULL AND i.ready
-        ORDER BY coalesce(i.priority, 0) DESC, i.avail_at, i.seq LIMIT 1;
+        WHERE i.queue = q AND i.grp >= g AND i.grp <= g AND i.ready
+        ORDER BY i.grp, coalesce(i.priority, 0) DESC, i.avail_at, i.seq LIMIT 1;
     WHILE p IS NOT NULL LOOP
         at_ := NULL;
         SELECT i.avail_at INTO at_ FROM workqueue_items i
-            WHERE i.queue = q AND i.grp = g AND i.grp IS NOT NULL AND i.ready
+            WHERE i.queue = q AND i.grp >= g AND i.grp <= g AND i.ready
               AND coalesce(i.priority, 0) = p AND i.avail_at > '-infinity'
-            ORDER BY coalesce(i.priority, 0) DESC, i.avail_at, i.seq LIMIT 1;
+            ORDER BY i.grp, coalesce(i.priority, 0) DESC, i.avail_at, i.seq LIMIT 1;
         oldest := least(oldest, at_);
         SELECT coalesce(i.priority, 0) INTO p FROM workqueue_items i
-            WHERE i.queue = q AND i.grp = g AND i.grp IS NOT NULL AND i.ready
+            WHERE i.queue = q AND i.grp >= g AND i.grp <= g AND i.ready
               AND coalesce(i.priority, 0) < p
-            ORDER BY coalesce(i.priority, 0) DESC, i.avail_at, i.seq LIMIT 1;
+            ORDER BY i.grp, coalesce(i.priority, 0) DESC, i.avail_at, i.seq LIMIT 1;
         IF NOT FOUND THEN
             p := NULL;
         END IF;
@@ -1195,7 +1207,10 @@ AS $function$
           FROM unnest(names, ns, tops, turns) AS u(name, n, top, turn)
           GROUP BY u.name) a
     LEFT JOIN workqueue_flow f ON f.queue = q
-    LEFT JOIN workqueue_group_settings s ON s.queue = q AND s.name = a.name
+    -- A probe of the settings' key per group, whatever the statistics say.
+    LEFT JOIN LATERAL (SELECT t.max_in_flight, t.weight, t.rate_us, t.rate_burst
+                       FROM workqueue_group_settings t
+                       WHERE t.queue = q AND t.name = a.name LIMIT 1) s ON true
     ORDER BY a.name
     ON CONFLICT (queue, name) DO UPDATE SET
         ready = g.ready + EXCLUDED.ready,
