@@ -277,14 +277,35 @@ impl Inner {
     }
 }
 
-/// A group's figures as [`figures`] reads them: name, ready, in flight, limit, the oldest
-/// ready item's wait in seconds.
-type GroupFigures = (String, i32, i32, Option<i32>, Option<f64>);
+/// A group's figures as [`figures`] reads them: name, ready, in flight, the oldest ready
+/// item's wait in seconds.
+type GroupFigures = (String, i64, i32, Option<f64>);
+
+/// The groups of queue `$1` for operators (at most `$2` group rows and `$2` arrivals, in
+/// their keys' order): the groups kept, with the arrivals the next get will fold in added to
+/// their ready items (a group that only has arrivals yet is listed too).
+const GROUPS: &str = "
+    WITH kept AS (
+        SELECT name, greatest(ready, 0) AS ready, in_flight, top, saturated
+        FROM workqueue_groups WHERE queue = $1 ORDER BY name LIMIT $2
+    ), pending AS (
+        SELECT a.grp AS name, sum(a.n)::bigint AS n
+        FROM (SELECT grp, n FROM workqueue_arrivals WHERE queue = $1 ORDER BY id LIMIT $2) a
+        GROUP BY a.grp
+    ), groups AS (
+        SELECT coalesce(k.name, p.name) AS name,
+               coalesce(k.ready, 0) + coalesce(p.n, 0) AS ready,
+               coalesce(k.in_flight, 0) AS in_flight,
+               k.top IS NOT NULL OR coalesce(p.n, 0) > 0 AS has_ready,
+               coalesce(k.saturated, false) AS saturated
+        FROM kept k FULL JOIN pending p ON p.name = k.name
+    )";
 
 /// Queue `id`'s flow control for operators: its figures, its `top` groups with the most
 /// ready items (then the most leases, then by name), and its limits; `None` when it has no
-/// flow control. At most `rows` group rows are read (in name order; `None`: all of them), so
-/// the figures of a queue with more live groups than that are those of the first ones.
+/// flow control. At most `rows` group rows and as many arrivals are read (in their keys'
+/// order; `None`: all of them), so the figures of a queue with more live groups than that
+/// are those of the first ones.
 pub(crate) async fn figures(
     pool: &PgPool,
     id: i32,
@@ -295,42 +316,35 @@ pub(crate) async fn figures(
     if limits.is_empty() {
         return Ok(None);
     }
-    let (kept, ready, saturated): (i64, i64, i64) = sqlx::query_as(
-        "SELECT count(*), count(*) FILTER (WHERE top IS NOT NULL),
-                count(*) FILTER (WHERE saturated)
-         FROM (SELECT top, saturated FROM workqueue_groups WHERE queue = $1
-               ORDER BY name LIMIT $2) g",
-    )
+    let (kept, ready, saturated): (i64, i64, i64) = sqlx::query_as(&format!(
+        "{GROUPS}
+         SELECT count(*), count(*) FILTER (WHERE has_ready), count(*) FILTER (WHERE saturated)
+         FROM groups"
+    ))
     .bind(id)
     .bind(rows)
     .fetch_one(pool)
     .await?;
-    let groups: Vec<GroupFigures> = sqlx::query_as(
-        "SELECT g.name, g.ready, g.in_flight, g.lim,
+    let groups: Vec<GroupFigures> = sqlx::query_as(&format!(
+        "{GROUPS}
+         SELECT g.name, g.ready, g.in_flight,
                 extract(epoch FROM statement_timestamp()
                                    - workqueue_group_oldest($1, g.name))::float8
-         FROM (SELECT name, greatest(ready, 0) AS ready, in_flight, lim
-               FROM (SELECT name, ready, in_flight, lim, top FROM workqueue_groups
-                     WHERE queue = $1 ORDER BY name LIMIT $3) k
-               WHERE top IS NOT NULL OR in_flight > 0
-               ORDER BY greatest(ready, 0) DESC, in_flight DESC, name LIMIT $2) g
-         ORDER BY g.ready DESC, g.in_flight DESC, g.name",
-    )
+         FROM (SELECT name, ready, in_flight FROM groups WHERE has_ready OR in_flight > 0
+               ORDER BY ready DESC, in_flight DESC, name LIMIT $3) g
+         ORDER BY g.ready DESC, g.in_flight DESC, g.name"
+    ))
     .bind(id)
-    .bind(top)
     .bind(rows)
+    .bind(top)
     .fetch_all(pool)
     .await?;
     let flow = FlowStats::new(count(kept), count(ready), count(saturated));
     let groups = groups
         .into_iter()
-        .map(|(name, ready, in_flight, lim, oldest)| {
-            let mut group = GroupStats::new(
-                name,
-                count(ready.into()),
-                count(in_flight.into()),
-                limit(lim),
-            );
+        .map(|(name, ready, in_flight, oldest)| {
+            let limit = limits.limit_of(&name);
+            let mut group = GroupStats::new(name, count(ready), count(in_flight.into()), limit);
             group.oldest_ready = oldest.map(seconds);
             group
         })
