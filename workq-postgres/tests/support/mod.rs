@@ -128,15 +128,16 @@ pub(crate) async fn waiting_for_a_lock(admin: &sqlx::PgPool, needle: &str) -> i3
 
 /// A builder of a fresh queue on `server` with the flow control `spec` describes, grouping
 /// `"group/name"` items by `group` (`workq_conformance::flow`'s items). Getters poll every
-/// 10 s: far above the wake-up bounds the rules assert, so a wake-up is never a poll.
+/// 60 s and leases last a minute (a getter's sweep comes every 15 s): far above the wake-up
+/// bounds the rules assert (10 s), so a wake-up is never a poll.
 pub(crate) fn flow_builder(
     server: &PgServer,
     spec: &workq_conformance::flow::FlowSpec,
 ) -> workq_postgres::Builder<String> {
     let mut builder = PgQueue::builder(unique("flow"))
         .url(server.url())
-        .lease_duration(Duration::from_secs(10))
-        .poll_interval(Duration::from_secs(10))
+        .lease_duration(Duration::from_secs(60))
+        .poll_interval(Duration::from_secs(60))
         .group_by(|item: &String| workq_conformance::flow::group_of(item).to_owned());
     if let Some(n) = spec.max_in_flight {
         builder = builder.max_in_flight(n);
