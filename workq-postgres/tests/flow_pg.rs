@@ -126,10 +126,10 @@ async fn an_expired_lease_frees_its_groups_slot() {
         .build()
         .await
         .unwrap();
-    // This one sweeps every 75 ms (a quarter of its lease) while it waits.
+    // This one looks, and sweeps, every 100 ms while it waits; its own leases last a minute.
     let other = handle(&server, &name)
         .max_in_flight_per_group(1)
-        .lease_duration(Duration::from_millis(300))
+        .poll_interval(Duration::from_millis(100))
         .build()
         .await
         .unwrap();
