@@ -641,6 +641,15 @@ async fn an_upgrade_from_version_2_keeps_every_item() {
     lease.done().await.unwrap();
 }
 
+/// The token of the lease on item `item` (its JSON text is the string) of queue 7.
+async fn token_of(pool: &sqlx::PgPool, item: &str) -> i64 {
+    sqlx::query_scalar("SELECT token FROM workqueue_items WHERE queue = 7 AND item = $1")
+        .bind(format!("\"{item}\""))
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 /// A database of schema version 3 with items in every state (queued with and without a
 /// priority, delayed, leased, leased and re-added, leased with a pending delay, a failure
 /// count, a used token bucket, a dead letter) is upgraded to version 4 in place: queued items
@@ -685,19 +694,10 @@ async fn an_upgrade_from_version_3_keeps_every_item() {
     )
     .await
     .unwrap();
-    let token = |item: &'static str| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT token FROM workqueue_items WHERE queue = 7 AND item = $1",
-            )
-            .bind(format!("\"{item}\""))
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-        }
-    };
-    let (held, late) = (token("held").await, token("held-late").await);
+    let (held, late) = (
+        token_of(&pool, "held").await,
+        token_of(&pool, "held-late").await,
+    );
 
     let q: PgQueue<String> = PgQueue::builder("v3")
         .url(server.url())
@@ -826,19 +826,10 @@ async fn an_upgrade_from_version_6_keeps_every_item_under_flow_control() {
     )
     .await
     .unwrap();
-    let token = |item: &'static str| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT token FROM workqueue_items WHERE queue = 7 AND item = $1",
-            )
-            .bind(format!("\"{item}\""))
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-        }
-    };
-    let (held, late) = (token("held").await, token("held-late").await);
+    let (held, late) = (
+        token_of(&pool, "held").await,
+        token_of(&pool, "held-late").await,
+    );
 
     let q: PgQueue<String> = PgQueue::builder("v6")
         .url(server.url())

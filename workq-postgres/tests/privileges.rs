@@ -25,11 +25,9 @@ const GRANTS: &str = "
     GRANT USAGE ON SEQUENCE workqueue_seq TO worker;
 ";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_role_with_the_listed_grants_runs_the_queue() {
-    let Some(server) = PgServer::start() else {
-        return;
-    };
+/// The schema's owner's pool on `server`, the schema installed and the worker role made with
+/// the listed grants.
+async fn installed(server: &PgServer) -> sqlx::PgPool {
     let owner = PgPoolOptions::new()
         .max_connections(2)
         .connect(&server.url())
@@ -37,6 +35,15 @@ async fn a_worker_role_with_the_listed_grants_runs_the_queue() {
         .unwrap();
     PgQueue::<String>::migrate(&owner).await.unwrap();
     owner.execute(GRANTS).await.unwrap();
+    owner
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_role_with_the_listed_grants_runs_the_queue() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    installed(&server).await;
     let worker_url = server.url().replace("postgres@", "worker@");
     let name = unique("least");
     for migrate in [false, true] {
@@ -207,13 +214,7 @@ async fn an_operator_role_with_the_listed_grants_runs_pg_admin_and_nothing_more(
     let Some(server) = PgServer::start() else {
         return;
     };
-    let owner = PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&server.url())
-        .await
-        .unwrap();
-    PgQueue::<String>::migrate(&owner).await.unwrap();
-    owner.execute(GRANTS).await.unwrap();
+    let owner = installed(&server).await;
     owner.execute(OPERATOR_GRANTS).await.unwrap();
     let operator_url = server.url().replace("postgres@", "operator@");
     let worker_url = server.url().replace("postgres@", "worker@");
@@ -306,13 +307,7 @@ async fn worker_and_operator_roles_with_the_listed_grants_run_flow_control() {
     let Some(server) = PgServer::start() else {
         return;
     };
-    let owner = PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&server.url())
-        .await
-        .unwrap();
-    PgQueue::<String>::migrate(&owner).await.unwrap();
-    owner.execute(GRANTS).await.unwrap();
+    let owner = installed(&server).await;
     owner.execute(OPERATOR_GRANTS).await.unwrap();
     owner.execute(FLOW_GRANTS).await.unwrap();
     let worker_url = server.url().replace("postgres@", "worker@");
