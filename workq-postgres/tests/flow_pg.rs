@@ -621,3 +621,79 @@ async fn the_operators_stats_show_the_groups_and_the_limits() {
     );
     lease.done().await.unwrap();
 }
+
+/// Every kind of add runs the group function in the adding process and sends the group with
+/// the item: one by one, in a batch, delayed, rate-limited, in the caller's transaction, and
+/// on a periodic tick. A name the database cannot keep is refused, and nothing is added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_add_sends_its_items_group() {
+    use std::time::SystemTime;
+    use workq::AddOptions;
+    use workq::periodic::TickClaim;
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let name = unique("adds");
+    let q = handle(&server, &name).build().await.unwrap();
+    q.add("a/plain".to_owned()).await.unwrap();
+    q.add_all(["b/1", "b/2"].map(String::from)).await.unwrap();
+    q.add_after("c/later".to_owned(), Duration::from_secs(3600))
+        .await
+        .unwrap();
+    q.add_rate_limited("d/retry".to_owned()).await.unwrap();
+    let mut tx = q.pool().begin().await.unwrap();
+    q.add_in(&mut tx, "e/tx".to_owned()).await.unwrap();
+    q.add_all_with_in(
+        &mut tx,
+        [("f/tx".to_owned(), AddOptions::default().priority(2))],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(3600);
+    workq::Queue::add_on_tick(
+        &q,
+        TickClaim::new("hourly", "every 1h", tick, None, SystemTime::now()),
+        "g/tick".to_owned(),
+        AddOptions::default(),
+    )
+    .await
+    .unwrap();
+    let pool = reader(&server).await;
+    let groups: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT item, grp FROM workqueue_items WHERE queue = $1 ORDER BY item")
+            .bind(id_of(&pool, &name).await)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let expected: Vec<(String, Option<String>)> = [
+        "a/plain", "b/1", "b/2", "c/later", "d/retry", "e/tx", "f/tx", "g/tick",
+    ]
+    .iter()
+    .map(|item| (format!("\"{item}\""), Some(group_of(item).to_owned())))
+    .collect();
+    assert_eq!(groups, expected);
+
+    let long = PgQueue::<String>::builder(unique("long"))
+        .url(server.url())
+        .group_by(|item: &String| item.repeat(2000))
+        .build()
+        .await
+        .unwrap();
+    let refused = long.add("x".to_owned()).await.unwrap_err();
+    assert!(
+        matches!(&refused, Error::Config(why) if why.contains("2000 bytes")),
+        "{refused}"
+    );
+    let nul = PgQueue::<String>::builder(unique("nul"))
+        .url(server.url())
+        .group_by(|_: &String| "a\0b")
+        .build()
+        .await
+        .unwrap();
+    assert!(matches!(
+        nul.add_all(["x", "y"].map(String::from)).await,
+        Err(Error::Config(_))
+    ));
+    assert_eq!(long.len().await.unwrap() + nul.len().await.unwrap(), 0);
+}
