@@ -2,10 +2,11 @@
 //! what each did (`workq`'s [`AddKind`] and [`Added`]); a failed item's re-add and done in
 //! one step (`retry_and_done`); and the rate limiter's `forget` and `num_requeues`.
 //!
-//! Every add is one call of `workqueue_add`, which takes a batch: one statement (so one
+//! Every add is one call of `workqueue_enqueue`, which takes a batch: one statement (so one
 //! commit outside a transaction), rows locked in key order (concurrent batches cannot
 //! deadlock), one `NOTIFY` per statement, and exactly the rules of adding the items one by one
-//! in order.
+//! in order. With a group function (flow control), each item's group is computed here, in the
+//! adding process, and sent with it.
 
 use std::borrow::Borrow;
 use std::time::{Duration, Instant};
@@ -13,9 +14,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::{PgConnection, PgExecutor};
+use workq::flow::GroupFn;
 use workq::{AddKind, AddOptions, Added};
 
 use crate::error::Error;
+use crate::flow::check_group;
 use crate::inner::pause_after;
 use crate::lease::Lease;
 use crate::queue::PgQueue;
@@ -40,8 +43,9 @@ const CHUNK: usize = 1000;
 /// Bytes of item text per statement in a batched add (a chunk ends early at this size).
 const CHUNK_BYTES: usize = 8 << 20;
 
-/// The row `workqueue_add` returns: per item its kind, delay (microseconds) and place.
-type AddRow = (Vec<i16>, Vec<i64>, Vec<i64>);
+/// The row `workqueue_enqueue` returns: per item its kind, delay (microseconds) and place,
+/// and the version of the queue's flow settings.
+type AddRow = (Vec<i16>, Vec<i64>, Vec<i64>, Option<i64>);
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Adds `item`: client-go's `Add`. An item already queued is not queued twice; an item
@@ -140,7 +144,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         I: IntoIterator<Item = (B, AddOptions)>,
         B: Borrow<T>,
     {
-        let batch = Batch::encode::<T, _, _>(items)?;
+        let batch = Batch::encode(items, self.group.as_ref())?;
         if self.is_closed() {
             return Ok(vec![Added::IGNORED; batch.len()]);
         }
@@ -267,7 +271,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         I: IntoIterator<Item = (B, AddOptions)>,
         B: Borrow<T>,
     {
-        let batch = Batch::encode::<T, _, _>(items)?;
+        let batch = Batch::encode(items, self.group.as_ref())?;
         if self.is_closed() {
             return Ok(vec![Added::IGNORED; batch.len()]);
         }
@@ -278,8 +282,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         Ok(added)
     }
 
-    /// One call of `workqueue_add` on `conn` for items already stored as text (`raws`), each
-    /// with `options`.
+    /// One call of `workqueue_enqueue` on `conn` for items already stored as text (`raws`),
+    /// each with `options`, without a group (an operator's add: the group function is the
+    /// application's; under flow control they go to the group `""`).
     pub(crate) async fn add_texts<'c>(
         &self,
         conn: impl PgExecutor<'c>,
@@ -292,6 +297,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         let limited = vec![options.is_rate_limited(); n];
         let chunk = Chunk {
             raws,
+            groups: None,
             priorities: &priorities,
             delays: &delays,
             limited: &limited,
@@ -299,18 +305,20 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         self.add_chunk(conn, &chunk).await
     }
 
-    /// One call of `workqueue_add` for `chunk` on `conn`.
+    /// One call of `workqueue_enqueue` for `chunk` on `conn`.
     async fn add_chunk<'c>(
         &self,
         conn: impl PgExecutor<'c>,
         chunk: &Chunk<'_>,
     ) -> Result<Vec<Added>, sqlx::Error> {
         let (interval, burst) = self.inner.bucket();
-        let (kinds, delays, seqs): AddRow = sqlx::query_as(
-            "SELECT kinds, delays, seqs FROM workqueue_add($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        let (kinds, delays, seqs, flow_version): AddRow = sqlx::query_as(
+            "SELECT kinds, delays, seqs, flow_version
+             FROM workqueue_enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(self.inner.id)
         .bind(chunk.raws)
+        .bind(chunk.groups)
         .bind(chunk.priorities)
         .bind(chunk.delays)
         .bind(chunk.limited)
@@ -320,6 +328,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         .bind(burst)
         .fetch_one(conn)
         .await?;
+        self.inner.saw_flow_version(flow_version);
         Ok(kinds
             .iter()
             .zip(&delays)
@@ -488,9 +497,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     }
 }
 
-/// A batch of adds, encoded for `workqueue_add`.
+/// A batch of adds, encoded for `workqueue_enqueue`.
 struct Batch {
     raws: Vec<String>,
+    /// Each item's group, when the queue has a group function.
+    groups: Option<Vec<String>>,
     priorities: Vec<Option<i32>>,
     delays: Vec<i64>,
     limited: Vec<bool>,
@@ -499,13 +510,15 @@ struct Batch {
 /// A slice of a [`Batch`] that goes in one statement.
 struct Chunk<'a> {
     raws: &'a [String],
+    groups: Option<&'a [String]>,
     priorities: &'a [Option<i32>],
     delays: &'a [i64],
     limited: &'a [bool],
 }
 
 impl Batch {
-    fn encode<T: Serialize, I, B>(items: I) -> Result<Self, Error>
+    /// The items as text, each with its group (`group`'s name for it, checked) and options.
+    fn encode<T: Serialize, I, B>(items: I, group: Option<&GroupFn<T>>) -> Result<Self, Error>
     where
         I: IntoIterator<Item = (B, AddOptions)>,
         B: Borrow<T>,
@@ -514,14 +527,21 @@ impl Batch {
         let n = items.size_hint().0;
         let mut batch = Batch {
             raws: Vec::with_capacity(n),
+            groups: group.map(|_| Vec::with_capacity(n)),
             priorities: Vec::with_capacity(n),
             delays: Vec::with_capacity(n),
             limited: Vec::with_capacity(n),
         };
         for (item, options) in items {
+            let item = item.borrow();
             batch
                 .raws
-                .push(serde_json::to_string(item.borrow()).map_err(Error::Serialize)?);
+                .push(serde_json::to_string(item).map_err(Error::Serialize)?);
+            if let (Some(group), Some(groups)) = (group, batch.groups.as_mut()) {
+                let name = group(item);
+                check_group(&name)?;
+                groups.push(name);
+            }
             batch.priorities.push(options.requested_priority());
             batch.delays.push(micros(options.delay()));
             batch.limited.push(options.is_rate_limited());
@@ -550,6 +570,7 @@ impl Batch {
             }
             chunks.push(Chunk {
                 raws: &self.raws[start..end],
+                groups: self.groups.as_deref().map(|groups| &groups[start..end]),
                 priorities: &self.priorities[start..end],
                 delays: &self.delays[start..end],
                 limited: &self.limited[start..end],

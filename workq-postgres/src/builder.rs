@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use workq::flow::FlowControl;
 
 use crate::error::Error;
 use crate::faults::Faults;
@@ -31,7 +32,16 @@ pub const MAX_NAME_BYTES: usize = 255;
 /// dead letters after 5 expired leases in a row, at most 10,000 dead letters, client-go's
 /// controller rate limiter (5 ms doubling to 1000 s per item, and a bucket of 10 retries a
 /// second with a burst of 100), `LISTEN` for wake-ups with blocked getters looking again at
-/// least every 2 s, transient failures retried for up to 30 s, the schema installed at build.
+/// least every 2 s, transient failures retried for up to 30 s, the schema installed at build,
+/// no flow control.
+///
+/// # Flow control
+///
+/// The flow methods ([`group_by`](Self::group_by) and those after it) are the in-memory
+/// [`workq::Builder`]'s, with its meanings and checks (they panic where it does), held across
+/// every process of the queue: the limits count the leases of every process, and the limits
+/// themselves are kept in the database, where the last process built writes its own (see the
+/// [crate documentation](crate#flow-control)).
 #[must_use]
 pub struct Builder<T> {
     name: String,
@@ -52,6 +62,10 @@ pub struct Builder<T> {
     max_hold: Duration,
     dead_letter_cap: usize,
     retry_deadline: Duration,
+    flow: FlowControl<T>,
+    /// Leaves the stored flow settings as they are, neither writing nor comparing them (the
+    /// handles of `PgAdmin`).
+    leave_flow: bool,
     faults: Faults,
     _item: PhantomData<fn() -> T>,
 }
@@ -65,6 +79,7 @@ impl<T> fmt::Debug for Builder<T> {
             .field("listen", &self.listen)
             .field("max_stalls", &self.max_stalls)
             .field("dead_letter_cap", &self.dead_letter_cap)
+            .field("flow", &self.flow)
             .finish_non_exhaustive()
     }
 }
@@ -107,6 +122,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             max_hold: Duration::from_secs(3600),
             dead_letter_cap: 10_000,
             retry_deadline: Duration::from_secs(30),
+            flow: FlowControl::new(),
+            leave_flow: false,
             faults: Faults::default(),
             _item: PhantomData,
         }
@@ -252,6 +269,115 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         self
     }
 
+    /// Groups the items by `group` (for example the namespace of a `"namespace/name"` key),
+    /// and makes getters take turns between groups: [`workq::Builder::group_by`], across
+    /// every process.
+    ///
+    /// Within the highest priority that has ready work, each hand-out goes to the next group
+    /// in turn (round robin; deficit round robin with [`group_weight`](Self::group_weight)),
+    /// inside a group in the order its items became ready; priorities stay strict. The
+    /// function runs in the adding process at every add (one by one, in batches, in the
+    /// caller's transaction, rate-limited, periodic ticks), and the group's name goes with the
+    /// add: every process that adds must be built with the same function. An item keeps the
+    /// group it was first added with while the queue holds it. Names hold at most
+    /// [`MAX_GROUP_BYTES`](crate::MAX_GROUP_BYTES) bytes and no NUL (an add with another is
+    /// refused with [`Error::Config`]).
+    pub fn group_by<G: Into<String>>(
+        mut self,
+        group: impl Fn(&T) -> G + Send + Sync + 'static,
+    ) -> Self {
+        self.flow = self.flow.group_by(group);
+        self
+    }
+
+    /// Gives the group `group` `weight` turns in a row where the others get one:
+    /// [`workq::Builder::group_weight`].
+    pub fn group_weight(mut self, group: impl Into<String>, weight: u32) -> Self {
+        self.flow = self.flow.group_weight(group, weight);
+        self
+    }
+
+    /// Hands out at most `limit` items at a time over the whole queue, counting the leases of
+    /// every process: [`workq::Builder::max_in_flight`]. A getter held back waits, and wakes
+    /// when a lease ends (a `NOTIFY`, no polling); an expired lease frees its slot when it is
+    /// taken back.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is 0.
+    pub fn max_in_flight(mut self, limit: usize) -> Self {
+        self.flow = self.flow.max_in_flight(limit);
+        self
+    }
+
+    /// Hands out at most `limit` items of one group at a time, counting the leases of every
+    /// process: [`workq::Builder::max_in_flight_per_group`]. A ready item of a group at its
+    /// limit never holds back another group.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is 0.
+    pub fn max_in_flight_per_group(mut self, limit: usize) -> Self {
+        self.flow = self.flow.max_in_flight_per_group(limit);
+        self
+    }
+
+    /// Overrides [`max_in_flight_per_group`](Self::max_in_flight_per_group) for one group.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is 0.
+    pub fn group_max_in_flight(mut self, group: impl Into<String>, limit: usize) -> Self {
+        self.flow = self.flow.group_max_in_flight(group, limit);
+        self
+    }
+
+    /// Hands out at most `per_second` items a second over the whole queue, with bursts of up
+    /// to `burst`: [`workq::Builder::hand_out_rate`], with one bucket for every process, on
+    /// the database's clock. A getter waiting for a token sleeps until it is due.
+    ///
+    /// # Panics
+    ///
+    /// If `per_second` is not a positive finite number, or `burst` is 0.
+    pub fn hand_out_rate(mut self, per_second: f64, burst: u32) -> Self {
+        self.flow = self.flow.hand_out_rate(per_second, burst);
+        self
+    }
+
+    /// Paces every group as [`hand_out_rate`](Self::hand_out_rate) paces the queue, each with
+    /// a bucket of its own: [`workq::Builder::hand_out_rate_per_group`]. A group waiting for
+    /// its token leaves the turns to the others.
+    ///
+    /// # Panics
+    ///
+    /// As [`hand_out_rate`](Self::hand_out_rate).
+    pub fn hand_out_rate_per_group(mut self, per_second: f64, burst: u32) -> Self {
+        self.flow = self.flow.hand_out_rate_per_group(per_second, burst);
+        self
+    }
+
+    /// Overrides [`hand_out_rate_per_group`](Self::hand_out_rate_per_group) for one group.
+    ///
+    /// # Panics
+    ///
+    /// As [`hand_out_rate`](Self::hand_out_rate).
+    pub fn group_hand_out_rate(
+        mut self,
+        group: impl Into<String>,
+        per_second: f64,
+        burst: u32,
+    ) -> Self {
+        self.flow = self.flow.group_hand_out_rate(group, per_second, burst);
+        self
+    }
+
+    /// Leaves the stored flow settings alone: the handles of `PgAdmin`, which act for an
+    /// operator and must not turn the fleet's flow control off.
+    pub(crate) fn leave_flow(mut self) -> Self {
+        self.leave_flow = true;
+        self
+    }
+
     /// Switches on a deliberate bug (see [`Mutation`](crate::Mutation)). It exists only to
     /// prove that the fault tests can fail.
     #[cfg(feature = "fault-injection")]
@@ -292,23 +418,25 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         } else {
             crate::migrate::check(&pool).await?;
         }
-        let id: Option<i32> = if self.create {
-            sqlx::query_scalar(
+        // The queue's id, and whether it has flow control (the version of its settings).
+        let row: Option<(i32, bool, i64)> = if self.create {
+            sqlx::query_as(
                 "WITH new AS (INSERT INTO workqueue_queues (name) VALUES ($1)
-                              ON CONFLICT (name) DO NOTHING RETURNING id)
-                 SELECT id FROM new UNION ALL SELECT id FROM workqueue_queues WHERE name = $1
+                              ON CONFLICT (name) DO NOTHING RETURNING id, flow, flow_version)
+                 SELECT id, flow, flow_version FROM new
+                 UNION ALL SELECT id, flow, flow_version FROM workqueue_queues WHERE name = $1
                  LIMIT 1",
             )
             .bind(&self.name)
             .fetch_optional(&pool)
             .await?
         } else {
-            sqlx::query_scalar("SELECT id FROM workqueue_queues WHERE name = $1")
+            sqlx::query_as("SELECT id, flow, flow_version FROM workqueue_queues WHERE name = $1")
                 .bind(&self.name)
                 .fetch_optional(&pool)
                 .await?
         };
-        let Some(id) = id else {
+        let Some((id, stored_flow, flow_version)) = row else {
             return Err(Error::Config(format!(
                 "the database has no queue named {:?}",
                 self.name
@@ -352,11 +480,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             leases_out: AtomicUsize::new(0),
             wake,
             _registration: registration,
+            flow: (!self.leave_flow).then(|| self.flow.limits().clone()),
+            flow_seen: AtomicI64::new(flow_version),
+            flow_warned: AtomicBool::new(false),
             renewing: Mutex::new(HashMap::new()),
             me: me.clone(),
         });
+        inner.sync_flow(stored_flow, flow_version).await?;
         Ok(PgQueue {
             inner,
+            group: self.flow.group_fn().cloned(),
             _item: PhantomData,
         })
     }

@@ -25,13 +25,15 @@ use crate::queue::PgQueue;
 use crate::units::{deadline_after, int, micros};
 
 /// The rows `workqueue_get` returns (after `done` outcomes for `workqueue_step`): kind,
-/// items, keys, tokens, priorities, and the wait until the next due item.
+/// items, keys, tokens, priorities, the wait until the next due item, and the version of the
+/// queue's flow settings (read by the calls that sweep).
 type GetRow = (
     i32,
     Option<Vec<String>>,
     Option<Vec<Vec<u8>>>,
     Option<Vec<i64>>,
     Option<Vec<i32>>,
+    Option<i64>,
     Option<i64>,
 );
 
@@ -44,7 +46,35 @@ type DoneGetRow = (
     Option<Vec<i64>>,
     Option<Vec<i32>>,
     Option<i64>,
+    Option<i64>,
 );
+
+/// A get (`workqueue_get`), with the version of the queue's flow settings when it sweeps: a
+/// look at a setting another process may have changed, at most once per sweep interval, in
+/// the statement the get sends anyway.
+fn get_sql(sweep: bool) -> &'static str {
+    if sweep {
+        "SELECT g.kind, g.items, g.keys, g.tokens, g.priorities, g.wait_us,
+                (SELECT s.flow_version FROM workqueue_queues s WHERE s.id = $1)
+         FROM workqueue_get($1, $2, $3, $4, $5, $6) g"
+    } else {
+        "SELECT kind, items, keys, tokens, priorities, wait_us, NULL::bigint
+         FROM workqueue_get($1, $2, $3, $4, $5, $6)"
+    }
+}
+
+/// A worker's step (`workqueue_step`), with the version of the queue's flow settings when it
+/// sweeps (as [`get_sql`]).
+fn step_sql(sweep: bool) -> &'static str {
+    if sweep {
+        "SELECT g.done, g.kind, g.items, g.keys, g.tokens, g.priorities, g.wait_us,
+                (SELECT s.flow_version FROM workqueue_queues s WHERE s.id = $1)
+         FROM workqueue_step($1, $2, $3, $4, $5, $6, $7, $8, $9) g"
+    } else {
+        "SELECT done, kind, items, keys, tokens, priorities, wait_us, NULL::bigint
+         FROM workqueue_step($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+    }
+}
 
 /// What one look at the queue found.
 pub(crate) enum Attempt<T> {
@@ -156,22 +186,20 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             }
             let sweep = self.inner.sweep_due();
             let started = Instant::now();
-            let (kind, items, keys, tokens, priorities, wait): GetRow = self
+            let (kind, items, keys, tokens, priorities, wait, flow_version): GetRow = self
                 .inner
                 .call_until("get", deadline, || {
-                    sqlx::query_as(
-                        "SELECT kind, items, keys, tokens, priorities, wait_us
-                         FROM workqueue_get($1, $2, $3, $4, $5, $6)",
-                    )
-                    .bind(self.inner.id)
-                    .bind(int(max))
-                    .bind(micros(self.inner.lease))
-                    .bind(sweep)
-                    .bind(int(self.inner.max_stalls))
-                    .bind(int(self.inner.dead_letter_cap))
-                    .fetch_one(&self.inner.pool)
+                    sqlx::query_as(get_sql(sweep))
+                        .bind(self.inner.id)
+                        .bind(int(max))
+                        .bind(micros(self.inner.lease))
+                        .bind(sweep)
+                        .bind(int(self.inner.max_stalls))
+                        .bind(int(self.inner.dead_letter_cap))
+                        .fetch_one(&self.inner.pool)
                 })
                 .await?;
+            self.inner.saw_flow_version(flow_version);
             match kind {
                 1 => {
                     let leases = self
@@ -453,7 +481,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         for (i, lease, forget) in waiting {
             done[i] = self.settle(lease, forget, false).await;
         }
-        let (_, items, keys, tokens, priorities, _) = row;
+        let (_, items, keys, tokens, priorities, ..) = row;
         let next = match self.leased(items, keys, tokens, priorities, started).await {
             Ok(next) => next,
             Err(error) => {
@@ -512,11 +540,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         let tokens: Vec<i64> = claims.iter().map(|(c, _)| c.token).collect();
         let forgets: Vec<bool> = claims.iter().map(|&(_, f)| f).collect();
         let sweep = self.inner.sweep_due();
-        let (done, kind, items, next_keys, next_tokens, priorities, wait): DoneGetRow =
-            sqlx::query_as(
-                "SELECT done, kind, items, keys, tokens, priorities, wait_us
-                 FROM workqueue_step($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
+        let (done, kind, items, next_keys, next_tokens, priorities, wait, flow_version): DoneGetRow =
+            sqlx::query_as(step_sql(sweep))
             .bind(self.inner.id)
             .bind(&keys)
             .bind(&tokens)
@@ -528,10 +553,19 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             .bind(int(self.inner.dead_letter_cap))
             .fetch_one(&self.inner.pool)
             .await?;
+        self.inner.saw_flow_version(flow_version);
         let row = if kind == 1 {
-            (kind, items, next_keys, next_tokens, priorities, wait)
+            (
+                kind,
+                items,
+                next_keys,
+                next_tokens,
+                priorities,
+                wait,
+                flow_version,
+            )
         } else {
-            (kind, None, None, None, None, wait)
+            (kind, None, None, None, None, wait, flow_version)
         };
         Ok((done, row))
     }

@@ -3,12 +3,13 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use tokio::sync::watch;
+use workq::flow::FlowLimits;
 
 use crate::error::Error;
 use crate::faults::Faults;
@@ -47,6 +48,14 @@ pub(crate) struct Inner {
     pub(crate) wake: Arc<Wakeups>,
     /// This handle's place on the process's `LISTEN` connection, if it listens.
     pub(crate) _registration: Option<Registration>,
+    /// This process's flow control limits, which it writes at build if the stored ones
+    /// differ (see `flow.rs`); `None` for the handles of [`PgAdmin`](crate::PgAdmin), which
+    /// never write or compare them.
+    pub(crate) flow: Option<FlowLimits>,
+    /// The version of the queue's flow settings this handle last wrote or compared.
+    pub(crate) flow_seen: AtomicI64,
+    /// A difference between the stored flow settings and this process's was logged.
+    pub(crate) flow_warned: AtomicBool,
     /// The automatic renewals on their way, one per lease (see [`Inner::renewal`]).
     pub(crate) renewing: Mutex<HashMap<Claim, Renewing>>,
     /// This `Inner` itself, for the tasks it starts.

@@ -385,14 +385,30 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         if self.is_closed() {
             return Ok(Retried::ShutDown);
         }
-        // The item's row first, then the queue's (the lock order): the queue is kept from
-        // shutting down until this commits, and a shut-down queue rolls the move back. The
-        // item's state is read from the statement's snapshot, before its changes.
-        type Seen = (i64, i64, Option<bool>, Option<bool>, Option<bool>, bool);
+        // The queue's adding lock (an add: see the lock order in 0007_flow.sql), the item's
+        // row, then the queue's: the queue is kept from shutting down until this commits, and
+        // a shut-down queue rolls the move back. The item's state is read from the
+        // statement's snapshot, before its changes. Under flow control the item's group
+        // hears of it, as of an add.
+        type Seen = (
+            i64,
+            i64,
+            Option<bool>,
+            Option<bool>,
+            Option<bool>,
+            bool,
+            Option<String>,
+            Option<i32>,
+            bool,
+        );
         let seen: Option<Seen> = self
             .inner
             .call("retry_now", || async move {
                 let mut tx = self.inner.pool.begin().await?;
+                sqlx::query("SELECT pg_advisory_xact_lock_shared(2003920492, $1)")
+                    .bind(self.inner.id)
+                    .execute(&mut *tx)
+                    .await?;
                 let seen: Seen = sqlx::query_as(
                     "WITH moved AS (
                         UPDATE workqueue_items i SET ready = true, due = NULL,
@@ -400,7 +416,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                             last_add = 1
                         WHERE i.queue = $1 AND i.key = workqueue_key($2)
                           AND i.token IS NULL AND i.due IS NOT NULL
-                        RETURNING 1),
+                        RETURNING i.grp, coalesce(i.priority, 0) AS p),
                      deferred AS (
                         UPDATE workqueue_items i SET dirty = true, due = NULL
                         WHERE i.queue = $1 AND i.key = workqueue_key($2)
@@ -413,12 +429,26 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                             (SELECT ready FROM old), (SELECT leased FROM old),
                             (SELECT dirty FROM old),
                             EXISTS (SELECT 1 FROM workqueue_failures
-                                    WHERE queue = $1 AND key = workqueue_key($2))",
+                                    WHERE queue = $1 AND key = workqueue_key($2)),
+                            (SELECT grp FROM moved), (SELECT p FROM moved),
+                            coalesce((SELECT flow FROM workqueue_queues WHERE id = $1), false)",
                 )
                 .bind(self.inner.id)
                 .bind(raw)
                 .fetch_one(&mut *tx)
                 .await?;
+                let (moved, .., group, priority, flow) = &seen;
+                if *moved > 0 && *flow {
+                    sqlx::query(
+                        "INSERT INTO workqueue_arrivals (queue, id, grp, priority, n)
+                         VALUES ($1, nextval('workqueue_seq'), coalesce($2, ''), $3, 1)",
+                    )
+                    .bind(self.inner.id)
+                    .bind(group)
+                    .bind(priority)
+                    .execute(&mut *tx)
+                    .await?;
+                }
                 let shut: bool = sqlx::query_scalar(
                     "SELECT coalesce((SELECT shut_down FROM workqueue_queues
                                       WHERE id = $1 FOR SHARE), false)",
@@ -434,7 +464,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 Ok(Some(seen))
             })
             .await?;
-        let Some((moved, deferred, ready, leased, dirty, failing)) = seen else {
+        let Some((moved, deferred, ready, leased, dirty, failing, ..)) = seen else {
             return Ok(Retried::ShutDown);
         };
         if moved > 0 {

@@ -52,6 +52,8 @@
 //!   stops the hand-outs of every process and keeps the adds.
 //! - **Order**: ready items come out in the order they became ready: an add's time, or a
 //!   delayed item's due time (whether or not a get ran in between), within a priority.
+//! - **Flow control**, as [`workq::flow`] describes it: groups taking turns, in-flight limits
+//!   and hand-out rates, held across every process (see [Flow control](#flow-control)).
 //!
 //! # Transactional enqueue and batches
 //!
@@ -77,13 +79,22 @@
 //!
 //! # The lock order
 //!
-//! Every statement of the queue that waits for row locks takes them in one order:
+//! Every statement of the queue that waits for locks takes them in one order:
 //!
+//! 0. the queue's adding lock (a transaction-level advisory lock on the key
+//!    `(2003920492, queue id)`): every add holds it shared until its transaction ends; only
+//!    turning flow control on takes it exclusive, to wait for the adds in progress;
 //! 1. the items' rows (`workqueue_items`), in the order of their keys;
 //! 2. then their failure rows (`workqueue_failures`), in the order of their keys;
-//! 3. then the queue's row (`workqueue_queues`: its token bucket, its counters).
+//! 3. then the queue's row (`workqueue_queues`: its token bucket, its counters);
+//! 4. then, under flow control, the queue's flow row (`workqueue_flow`: its limits, its count
+//!    of leases, its hand-out bucket), which is also the queue's flow lock;
+//! 5. then group rows (`workqueue_groups`), only ever locked by the holder of the flow row,
+//!    so in any order.
 //!
-//! A row a statement needs out of that order (a sweep that buries an item and goes on to the
+//! A flow hand-out takes the flow row first and item rows only without waiting (as every get
+//! does); a worker's step locks all its items before the dones that give slots back (those
+//! take the flow row). A row a statement needs out of that order (a sweep that buries an item and goes on to the
 //! next, a worker's step, which must not wait at all) it takes without waiting (`SKIP
 //! LOCKED`), or leaves for later. So the queue's statements never deadlock with each other,
 //! whatever runs beside them: batches and single adds, rate-limited or not, in callers'
@@ -91,6 +102,69 @@
 //! of several statements holds the locks of each until it ends, so together they can go
 //! against that order (an add of an item, then a rate-limited add of another, while someone
 //! rate-limits the first): put such adds in one [`add_all_with_in`](PgQueue::add_all_with_in).
+//!
+//! # Flow control
+//!
+//! The builder's flow methods ([`Builder::group_by`], [`Builder::group_weight`],
+//! [`Builder::max_in_flight`], [`Builder::max_in_flight_per_group`],
+//! [`Builder::group_max_in_flight`], [`Builder::hand_out_rate`],
+//! [`Builder::hand_out_rate_per_group`], [`Builder::group_hand_out_rate`]) are
+//! [`workq::Builder`]'s, with its meanings: within the highest priority that has ready work,
+//! getters take turns between groups (deficit round robin by weight), in each group in the
+//! order its items became ready; a group at its limit, or waiting for a token of its own,
+//! holds back no other group. A queue built without any of them runs the statements it ran
+//! before flow control existed (`tests/cost.rs` holds a get to 5 statements).
+//!
+//! **Across processes.** The group function runs in the adding process at every add (one by
+//! one, in batches, in the caller's transaction, rate-limited, on a periodic tick) and the
+//! group's name goes with the item, so every process that adds must be built with the same
+//! function; an item keeps its group while the queue holds it (a dead letter too). Items added
+//! without a group (by a process built without `group_by`, or anew by an operator through
+//! [`PgAdmin`]) are in the group `""`. The limits are kept beside the queue, and every process, and [`PgAdmin`], applies and
+//! shows the stored ones: **the last process built wins**. At build a process compares the
+//! stored limits with its own and writes its own if they differ (a process built without any
+//! flow setting turns flow control off); a process that later sees the settings changed by
+//! another (its adds, and its gets that sweep, read their version) compares them with its own
+//! and logs a warning once if they differ, and goes on applying the stored ones. Handles that
+//! [`PgAdmin`] opens never write them.
+//!
+//! **Limits count leases, whatever process holds them.** A hand-out counts its lease in its
+//! group (and in the queue, with [`max_in_flight`](Builder::max_in_flight)) and records on
+//! the item's row what it counted; whatever ends the lease (a done, a release, a sweep that
+//! takes an expired lease back, a move to the dead letters) gives exactly that back, so **an
+//! expired lease frees its slot when it is taken back**, by the next get that sweeps in any
+//! process (at least every [`poll_interval`](Builder::poll_interval), or a quarter of the
+//! lease duration). A group or queue that had no free slot and has one now wakes a getter
+//! through the queue's `NOTIFY`, as an add does: no polling. Leases handed out before flow
+//! control was on count against no limit, nor, for the queue-wide limit, those handed out
+//! before it was set. **Hand-out rates** are GCRA buckets on the database's
+//! clock, one per queue and per group for every process; a getter that waits for a token
+//! sleeps until it is due.
+//!
+//! **Tables and indexes.** An item's group is a column of its row, and its group's ready items
+//! are an index of their own (`workqueue_items_lanes`). `workqueue_groups` has a row per group
+//! that holds something: its ready items, its highest ready priority, its leases, its place in
+//! the turns, its weight's turns left, its bucket, the time it waits for a token. The next
+//! group to hand out is the first entry of a partial index of the groups that may hand out
+//! now, by priority then turn (`workqueue_groups_turns`): a get reads the groups it hands out
+//! from, never all of them (`tests/cost.rs`: about 60 to 90 buffers per get with 10 groups or
+//! 10,000, behind statistics taken while the tables were empty; 22 without flow control). A
+//! group leaves the index when it saturates (it rejoins at the back when a lease of it ends),
+//! runs out of tokens (it is parked, and found again through `workqueue_groups_parked` when
+//! its token is due) or out of ready items; a group that holds nothing is forgotten (at once,
+//! or by a sweep once its bucket has refilled), so a queue that sees millions of groups over
+//! its life keeps the live ones only. An add never locks a group's row (it may run in your
+//! long transaction): it inserts an arrival (`workqueue_arrivals`), which the next get folds
+//! into the groups. `workqueue_flow` keeps the queue's settings, its count of leases and its
+//! bucket; `workqueue_group_settings` the per-group overrides.
+//!
+//! **Costs.** Hand-outs of one queue under flow control take turns on its flow row (one at a
+//! time, as the decision of who goes next must be), while adds, renewals and dones of leases
+//! not counted go on beside them. A group's turn is one for all its priorities (a hand-out at
+//! any priority sends it to the back), where the in-memory queue keeps a ring per priority.
+//! Turning flow control on for a queue that holds items waits for the adds in progress (up to a
+//! second per attempt, retried until the [retry deadline](Builder::retry_deadline)), writes the
+//! items added without a group once (into the group `""`) and counts the groups' ready items.
 //!
 //! # Faults
 //!
@@ -148,7 +222,9 @@
 //! process of version 3 starts (they fail their calls meanwhile, and refuse to start).
 //! Version 4 changed functions only (the lock order, `workqueue_step`,
 //! `workqueue_retry_done`) and serves version 3 too: a rolling upgrade from version 3 needs
-//! no stop.
+//! no stop. Versions 5, 6 and 7 are additive too; version 7 (flow control) keeps the calls of
+//! the older processes (`workqueue_add` without groups: under flow control their items are in
+//! the group `""`), whose gets and dones follow the stored flow settings.
 //!
 //! All queues share one table set: a queue is a row of `workqueue_queues` with an integer id
 //! (a queue is created by naming it), and every other row names its queue by that id. An
@@ -189,7 +265,12 @@
 //!
 //! and `EXECUTE` on the `workqueue_` functions, which every role has unless it was revoked
 //! from `PUBLIC`. A process of such a role may keep `migrate(true)`: a current schema is only
-//! read.
+//! read. Under [flow control](#flow-control) (a queue without it never touches these tables):
+//!
+//! ```sql
+//! GRANT SELECT, INSERT, UPDATE, DELETE ON workqueue_flow, workqueue_group_settings,
+//!     workqueue_groups, workqueue_arrivals TO worker;
+//! ```
 //!
 //! An operator's role, for [`PgAdmin`] (the dashboard, `wq`), needs less: it reads the
 //! tables and acts through the operator's calls, and cannot create or delete a queue, count
@@ -203,6 +284,9 @@
 //! GRANT INSERT, UPDATE, DELETE ON workqueue_items TO operator;
 //! GRANT DELETE ON workqueue_failures, workqueue_dead TO operator;
 //! GRANT USAGE ON SEQUENCE workqueue_seq TO operator;
+//! -- Under flow control: the groups and the limits, and the items queued again announced.
+//! GRANT SELECT ON workqueue_flow, workqueue_group_settings, workqueue_groups TO operator;
+//! GRANT SELECT, INSERT ON workqueue_arrivals TO operator;
 //! ```
 //!
 //! A worker's grants include these: no operator action is refused to a worker's role.
@@ -238,6 +322,7 @@ mod control;
 mod dead_letter;
 mod error;
 mod faults;
+mod flow;
 mod get;
 mod inner;
 mod inspect;
@@ -255,6 +340,7 @@ pub use builder::{Builder, MAX_NAME_BYTES};
 pub use error::Error;
 #[cfg(feature = "fault-injection")]
 pub use faults::Mutation;
+pub use flow::MAX_GROUP_BYTES;
 #[expect(deprecated, reason = "the old name stays one release")]
 pub use inspect::SCAN;
 pub use inspect::SEARCH_BUDGET;

@@ -494,6 +494,7 @@ impl PgAdmin {
                     .create(false)
                     .listen(false)
                     .retry_deadline(Duration::ZERO)
+                    .leave_flow()
                     .build()
                     .await?;
                 let mut handles = self.handles();

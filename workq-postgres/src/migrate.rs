@@ -86,10 +86,20 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/migrations/0006_periodic.sql"),
         released: 0x2dee_1f4b_7424_bf97,
     },
+    // Flow control: items' groups, the groups' turns, in-flight limits and hand-out rates
+    // (`workqueue_flow`, `workqueue_groups`, `workqueue_arrivals`, `workqueue_flow_get`,
+    // `workqueue_enqueue`). Additive: the functions older processes call keep their
+    // signatures, and their adds put items in the group "" under flow control.
+    Migration {
+        version: 7,
+        serves_from: 3,
+        sql: include_str!("sql/migrations/0007_flow.sql"),
+        released: 0x82eb_46dc_53b3_da66,
+    },
 ];
 
 /// The schema version this crate needs.
-pub const SCHEMA_VERSION: i32 = 6;
+pub const SCHEMA_VERSION: i32 = 7;
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Installs or upgrades the schema on `pool` (what [`Builder::build`](crate::Builder::build)

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::PgPool;
+use workq::flow::GroupFn;
 
 use crate::error::Error;
 use crate::inner::Inner;
@@ -21,6 +22,9 @@ use crate::inner::Inner;
 /// See the [crate documentation](crate) for the rules, transactional enqueue and crashes.
 pub struct PgQueue<T> {
     pub(crate) inner: Arc<Inner>,
+    /// The group function, which names each added item's group (flow control); `None`
+    /// without one, and on the handles of [`PgAdmin`](crate::PgAdmin).
+    pub(crate) group: Option<GroupFn<T>>,
     pub(crate) _item: PhantomData<fn() -> T>,
 }
 
@@ -28,6 +32,7 @@ impl<T> Clone for PgQueue<T> {
     fn clone(&self) -> Self {
         PgQueue {
             inner: self.inner.clone(),
+            group: self.group.clone(),
             _item: PhantomData,
         }
     }
@@ -99,7 +104,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Deletes the whole queue's contents from the database: items, leases, failure counts,
     /// dead letters, its shut-down and pause state and its token bucket, in one transaction.
     /// Leases still held are lost (their `done` is refused); this handle and its clones stay
-    /// usable on the empty queue.
+    /// usable on the empty queue. Its flow control settings stay; its groups, their counts of
+    /// leases and their buckets, and the queue's hand-out bucket go.
     ///
     /// # Errors
     ///
@@ -120,6 +126,27 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                         .execute(&mut *tx)
                         .await?;
                 }
+                // Flow control's tables, for a queue that ever had flow settings (a role
+                // granted only the tables of older versions deletes a queue that had none).
+                let had_flow: bool = sqlx::query_scalar(
+                    "SELECT coalesce((SELECT flow_version > 0 FROM workqueue_queues
+                                      WHERE id = $1), false)",
+                )
+                .bind(self.inner.id)
+                .fetch_one(&mut *tx)
+                .await?;
+                if had_flow {
+                    for sql in [
+                        "UPDATE workqueue_flow SET in_flight = 0, tat = 'epoch' WHERE queue = $1",
+                        "DELETE FROM workqueue_groups WHERE queue = $1",
+                        "DELETE FROM workqueue_arrivals WHERE queue = $1",
+                    ] {
+                        sqlx::query(sql)
+                            .bind(self.inner.id)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                }
                 tx.commit().await
             })
             .await?;
@@ -130,6 +157,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
         PgQueue {
             inner,
+            group: None,
             _item: PhantomData,
         }
     }

@@ -82,6 +82,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// reads the queue's rows of each kind (through its indexes), so it costs in proportion to
     /// the backlog, for operators, not for a hot path. [`PgAdmin`](crate::PgAdmin) caps them.
     ///
+    /// Under flow control it has the groups' figures too ([`Stats::flow`]), the `limit`
+    /// groups with the most ready items ([`Stats::groups`]: ready, in flight, limit, the
+    /// oldest ready item's wait) and the limits every process applies ([`Stats::limits`]).
+    ///
     /// # Errors
     ///
     /// As for [`len`](Self::len).
@@ -173,6 +177,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             .into_iter()
             .map(|(item, n)| (item, n.max(0).unsigned_abs()))
             .collect();
+        let flow = self
+            .inner
+            .call("stats", || crate::flow::figures(pool, id, limit, rows))
+            .await?;
+        if let Some((figures, groups, limits)) = flow {
+            stats.flow = Some(figures);
+            stats.groups = groups;
+            stats.limits = Some(limits);
+        }
         Ok(stats)
     }
 

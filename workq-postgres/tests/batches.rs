@@ -499,7 +499,7 @@ async fn a_batch_notifies_once_and_a_plain_add_is_one_statement() {
         q.add(format!("plain{i}")).await.unwrap();
     }
     let (adds, transactions): (i64, i64) = sqlx::query_as(
-        "SELECT coalesce(sum(calls) FILTER (WHERE query LIKE '%FROM workqueue_add(%'), 0)::bigint,
+        "SELECT coalesce(sum(calls) FILTER (WHERE query LIKE '%FROM workqueue_enqueue(%'), 0)::bigint,
                 coalesce(sum(calls) FILTER (WHERE upper(query) IN ('BEGIN', 'COMMIT')), 0)::bigint
          FROM pg_stat_statements WHERE toplevel",
     )
@@ -539,7 +539,7 @@ async fn the_queue_traits_batched_add_is_one_statement_per_thousand() {
     assert_eq!(accepted, 2500);
     let calls: i64 = sqlx::query_scalar(
         "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
-         WHERE toplevel AND query LIKE '%FROM workqueue_add(%'",
+         WHERE toplevel AND query LIKE '%FROM workqueue_enqueue(%'",
     )
     .fetch_one(&admin)
     .await

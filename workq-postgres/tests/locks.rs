@@ -505,19 +505,45 @@ async fn deadlocks(admin: &PgPool) -> i64 {
 /// finishes the rest. The server detects no deadlock, and the batches never fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limited_batches_in_transactions_never_deadlock() {
+    batches_in_transactions_never_deadlock(false).await;
+}
+
+/// The same under flow control (ten groups, two leases per group and six in all, a hand-out
+/// rate), with getters beside the workers that end their leases one by one (a done, or a
+/// dropped lease: a release), and the limits changed back and forth meanwhile (processes
+/// built with other ones). The flow statements take the queue's flow row after the item
+/// rows, and group rows only under it: the server detects no deadlock, and the batches never
+/// fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_flow_control_batches_in_transactions_never_deadlock() {
+    batches_in_transactions_never_deadlock(true).await;
+}
+
+async fn batches_in_transactions_never_deadlock(flow: bool) {
     let Some(server) = PgServer::start() else {
         return;
     };
     let admin = PgPool::connect(&server.url()).await.unwrap();
-    let q: PgQueue<String> = PgQueue::builder(unique("deadlock"))
-        .url(server.url())
-        .backoff(Duration::ZERO, Duration::from_millis(5))
-        .token_bucket(Some((1_000_000.0, 1_000_000)))
-        .max_connections(12)
-        .build()
-        .await
-        .unwrap();
-    let keys: Arc<Vec<String>> = Arc::new((0..150).map(|i| format!("hot-{i}")).collect());
+    let name = unique("deadlock");
+    let build = |per_group: usize| {
+        let builder = PgQueue::<String>::builder(&name)
+            .url(server.url())
+            .backoff(Duration::ZERO, Duration::from_millis(5))
+            .token_bucket(Some((1_000_000.0, 1_000_000)))
+            .max_connections(12);
+        if flow {
+            builder
+                .group_by(|item: &String| item.split_once('/').map_or("", |(g, _)| g).to_owned())
+                .max_in_flight_per_group(per_group)
+                .max_in_flight(6)
+                .hand_out_rate(100_000.0, 1000)
+        } else {
+            builder
+        }
+    };
+    let q = build(2).build().await.unwrap();
+    let keys: Arc<Vec<String>> =
+        Arc::new((0..150).map(|i| format!("g{}/hot-{i}", i % 10)).collect());
     let handled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let workers = {
         let handled = handled.clone();
@@ -547,6 +573,41 @@ async fn rate_limited_batches_in_transactions_never_deadlock() {
             }
         }));
     }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut others = Vec::new();
+    if flow {
+        for g in 0..2_usize {
+            let (q, stop) = (q.clone(), stop.clone());
+            others.push(tokio::spawn(async move {
+                let mut n = g;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let got = tokio::time::timeout(Duration::from_millis(200), q.get()).await;
+                    if let Ok(Some(lease)) = got.map(Result::unwrap) {
+                        n += 1;
+                        if n.is_multiple_of(4) {
+                            drop(lease);
+                        } else {
+                            lease.done().await.expect("a done");
+                        }
+                    }
+                }
+            }));
+        }
+        let stop = stop.clone();
+        let builds: Vec<_> = (0..6).map(|i| build(2 + i % 2)).collect();
+        others.push(tokio::spawn(async move {
+            for builder in builds {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                builder
+                    .build()
+                    .await
+                    .expect("a process built with other limits");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }));
+    }
     for round in 0..30_usize {
         let mut batch: Vec<&String> = keys.iter().collect();
         let shift = (round * 41) % batch.len();
@@ -563,6 +624,10 @@ async fn rate_limited_batches_in_transactions_never_deadlock() {
     }
     for single in singles {
         single.await.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for other in others {
+        other.await.unwrap();
     }
     assert_eq!(
         deadlocks(&admin).await - before,

@@ -641,6 +641,15 @@ async fn an_upgrade_from_version_2_keeps_every_item() {
     lease.done().await.unwrap();
 }
 
+/// The token of the lease on item `item` (its JSON text is the string) of queue 7.
+async fn token_of(pool: &sqlx::PgPool, item: &str) -> i64 {
+    sqlx::query_scalar("SELECT token FROM workqueue_items WHERE queue = 7 AND item = $1")
+        .bind(format!("\"{item}\""))
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 /// A database of schema version 3 with items in every state (queued with and without a
 /// priority, delayed, leased, leased and re-added, leased with a pending delay, a failure
 /// count, a used token bucket, a dead letter) is upgraded to version 4 in place: queued items
@@ -685,19 +694,10 @@ async fn an_upgrade_from_version_3_keeps_every_item() {
     )
     .await
     .unwrap();
-    let token = |item: &'static str| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT token FROM workqueue_items WHERE queue = 7 AND item = $1",
-            )
-            .bind(format!("\"{item}\""))
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-        }
-    };
-    let (held, late) = (token("held").await, token("held-late").await);
+    let (held, late) = (
+        token_of(&pool, "held").await,
+        token_of(&pool, "held-late").await,
+    );
 
     let q: PgQueue<String> = PgQueue::builder("v3")
         .url(server.url())
@@ -775,6 +775,139 @@ async fn an_upgrade_from_version_3_keeps_every_item() {
             ("new".to_owned(), 0)
         ]
     );
+}
+
+/// A database of schema version 6 with items in every state (queued with and without a
+/// priority, delayed, leased, leased and re-added, leased with a pending delay, a failure
+/// count, a dead letter, a schedule) is upgraded to version 7 by a process built with flow
+/// control (a group function, one lease per group): every item is then in a group (the group
+/// `""`: no process of version 6 gave one), the old holders' tokens end their leases (which
+/// no limit counted), the queued items come out in their order one at a time (the group's
+/// limit), and a process of version 6 still adds through its old call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_from_version_6_keeps_every_item_under_flow_control() {
+    use sqlx::Executor;
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
+    for sql in [
+        include_str!("../src/sql/migrations/0001_schema.sql"),
+        include_str!("../src/sql/migrations/0002_done_get.sql"),
+        include_str!("../src/sql/migrations/0003_keys_and_order.sql"),
+        include_str!("../src/sql/migrations/0004_lock_order.sql"),
+        include_str!("../src/sql/migrations/0005_step_wait.sql"),
+        include_str!("../src/sql/migrations/0006_periodic.sql"),
+    ] {
+        pool.execute(sql).await.unwrap();
+    }
+    // Version 6, used through its functions.
+    pool.execute(
+        "CREATE TABLE workqueue_migrations (version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now(), serves_from integer);
+         INSERT INTO workqueue_migrations (version, serves_from)
+             VALUES (1, 1), (2, 1), (3, 3), (4, 3), (5, 3), (6, 3);
+         INSERT INTO workqueue_queues (id, name) VALUES (7, 'v6');
+         SELECT workqueue_add(7, ARRAY['\"held\"', '\"held-late\"'], ARRAY[10, 9],
+             ARRAY[0, 0]::bigint[], ARRAY[false, false], 0, 0, 0, 0);
+         SELECT workqueue_get(7, 2, 3600000000, false, 0, 0);
+         SELECT workqueue_add(7, ARRAY['\"held\"'], ARRAY[NULL]::integer[],
+             ARRAY[0]::bigint[], ARRAY[false], 0, 0, 0, 0);
+         SELECT workqueue_add(7, ARRAY['\"held-late\"'], ARRAY[NULL]::integer[],
+             ARRAY[3600000000]::bigint[], ARRAY[false], 0, 0, 0, 0);
+         SELECT workqueue_add(7, ARRAY['\"first\"', '\"second\"', '\"third\"'],
+             ARRAY[NULL, 3, NULL], ARRAY[0, 0, 0]::bigint[], ARRAY[false, false, true],
+             0, 1000000, 0, 0);
+         SELECT workqueue_add(7, ARRAY['\"later\"'], ARRAY[NULL]::integer[],
+             ARRAY[3600000000]::bigint[], ARRAY[false], 0, 0, 0, 0);
+         SELECT workqueue_periodic_upsert(7, 'nightly', 0, 'every 1d', NULL, NULL);
+         INSERT INTO workqueue_dead (queue, item, reason, stalls, failures)
+             VALUES (7, '\"buried\"', 'stalled', 5, 0);",
+    )
+    .await
+    .unwrap();
+    let (held, late) = (
+        token_of(&pool, "held").await,
+        token_of(&pool, "held-late").await,
+    );
+
+    let q: PgQueue<String> = PgQueue::builder("v6")
+        .url(server.url())
+        .backoff(Duration::from_secs(3600), Duration::from_secs(3600))
+        .group_by(|item: &String| item.split_once('/').map_or("", |(g, _)| g).to_owned())
+        .max_in_flight_per_group(1)
+        .build()
+        .await
+        .expect("the upgrade to version 7 runs at build, and flow control is turned on");
+    let version: i32 = sqlx::query_scalar("SELECT max(version) FROM workqueue_migrations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(version, workq_postgres::SCHEMA_VERSION);
+    let ungrouped: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM workqueue_items WHERE queue = 7 AND grp IS NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(ungrouped, 0, "every item is in a group");
+    assert_eq!(q.num_requeues("third".to_owned()).await.unwrap(), 1);
+    assert_eq!(q.delayed_len().await.unwrap(), 1);
+    assert_eq!(q.processing_len().await.unwrap(), 2);
+    assert_eq!(
+        q.dead_letters(workq::admin::End::Last, 10).await.unwrap()[0].item,
+        "\"buried\""
+    );
+    assert_eq!(q.schedules().await.unwrap()[0].name, "nightly");
+    // The old leases count against no limit: the group's one slot is free.
+    let first = q.try_get().await.unwrap().into_lease().unwrap();
+    assert_eq!((first.item().as_str(), first.priority()), ("second", 3));
+    assert!(
+        q.try_get().await.unwrap().is_empty(),
+        "the group \"\" holds one lease, its limit"
+    );
+    first.done().await.unwrap();
+    // The old holders' tokens end their leases: `held` (re-added) through the step, queued
+    // again in its group; `held-late` through the fenced retry, delayed by its backoff.
+    let step: Vec<i32> = sqlx::query_scalar(
+        "SELECT done FROM workqueue_step(7, ARRAY[workqueue_key('\"held\"')], $1,
+             ARRAY[false], 0, 1000000, false, 0, 0)",
+    )
+    .bind(vec![held])
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(step, [2], "done, and queued again for the re-add");
+    let retried: i32 = sqlx::query_scalar(
+        "SELECT outcome FROM workqueue_retry_done(7, workqueue_key('\"held-late\"'), $1,
+             false, NULL, 0, true, 3600000000, 3600000000, 0, 0)",
+    )
+    .bind(late)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(retried, 1);
+    assert_eq!(q.processing_len().await.unwrap(), 0);
+    // A process of version 6 adds through its old call: its item is in the group "".
+    let kinds: Vec<i16> = sqlx::query_scalar(
+        "SELECT kinds FROM workqueue_add(7, ARRAY['\"old-process\"'], ARRAY[NULL]::integer[],
+             ARRAY[0]::bigint[], ARRAY[false], 0, 0, 0, 0)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(kinds, [1]);
+    q.add("new".to_owned()).await.unwrap();
+    let mut order = Vec::new();
+    while let Some(lease) = q.try_get().await.unwrap().into_lease() {
+        assert!(
+            q.try_get().await.unwrap().is_empty(),
+            "one at a time: {}",
+            lease.item()
+        );
+        order.push(lease.item().clone());
+        lease.done().await.unwrap();
+    }
+    assert_eq!(order, ["first", "third", "held", "old-process", "new"]);
 }
 
 /// `Queue::done_and_next_many` (what batching `Workers` send): each lease's done and forget,

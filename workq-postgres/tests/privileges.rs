@@ -25,11 +25,9 @@ const GRANTS: &str = "
     GRANT USAGE ON SEQUENCE workqueue_seq TO worker;
 ";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_role_with_the_listed_grants_runs_the_queue() {
-    let Some(server) = PgServer::start() else {
-        return;
-    };
+/// The schema's owner's pool on `server`, the schema installed and the worker role made with
+/// the listed grants.
+async fn installed(server: &PgServer) -> sqlx::PgPool {
     let owner = PgPoolOptions::new()
         .max_connections(2)
         .connect(&server.url())
@@ -37,6 +35,15 @@ async fn a_worker_role_with_the_listed_grants_runs_the_queue() {
         .unwrap();
     PgQueue::<String>::migrate(&owner).await.unwrap();
     owner.execute(GRANTS).await.unwrap();
+    owner
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_role_with_the_listed_grants_runs_the_queue() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    installed(&server).await;
     let worker_url = server.url().replace("postgres@", "worker@");
     let name = unique("least");
     for migrate in [false, true] {
@@ -207,13 +214,7 @@ async fn an_operator_role_with_the_listed_grants_runs_pg_admin_and_nothing_more(
     let Some(server) = PgServer::start() else {
         return;
     };
-    let owner = PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&server.url())
-        .await
-        .unwrap();
-    PgQueue::<String>::migrate(&owner).await.unwrap();
-    owner.execute(GRANTS).await.unwrap();
+    let owner = installed(&server).await;
     owner.execute(OPERATOR_GRANTS).await.unwrap();
     let operator_url = server.url().replace("postgres@", "operator@");
     let worker_url = server.url().replace("postgres@", "worker@");
@@ -285,6 +286,87 @@ async fn an_operator_role_with_the_listed_grants_runs_pg_admin_and_nothing_more(
     // What it may do, it does through the admin's calls: a switch, a removal.
     let admin = PgAdmin::new(&operator_url).unwrap();
     assert_eq!(admin.pause(&name).await, Ok(true));
+}
+
+/// The grants flow control adds (docs/postgres.md, "Least privileges"): a worker's, which
+/// writes the settings at build and keeps the groups, and an operator's, which reads them and
+/// announces the items it queues again to their groups.
+const FLOW_GRANTS: &str = "
+    GRANT SELECT, INSERT, UPDATE, DELETE ON workqueue_flow, workqueue_group_settings,
+        workqueue_groups, workqueue_arrivals TO worker;
+    GRANT SELECT ON workqueue_flow, workqueue_group_settings, workqueue_groups TO operator;
+    GRANT SELECT, INSERT ON workqueue_arrivals TO operator;
+";
+
+/// A worker role with the listed grants and flow control's runs a queue under flow control
+/// (it writes the settings at build, adds, hands out, ends leases, deletes the queue's
+/// contents); an operator role with its grants and flow control's reads the groups and the
+/// limits, and queues a delayed item and a dead letter again into their groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_and_operator_roles_with_the_listed_grants_run_flow_control() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let owner = installed(&server).await;
+    owner.execute(OPERATOR_GRANTS).await.unwrap();
+    owner.execute(FLOW_GRANTS).await.unwrap();
+    let worker_url = server.url().replace("postgres@", "worker@");
+    let name = unique("least-flow");
+    let q: PgQueue<String> = PgQueue::builder(name.clone())
+        .url(&worker_url)
+        .migrate(false)
+        .group_by(|item: &String| item.split_once('/').map_or("", |(g, _)| g).to_owned())
+        .max_in_flight_per_group(1)
+        .max_in_flight(4)
+        .hand_out_rate(1000.0, 100)
+        .group_weight("heavy", 2)
+        .build()
+        .await
+        .unwrap();
+    q.add_all(["a/1", "a/2", "b/1"].map(String::from))
+        .await
+        .unwrap();
+    q.add_after("c/later".to_owned(), Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let a1 = q.get().await.unwrap().unwrap();
+    let b1 = q.get().await.unwrap().unwrap();
+    assert_eq!((a1.item().as_str(), b1.item().as_str()), ("a/1", "b/1"));
+    assert!(q.try_get().await.unwrap().is_empty(), "a is at its limit");
+    a1.done().await.unwrap();
+    drop(b1);
+    let admin = PgAdmin::new(&server.url().replace("postgres@", "operator@")).unwrap();
+    let stats = admin.stats(&name, 10).await.unwrap();
+    assert_eq!(stats.limits.unwrap().max_in_flight, Some(4));
+    assert_eq!(stats.flow.unwrap().groups_ready, 2);
+    assert_eq!(
+        admin.retry_now(&name, "\"c/later\"").await.unwrap(),
+        Retried::Queued
+    );
+    // A dead letter keeps its item's group, and goes back into it.
+    sqlx::query(
+        "INSERT INTO workqueue_dead (queue, item, reason, stalls, failures, grp)
+         SELECT id, '\"d/buried\"', 'stalled', 5, 0, 'd' FROM workqueue_queues WHERE name = $1",
+    )
+    .bind(&name)
+    .execute(&owner)
+    .await
+    .unwrap();
+    assert_eq!(admin.requeue_dead_letters(&name).await.unwrap(), 1);
+    let stats = admin.stats(&name, 10).await.unwrap();
+    assert!(
+        stats.groups.iter().any(|g| g.name == "d"),
+        "{:?}",
+        stats.groups
+    );
+    let mut seen = Vec::new();
+    while let Some(lease) = q.try_get().await.unwrap().into_lease() {
+        seen.push(lease.item().clone());
+        lease.done().await.unwrap();
+    }
+    seen.sort();
+    assert_eq!(seen, ["a/2", "b/1", "c/later", "d/buried"]);
+    q.delete().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

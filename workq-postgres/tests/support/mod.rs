@@ -125,3 +125,37 @@ pub(crate) async fn waiting_for_a_lock(admin: &sqlx::PgPool, needle: &str) -> i3
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A builder of a fresh queue on `server` with the flow control `spec` describes, grouping
+/// `"group/name"` items by `group` (`workq_conformance::flow`'s items). Getters poll every
+/// 60 s and leases last a minute (a getter's sweep comes every 15 s): far above the wake-up
+/// bounds the rules assert (10 s), so a wake-up is never a poll.
+pub(crate) fn flow_builder(
+    server: &PgServer,
+    spec: &workq_conformance::flow::FlowSpec,
+) -> workq_postgres::Builder<String> {
+    let mut builder = PgQueue::builder(unique("flow"))
+        .url(server.url())
+        .lease_duration(Duration::from_secs(60))
+        .poll_interval(Duration::from_secs(60))
+        .group_by(|item: &String| workq_conformance::flow::group_of(item).to_owned());
+    if let Some(n) = spec.max_in_flight {
+        builder = builder.max_in_flight(n);
+    }
+    if let Some(n) = spec.max_in_flight_per_group {
+        builder = builder.max_in_flight_per_group(n);
+    }
+    for (group, n) in &spec.group_limits {
+        builder = builder.group_max_in_flight(group.clone(), *n);
+    }
+    for (group, w) in &spec.group_weights {
+        builder = builder.group_weight(group.clone(), *w);
+    }
+    if let Some((rate, burst)) = spec.hand_out_rate {
+        builder = builder.hand_out_rate(rate, burst);
+    }
+    for (group, rate, burst) in &spec.group_rates {
+        builder = builder.group_hand_out_rate(group.clone(), *rate, *burst);
+    }
+    builder
+}
