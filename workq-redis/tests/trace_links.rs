@@ -304,12 +304,8 @@ async fn links_cost_nothing_where_no_add_carries_one() {
     queue.add("warm".to_owned()).await.unwrap();
     next(&queue).await.done().await.unwrap();
 
-    let (added, add) = support::commands_run_by(&con, queue.add("plain".to_owned())).await;
-    added.unwrap();
-    let (lease, get) = support::commands_run_by(&con, next(&queue)).await;
-    let (done, finish) = support::commands_run_by(&con, lease.done()).await;
-    done.unwrap();
-    assert_eq!((add, get, finish), (PLAIN_ADD, 16, PLAIN_DONE));
+    let plain = support::PLAIN_COMMANDS;
+    assert_eq!(support::plain_commands(&con, &queue, "plain").await, plain);
 
     let producer = Recorder::new();
     let (_, add) = support::commands_run_by(&con, add_in_span(&producer, &queue, "linked")).await;
@@ -317,14 +313,8 @@ async fn links_cost_nothing_where_no_add_carries_one() {
     assert_eq!(lease.links().len(), 1);
     let (done, finish) = support::commands_run_by(&con, lease.done()).await;
     done.unwrap();
-    assert_eq!((add, get, finish), (PLAIN_ADD + 2, 16 + 3, PLAIN_DONE + 2));
+    assert_eq!((add, get, finish), (plain.0 + 2, plain.1 + 3, plain.2 + 2));
 }
-
-/// The commands of an add of a new item on a queue without priorities, flow control or
-/// links, as they were before trace links (measured on that version).
-const PLAIN_ADD: u64 = 14;
-/// The commands of a done with nothing re-added, as for [`PLAIN_ADD`].
-const PLAIN_DONE: u64 = 9;
 
 /// The add a periodic schedule's tick makes (claimed and added in one script run) links to
 /// the span the runner made it in.

@@ -106,6 +106,26 @@ pub(crate) async fn command_calls(
         .collect()
 }
 
+/// The commands an add of a new item, a get and a done with nothing re-added run on a queue
+/// without priorities, flow control or trace links (`INFO commandstats`): what they ran
+/// before either existed, and still run, with or without the feature `otel`.
+pub(crate) const PLAIN_COMMANDS: (u64, u64, u64) = (14, 16, 9);
+
+/// The commands [`PLAIN_COMMANDS`] counts, run on `queue` (whose scripts are loaded, and
+/// which holds nothing): an add of `item`, its get and its done.
+pub(crate) async fn plain_commands(
+    con: &redis::aio::MultiplexedConnection,
+    queue: &RedisQueue<String>,
+    item: &str,
+) -> (u64, u64, u64) {
+    let (added, add) = commands_run_by(con, queue.add(item.to_owned())).await;
+    added.unwrap();
+    let (lease, get) = commands_run_by(con, next(queue)).await;
+    let (done, finish) = commands_run_by(con, lease.done()).await;
+    done.unwrap();
+    (add, get, finish)
+}
+
 /// How many commands `op` made the server run inside its scripts and beside them: every
 /// command but the script calls themselves (`EVALSHA`, `EVAL`) and the measure's `INFO`.
 /// Nothing else may use the server meanwhile.
