@@ -227,11 +227,11 @@ impl Steps {
     }
 }
 
-async fn add<Q: Queue<Item = String>>(queue: &Q, item: &str) {
+pub(crate) async fn add<Q: Queue<Item = String>>(queue: &Q, item: &str) {
     add_with(queue, item, AddOptions::default()).await;
 }
 
-async fn add_with<Q: Queue<Item = String>>(queue: &Q, item: &str, options: AddOptions) {
+pub(crate) async fn add_with<Q: Queue<Item = String>>(queue: &Q, item: &str, options: AddOptions) {
     let accepted = queue
         .add_with(item.to_owned(), options)
         .await
@@ -240,7 +240,7 @@ async fn add_with<Q: Queue<Item = String>>(queue: &Q, item: &str, options: AddOp
 }
 
 /// The next lease, within [`WAKE`].
-async fn get<Q: Queue<Item = String>>(queue: &Q) -> Q::Lease {
+pub(crate) async fn get<Q: Queue<Item = String>>(queue: &Q) -> Q::Lease {
     tokio::time::timeout(WAKE, queue.get())
         .await
         .expect("a get that must be served was not")
@@ -257,7 +257,7 @@ async fn assert_held<Q: Queue<Item = String>>(queue: &Q, why: &str) {
     }
 }
 
-async fn done<L: QueueLease>(lease: L) {
+pub(crate) async fn done<L: QueueLease>(lease: L) {
     lease.done().await.unwrap_or_else(|_| panic!("done failed"));
 }
 
