@@ -651,6 +651,34 @@ async fn flow_control_comes_on_and_goes_off_with_the_items_kept() {
     assert_eq!(groups, 0, "every group forgotten");
 }
 
+/// Flow control taken off hands the ready items out in the order they became ready, across
+/// groups, as a queue without it would: each group's own order kept, an item handed back
+/// first in its group, and no group's backlog ahead of another's older items.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flow_control_taken_off_hands_out_in_the_order_items_became_ready() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let queue = handle(&server, &unique("off-order"))
+        .max_in_flight_per_group(5)
+        .build()
+        .await
+        .unwrap();
+    add_all(
+        &queue,
+        &["noisy/0", "noisy/1", "quiet/0", "noisy/2", "quiet/1"],
+    )
+    .await;
+    let back = next(&queue).await;
+    assert_eq!(back.item(), "noisy/0");
+    back.release().await.unwrap();
+    assert!(queue.clear_flow_control().await.unwrap());
+    assert_eq!(
+        drain(&queue).await,
+        ["noisy/0", "noisy/1", "quiet/0", "noisy/2", "quiet/1"]
+    );
+}
+
 /// A queue-wide limit counts every lease out, whenever it was handed out: those of a handle
 /// built with groups but no limit, and those handed out before flow control came on. And
 /// `delete` takes flow control away with the rest of the queue.
