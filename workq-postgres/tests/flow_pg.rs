@@ -2,8 +2,11 @@
 //! handles on separate pools (as separate processes), an expired lease that frees its group's
 //! slot, limits never exceeded under concurrent getters with leases expiring (checked in the
 //! database, all along), a server restart between a hand-out and its done, groups forgotten
-//! once they hold nothing, the settings written by the last process built, flow control turned
-//! on while an add is in a transaction, and the operator's view.
+//! once they hold nothing, the settings written by the last handle built with some (and
+//! followed by one built without), flow control coming on and going off with the items kept,
+//! every lease counting, turned on while an add is in a transaction, a typed handle's
+//! `retry_now`, a batch's priorities, and the operator's view: as on Redis
+//! (`workq-redis/tests/flow_redis.rs`) where the two share a rule.
 
 mod support;
 
