@@ -103,7 +103,7 @@ const MIGRATIONS: &[Migration] = &[
         version: 8,
         serves_from: 3,
         sql: include_str!("sql/migrations/0008_flow_turns.sql"),
-        released: 0xb30b_5c21_56e8_cac0,
+        released: 0xeef1_55f0_5745_1ffd,
     },
 ];
 

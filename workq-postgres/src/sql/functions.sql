@@ -1245,14 +1245,17 @@ CREATE OR REPLACE FUNCTION public.workqueue_groups_join(q integer, names text[],
 AS $function$
     INSERT INTO workqueue_groups AS g (queue, name, ready, top, turn, places, lim, weight,
             rate_us, burst)
-    SELECT q, a.name, a.n, a.top, a.turn, workqueue_places_below(a.places, a.top),
+    SELECT q, a.name, a.n, a.top, a.turn,
+           CASE WHEN a.places IS NOT NULL THEN workqueue_places_below(a.places, a.top) END,
            coalesce(s.max_in_flight, f.group_max_in_flight),
            greatest(coalesce(s.weight, 1), 1),
            coalesce(s.rate_us, f.group_rate_us),
            CASE WHEN s.rate_us IS NOT NULL THEN s.rate_burst ELSE f.group_rate_burst END
     FROM (SELECT b.name, sum(b.n)::integer AS n, max(b.p) AS top,
                  (array_agg(b.turn ORDER BY b.p DESC))[1] AS turn,
-                 jsonb_object_agg(b.p::text, b.turn) AS places
+                 -- (Only for a group announced at more than one priority: the common
+                 -- case, one priority, reads and writes no places.)
+                 CASE WHEN count(*) > 1 THEN jsonb_object_agg(b.p::text, b.turn) END AS places
           FROM (SELECT u.name, u.p, sum(u.n) AS n, min(u.turn) AS turn
                 FROM unnest(names, ns, tops, turns) AS u(name, n, p, turn)
                 GROUP BY u.name, u.p) b
@@ -1270,14 +1273,19 @@ AS $function$
                     ELSE g.turn END,
         credit = CASE WHEN g.top IS NULL OR EXCLUDED.top > g.top THEN 0 ELSE g.credit END,
         -- The places announced, then those the group has (kept), then its place at its old
-        -- highest priority if it goes up; none at the new highest one.
-        places = workqueue_places_below(
-            coalesce(EXCLUDED.places, '{}'::jsonb)
-                || jsonb_build_object(EXCLUDED.top::text, EXCLUDED.turn)
-                || coalesce(g.places, '{}'::jsonb)
-                || CASE WHEN EXCLUDED.top > g.top THEN jsonb_build_object(g.top::text, g.turn)
-                        ELSE '{}'::jsonb END,
-            greatest(g.top, EXCLUDED.top));
+        -- highest priority if it goes up; none at the new highest one. (None at all, without
+        -- a look, when the group has none and is announced at its highest priority only.)
+        places = CASE
+            WHEN EXCLUDED.places IS NULL AND g.places IS NULL
+                 AND (g.top IS NULL OR EXCLUDED.top = g.top) THEN NULL
+            ELSE workqueue_places_below(
+                coalesce(EXCLUDED.places, '{}'::jsonb)
+                    || jsonb_build_object(EXCLUDED.top::text, EXCLUDED.turn)
+                    || coalesce(g.places, '{}'::jsonb)
+                    || CASE WHEN EXCLUDED.top > g.top
+                            THEN jsonb_build_object(g.top::text, g.turn)
+                            ELSE '{}'::jsonb END,
+                greatest(g.top, EXCLUDED.top)) END;
 $function$;
 
 
