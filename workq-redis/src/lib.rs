@@ -86,8 +86,12 @@
 //! queue with flow control it follows the queue's settings, and its adds (no group function)
 //! join the group `""`, with a warning at build; so an operator's handle or a producer built
 //! without `group_by` cannot switch a fleet's flow control off by starting.
-//! [`RedisQueue::clear_flow_control`] takes it off on purpose. The items a queue holds when
-//! flow control first comes on join the group `""`.
+//! [`RedisQueue::clear_flow_control`] takes it off on purpose (the ready items then come out
+//! in the order they became ready). The items a queue holds when flow control comes on join
+//! the group `""`, its leases out counting there. docs/redis.md ("Redis and PostgreSQL: the
+//! same rules, and where they differ") lists what flow control does otherwise on PostgreSQL:
+//! an item's group while flow control is off (forgotten here), exact counts, the operators'
+//! pages, when an expired lease's slot frees.
 //!
 //! A queue built without any flow setting keeps its structures, and a `get` runs the very
 //! commands it ran before (the check for flow control rides on the check for priorities; an

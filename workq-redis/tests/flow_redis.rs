@@ -692,6 +692,33 @@ async fn flow_control_comes_on_and_goes_off_with_the_items_kept() {
     assert_eq!(plain.delayed_len().await.unwrap(), 1);
 }
 
+/// Flow control taken off hands the ready items out in the order they became ready, across
+/// groups, as a queue without it would: each group's own order kept, an item handed back
+/// first in its group, and no group's backlog ahead of another's older items.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flow_control_taken_off_hands_out_in_the_order_items_became_ready() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let queue = per_group(&server, "off-order", 5).await;
+    for item in ["noisy/0", "noisy/1", "quiet/0", "noisy/2", "quiet/1"] {
+        queue.add(item.to_owned()).await.unwrap();
+    }
+    let back = next(&queue).await;
+    assert_eq!(back.item(), "noisy/0");
+    back.release().await.unwrap();
+    assert!(queue.clear_flow_control().await.unwrap());
+    let mut order = Vec::new();
+    while let Some(lease) = queue.try_get().await.unwrap().into_lease() {
+        order.push(lease.item().clone());
+        lease.done().await.unwrap();
+    }
+    assert_eq!(
+        order,
+        ["noisy/0", "noisy/1", "quiet/0", "noisy/2", "quiet/1"]
+    );
+}
+
 /// With flow control, an operator's page of the ready items lists them group by group
 /// (most ready first), each group's in its order, and from the last end the exact
 /// reverse; removing one or retrying one keeps the keys whole.
