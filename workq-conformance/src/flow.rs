@@ -792,6 +792,22 @@ pub mod rules {
                                 all_handed.notify_one();
                             }
                         }
+                        // Until the limits were reached once, a lease is held until they
+                        // are (or for a second at most): on a loaded machine, leases held a
+                        // few random milliseconds may never overlap enough to reach them, and
+                        // the rule would prove nothing. A backend that hands out no more
+                        // than it should still lets the others fill the slots left.
+                        let until = tokio::time::Instant::now() + Duration::from_secs(1);
+                        loop {
+                            let filled = {
+                                let s = seen.lock().unwrap();
+                                s.worst_total == MAX && s.worst_group == PER_GROUP
+                            };
+                            if filled || tokio::time::Instant::now() >= until {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
                         tokio::time::sleep(Duration::from_millis(steps.below(4) as u64)).await;
                         {
                             let mut s = seen.lock().unwrap();
