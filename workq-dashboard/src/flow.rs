@@ -12,6 +12,7 @@ use workq::{FlowStats, GroupStats};
 
 use crate::respond::cut;
 use crate::state::Registered;
+use crate::text::instant;
 
 /// How long `/metrics` leaves a queue it found without flow control before asking again.
 const NO_FLOW_RECHECK: Duration = Duration::from_secs(60);
@@ -37,8 +38,9 @@ fn said(e: &AdminError) -> Value {
 ///   the queue keeps them) and `limits_described` (`[what, setting]` lines, as `wq queue
 ///   stats` prints them): `null` and empty on a queue without flow control, and with
 ///   `flow_error` when `stats` failed;
-/// - `schedules`: each schedule's record with its `time_zone` (names and specs cut), `null`
-///   where the source keeps none, with `schedules_error` when the listing failed.
+/// - `schedules`: each schedule's record with its `time_zone` and its instants as RFC 3339
+///   text (`since`, `last_tick`, `next_tick`; names and specs cut), `null` where the source
+///   keeps none, with `schedules_error` when the listing failed.
 pub(crate) fn page_parts(
     stats: Result<Stats, AdminError>,
     schedules: Result<Vec<ScheduleInfo>, AdminError>,
@@ -77,6 +79,9 @@ pub(crate) fn page_parts(
                 .map(|s| {
                     let mut value = json!(s);
                     value["time_zone"] = json!(s.time_zone());
+                    value["since"] = json!(instant(s.since));
+                    value["last_tick"] = json!(s.last_tick.and_then(instant));
+                    value["next_tick"] = json!(s.next_tick.and_then(instant));
                     shorten(&mut value, "name");
                     shorten(&mut value, "spec");
                     shorten(&mut value, "time_zone");

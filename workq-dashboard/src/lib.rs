@@ -127,6 +127,7 @@ mod respond;
 mod server;
 mod state;
 mod target;
+pub mod text;
 mod token;
 
 pub use config::Config;

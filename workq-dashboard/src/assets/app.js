@@ -186,9 +186,6 @@ function renderDetail() {
   document.querySelector('[data-action="last"]').textContent = lastLabel;
 }
 
-// An instant of a schedule's record (milliseconds since the epoch), in UTC to the second.
-function when(ms) { return ms == null ? "" : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"); }
-
 // The queue's groups (the ones with the most ready items) and its limits, as the API says
 // them; hidden on a queue without flow control.
 function renderFlow() {
@@ -223,9 +220,9 @@ function renderSchedules() {
     }
     return el("tr", { class: "schedule", "data-schedule": s.name },
       cell("name", s.name), cell("spec", s.spec, "text"), cell("time_zone", s.time_zone || ""),
-      cell("next_tick", when(s.next_tick_ms)), cell("last_tick", when(s.last_tick_ms)),
+      cell("next_tick", s.next_tick || ""), cell("last_tick", s.last_tick || ""),
       cell("state", s.paused ? el("span", { class: "paused" }, "paused") : el("span", { class: "running" }, "running")),
-      cell("since", when(s.since_ms)), el("td", {}, ...acts));
+      cell("since", s.since || ""), el("td", {}, ...acts));
   }));
 }
 
