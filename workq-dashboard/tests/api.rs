@@ -696,10 +696,10 @@ async fn a_queues_page_has_its_groups_limits_and_schedules() {
         json!({
             "name": "nightly", "spec": "cron 0 3 * * * (Europe/Paris)",
             "time_zone": "Europe/Paris", "since_ms": ms(now - hour), "last_tick_ms": null,
-            "next_tick_ms": ms(now + hour), "paused": false,
+            "next_tick_ms": ms(support::nightly_next_tick(now)), "paused": false,
             "since": workq_dashboard::text::instant(now - hour),
             "last_tick": null,
-            "next_tick": workq_dashboard::text::instant(now + hour),
+            "next_tick": workq_dashboard::text::instant(support::nightly_next_tick(now)),
         })
     );
     assert_eq!(

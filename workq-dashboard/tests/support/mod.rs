@@ -142,9 +142,19 @@ pub async fn grouped_queue(server: &RedisServer, name: &str) -> workq_redis::Red
         .expect("connect to the test server")
 }
 
+/// The next tick of [`schedules`]' `nightly` after `now`: the coming 02:00 UTC.
+pub fn nightly_next_tick(now: std::time::SystemTime) -> std::time::SystemTime {
+    let day = 86_400;
+    let since_epoch = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    let next = (since_epoch.as_secs().saturating_sub(7_200) / day + 1) * day + 7_200;
+    std::time::UNIX_EPOCH + std::time::Duration::from_secs(next)
+}
+
 /// The schedules of a queue as its runners would have written them, on the runners' clock
-/// `now`: `nightly` (a cron in Paris, next tick in an hour) and `minutely` (an interval whose
-/// tick of a minute ago was taken, with `item`).
+/// `now`: `nightly` (a cron at 03:00 in Paris, next tick the coming 02:00 UTC, as in winter)
+/// and `minutely` (an interval whose tick of a minute ago was taken, with `item`).
 pub async fn schedules<Q: workq::Queue>(queue: &Q, item: Q::Item, now: std::time::SystemTime)
 where
     Q::Error: std::fmt::Debug,
@@ -155,7 +165,7 @@ where
     let nightly = ScheduleUpdate::register(
         "nightly",
         "cron 0 3 * * * (Europe/Paris)",
-        Some(now + hour),
+        Some(nightly_next_tick(now)),
         now - hour,
     );
     queue.upsert_schedule(nightly).await.expect("nightly");
