@@ -2,7 +2,7 @@
 //! periodic schedules: the parts of `/api/queues/{name}` beyond the figures, and the flow
 //! figures `/metrics` reads.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
@@ -108,10 +108,6 @@ pub(crate) struct QueueFlow {
     /// [`Config::group_series`]: crate::Config::group_series
     pub(crate) groups: Vec<GroupStats>,
 }
-
-/// Per source: the queues `/metrics` last found without flow control, and when.
-#[derive(Default)]
-pub(crate) struct NoFlow(parking_lot::Mutex<HashMap<String, Instant>>);
 
 /// The flow control of the queues of `listing` that have it, for `/metrics`: one `stats` call
 /// per queue (its top `top` groups), at most `most` calls, broken queues and those found

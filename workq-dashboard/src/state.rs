@@ -94,6 +94,11 @@ impl Shared {
 /// A listing and when it finished.
 type Listing = (Instant, Result<Arc<Vec<QueueSummary>>, AdminError>);
 
+/// Per source: the queues `/metrics` last found without flow control, and when
+/// (`crate::flow::read_flows` keeps it).
+#[derive(Default)]
+pub(crate) struct NoFlow(pub(crate) parking_lot::Mutex<std::collections::HashMap<String, Instant>>);
+
 /// One source of the dashboard: a backend's [`Admin`] under a label.
 pub(crate) struct Registered {
     /// Its label: its kind, with `-2`, `-3`... for a second source of one kind.
@@ -105,7 +110,7 @@ pub(crate) struct Registered {
     /// Since when the server has been unreachable, in milliseconds since the Unix epoch.
     down_since: parking_lot::Mutex<Option<u64>>,
     /// The queues `/metrics` last found without flow control, and when.
-    pub(crate) no_flow: crate::flow::NoFlow,
+    pub(crate) no_flow: NoFlow,
 }
 
 impl Registered {
@@ -115,7 +120,7 @@ impl Registered {
             admin,
             listing: tokio::sync::Mutex::new(None),
             down_since: parking_lot::Mutex::new(None),
-            no_flow: crate::flow::NoFlow::default(),
+            no_flow: NoFlow::default(),
         }
     }
 

@@ -874,9 +874,18 @@ async fn kill_9_of_the_server_under_batched_workers_loses_nothing() {
 /// Two worker processes (of two workers, pools of four) on four hot keys; the first is
 /// paused mid-item for five leases.
 async fn paused_past_the_lease(kind: &'static str, mutation: &'static str) -> Option<Report> {
-    let (tasks, work_ms) = shape(kind, 2, 100);
+    // A mutation sends every done on its own (the faults live on the single-lease path), so
+    // pools of `Workers` keep the plain shape there, without the backlog: with handlers of
+    // 5 ms, or items of the backlog, the other process has finished the paused one's items
+    // long before it resumes, its renewal finds them gone, and no stale done is ever sent for
+    // the checker to catch; a hot key held for 100 ms is most likely held again.
+    let (tasks, work_ms) = if mutation.is_empty() {
+        shape(kind, 2, 100)
+    } else {
+        (2, 100)
+    };
     let mut s = Scenario::start(kind, 400, work_ms, mutation).await?;
-    if kind == "workers" {
+    if kind == "workers" && mutation.is_empty() {
         s.backlog(300).await;
     }
     s.spawn(tasks);
@@ -945,18 +954,23 @@ async fn thirty_two_batched_workers_on_hot_keys_never_overlap() {
 }
 
 /// Control: without fencing, the paused holder's stale `done` is accepted, and the checker
-/// must say so.
+/// must say so. Whether the pause lands while the process holds a lease whose done is still
+/// to come is up to the scheduler (a pool of `Workers` with 5 ms handlers spends most of its
+/// time between leases, and on a loaded machine the renewal may see the loss first), so the
+/// scenario runs up to three times: the control holds once the checker has caught one.
 async fn control_without_fencing(kind: &'static str) {
     let _serial = SERIAL.lock().await;
-    let Some(report) = paused_past_the_lease(kind, "no-fencing").await else {
-        return;
-    };
-    println!("{kind}: {report:?}");
-    assert!(
-        !report.stale_done_accepted.is_empty(),
-        "the control was caught: {report:?}"
-    );
-    assert!(!report.passed());
+    for attempt in 1..=3 {
+        let Some(report) = paused_past_the_lease(kind, "no-fencing").await else {
+            return;
+        };
+        println!("{kind}, attempt {attempt}: {report:?}");
+        if !report.stale_done_accepted.is_empty() {
+            assert!(!report.passed());
+            return;
+        }
+    }
+    panic!("in three runs without fencing, no stale done was accepted: the checker saw nothing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
