@@ -348,6 +348,7 @@ mod migrate;
 mod periodic;
 mod queue;
 mod stats;
+mod trace;
 mod units;
 mod wait;
 
