@@ -446,3 +446,25 @@ async fn adds_without_a_span_call_the_plain_functions() {
         (1, 1)
     );
 }
+
+/// An operator's remove of a re-add pending on a leased item forgets that add's links: the
+/// lease keeps its own, and a release gives back only those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_re_add_takes_its_links_with_it() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let name = unique("removed");
+    let queue = queue(&server, &name).await;
+    let producer = Recorder::new();
+    let first = add_in_span(&producer, &queue, "c").await;
+    let lease = next(&queue).await;
+    add_in_span(&producer, &queue, "c").await;
+    queue.remove("\"c\"").await.unwrap();
+    assert_eq!(row(&admin, &name, "c").await.0, None);
+    lease.release().await.unwrap();
+    let lease = next(&queue).await;
+    assert_eq!(lease.links(), [first]);
+    lease.done().await.unwrap();
+}
