@@ -112,7 +112,7 @@ const MIGRATIONS: &[Migration] = &[
         version: 9,
         serves_from: 3,
         sql: include_str!("sql/migrations/0009_trace_links.sql"),
-        released: 0xde64_8469_10cf_5c0a,
+        released: 0x83b2_f70d_9f52_458f,
     },
 ];
 

@@ -468,3 +468,80 @@ async fn a_removed_re_add_takes_its_links_with_it() {
     assert_eq!(lease.links(), [first]);
     lease.done().await.unwrap();
 }
+
+/// A dead letter keeps the links of the item it was (its expired lease's, then those of the
+/// add pending meanwhile), and a requeue gives them back in front of the links of adds made
+/// since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_keeps_its_links_and_a_requeue_gives_them_back() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let name = unique("buried");
+    let lease_time = Duration::from_millis(300);
+    let queue: PgQueue<String> = PgQueue::builder(&name)
+        .url(server.url())
+        .lease_duration(lease_time)
+        .auto_renew(false)
+        .max_stalls(1)
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let producer = Recorder::new();
+    let first = add_in_span(&producer, &queue, "d").await;
+    next(&queue).await.abandon();
+    let second = add_in_span(&producer, &queue, "d").await;
+    tokio::time::sleep(lease_time + Duration::from_millis(100)).await;
+    assert!(queue.try_get().await.unwrap().into_lease().is_none());
+    let kept: (Option<Vec<String>>, Option<i32>) =
+        sqlx::query_as("SELECT links, links_dropped FROM workqueue_dead")
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+    assert_eq!(
+        kept,
+        (Some(vec![first.traceparent(), second.traceparent()]), None)
+    );
+    let letters = queue
+        .dead_letters(workq::admin::End::First, 10)
+        .await
+        .unwrap();
+    let [letter] = letters.as_slice() else {
+        panic!("one dead letter expected: {letters:?}");
+    };
+    let third = add_in_span(&producer, &queue, "d").await;
+    assert!(queue.requeue_dead_letter(letter).await.unwrap());
+    let lease = next(&queue).await;
+    assert_eq!(lease.links(), [first, second, third]);
+    lease.done().await.unwrap();
+}
+
+/// The add a periodic schedule's tick makes (claimed and added in one transaction) links to
+/// the span the runner made it in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_ticks_add_is_linked_too() {
+    use std::time::SystemTime;
+    use workq::periodic::{TickClaim, TickOutcome};
+    use workq::{AddOptions, Queue};
+
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let queue = queue(&server, &unique("tick")).await;
+    let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s);
+    let claim = TickClaim::new("hourly", "every 1h", at(3600), Some(at(7200)), at(3600));
+    let producer = Recorder::new();
+    let (outcome, link) = producer
+        .in_span(async {
+            queue
+                .add_on_tick(claim, "tick".to_owned(), AddOptions::default())
+                .await
+        })
+        .await;
+    assert_eq!(outcome.unwrap(), TickOutcome::Added);
+    let lease = next(&queue).await;
+    assert_eq!(lease.links(), [link]);
+    lease.done().await.unwrap();
+}

@@ -11,7 +11,7 @@
 -- The functions, and the migration that last created each:
 --   workqueue_add            0007_flow.sql
 --   workqueue_backoff        0003_keys_and_order.sql
---   workqueue_bury           0007_flow.sql
+--   workqueue_bury           0009_trace_links.sql
 --   workqueue_done           0009_trace_links.sql
 --   workqueue_done_get       0007_flow.sql
 --   workqueue_enqueue        0008_flow_turns.sql
@@ -29,7 +29,7 @@
 --   workqueue_periodic_upsert 0006_periodic.sql
 --   workqueue_places_below   0008_flow_turns.sql
 --   workqueue_reclaim        0009_trace_links.sql
---   workqueue_requeue_dead   0007_flow.sql
+--   workqueue_requeue_dead   0009_trace_links.sql
 --   workqueue_retry_done     0007_flow.sql
 --   workqueue_retry_done_traced 0009_trace_links.sql
 --   workqueue_step           0009_trace_links.sql
@@ -97,13 +97,9 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_bury, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_bury, as last created by src/sql/migrations/0009_trace_links.sql
 -- --------------------------------------------------------------------------------------------
--- Moves an item's row to the dead letters (its expired leases counted with `more_stalls`
--- more), keeping at most `cap` (0: no cap) per queue. It waits for no lock beyond the item's
--- row and its failure row: the letters over the cap (and the queue's row, which counts them)
--- are dropped only if nobody holds them, else by a later bury. The letter keeps the item's
--- group; the slots its lease counted are given back (workqueue_flow_ended).
+-- bury: as version 7's; the letter keeps the item's links, the lease's in front.
 CREATE OR REPLACE FUNCTION public.workqueue_bury(q integer, k bytea, why text, cap integer, more_stalls integer)
  RETURNS void
  LANGUAGE plpgsql
@@ -119,16 +115,23 @@ DECLARE
     b smallint;
     cut bigint;
     dropped bigint;
+    ls text[];
+    ld integer;
 BEGIN
     DELETE FROM workqueue_items WHERE queue = q AND key = k
-        RETURNING item, stalls, grp, lease_flow INTO x, n_stalls, g, b;
+        RETURNING item, stalls, grp, lease_flow, (lease_links || links)[1:4],
+            nullif(coalesce(lease_dropped, 0) + coalesce(links_dropped, 0)
+                + greatest(coalesce(cardinality(lease_links), 0)
+                           + coalesce(cardinality(links), 0) - 4, 0), 0)
+        INTO x, n_stalls, g, b, ls, ld;
     IF NOT FOUND THEN
         RETURN;
     END IF;
     DELETE FROM workqueue_failures WHERE queue = q AND key = k RETURNING failures
         INTO n_failures;
-    INSERT INTO workqueue_dead (queue, item, reason, stalls, failures, grp)
-        VALUES (q, x, why, n_stalls + more_stalls, coalesce(n_failures, 0), g);
+    INSERT INTO workqueue_dead (queue, item, reason, stalls, failures, grp, links,
+            links_dropped)
+        VALUES (q, x, why, n_stalls + more_stalls, coalesce(n_failures, 0), g, ls, ld);
     IF cap > 0 THEN
         SELECT d.id INTO cut FROM workqueue_dead d WHERE d.queue = q
             ORDER BY d.id DESC OFFSET cap LIMIT 1;
@@ -1520,14 +1523,10 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_requeue_dead, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_requeue_dead, as last created by src/sql/migrations/0009_trace_links.sql
 -- --------------------------------------------------------------------------------------------
--- Moves dead letters back to the queue: the `lim` oldest of queue `q` (or those with the ids
--- `ids`), each in the group its item had. Refuses (returns -1, changing nothing) while the
--- queue is shut down for the fleet, which it keeps from changing until it commits. Returns how
--- many letters it took, each of whose items is now queued (or was already, or is being
--- processed and is queued again after). The adding lock first, the queue's row last, after
--- the item rows (the lock order).
+-- requeue_dead: as version 7's; each letter's links go back to its item, in front of those of
+-- the adds pending.
 CREATE OR REPLACE FUNCTION public.workqueue_requeue_dead(q integer, ids bigint[], lim integer)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -1539,7 +1538,10 @@ DECLARE
     shut boolean;
     xs text[];
     gs text[];
+    ls text[];
+    ds integer[];
     a record;
+    l record;
 BEGIN
     IF EXISTS (SELECT 1 FROM workqueue_queues s WHERE s.id = q AND s.shut_down) THEN
         RETURN -1;
@@ -1551,9 +1553,12 @@ BEGIN
                 SELECT e.id FROM workqueue_dead e
                 WHERE e.queue = q AND (ids IS NULL OR e.id = ANY(ids))
                 ORDER BY e.id LIMIT lim)
-            RETURNING d.id, d.item, d.grp
+            RETURNING d.id, d.item, d.grp, d.links, d.links_dropped
         )
-        SELECT array_agg(g.item ORDER BY g.id), array_agg(g.grp ORDER BY g.id) INTO xs, gs
+        SELECT array_agg(g.item ORDER BY g.id), array_agg(g.grp ORDER BY g.id),
+               array_agg(array_to_string(g.links, ',') ORDER BY g.id),
+               array_agg(g.links_dropped ORDER BY g.id)
+            INTO xs, gs, ls, ds
             FROM gone g;
         IF xs IS NULL THEN
             RETURN 0;
@@ -1567,6 +1572,20 @@ BEGIN
             -- Shut down meanwhile: the letters go back where they were.
             RAISE SQLSTATE 'WQ002';
         END IF;
+        -- The letters' links go in front of those of the adds pending (at most 4, the rest
+        -- counted), item rows in key order; of two letters of one item, the older in front.
+        FOR l IN SELECT workqueue_key(u.x) AS k, string_to_array(u.l, ',') AS ts,
+                        coalesce(u.d, 0) AS d
+                 FROM unnest(xs, ls, ds) WITH ORDINALITY AS u(x, l, d, i)
+                 WHERE u.l IS NOT NULL OR u.d IS NOT NULL
+                 ORDER BY workqueue_key(u.x), u.i DESC LOOP
+            UPDATE workqueue_items i SET
+                links = (l.ts || i.links)[1:4],
+                links_dropped = nullif(l.d + coalesce(i.links_dropped, 0)
+                    + greatest(coalesce(cardinality(l.ts), 0)
+                               + coalesce(cardinality(i.links), 0) - 4, 0), 0)
+                WHERE i.queue = q AND i.key = l.k;
+        END LOOP;
         RETURN cardinality(xs);
     EXCEPTION WHEN SQLSTATE 'WQ002' THEN
         RETURN -1;

@@ -21,6 +21,12 @@ ALTER TABLE workqueue_items
     ADD CONSTRAINT workqueue_items_links_bound
         CHECK (cardinality(links) <= 4 AND cardinality(lease_links) <= 4) NOT VALID;
 
+ALTER TABLE workqueue_dead
+    -- A letter keeps the links of the item it was: its lease's, then its pending adds' (at
+    -- most 4), and their drops; a requeue gives them back.
+    ADD COLUMN links text[],
+    ADD COLUMN links_dropped integer;
+
 -- Whether `t` is a W3C `traceparent` as a link keeps it: exactly 55 characters, a version of
 -- two lowercase hex digits other than `ff`, a trace id and a span id of lowercase hex not all
 -- zeros, the flags, dashes between. Anything else a client sends is not stored.
@@ -693,6 +699,124 @@ BEGIN
         PERFORM workqueue_wake(q, n);
     END IF;
     RETURN n;
+END $$;
+
+-- bury: as version 7's; the letter keeps the item's links, the lease's in front.
+CREATE OR REPLACE FUNCTION workqueue_bury(q integer, k bytea, why text, cap integer,
+    more_stalls integer)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    x text;
+    n_stalls integer;
+    n_failures integer;
+    g text;
+    b smallint;
+    cut bigint;
+    dropped bigint;
+    ls text[];
+    ld integer;
+BEGIN
+    DELETE FROM workqueue_items WHERE queue = q AND key = k
+        RETURNING item, stalls, grp, lease_flow, (lease_links || links)[1:4],
+            nullif(coalesce(lease_dropped, 0) + coalesce(links_dropped, 0)
+                + greatest(coalesce(cardinality(lease_links), 0)
+                           + coalesce(cardinality(links), 0) - 4, 0), 0)
+        INTO x, n_stalls, g, b, ls, ld;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    DELETE FROM workqueue_failures WHERE queue = q AND key = k RETURNING failures
+        INTO n_failures;
+    INSERT INTO workqueue_dead (queue, item, reason, stalls, failures, grp, links,
+            links_dropped)
+        VALUES (q, x, why, n_stalls + more_stalls, coalesce(n_failures, 0), g, ls, ld);
+    IF cap > 0 THEN
+        SELECT d.id INTO cut FROM workqueue_dead d WHERE d.queue = q
+            ORDER BY d.id DESC OFFSET cap LIMIT 1;
+        IF cut IS NOT NULL THEN
+            PERFORM 1 FROM workqueue_queues s WHERE s.id = q FOR NO KEY UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                WITH old AS (
+                    DELETE FROM workqueue_dead d WHERE d.id IN (
+                        SELECT e.id FROM workqueue_dead e WHERE e.queue = q AND e.id <= cut
+                        FOR UPDATE SKIP LOCKED)
+                    RETURNING 1
+                )
+                SELECT count(*) INTO dropped FROM old;
+                IF dropped > 0 THEN
+                    UPDATE workqueue_queues SET dead_dropped = dead_dropped + dropped
+                        WHERE id = q;
+                END IF;
+            END IF;
+        END IF;
+    END IF;
+    IF b <> 0 THEN
+        PERFORM workqueue_flow_ended(q, ARRAY[g], ARRAY[b], ARRAY[NULL::integer]);
+    END IF;
+END $$;
+
+-- requeue_dead: as version 7's; each letter's links go back to its item, in front of those of
+-- the adds pending.
+CREATE OR REPLACE FUNCTION workqueue_requeue_dead(q integer, ids bigint[], lim integer)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    shut boolean;
+    xs text[];
+    gs text[];
+    ls text[];
+    ds integer[];
+    a record;
+    l record;
+BEGIN
+    IF EXISTS (SELECT 1 FROM workqueue_queues s WHERE s.id = q AND s.shut_down) THEN
+        RETURN -1;
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(2003920492, q);
+    BEGIN
+        WITH gone AS (
+            DELETE FROM workqueue_dead d WHERE d.id IN (
+                SELECT e.id FROM workqueue_dead e
+                WHERE e.queue = q AND (ids IS NULL OR e.id = ANY(ids))
+                ORDER BY e.id LIMIT lim)
+            RETURNING d.id, d.item, d.grp, d.links, d.links_dropped
+        )
+        SELECT array_agg(g.item ORDER BY g.id), array_agg(g.grp ORDER BY g.id),
+               array_agg(array_to_string(g.links, ',') ORDER BY g.id),
+               array_agg(g.links_dropped ORDER BY g.id)
+            INTO xs, gs, ls, ds
+            FROM gone g;
+        IF xs IS NULL THEN
+            RETURN 0;
+        END IF;
+        SELECT * INTO a FROM workqueue_enqueue(q, xs, gs,
+            array_fill(NULL::integer, ARRAY[cardinality(xs)]),
+            array_fill(0::bigint, ARRAY[cardinality(xs)]),
+            array_fill(false, ARRAY[cardinality(xs)]), 0, 0, 0, 0);
+        SELECT s.shut_down INTO shut FROM workqueue_queues s WHERE s.id = q FOR SHARE;
+        IF shut OR EXISTS (SELECT 1 FROM unnest(a.kinds) AS k WHERE k = 0) THEN
+            -- Shut down meanwhile: the letters go back where they were.
+            RAISE SQLSTATE 'WQ002';
+        END IF;
+        -- The letters' links go in front of those of the adds pending (at most 4, the rest
+        -- counted), item rows in key order; of two letters of one item, the older in front.
+        FOR l IN SELECT workqueue_key(u.x) AS k, string_to_array(u.l, ',') AS ts,
+                        coalesce(u.d, 0) AS d
+                 FROM unnest(xs, ls, ds) WITH ORDINALITY AS u(x, l, d, i)
+                 WHERE u.l IS NOT NULL OR u.d IS NOT NULL
+                 ORDER BY workqueue_key(u.x), u.i DESC LOOP
+            UPDATE workqueue_items i SET
+                links = (l.ts || i.links)[1:4],
+                links_dropped = nullif(l.d + coalesce(i.links_dropped, 0)
+                    + greatest(coalesce(cardinality(l.ts), 0)
+                               + coalesce(cardinality(i.links), 0) - 4, 0), 0)
+                WHERE i.queue = q AND i.key = l.k;
+        END LOOP;
+        RETURN cardinality(xs);
+    EXCEPTION WHEN SQLSTATE 'WQ002' THEN
+        RETURN -1;
+    END;
 END $$;
 
 -- Every function replaced or added runs as version 7's do (see version 8).
