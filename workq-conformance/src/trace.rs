@@ -660,3 +660,32 @@ pub fn add_in_a_child(test: &str, url: &str, queue: &str) -> TraceLink {
         .parse()
         .expect("the child printed a traceparent")
 }
+
+/// Checks that the add a periodic schedule's tick makes through [`Queue::add_on_tick`] (the
+/// tick claimed and the item added together) links to the span the runner made it in: the
+/// lease of the item `"tick"` carries exactly that span's link.
+///
+/// # Panics
+///
+/// If the tick is not added, or the lease does not link to the span.
+#[cfg(feature = "periodic")]
+pub async fn assert_tick_add_linked<Q: Queue<Item = String>>(queue: &Q) {
+    use std::time::SystemTime;
+    use workq::periodic::{TickClaim, TickOutcome};
+
+    let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s);
+    let claim = TickClaim::new("hourly", "every 1h", at(3600), Some(at(7200)), at(3600));
+    let (outcome, link) = Recorder::new()
+        .in_span(queue.add_on_tick(claim, "tick".to_owned(), AddOptions::default()))
+        .await;
+    assert_eq!(
+        outcome.unwrap_or_else(|e| panic!("the tick's add failed: {e:?}")),
+        TickOutcome::Added
+    );
+    let lease = crate::flow::get(queue).await;
+    assert_eq!(
+        (lease.item().as_str(), lease.links()),
+        ("tick", &[link][..])
+    );
+    crate::flow::done(lease).await;
+}

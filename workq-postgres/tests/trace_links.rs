@@ -16,7 +16,8 @@ use std::time::Duration;
 use sqlx::PgPool;
 use workq::otel::TraceLink;
 use workq_conformance::trace::{
-    Recorder, TraceFactory, add_in_a_child, child_args, child_report, process_once, rules,
+    Recorder, TraceFactory, add_in_a_child, assert_tick_add_linked, child_args, child_report,
+    process_once, rules,
 };
 use workq_postgres::{Lease, PgQueue};
 
@@ -522,26 +523,8 @@ async fn a_dead_letter_keeps_its_links_and_a_requeue_gives_them_back() {
 /// the span the runner made it in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_periodic_ticks_add_is_linked_too() {
-    use std::time::SystemTime;
-    use workq::periodic::{TickClaim, TickOutcome};
-    use workq::{AddOptions, Queue};
-
     let Some(server) = PgServer::start() else {
         return;
     };
-    let queue = queue(&server, &unique("tick")).await;
-    let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s);
-    let claim = TickClaim::new("hourly", "every 1h", at(3600), Some(at(7200)), at(3600));
-    let producer = Recorder::new();
-    let (outcome, link) = producer
-        .in_span(async {
-            queue
-                .add_on_tick(claim, "tick".to_owned(), AddOptions::default())
-                .await
-        })
-        .await;
-    assert_eq!(outcome.unwrap(), TickOutcome::Added);
-    let lease = next(&queue).await;
-    assert_eq!(lease.links(), [link]);
-    lease.done().await.unwrap();
+    assert_tick_add_linked(&queue(&server, &unique("tick")).await).await;
 }
