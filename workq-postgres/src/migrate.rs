@@ -112,7 +112,7 @@ const MIGRATIONS: &[Migration] = &[
         version: 9,
         serves_from: 3,
         sql: include_str!("sql/migrations/0009_trace_links.sql"),
-        released: 0x83b2_f70d_9f52_458f,
+        released: 0x1ae3_7bb5_3e79_75b5,
     },
 ];
 

@@ -528,3 +528,36 @@ async fn a_periodic_ticks_add_is_linked_too() {
     };
     assert_tick_add_linked(&queue(&server, &unique("tick")).await).await;
 }
+
+/// An add in a span never waits for a row another transaction holds (it would take the row
+/// out of the lock order): a duplicate of an item whose row a caller's open transaction has
+/// written completes at once, and keeps no link; the next add in a span, once the row is
+/// free, links as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linked_add_waits_for_no_row() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let queue = queue(&server, &unique("no-wait")).await;
+    queue.add("x".to_owned()).await.unwrap();
+    let mut tx = admin.begin().await.unwrap();
+    // A raised priority writes the row: the transaction holds it.
+    queue
+        .add_with_in(
+            &mut tx,
+            "x".to_owned(),
+            workq::AddOptions::default().priority(5),
+        )
+        .await
+        .unwrap();
+    let producer = Recorder::new();
+    tokio::time::timeout(Duration::from_secs(5), add_in_span(&producer, &queue, "x"))
+        .await
+        .expect("the add waited for the row the open transaction holds");
+    tx.commit().await.unwrap();
+    let linked = add_in_span(&producer, &queue, "x").await;
+    let lease = next(&queue).await;
+    assert_eq!((lease.priority(), lease.links()), (5, &[linked][..]));
+    lease.done().await.unwrap();
+}

@@ -41,8 +41,12 @@ RETURN coalesce(t ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
 -- link(queue, keys, traceparent): the adds of the items `ks` (an item named n times: n adds)
 -- made in the span `tp`, each appended to its item's links while it holds fewer than 4, the
 -- adds beyond counted. An item whose row holds 4 links already is neither locked nor written
--- (as a duplicate add without a link writes nothing); the rows written are locked in key
--- order (the lock order). The rows exist: the adds were accepted in this transaction.
+-- (as a duplicate add without a link writes nothing). It waits for no row: it comes after
+-- the add took its locks (the queue's row among them, for a rate-limited add), so waiting for
+-- a duplicate's row here would break the lock order. A row another transaction holds at that
+-- instant (a hand-out, an add in an open transaction) keeps no link of this add; the rows the
+-- add itself locked are this transaction's. The rows exist: the adds were accepted in this
+-- transaction.
 CREATE FUNCTION workqueue_link(q integer, ks bytea[], tp text)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -57,7 +61,7 @@ BEGIN
         JOIN LATERAL (
             SELECT r.ctid AS id FROM workqueue_items r
             WHERE r.queue = q AND r.key = a.k AND coalesce(cardinality(r.links), 0) < 4
-            LIMIT 1 FOR UPDATE) i ON true
+            LIMIT 1 FOR UPDATE SKIP LOCKED) i ON true
     )
     UPDATE workqueue_items i SET
         links = (i.links || array_fill(tp, ARRAY[least(l.n, 4)]))[1:4],
@@ -794,13 +798,10 @@ BEGIN
             array_fill(NULL::integer, ARRAY[cardinality(xs)]),
             array_fill(0::bigint, ARRAY[cardinality(xs)]),
             array_fill(false, ARRAY[cardinality(xs)]), 0, 0, 0, 0);
-        SELECT s.shut_down INTO shut FROM workqueue_queues s WHERE s.id = q FOR SHARE;
-        IF shut OR EXISTS (SELECT 1 FROM unnest(a.kinds) AS k WHERE k = 0) THEN
-            -- Shut down meanwhile: the letters go back where they were.
-            RAISE SQLSTATE 'WQ002';
-        END IF;
         -- The letters' links go in front of those of the adds pending (at most 4, the rest
-        -- counted), item rows in key order; of two letters of one item, the older in front.
+        -- counted); of two letters of one item, the older in front. Before the queue's row,
+        -- and waiting for no row the add did not lock (as workqueue_link): an item whose row
+        -- another transaction holds at that instant gets no link back.
         FOR l IN SELECT workqueue_key(u.x) AS k, string_to_array(u.l, ',') AS ts,
                         coalesce(u.d, 0) AS d
                  FROM unnest(xs, ls, ds) WITH ORDINALITY AS u(x, l, d, i)
@@ -811,8 +812,14 @@ BEGIN
                 links_dropped = nullif(l.d + coalesce(i.links_dropped, 0)
                     + greatest(coalesce(cardinality(l.ts), 0)
                                + coalesce(cardinality(i.links), 0) - 4, 0), 0)
-                WHERE i.queue = q AND i.key = l.k;
+                WHERE i.ctid = (SELECT r.ctid FROM workqueue_items r
+                                WHERE r.queue = q AND r.key = l.k FOR UPDATE SKIP LOCKED);
         END LOOP;
+        SELECT s.shut_down INTO shut FROM workqueue_queues s WHERE s.id = q FOR SHARE;
+        IF shut OR EXISTS (SELECT 1 FROM unnest(a.kinds) AS k WHERE k = 0) THEN
+            -- Shut down meanwhile: the letters go back where they were.
+            RAISE SQLSTATE 'WQ002';
+        END IF;
         RETURN cardinality(xs);
     EXCEPTION WHEN SQLSTATE 'WQ002' THEN
         RETURN -1;
