@@ -561,3 +561,30 @@ async fn a_linked_add_waits_for_no_row() {
     assert_eq!((lease.priority(), lease.links()), (5, &[linked][..]));
     lease.done().await.unwrap();
 }
+
+/// A done clears the links its lease took: a row kept for an add made while processing holds
+/// that add's links alone, pending for the next hand-out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_done_clears_the_leases_links() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let admin = admin(&server).await;
+    let name = unique("cleared");
+    let queue = queue(&server, &name).await;
+    let producer = Recorder::new();
+    let first = add_in_span(&producer, &queue, "a").await;
+    let lease = next(&queue).await;
+    let second = add_in_span(&producer, &queue, "a").await;
+    let (links, _, leased, _) = row(&admin, &name, "a").await;
+    assert_eq!(
+        (links, leased),
+        (
+            Some(vec![second.traceparent()]),
+            Some(vec![first.traceparent()])
+        )
+    );
+    lease.done().await.unwrap();
+    let (links, _, leased, _) = row(&admin, &name, "a").await;
+    assert_eq!((links, leased), (Some(vec![second.traceparent()]), None));
+}
