@@ -6,7 +6,9 @@
 //! run too) on a server of the test's own; then PostgreSQL's own: `Workers` linking their
 //! spans, an add in another process, adds in the caller's transaction, what a hand-made
 //! client may send (the SQL stores only well-formed `traceparent`s), rows that never hold
-//! more than four links, and a queue whose adds carry none calling what it called before.
+//! more than four links, a queue whose adds carry none calling what it called before, an
+//! operator's remove, a done, a dead letter and its requeue, a periodic tick's add, and a
+//! linked add that waits for no row another transaction holds.
 #![cfg(feature = "otel")]
 
 mod support;
