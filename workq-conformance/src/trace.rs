@@ -579,3 +579,113 @@ pub mod rules {
         done(lease).await;
     }
 }
+
+/// Runs `Workers` on `queue` until they processed `item` (their handler opens a `reconcile`
+/// span with the attribute `key`), then checks with [`assert_processed_once`] that the global
+/// subscriber ([`Recorder::global`]: the workers' threads) recorded its one `workqueue.item`
+/// span linked to exactly `expected`, the `reconcile` span its child; returns the item's span.
+///
+/// # Panics
+///
+/// If the item is not processed within 10 s, or any of that does not hold.
+#[cfg(feature = "workers")]
+pub async fn process_once<Q>(queue: &Q, item: &str, expected: &[TraceLink]) -> SpanData
+where
+    Q: Queue<Item = String> + Clone,
+{
+    let recorder = Recorder::global();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let workers = workq::Workers::new(queue.clone()).spawn_async(move |key: String| {
+        let tx = tx.clone();
+        async move {
+            let _reconcile = tracing::info_span!("reconcile", key = %key).entered();
+            let _ = tx.send(key);
+            workq::Outcome::Done
+        }
+    });
+    loop {
+        let key = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("the item was processed")
+            .expect("the workers run");
+        if key == item {
+            break;
+        }
+    }
+    workers.shut_down().await;
+    assert_processed_once(recorder, item, expected)
+}
+
+/// The environment variables that make a run of a test binary the child of
+/// [`add_in_a_child`]: the address of the backend, and the queue's name.
+const CHILD_ENV: (&str, &str) = ("WQ_TRACE_CHILD_URL", "WQ_TRACE_CHILD_QUEUE");
+
+/// In the child [`add_in_a_child`] started: the address of the backend and the queue's name
+/// it was given; `None` in any other run.
+pub fn child_args() -> Option<(String, String)> {
+    Some((
+        std::env::var(CHILD_ENV.0).ok()?,
+        std::env::var(CHILD_ENV.1).ok()?,
+    ))
+}
+
+/// What the child prints: the `traceparent` of the span its add was made in (`link`), for
+/// [`add_in_a_child`] to read.
+pub fn child_report(link: TraceLink) {
+    println!("traceparent={}", link.traceparent());
+}
+
+/// Across processes: runs this test binary again, as a child process, for the test `test`
+/// alone, with [`child_args`] `url` and `queue` (the child adds an item in a span of its own
+/// tracer provider and calls [`child_report`]); returns the link it printed.
+///
+/// # Panics
+///
+/// If the child fails or prints no `traceparent`.
+pub fn add_in_a_child(test: &str, url: &str, queue: &str) -> TraceLink {
+    let output = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV.0, url)
+        .env(CHILD_ENV.1, queue)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run the child process");
+    assert!(output.status.success(), "the child failed: {output:?}");
+    let stdout = String::from_utf8(output.stdout).expect("the child's output is UTF-8");
+    stdout
+        .lines()
+        // The test harness may have written the test's name on the same line.
+        .find_map(|line| Some(line.split_once("traceparent=")?.1))
+        .unwrap_or_else(|| panic!("no traceparent in the child's output: {stdout}"))
+        .parse()
+        .expect("the child printed a traceparent")
+}
+
+/// Checks that the add a periodic schedule's tick makes through [`Queue::add_on_tick`] (the
+/// tick claimed and the item added together) links to the span the runner made it in: the
+/// lease of the item `"tick"` carries exactly that span's link.
+///
+/// # Panics
+///
+/// If the tick is not added, or the lease does not link to the span.
+#[cfg(feature = "periodic")]
+pub async fn assert_tick_add_linked<Q: Queue<Item = String>>(queue: &Q) {
+    use std::time::SystemTime;
+    use workq::periodic::{TickClaim, TickOutcome};
+
+    let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s);
+    let claim = TickClaim::new("hourly", "every 1h", at(3600), Some(at(7200)), at(3600));
+    let (outcome, link) = Recorder::new()
+        .in_span(queue.add_on_tick(claim, "tick".to_owned(), AddOptions::default()))
+        .await;
+    assert_eq!(
+        outcome.unwrap_or_else(|e| panic!("the tick's add failed: {e:?}")),
+        TickOutcome::Added
+    );
+    let lease = crate::flow::get(queue).await;
+    assert_eq!(
+        (lease.item().as_str(), lease.links()),
+        ("tick", &[link][..])
+    );
+    crate::flow::done(lease).await;
+}

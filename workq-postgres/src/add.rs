@@ -22,6 +22,7 @@ use crate::flow::check_group;
 use crate::inner::pause_after;
 use crate::lease::Lease;
 use crate::queue::PgQueue;
+use crate::trace::traceparent;
 use crate::units::{count, deadline_after, micros};
 
 /// The kind of add `workqueue_add` answers with a number.
@@ -306,29 +307,38 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         self.add_chunk(conn, &chunk).await
     }
 
-    /// One call of `workqueue_enqueue` for `chunk` on `conn`.
+    /// One call of `workqueue_enqueue` for `chunk` on `conn`; of `workqueue_enqueue_traced`
+    /// when the call is made in a recorded span (feature `otel`), whose `traceparent` every
+    /// item of the chunk then links to.
     async fn add_chunk<'c>(
         &self,
         conn: impl PgExecutor<'c>,
         chunk: &Chunk<'_>,
     ) -> Result<Vec<Added>, sqlx::Error> {
         let (interval, burst) = self.inner.bucket();
-        let (kinds, delays, seqs, flow_version): AddRow = sqlx::query_as(
+        let traceparent = traceparent();
+        let sql = if traceparent.is_some() {
             "SELECT kinds, delays, seqs, flow_version
-             FROM workqueue_enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
-        .bind(self.inner.id)
-        .bind(chunk.raws)
-        .bind(chunk.groups)
-        .bind(chunk.priorities)
-        .bind(chunk.delays)
-        .bind(chunk.limited)
-        .bind(micros(self.inner.base_delay))
-        .bind(micros(self.inner.max_delay))
-        .bind(interval)
-        .bind(burst)
-        .fetch_one(conn)
-        .await?;
+             FROM workqueue_enqueue_traced($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+        } else {
+            "SELECT kinds, delays, seqs, flow_version
+             FROM workqueue_enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+        };
+        let mut query = sqlx::query_as(sql)
+            .bind(self.inner.id)
+            .bind(chunk.raws)
+            .bind(chunk.groups)
+            .bind(chunk.priorities)
+            .bind(chunk.delays)
+            .bind(chunk.limited)
+            .bind(micros(self.inner.base_delay))
+            .bind(micros(self.inner.max_delay))
+            .bind(interval)
+            .bind(burst);
+        if let Some(traceparent) = traceparent {
+            query = query.bind(traceparent);
+        }
+        let (kinds, delays, seqs, flow_version): AddRow = query.fetch_one(conn).await?;
         self.inner.saw_flow_version(flow_version);
         Ok(kinds
             .iter()
@@ -372,11 +382,18 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         if self.is_closed() {
             return Ok(Some(lease));
         }
+        // The re-add links to the span it is made in (the worker's, so the next attempt links
+        // to the one that failed): read here, before the task of its own.
+        let traceparent = traceparent();
         // In a task of its own: a caller that stops waiting leaves the step to finish.
         let (tx, rx) = tokio::sync::oneshot::channel();
         let queue = self.clone();
         tokio::spawn(async move {
-            let _ = tx.send(queue.retry_and_done_owned(lease, options, forget).await);
+            let _ = tx.send(
+                queue
+                    .retry_and_done_owned(lease, options, forget, traceparent)
+                    .await,
+            );
         });
         rx.await
             .map_err(|_| Error::Protocol("the retry task stopped".into()))?
@@ -387,6 +404,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         mut lease: Lease<T>,
         options: AddOptions,
         forget: bool,
+        traceparent: Option<String>,
     ) -> Result<Option<Lease<T>>, Error> {
         let inner = &self.inner;
         // The lease is renewed until the outcome is known (the call may wait for the row).
@@ -397,23 +415,30 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         let mut backoff = Duration::from_millis(20);
         let mut unsure = false;
         let outcome = loop {
-            let reply: Result<(i32, i64), sqlx::Error> = sqlx::query_as(
+            let sql = if traceparent.is_some() {
                 "SELECT outcome, delay
-                 FROM workqueue_retry_done($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-            )
-            .bind(inner.id)
-            .bind(claim.key.as_slice())
-            .bind(token)
-            .bind(forget)
-            .bind(options.requested_priority())
-            .bind(micros(options.delay()))
-            .bind(options.is_rate_limited())
-            .bind(micros(inner.base_delay))
-            .bind(micros(inner.max_delay))
-            .bind(interval)
-            .bind(burst)
-            .fetch_one(&inner.pool)
-            .await;
+                 FROM workqueue_retry_done_traced($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+                                                  $12)"
+            } else {
+                "SELECT outcome, delay
+                 FROM workqueue_retry_done($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            };
+            let mut query = sqlx::query_as(sql)
+                .bind(inner.id)
+                .bind(claim.key.as_slice())
+                .bind(token)
+                .bind(forget)
+                .bind(options.requested_priority())
+                .bind(micros(options.delay()))
+                .bind(options.is_rate_limited())
+                .bind(micros(inner.base_delay))
+                .bind(micros(inner.max_delay))
+                .bind(interval)
+                .bind(burst);
+            if let Some(traceparent) = &traceparent {
+                query = query.bind(traceparent);
+            }
+            let reply: Result<(i32, i64), sqlx::Error> = query.fetch_one(&inner.pool).await;
             match reply {
                 Ok((outcome, _)) => break Ok(outcome),
                 Err(e) => {

@@ -164,4 +164,16 @@ where
             Err(error) => Err(error),
         }
     }
+
+    /// [`Lease::links`]: the adds' trace contexts kept in the item's row.
+    #[cfg(feature = "otel")]
+    fn links(&self) -> &[workq::otel::TraceLink] {
+        Lease::links(self)
+    }
+
+    /// [`Lease::links_dropped`].
+    #[cfg(feature = "otel")]
+    fn links_dropped(&self) -> u32 {
+        Lease::links_dropped(self)
+    }
 }

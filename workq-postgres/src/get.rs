@@ -22,6 +22,7 @@ use crate::inner::pause_after;
 use crate::key::{Claim, key_of};
 use crate::lease::Lease;
 use crate::queue::PgQueue;
+use crate::trace::{LeaseLinks, LinkColumns};
 use crate::units::{deadline_after, int, micros};
 
 /// The rows `workqueue_get` returns (after `done` outcomes for `workqueue_step`): kind,
@@ -35,6 +36,8 @@ type GetRow = (
     Option<Vec<i32>>,
     Option<i64>,
     Option<i64>,
+    Option<Vec<Option<String>>>,
+    Option<Vec<Option<i32>>>,
 );
 
 /// The row `workqueue_step` returns: the `done` outcomes, then [`GetRow`].
@@ -47,6 +50,8 @@ type DoneGetRow = (
     Option<Vec<i32>>,
     Option<i64>,
     Option<i64>,
+    Option<Vec<Option<String>>>,
+    Option<Vec<Option<i32>>>,
 );
 
 /// A get (`workqueue_get`), with the version of the queue's flow settings when it sweeps: a
@@ -55,10 +60,12 @@ type DoneGetRow = (
 fn get_sql(sweep: bool) -> &'static str {
     if sweep {
         "SELECT g.kind, g.items, g.keys, g.tokens, g.priorities, g.wait_us,
-                (SELECT s.flow_version FROM workqueue_queues s WHERE s.id = $1)
+                (SELECT s.flow_version FROM workqueue_queues s WHERE s.id = $1),
+                g.item_links, g.item_drops
          FROM workqueue_get($1, $2, $3, $4, $5, $6) g"
     } else {
-        "SELECT kind, items, keys, tokens, priorities, wait_us, NULL::bigint
+        "SELECT kind, items, keys, tokens, priorities, wait_us, NULL::bigint, item_links,
+                item_drops
          FROM workqueue_get($1, $2, $3, $4, $5, $6)"
     }
 }
@@ -68,10 +75,12 @@ fn get_sql(sweep: bool) -> &'static str {
 fn step_sql(sweep: bool) -> &'static str {
     if sweep {
         "SELECT g.done, g.kind, g.items, g.keys, g.tokens, g.priorities, g.wait_us,
-                (SELECT s.flow_version FROM workqueue_queues s WHERE s.id = $1)
+                (SELECT s.flow_version FROM workqueue_queues s WHERE s.id = $1),
+                g.item_links, g.item_drops
          FROM workqueue_step($1, $2, $3, $4, $5, $6, $7, $8, $9) g"
     } else {
-        "SELECT done, kind, items, keys, tokens, priorities, wait_us, NULL::bigint
+        "SELECT done, kind, items, keys, tokens, priorities, wait_us, NULL::bigint, item_links,
+                item_drops
          FROM workqueue_step($1, $2, $3, $4, $5, $6, $7, $8, $9)"
     }
 }
@@ -186,24 +195,24 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             }
             let sweep = self.inner.sweep_due();
             let started = Instant::now();
-            let (kind, items, keys, tokens, priorities, wait, flow_version): GetRow = self
-                .inner
-                .call_until("get", deadline, || {
-                    sqlx::query_as(get_sql(sweep))
-                        .bind(self.inner.id)
-                        .bind(int(max))
-                        .bind(micros(self.inner.lease))
-                        .bind(sweep)
-                        .bind(int(self.inner.max_stalls))
-                        .bind(int(self.inner.dead_letter_cap))
-                        .fetch_one(&self.inner.pool)
-                })
-                .await?;
+            let (kind, items, keys, tokens, priorities, wait, flow_version, links, drops): GetRow =
+                self.inner
+                    .call_until("get", deadline, || {
+                        sqlx::query_as(get_sql(sweep))
+                            .bind(self.inner.id)
+                            .bind(int(max))
+                            .bind(micros(self.inner.lease))
+                            .bind(sweep)
+                            .bind(int(self.inner.max_stalls))
+                            .bind(int(self.inner.dead_letter_cap))
+                            .fetch_one(&self.inner.pool)
+                    })
+                    .await?;
             self.inner.saw_flow_version(flow_version);
             match kind {
                 1 => {
                     let leases = self
-                        .leased(items, keys, tokens, priorities, started)
+                        .leased(items, keys, tokens, priorities, (links, drops), started)
                         .await?;
                     if !leases.is_empty() {
                         return Ok(Attempt::Leased(leases));
@@ -224,6 +233,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         keys: Option<Vec<Vec<u8>>>,
         tokens: Option<Vec<i64>>,
         priorities: Option<Vec<i32>>,
+        links: LinkColumns,
         started: Instant,
     ) -> Result<Vec<Lease<T>>, Error> {
         let (items, keys, tokens) = (
@@ -255,6 +265,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                     claim,
                     priorities.get(i).copied().unwrap_or(0),
                     started,
+                    LeaseLinks::read(&links, i),
                 )),
                 Err(error) => buried.push((raw, claim, error.to_string())),
             }
@@ -481,8 +492,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         for (i, lease, forget) in waiting {
             done[i] = self.settle(lease, forget, false).await;
         }
-        let (_, items, keys, tokens, priorities, ..) = row;
-        let next = match self.leased(items, keys, tokens, priorities, started).await {
+        let (_, items, keys, tokens, priorities, _, _, links, drops) = row;
+        let next = match self
+            .leased(items, keys, tokens, priorities, (links, drops), started)
+            .await
+        {
             Ok(next) => next,
             Err(error) => {
                 // The dones are committed; the leases taken are released (dropped).
@@ -540,8 +554,18 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         let tokens: Vec<i64> = claims.iter().map(|(c, _)| c.token).collect();
         let forgets: Vec<bool> = claims.iter().map(|&(_, f)| f).collect();
         let sweep = self.inner.sweep_due();
-        let (done, kind, items, next_keys, next_tokens, priorities, wait, flow_version): DoneGetRow =
-            sqlx::query_as(step_sql(sweep))
+        let (
+            done,
+            kind,
+            items,
+            next_keys,
+            next_tokens,
+            priorities,
+            wait,
+            flow_version,
+            links,
+            drops,
+        ): DoneGetRow = sqlx::query_as(step_sql(sweep))
             .bind(self.inner.id)
             .bind(&keys)
             .bind(&tokens)
@@ -563,9 +587,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 priorities,
                 wait,
                 flow_version,
+                links,
+                drops,
             )
         } else {
-            (kind, None, None, None, None, wait, flow_version)
+            (kind, None, None, None, None, wait, flow_version, None, None)
         };
         Ok((done, row))
     }

@@ -513,7 +513,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                         WHERE queue = $1 AND key = workqueue_key($2) AND token IS NULL
                         RETURNING ready, due IS NOT NULL AS delayed),
                      kept AS (
-                        UPDATE workqueue_items SET dirty = false, due = NULL, priority = NULL
+                        UPDATE workqueue_items SET dirty = false, due = NULL, priority = NULL,
+                            links = NULL, links_dropped = NULL
                         WHERE queue = $1 AND key = workqueue_key($2) AND token IS NOT NULL
                           AND (dirty OR due IS NOT NULL)
                         RETURNING 1),

@@ -239,7 +239,9 @@
 //! in the group `""`), whose gets and dones follow the stored flow settings. Version 8 gives
 //! each priority its own turns and counts every lease; a process of version 7 still built
 //! without flow settings writes empty ones at build, which turns flow control off: upgrade the
-//! processes that run without settings first.
+//! processes that run without settings first. Version 9 (trace links, the feature `otel`)
+//! is additive: its hand-outs answer two more columns, which older processes do not read
+//! (their leases carry no links).
 //!
 //! All queues share one table set: a queue is a row of `workqueue_queues` with an integer id
 //! (a queue is created by naming it), and every other row names its queue by that id. An
@@ -348,6 +350,7 @@ mod migrate;
 mod periodic;
 mod queue;
 mod stats;
+mod trace;
 mod units;
 mod wait;
 

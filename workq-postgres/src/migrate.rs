@@ -105,10 +105,19 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/migrations/0008_flow_turns.sql"),
         released: 0xeef1_55f0_5745_1ffd,
     },
+    // Trace links: an add's `traceparent` kept beside the item (at most 4), moved to the lease
+    // that hands it out, given back by a release or a lost lease (`workqueue_enqueue_traced`,
+    // `workqueue_retry_done_traced`; the hand-outs answer two more columns). Additive.
+    Migration {
+        version: 9,
+        serves_from: 3,
+        sql: include_str!("sql/migrations/0009_trace_links.sql"),
+        released: 0x1ae3_7bb5_3e79_75b5,
+    },
 ];
 
 /// The schema version this crate needs.
-pub const SCHEMA_VERSION: i32 = 8;
+pub const SCHEMA_VERSION: i32 = 9;
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Installs or upgrades the schema on `pool` (what [`Builder::build`](crate::Builder::build)

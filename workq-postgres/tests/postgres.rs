@@ -1,7 +1,7 @@
 //! What only the PostgreSQL queue has: transactional enqueue, leases with fencing tokens on
 //! the database's clock, release on drop, dead letters, a handle's own shut down, polling
-//! without `LISTEN`, and the schema's migrations (upgrades from versions 2 and 3 with items
-//! in every state). Each test starts its own server.
+//! without `LISTEN`, and the schema's migrations (upgrades from versions 2, 3, 6 and 8 with
+//! items in every state). Each test starts its own server.
 
 mod support;
 
@@ -913,6 +913,106 @@ async fn an_upgrade_from_version_6_keeps_every_item_under_flow_control() {
         lease.done().await.unwrap();
     }
     assert_eq!(order, ["first", "third", "held", "old-process", "new"]);
+}
+
+/// A database of schema version 8 with items in every state (queued with and without a
+/// priority, delayed, leased, leased and re-added) is upgraded to version 9 (trace links) in
+/// place: every row starts with no link, the old holders' tokens end their leases, the queued
+/// items come out in their order, and a process of version 8 still adds, hands out and steps
+/// through its old calls (the hand-outs' new columns are ones it does not read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_from_version_8_keeps_every_item() {
+    use sqlx::Executor;
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
+    for sql in [
+        include_str!("../src/sql/migrations/0001_schema.sql"),
+        include_str!("../src/sql/migrations/0002_done_get.sql"),
+        include_str!("../src/sql/migrations/0003_keys_and_order.sql"),
+        include_str!("../src/sql/migrations/0004_lock_order.sql"),
+        include_str!("../src/sql/migrations/0005_step_wait.sql"),
+        include_str!("../src/sql/migrations/0006_periodic.sql"),
+        include_str!("../src/sql/migrations/0007_flow.sql"),
+        include_str!("../src/sql/migrations/0008_flow_turns.sql"),
+    ] {
+        pool.execute(sql).await.unwrap();
+    }
+    // Version 8, used through its functions as its processes call them.
+    pool.execute(
+        "CREATE TABLE workqueue_migrations (version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now(), serves_from integer);
+         INSERT INTO workqueue_migrations (version, serves_from)
+             VALUES (1, 1), (2, 1), (3, 3), (4, 3), (5, 3), (6, 3), (7, 3), (8, 3);
+         INSERT INTO workqueue_queues (id, name) VALUES (7, 'v8');
+         SELECT kinds FROM workqueue_enqueue(7, ARRAY['\"held\"'], NULL, ARRAY[NULL]::integer[],
+             ARRAY[0]::bigint[], ARRAY[false], 0, 0, 0, 0);
+         SELECT kind, items, keys, tokens, priorities, wait_us
+             FROM workqueue_get(7, 1, 3600000000, false, 0, 0);
+         SELECT kinds FROM workqueue_enqueue(7,
+             ARRAY['\"held\"', '\"first\"', '\"second\"', '\"later\"'], NULL,
+             ARRAY[NULL, NULL, 3, NULL]::integer[], ARRAY[0, 0, 0, 3600000000]::bigint[],
+             ARRAY[false, false, false, false], 0, 0, 0, 0);",
+    )
+    .await
+    .unwrap();
+    let held = token_of(&pool, "held").await;
+
+    let q: PgQueue<String> = PgQueue::builder("v8")
+        .url(server.url())
+        .poll_interval(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("the upgrade runs at build");
+    let version: i32 = sqlx::query_scalar("SELECT max(version) FROM workqueue_migrations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(version, workq_postgres::SCHEMA_VERSION);
+    let linked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM workqueue_items WHERE queue = 7
+             AND (links IS NOT NULL OR links_dropped IS NOT NULL OR lease_links IS NOT NULL
+                  OR lease_dropped IS NOT NULL)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(linked, 0, "every row starts with no link");
+    assert_eq!(q.delayed_len().await.unwrap(), 1);
+    assert_eq!(q.processing_len().await.unwrap(), 1);
+    // The old holder's step, as version 8 sends it: done, and queued again for its re-add.
+    let step: Vec<i32> = sqlx::query_scalar(
+        "SELECT done FROM workqueue_step(7, ARRAY[workqueue_key('\"held\"')], $1,
+             ARRAY[false], 0, 1000000, false, 0, 0)",
+    )
+    .bind(vec![held])
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(step, [2]);
+    // A process of version 8 adds and hands out through its old calls.
+    let kinds: Vec<i16> = sqlx::query_scalar(
+        "SELECT kinds FROM workqueue_enqueue(7, ARRAY['\"old-process\"'], NULL,
+             ARRAY[NULL]::integer[], ARRAY[0]::bigint[], ARRAY[false], 0, 0, 0, 0)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(kinds, [1]);
+    let (kind, items): (i32, Vec<String>) =
+        sqlx::query_as("SELECT kind, items FROM workqueue_get(7, 1, 3600000000, false, 0, 0)")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((kind, items), (1, vec!["\"second\"".to_owned()]));
+    q.add("new".to_owned()).await.unwrap();
+    let mut order = Vec::new();
+    while let Some(lease) = q.try_get().await.unwrap().into_lease() {
+        order.push(lease.item().clone());
+        lease.done().await.unwrap();
+    }
+    assert_eq!(order, ["first", "held", "old-process", "new"]);
 }
 
 /// `Queue::done_and_next_many` (what batching `Workers` send): each lease's done and forget,

@@ -1,5 +1,5 @@
 -- workq-postgres: every SQL function of the queue's schema as the migrations leave it
--- (schema version 8), ordered by name, each with its body and settings exactly as
+-- (schema version 9), ordered by name, each with its body and settings exactly as
 -- PostgreSQL shows them (pg_get_functiondef) in a database migrated from empty, in the schema
 -- `public`, and with the comment above its last CREATE in the migrations.
 --
@@ -11,27 +11,31 @@
 -- The functions, and the migration that last created each:
 --   workqueue_add            0007_flow.sql
 --   workqueue_backoff        0003_keys_and_order.sql
---   workqueue_bury           0007_flow.sql
---   workqueue_done           0007_flow.sql
+--   workqueue_bury           0009_trace_links.sql
+--   workqueue_done           0009_trace_links.sql
 --   workqueue_done_get       0007_flow.sql
 --   workqueue_enqueue        0008_flow_turns.sql
+--   workqueue_enqueue_traced 0009_trace_links.sql
 --   workqueue_flow_clear     0008_flow_turns.sql
 --   workqueue_flow_ended     0007_flow.sql
---   workqueue_flow_get       0008_flow_turns.sql
+--   workqueue_flow_get       0009_trace_links.sql
 --   workqueue_flow_set       0008_flow_turns.sql
---   workqueue_get            0007_flow.sql
+--   workqueue_get            0009_trace_links.sql
 --   workqueue_group_oldest   0007_flow.sql
 --   workqueue_groups_join    0008_flow_turns.sql
 --   workqueue_key            0003_keys_and_order.sql
+--   workqueue_link           0009_trace_links.sql
 --   workqueue_periodic_claim 0006_periodic.sql
 --   workqueue_periodic_upsert 0006_periodic.sql
 --   workqueue_places_below   0008_flow_turns.sql
---   workqueue_reclaim        0007_flow.sql
---   workqueue_requeue_dead   0007_flow.sql
+--   workqueue_reclaim        0009_trace_links.sql
+--   workqueue_requeue_dead   0009_trace_links.sql
 --   workqueue_retry_done     0007_flow.sql
---   workqueue_step           0007_flow.sql
+--   workqueue_retry_done_traced 0009_trace_links.sql
+--   workqueue_step           0009_trace_links.sql
 --   workqueue_token_at       0007_flow.sql
 --   workqueue_token_take     0007_flow.sql
+--   workqueue_traceparent_ok 0009_trace_links.sql
 --   workqueue_wake           0003_keys_and_order.sql
 
 
@@ -93,13 +97,9 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_bury, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_bury, as last created by src/sql/migrations/0009_trace_links.sql
 -- --------------------------------------------------------------------------------------------
--- Moves an item's row to the dead letters (its expired leases counted with `more_stalls`
--- more), keeping at most `cap` (0: no cap) per queue. It waits for no lock beyond the item's
--- row and its failure row: the letters over the cap (and the queue's row, which counts them)
--- are dropped only if nobody holds them, else by a later bury. The letter keeps the item's
--- group; the slots its lease counted are given back (workqueue_flow_ended).
+-- bury: as version 7's; the letter keeps the item's links, the lease's in front.
 CREATE OR REPLACE FUNCTION public.workqueue_bury(q integer, k bytea, why text, cap integer, more_stalls integer)
  RETURNS void
  LANGUAGE plpgsql
@@ -115,16 +115,23 @@ DECLARE
     b smallint;
     cut bigint;
     dropped bigint;
+    ls text[];
+    ld integer;
 BEGIN
     DELETE FROM workqueue_items WHERE queue = q AND key = k
-        RETURNING item, stalls, grp, lease_flow INTO x, n_stalls, g, b;
+        RETURNING item, stalls, grp, lease_flow, (lease_links || links)[1:4],
+            nullif(coalesce(lease_dropped, 0) + coalesce(links_dropped, 0)
+                + greatest(coalesce(cardinality(lease_links), 0)
+                           + coalesce(cardinality(links), 0) - 4, 0), 0)
+        INTO x, n_stalls, g, b, ls, ld;
     IF NOT FOUND THEN
         RETURN;
     END IF;
     DELETE FROM workqueue_failures WHERE queue = q AND key = k RETURNING failures
         INTO n_failures;
-    INSERT INTO workqueue_dead (queue, item, reason, stalls, failures, grp)
-        VALUES (q, x, why, n_stalls + more_stalls, coalesce(n_failures, 0), g);
+    INSERT INTO workqueue_dead (queue, item, reason, stalls, failures, grp, links,
+            links_dropped)
+        VALUES (q, x, why, n_stalls + more_stalls, coalesce(n_failures, 0), g, ls, ld);
     IF cap > 0 THEN
         SELECT d.id INTO cut FROM workqueue_dead d WHERE d.queue = q
             ORDER BY d.id DESC OFFSET cap LIMIT 1;
@@ -152,15 +159,11 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_done, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_done, as last created by src/sql/migrations/0009_trace_links.sql
 -- --------------------------------------------------------------------------------------------
--- done(queue, key, token, release, forget): client-go's Done (or a release: handed out again
--- at once, at the head), fenced by the lease's token; with `forget`, the item's failures are
--- forgotten too (client-go's Forget after a success), only if the done is accepted. Returns
--- 1 when done (or released), 2 when done and queued again (re-added while leased), 0 when
--- another lease holds the item now, -1 when none does. A refused call changes nothing. The
--- slots the lease counted are given back, and under flow control an item queued again joins
--- its group's turns (workqueue_flow_ended, after the item's and failure's rows).
+-- done: as version 7's; a release gives the lease's links back to the item, in front of those
+-- of the adds made meanwhile (at most 4, the rest counted), and a done that keeps the row
+-- clears them.
 CREATE OR REPLACE FUNCTION public.workqueue_done(q integer, k bytea, tok bigint, release boolean, forget boolean)
  RETURNS integer
  LANGUAGE plpgsql
@@ -188,7 +191,12 @@ BEGIN
         UPDATE workqueue_items i SET token = NULL, lease_until = NULL, leased_at = NULL,
             ready = true, dirty = false, due = NULL, lease_flow = 0,
             priority = greatest(i.lease_priority, coalesce(i.priority, i.lease_priority)),
-            avail_at = '-infinity', seq = -nextval('workqueue_seq')
+            avail_at = '-infinity', seq = -nextval('workqueue_seq'),
+            links = (i.lease_links || i.links)[1:4],
+            links_dropped = nullif(coalesce(i.lease_dropped, 0) + coalesce(i.links_dropped, 0)
+                + greatest(coalesce(cardinality(i.lease_links), 0)
+                           + coalesce(cardinality(i.links), 0) - 4, 0), 0),
+            lease_links = NULL, lease_dropped = NULL
             WHERE i.queue = q AND i.key = k
             RETURNING i.priority INTO p;
         IF r.grp IS NOT NULL OR r.lease_flow <> 0 THEN
@@ -201,7 +209,7 @@ BEGIN
         UPDATE workqueue_items i SET token = NULL, lease_until = NULL, leased_at = NULL,
             ready = true, dirty = false, due = NULL, stalls = 0, lease_flow = 0,
             priority = coalesce(i.priority, 0), avail_at = now_,
-            seq = nextval('workqueue_seq')
+            seq = nextval('workqueue_seq'), lease_links = NULL, lease_dropped = NULL
             WHERE i.queue = q AND i.key = k
             RETURNING i.priority INTO p;
         IF r.grp IS NOT NULL OR r.lease_flow <> 0 THEN
@@ -211,7 +219,8 @@ BEGIN
         RETURN 2;
     ELSIF r.due IS NOT NULL THEN
         UPDATE workqueue_items i SET token = NULL, lease_until = NULL, leased_at = NULL,
-            dirty = false, stalls = 0, priority = coalesce(i.priority, 0), lease_flow = 0
+            dirty = false, stalls = 0, priority = coalesce(i.priority, 0), lease_flow = 0,
+            lease_links = NULL, lease_dropped = NULL
             WHERE i.queue = q AND i.key = k;
         IF r.lease_flow <> 0 THEN
             PERFORM workqueue_flow_ended(q, ARRAY[r.grp], ARRAY[r.lease_flow],
@@ -593,6 +602,30 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
+-- workqueue_enqueue_traced, as last created by src/sql/migrations/0009_trace_links.sql
+-- --------------------------------------------------------------------------------------------
+-- enqueue_traced: workqueue_enqueue, then the accepted adds linked to the span `tp` (one
+-- traceparent per call: the items of one batch share the caller's span). What a client calls
+-- only when it has a traceparent to send.
+CREATE OR REPLACE FUNCTION public.workqueue_enqueue_traced(q integer, xs text[], grps text[], ps integer[], delays_us bigint[], limited boolean[], base_us bigint, max_us bigint, bucket_us bigint, burst integer, tp text, OUT kinds smallint[], OUT delays bigint[], OUT seqs bigint[], OUT flow_version bigint)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+AS $function$
+BEGIN
+    SELECT e.kinds, e.delays, e.seqs, e.flow_version INTO kinds, delays, seqs, flow_version
+        FROM workqueue_enqueue(q, xs, grps, ps, delays_us, limited, base_us, max_us, bucket_us,
+                               burst) e;
+    -- Kind 0: not added (the queue is shut down).
+    PERFORM workqueue_link(q, ARRAY(SELECT sha256(convert_to(u.x, 'UTF8'))
+                                    FROM unnest(xs, kinds) WITH ORDINALITY AS u(x, kind, i)
+                                    WHERE u.kind <> 0 ORDER BY u.i), tp);
+END $function$;
+
+
+-- --------------------------------------------------------------------------------------------
 -- workqueue_flow_clear, as last created by src/sql/migrations/0008_flow_turns.sql
 -- --------------------------------------------------------------------------------------------
 -- flow_clear(queue): turns flow control off for every process (PgQueue::clear_flow_control),
@@ -701,12 +734,10 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_flow_get, as last created by src/sql/migrations/0008_flow_turns.sql
+-- workqueue_flow_get, as last created by src/sql/migrations/0009_trace_links.sql
 -- --------------------------------------------------------------------------------------------
--- flow_get: as version 7's, but every hand-out counts in the queue too (lease_flow 3), the due
--- items are announced per group and priority, and a group whose highest ready priority goes
--- down takes its place in the turns there (`places`).
-CREATE OR REPLACE FUNCTION public.workqueue_flow_get(q integer, n integer, lease_us bigint, sweep boolean, max_stalls integer, dead_cap integer, shut boolean, paused boolean, OUT kind integer, OUT items text[], OUT keys bytea[], OUT tokens bigint[], OUT priorities integer[], OUT wait_us bigint)
+-- flow_get: as version 8's; the hand-out moves the item's links to its lease and answers them.
+CREATE OR REPLACE FUNCTION public.workqueue_flow_get(q integer, n integer, lease_us bigint, sweep boolean, max_stalls integer, dead_cap integer, shut boolean, paused boolean, OUT kind integer, OUT items text[], OUT keys bytea[], OUT tokens bigint[], OUT priorities integer[], OUT wait_us bigint, OUT item_links text[], OUT item_drops integer[])
  RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'public', 'pg_temp'
@@ -858,10 +889,14 @@ BEGIN
         UPDATE workqueue_items i SET ready = false, token = nextval('workqueue_seq'),
             lease_until = now_ + make_interval(secs => lease_us / 1e6), leased_at = now_,
             lease_priority = coalesce(i.priority, 0), priority = NULL, dirty = false,
-            avail_at = NULL, lease_flow = bits
+            avail_at = NULL, lease_flow = bits, lease_links = i.links,
+            lease_dropped = i.links_dropped, links = NULL, links_dropped = NULL
             WHERE i.ctid = h.ctid
-            RETURNING i.item, i.key, i.token, i.lease_priority INTO c;
+            RETURNING i.item, i.key, i.token, i.lease_priority, i.lease_links, i.lease_dropped
+            INTO c;
         items := items || c.item;
+        item_links := item_links || array_to_string(c.lease_links, ',');
+        item_drops := item_drops || c.lease_dropped;
         keys := keys || c.key;
         tokens := tokens || c.token;
         priorities := priorities || c.lease_priority;
@@ -914,6 +949,8 @@ BEGIN
         RETURN;
     END IF;
     items := NULL;
+    item_links := NULL;
+    item_drops := NULL;
     keys := NULL;
     tokens := NULL;
     priorities := NULL;
@@ -1070,16 +1107,10 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_get, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_get, as last created by src/sql/migrations/0009_trace_links.sql
 -- --------------------------------------------------------------------------------------------
--- get(queue, at most n items, lease in microseconds, sweep expired leases first?, max stalls,
--- dead-letter cap): hands out up to n ready items, each under a new lease, in the queue's
--- order. kind 1: leased (the arrays, in hand-out order); 2: shut down (or paused and shut
--- down) and nothing ready; 3: paused; 0: nothing ready. With kind 0, `wait_us` is the time
--- until the next delayed item is due; NULL when there is none, or when ready or due rows
--- exist that someone else holds (their holder's commit wakes the getters). Under flow control
--- (the queue's `flow` flag) it is workqueue_flow_get's hand-out.
-CREATE OR REPLACE FUNCTION public.workqueue_get(q integer, n integer, lease_us bigint, sweep boolean, max_stalls integer, dead_cap integer, OUT kind integer, OUT items text[], OUT keys bytea[], OUT tokens bigint[], OUT priorities integer[], OUT wait_us bigint)
+-- get: as version 7's; the hand-out moves the items' links to their leases and answers them.
+CREATE OR REPLACE FUNCTION public.workqueue_get(q integer, n integer, lease_us bigint, sweep boolean, max_stalls integer, dead_cap integer, OUT kind integer, OUT items text[], OUT keys bytea[], OUT tokens bigint[], OUT priorities integer[], OUT wait_us bigint, OUT item_links text[], OUT item_drops integer[])
  RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'public', 'pg_temp'
@@ -1104,7 +1135,7 @@ BEGIN
         FROM workqueue_queues s WHERE s.id = q;
     shut := coalesce(shut, false);
     IF flow_ THEN
-        SELECT * INTO kind, items, keys, tokens, priorities, wait_us
+        SELECT * INTO kind, items, keys, tokens, priorities, wait_us, item_links, item_drops
             FROM workqueue_flow_get(q, n, lease_us, sweep, max_stalls, dead_cap, shut,
                                     coalesce(paused_, false));
         RETURN;
@@ -1149,14 +1180,17 @@ BEGIN
         UPDATE workqueue_items i SET ready = false, token = nextval('workqueue_seq'),
             lease_until = now_ + make_interval(secs => lease_us / 1e6), leased_at = now_,
             lease_priority = coalesce(i.priority, 0), priority = NULL, dirty = false,
-            avail_at = NULL
+            avail_at = NULL, lease_links = i.links, lease_dropped = i.links_dropped,
+            links = NULL, links_dropped = NULL
             WHERE i.ctid = ANY(tids)
-            RETURNING i.item, i.key, i.token, i.lease_priority,
+            RETURNING i.item, i.key, i.token, i.lease_priority, i.lease_links, i.lease_dropped,
                 array_position(taken, i.key) AS o
     )
     SELECT array_agg(l.item ORDER BY l.o), array_agg(l.key ORDER BY l.o),
-           array_agg(l.token ORDER BY l.o), array_agg(l.lease_priority ORDER BY l.o)
-        INTO items, keys, tokens, priorities FROM leased l;
+           array_agg(l.token ORDER BY l.o), array_agg(l.lease_priority ORDER BY l.o),
+           array_agg(array_to_string(l.lease_links, ',') ORDER BY l.o),
+           array_agg(l.lease_dropped ORDER BY l.o)
+        INTO items, keys, tokens, priorities, item_links, item_drops FROM leased l;
     IF promoted > coalesce(cardinality(items), 0) THEN
         -- More became ready than this call took: other getters may be waiting.
         PERFORM workqueue_wake(q, promoted - coalesce(cardinality(items), 0));
@@ -1301,6 +1335,47 @@ RETURN sha256(convert_to(x, 'UTF8'::name));
 
 
 -- --------------------------------------------------------------------------------------------
+-- workqueue_link, as last created by src/sql/migrations/0009_trace_links.sql
+-- --------------------------------------------------------------------------------------------
+-- link(queue, keys, traceparent): the adds of the items `ks` (an item named n times: n adds)
+-- made in the span `tp`, each appended to its item's links while it holds fewer than 4, the
+-- adds beyond counted. An item whose row holds 4 links already is neither locked nor written
+-- (as a duplicate add without a link writes nothing). It waits for no row: it comes after
+-- the add took its locks (the queue's row among them, for a rate-limited add), so waiting for
+-- a duplicate's row here would break the lock order. A row another transaction holds at that
+-- instant (a hand-out, an add in an open transaction) keeps no link of this add; the rows the
+-- add itself locked are this transaction's. The rows exist: the adds were accepted in this
+-- transaction.
+CREATE OR REPLACE FUNCTION public.workqueue_link(q integer, ks bytea[], tp text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+AS $function$
+BEGIN
+    IF NOT workqueue_traceparent_ok(tp) OR coalesce(cardinality(ks), 0) = 0 THEN
+        RETURN;
+    END IF;
+    WITH adds AS (
+        SELECT u.k, count(*)::integer AS n FROM unnest(ks) AS u(k) GROUP BY u.k ORDER BY u.k
+    ), locked AS (
+        SELECT i.id, a.n FROM adds a
+        JOIN LATERAL (
+            SELECT r.ctid AS id FROM workqueue_items r
+            WHERE r.queue = q AND r.key = a.k AND coalesce(cardinality(r.links), 0) < 4
+            LIMIT 1 FOR UPDATE SKIP LOCKED) i ON true
+    )
+    UPDATE workqueue_items i SET
+        links = (i.links || array_fill(tp, ARRAY[least(l.n, 4)]))[1:4],
+        links_dropped = nullif(coalesce(i.links_dropped, 0)
+            + greatest(coalesce(cardinality(i.links), 0) + l.n - 4, 0), 0)
+        FROM locked l
+        WHERE i.ctid = l.id;
+END $function$;
+
+
+-- --------------------------------------------------------------------------------------------
 -- workqueue_periodic_claim, as last created by src/sql/migrations/0006_periodic.sql
 -- --------------------------------------------------------------------------------------------
 -- Takes tick `tick_ms` of schedule `s` of queue `q` (created with spec `new_spec` and
@@ -1389,15 +1464,9 @@ RETURN NULLIF((places - ARRAY(SELECT k.k FROM jsonb_object_keys(workqueue_places
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_reclaim, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_reclaim, as last created by src/sql/migrations/0009_trace_links.sql
 -- --------------------------------------------------------------------------------------------
--- Takes back the expired leases of queue `q` (their holders died or stalled): each item is
--- queued again at the tail (its re-adds fold into that hand-out), or moved to the dead
--- letters once its leases expired `max_stalls` times in a row. Waits for no lock: rows
--- someone holds are skipped, and so is an item to bury whose failure row someone holds (the
--- next sweep takes it). The slots the leases counted are given back, and under flow control
--- the items join their groups' turns (workqueue_flow_ended). Returns how many items were
--- queued again.
+-- reclaim: as version 7's; a lease taken back gives its links to the item as a release does.
 CREATE OR REPLACE FUNCTION public.workqueue_reclaim(q integer, now_ timestamp with time zone, max_stalls integer, dead_cap integer)
  RETURNS integer
  LANGUAGE plpgsql
@@ -1431,7 +1500,12 @@ BEGIN
             UPDATE workqueue_items i SET token = NULL, lease_until = NULL, leased_at = NULL,
                 ready = true, dirty = false, due = NULL, stalls = i.stalls + 1, lease_flow = 0,
                 priority = greatest(i.lease_priority, coalesce(i.priority, i.lease_priority)),
-                avail_at = now_, seq = nextval('workqueue_seq')
+                avail_at = now_, seq = nextval('workqueue_seq'),
+                links = (i.lease_links || i.links)[1:4],
+                links_dropped = nullif(coalesce(i.lease_dropped, 0) + coalesce(i.links_dropped, 0)
+                    + greatest(coalesce(cardinality(i.lease_links), 0)
+                               + coalesce(cardinality(i.links), 0) - 4, 0), 0),
+                lease_links = NULL, lease_dropped = NULL
                 WHERE i.queue = q AND i.key = r.key
                 RETURNING i.priority INTO p;
             n := n + 1;
@@ -1453,14 +1527,10 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_requeue_dead, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_requeue_dead, as last created by src/sql/migrations/0009_trace_links.sql
 -- --------------------------------------------------------------------------------------------
--- Moves dead letters back to the queue: the `lim` oldest of queue `q` (or those with the ids
--- `ids`), each in the group its item had. Refuses (returns -1, changing nothing) while the
--- queue is shut down for the fleet, which it keeps from changing until it commits. Returns how
--- many letters it took, each of whose items is now queued (or was already, or is being
--- processed and is queued again after). The adding lock first, the queue's row last, after
--- the item rows (the lock order).
+-- requeue_dead: as version 7's; each letter's links go back to its item, in front of those of
+-- the adds pending.
 CREATE OR REPLACE FUNCTION public.workqueue_requeue_dead(q integer, ids bigint[], lim integer)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -1472,7 +1542,10 @@ DECLARE
     shut boolean;
     xs text[];
     gs text[];
+    ls text[];
+    ds integer[];
     a record;
+    l record;
 BEGIN
     IF EXISTS (SELECT 1 FROM workqueue_queues s WHERE s.id = q AND s.shut_down) THEN
         RETURN -1;
@@ -1484,9 +1557,12 @@ BEGIN
                 SELECT e.id FROM workqueue_dead e
                 WHERE e.queue = q AND (ids IS NULL OR e.id = ANY(ids))
                 ORDER BY e.id LIMIT lim)
-            RETURNING d.id, d.item, d.grp
+            RETURNING d.id, d.item, d.grp, d.links, d.links_dropped
         )
-        SELECT array_agg(g.item ORDER BY g.id), array_agg(g.grp ORDER BY g.id) INTO xs, gs
+        SELECT array_agg(g.item ORDER BY g.id), array_agg(g.grp ORDER BY g.id),
+               array_agg(array_to_string(g.links, ',') ORDER BY g.id),
+               array_agg(g.links_dropped ORDER BY g.id)
+            INTO xs, gs, ls, ds
             FROM gone g;
         IF xs IS NULL THEN
             RETURN 0;
@@ -1495,6 +1571,23 @@ BEGIN
             array_fill(NULL::integer, ARRAY[cardinality(xs)]),
             array_fill(0::bigint, ARRAY[cardinality(xs)]),
             array_fill(false, ARRAY[cardinality(xs)]), 0, 0, 0, 0);
+        -- The letters' links go in front of those of the adds pending (at most 4, the rest
+        -- counted); of two letters of one item, the older in front. Before the queue's row,
+        -- and waiting for no row the add did not lock (as workqueue_link): an item whose row
+        -- another transaction holds at that instant gets no link back.
+        FOR l IN SELECT workqueue_key(u.x) AS k, string_to_array(u.l, ',') AS ts,
+                        coalesce(u.d, 0) AS d
+                 FROM unnest(xs, ls, ds) WITH ORDINALITY AS u(x, l, d, i)
+                 WHERE u.l IS NOT NULL OR u.d IS NOT NULL
+                 ORDER BY workqueue_key(u.x), u.i DESC LOOP
+            UPDATE workqueue_items i SET
+                links = (l.ts || i.links)[1:4],
+                links_dropped = nullif(l.d + coalesce(i.links_dropped, 0)
+                    + greatest(coalesce(cardinality(l.ts), 0)
+                               + coalesce(cardinality(i.links), 0) - 4, 0), 0)
+                WHERE i.ctid = (SELECT r.ctid FROM workqueue_items r
+                                WHERE r.queue = q AND r.key = l.k FOR UPDATE SKIP LOCKED);
+        END LOOP;
         SELECT s.shut_down INTO shut FROM workqueue_queues s WHERE s.id = q FOR SHARE;
         IF shut OR EXISTS (SELECT 1 FROM unnest(a.kinds) AS k WHERE k = 0) THEN
             -- Shut down meanwhile: the letters go back where they were.
@@ -1563,16 +1656,32 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_step, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_retry_done_traced, as last created by src/sql/migrations/0009_trace_links.sql
 -- --------------------------------------------------------------------------------------------
--- step(queue, keys, tokens, forgets, then workqueue_get's arguments): a worker's step, as
--- workqueue_done_get, that waits for no row: each item row is taken without waiting, or after
--- waiting at most workqueue.step_wait (20 ms unless set, or the session's lock_timeout if
--- shorter) for a row another transaction holds; a row still held is left out, its done 3
--- while its lease runs (the caller settles it on its own), 4 once it has expired. The dones
--- that change flow control's figures come after every item row is locked (they take the
--- queue's flow row, then group rows).
-CREATE OR REPLACE FUNCTION public.workqueue_step(q integer, ks bytea[], toks bigint[], forgets boolean[], n integer, lease_us bigint, sweep boolean, max_stalls integer, dead_cap integer, OUT done integer[], OUT kind integer, OUT items text[], OUT keys bytea[], OUT tokens bigint[], OUT priorities integer[], OUT wait_us bigint)
+-- retry_done_traced: workqueue_retry_done, then its re-add (if accepted) linked to the span
+-- `tp` it was made in, so the next attempt links to the one that failed.
+CREATE OR REPLACE FUNCTION public.workqueue_retry_done_traced(q integer, k bytea, tok bigint, forget boolean, p integer, delay_us bigint, limited boolean, base_us bigint, max_us bigint, bucket_us bigint, burst integer, tp text, OUT outcome integer, OUT delay bigint)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+AS $function$
+BEGIN
+    SELECT r.outcome, r.delay INTO outcome, delay
+        FROM workqueue_retry_done(q, k, tok, forget, p, delay_us, limited, base_us, max_us,
+                                  bucket_us, burst) r;
+    IF outcome IN (1, 2) THEN
+        PERFORM workqueue_link(q, ARRAY[k], tp);
+    END IF;
+END $function$;
+
+
+-- --------------------------------------------------------------------------------------------
+-- workqueue_step, as last created by src/sql/migrations/0009_trace_links.sql
+-- --------------------------------------------------------------------------------------------
+-- step: as version 7's; answers the links of the leases its get handed out.
+CREATE OR REPLACE FUNCTION public.workqueue_step(q integer, ks bytea[], toks bigint[], forgets boolean[], n integer, lease_us bigint, sweep boolean, max_stalls integer, dead_cap integer, OUT done integer[], OUT kind integer, OUT items text[], OUT keys bytea[], OUT tokens bigint[], OUT priorities integer[], OUT wait_us bigint, OUT item_links text[], OUT item_drops integer[])
  RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'public', 'pg_temp'
@@ -1694,6 +1803,8 @@ BEGIN
     tokens := g.tokens;
     priorities := g.priorities;
     wait_us := g.wait_us;
+    item_links := g.item_links;
+    item_drops := g.item_drops;
 END $function$;
 
 
@@ -1718,6 +1829,19 @@ CREATE OR REPLACE FUNCTION public.workqueue_token_take(tat timestamp with time z
  LANGUAGE sql
  STABLE PARALLEL SAFE
 RETURN (GREATEST(tat, now_) + make_interval(secs => (LEAST((rate_us)::double precision, (((((100)::numeric * 365.25) * (86400)::numeric) * '1000000'::numeric))::double precision) / ('1000000'::numeric)::double precision)));
+
+
+-- --------------------------------------------------------------------------------------------
+-- workqueue_traceparent_ok, as last created by src/sql/migrations/0009_trace_links.sql
+-- --------------------------------------------------------------------------------------------
+-- Whether `t` is a W3C `traceparent` as a link keeps it: exactly 55 characters, a version of
+-- two lowercase hex digits other than `ff`, a trace id and a span id of lowercase hex not all
+-- zeros, the flags, dashes between. Anything else a client sends is not stored.
+CREATE OR REPLACE FUNCTION public.workqueue_traceparent_ok(t text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN COALESCE(((t ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text) AND ("left"(t, 2) <> 'ff'::text) AND (substr(t, 4, 32) <> '00000000000000000000000000000000'::text) AND (substr(t, 37, 16) <> '0000000000000000'::text)), false);
 
 
 -- --------------------------------------------------------------------------------------------
