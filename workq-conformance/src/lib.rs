@@ -16,6 +16,10 @@
 //!   over the `workq::Queue` trait, with a [`flow::FlowFactory`] a backend implements (or
 //!   answers [`flow::Unsupported`] while it has none). [`for_each_flow_rule!`] and
 //!   [`for_each_flow_workers_rule!`] name every rule.
+//! - [`trace`] (feature `otel`): trace links from an add's span to the lease that hands the
+//!   item out, as rules over the `workq::Queue` trait with a [`trace::TraceFactory`] a
+//!   backend implements, and the in-memory exporters a backend's own trace tests read.
+//!   [`for_each_trace_rule!`] names every rule.
 //! - [`admin`]: the operator's contract (`workq::admin::Admin`) as rules over
 //!   `Box<dyn Admin>`, with the [`admin::AdminFactory`] a backend implements to run them.
 //!   [`for_each_admin_rule!`] names every rule.
@@ -48,6 +52,8 @@ pub mod flow;
 #[cfg(feature = "periodic")]
 pub mod periodic;
 pub mod servers;
+#[cfg(feature = "otel")]
+pub mod trace;
 #[cfg(feature = "workers")]
 pub mod workers;
 

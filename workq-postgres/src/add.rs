@@ -283,12 +283,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     }
 
     /// One call of `workqueue_enqueue` on `conn` for items already stored as text (`raws`),
-    /// each with `options`, without a group (an operator's add: the group function is the
-    /// application's; under flow control they go to the group `""`).
+    /// each with `options`, in the groups `groups` (`None`: none given, as for an operator's
+    /// add; under flow control they go to the group `""`).
     pub(crate) async fn add_texts<'c>(
         &self,
         conn: impl PgExecutor<'c>,
         raws: &[String],
+        groups: Option<&[String]>,
         options: &AddOptions,
     ) -> Result<Vec<Added>, sqlx::Error> {
         let n = raws.len();
@@ -297,7 +298,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         let limited = vec![options.is_rate_limited(); n];
         let chunk = Chunk {
             raws,
-            groups: None,
+            groups,
             priorities: &priorities,
             delays: &delays,
             limited: &limited,

@@ -40,7 +40,8 @@ pub const MAX_NAME_BYTES: usize = 255;
 /// The flow methods ([`group_by`](Self::group_by) and those after it) are the in-memory
 /// [`workq::Builder`]'s, with its meanings and checks (they panic where it does), held across
 /// every process of the queue: the limits count the leases of every process, and the limits
-/// themselves are kept in the database, where the last process built writes its own (see the
+/// themselves are kept in the database, where the last handle built with settings writes its
+/// own; a handle built without any follows the stored ones (see the
 /// [crate documentation](crate#flow-control)).
 #[must_use]
 pub struct Builder<T> {
@@ -371,8 +372,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
         self
     }
 
-    /// Leaves the stored flow settings alone: the handles of `PgAdmin`, which act for an
-    /// operator and must not turn the fleet's flow control off.
+    /// Leaves the stored flow settings alone, not even reading them at build: the handles of
+    /// `PgAdmin`, made per operator call.
     pub(crate) fn leave_flow(mut self) -> Self {
         self.leave_flow = true;
         self
@@ -389,6 +390,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
 
     /// Connects, installs the schema (unless told not to; then checks it), registers the
     /// queue and starts listening for wake-ups.
+    ///
+    /// With flow control settings ([`group_by`](Self::group_by), the limits, the rates), it
+    /// writes them beside the queue for every process if the stored ones differ (other
+    /// settings there are replaced, with a warning); without, it reads the queue's settings
+    /// once, and warns when the queue groups its items while this handle cannot (see the
+    /// crate docs, "Flow control").
     ///
     /// # Errors
     ///
@@ -480,13 +487,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Builder<T> {
             leases_out: AtomicUsize::new(0),
             wake,
             _registration: registration,
-            flow: (!self.leave_flow).then(|| self.flow.limits().clone()),
+            flow: (!self.leave_flow && self.flow.is_active()).then(|| self.flow.limits().clone()),
             flow_seen: AtomicI64::new(flow_version),
-            flow_warned: AtomicBool::new(false),
             renewing: Mutex::new(HashMap::new()),
             me: me.clone(),
         });
-        inner.sync_flow(stored_flow, flow_version).await?;
+        inner
+            .sync_flow(stored_flow, flow_version, !self.leave_flow)
+            .await?;
         Ok(PgQueue {
             inner,
             group: self.flow.group_fn().cloned(),

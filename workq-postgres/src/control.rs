@@ -1,9 +1,12 @@
 //! The fleet's switches of one queue, for every process at once: shut down and resume
-//! ([`PgQueue::shut_down_fleet`]), pause and resume ([`PgQueue::pause`]). Each is a flag on
-//! the queue's row; a change wakes every getter in every process.
+//! ([`PgQueue::shut_down_fleet`]), pause and resume ([`PgQueue::pause`]), each a flag on the
+//! queue's row whose change wakes every getter in every process; and flow control's settings
+//! as the database keeps them ([`PgQueue::flow_limits`], [`PgQueue::clear_flow_control`]; see
+//! `flow.rs`).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use workq::flow::FlowLimits;
 
 use crate::error::Error;
 use crate::queue::PgQueue;
@@ -71,6 +74,46 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As for [`len`](Self::len).
     pub async fn is_paused(&self) -> Result<bool, Error> {
         self.flag("paused").await
+    }
+
+    /// The queue's flow control settings as every process applies them (the last handle
+    /// built with settings wrote them), or `None` if it has none.
+    ///
+    /// # Errors
+    ///
+    /// As for [`len`](Self::len).
+    pub async fn flow_limits(&self) -> Result<Option<FlowLimits>, Error> {
+        let (limits, _) = self
+            .inner
+            .call("flow_limits", || {
+                crate::flow::read(&self.inner.pool, self.inner.id)
+            })
+            .await?;
+        Ok((!limits.is_empty()).then_some(limits))
+    }
+
+    /// Takes flow control off the queue, for every process: the settings go, the ready items
+    /// are handed out in the queue's order again (priority, then the time each became ready),
+    /// and the groups are forgotten once their leases out have ended. Returns whether it had
+    /// flow control.
+    ///
+    /// Handles built with flow settings keep their group function (each item's group stays in
+    /// its row, and is its group again if flow control comes back on), and a handle built with
+    /// settings afterwards sets them again. One call, which reads the queue's groups once. It
+    /// writes the settings as a build with settings does: the worker's grants of docs/postgres.md
+    /// allow it, the operator's do not.
+    ///
+    /// # Errors
+    ///
+    /// As for [`len`](Self::len).
+    pub async fn clear_flow_control(&self) -> Result<bool, Error> {
+        let had = self
+            .inner
+            .call("clear_flow_control", || {
+                crate::flow::clear(&self.inner.pool, self.inner.id)
+            })
+            .await?;
+        Ok(had)
     }
 
     /// Sets the queue's flag `column` to `on` and wakes every getter in every process (they

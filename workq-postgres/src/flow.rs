@@ -9,18 +9,30 @@
 //! in that process at every add (the group's name travels with the add), and the
 //! [`FlowLimits`], which the database keeps in `workqueue_flow` and
 //! `workqueue_group_settings` so that every process, and [`PgAdmin`](crate::PgAdmin), applies
-//! and shows the same ones. At build, a process compares the stored limits with its own and,
-//! when they differ, writes its own (`workqueue_flow_set`): **the last process built wins**,
-//! a process built without any flow setting included (it turns flow control off). Every write
-//! bumps the queue's `flow_version`; the adds, and the gets that sweep, read it, and a process
-//! that sees a version it did not write compares the stored limits with its own and, if they
-//! differ, logs a warning once (it applies the stored ones: the SQL reads them, not the
-//! process's). Handles opened by [`PgAdmin`](crate::PgAdmin) never write limits.
+//! and shows the same ones.
+//!
+//! A handle built with flow settings compares them at build with the stored ones and, when
+//! they differ, writes its own (`workqueue_flow_set`): **the last one built wins**, and it
+//! logs a warning naming the settings it replaced. Every write bumps the queue's
+//! `flow_version`; the adds, and the gets that sweep, read it, and a handle built with
+//! settings that sees a version it did not write compares the stored settings with its own
+//! and, if they differ, logs a warning once per change (it applies the stored ones: the SQL
+//! reads them, not the process's).
+//!
+//! A handle built with **no** flow setting changes nothing in the database: on a queue that
+//! has flow control it follows the queue's settings (its gets obey the limits; its adds carry
+//! no group, so their items join the group `""`, with a warning at build when the queue
+//! groups its items). That is what a producer built without `group_by` would be, so it cannot
+//! switch a fleet's flow control off by starting; the handles [`PgAdmin`](crate::PgAdmin)
+//! opens do not even read the settings. [`PgQueue::clear_flow_control`](crate::PgQueue::clear_flow_control)
+//! takes flow control off on purpose ([`PgQueue::delete`](crate::PgQueue::delete) too, with
+//! the rest of the queue).
 //!
 //! Turning flow control on waits for the adds in progress (they hold the queue's adding lock,
-//! shared, until their transactions end) and puts the items added without a group in the
-//! group `""`; a build retries it (the wait is bounded by a lock timeout of a second) until
-//! the retry deadline.
+//! shared, until their transactions end), puts the items added without a group in the group
+//! `""`, and counts the leases out in their groups (those without one in `""`) and in the
+//! queue; a build retries it (the wait is bounded by a lock timeout of a second) until the
+//! retry deadline.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -197,18 +209,38 @@ async fn write(pool: &PgPool, id: i32, limits: &FlowLimits) -> Result<i64, sqlx:
     Ok(version.unwrap_or(0))
 }
 
+/// Takes flow control off queue `id` (`workqueue_flow_clear`); whether it had it.
+pub(crate) async fn clear(pool: &PgPool, id: i32) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT workqueue_flow_clear($1)")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+}
+
 impl Inner {
-    /// At build: compares the stored flow limits with this process's and writes this
-    /// process's when they differ (the last process built wins). A queue without flow control
-    /// built without any flow setting reads nothing more (`stored_on` came with its id).
-    pub(crate) async fn sync_flow(&self, stored_on: bool, version: i64) -> Result<(), Error> {
+    /// At build. A handle built with flow settings (`self.flow`) compares them with the
+    /// stored ones and writes its own when they differ (the last one built wins). One built
+    /// without any (`follow`) changes nothing: on a queue with flow control (`stored_on`) it
+    /// reads the settings once, to warn when they group items that its adds cannot group (a
+    /// failure to read costs the warning, not the build). The handles of
+    /// [`PgAdmin`](crate::PgAdmin) do neither.
+    pub(crate) async fn sync_flow(
+        &self,
+        stored_on: bool,
+        version: i64,
+        follow: bool,
+    ) -> Result<(), Error> {
         let Some(own) = &self.flow else {
+            if follow && stored_on {
+                match read(&self.pool, self.id).await {
+                    Ok((found, _)) => warn_at_build(&self.name, None, Some(&found)),
+                    Err(error) => tracing::debug!(queue = %self.name, %error,
+                        "workq-postgres: the flow settings could not be read"),
+                }
+            }
             return Ok(());
         };
         self.flow_seen.store(version, Ordering::Relaxed);
-        if !stored_on && own.is_empty() {
-            return Ok(());
-        }
         let (stored, version) = self
             .call("flow settings", || read(&self.pool, self.id))
             .await?;
@@ -224,16 +256,15 @@ impl Inner {
             tracing::info!(queue = %self.name, limits = ?own,
                 "workq-postgres: flow control settings written for every process");
         } else {
-            tracing::warn!(queue = %self.name, before = ?stored, now = ?own,
-                "workq-postgres: this process's flow control settings replace the stored ones \
-                 for every process (the last process built wins)");
+            warn_at_build(&self.name, Some(&stored), None);
         }
         Ok(())
     }
 
     /// A statement read the queue's flow settings version `version`: if it is not the one
-    /// this process last wrote or read, the stored limits are compared with this process's
-    /// (in the background), and a difference is logged once.
+    /// this handle last wrote or read, and the handle was built with settings, the stored
+    /// ones are compared with its own (in the background), and a difference is logged, once
+    /// per change.
     pub(crate) fn saw_flow_version(&self, version: Option<i64>) {
         let (Some(version), Some(own)) = (version, &self.flow) else {
             return;
@@ -256,17 +287,15 @@ impl Inner {
         });
     }
 
-    /// Compares the stored flow limits with `own`; logs a difference once.
+    /// Compares the stored flow settings with `own`; logs a difference (flow control taken
+    /// off is none: the handle's adds still name their groups, kept in their rows).
     async fn compare_flow(self: Arc<Self>, own: &FlowLimits) {
         match read(&self.pool, self.id).await {
-            Ok((stored, _)) if stored != *own => {
-                if !self.flow_warned.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(queue = %self.name, stored = ?stored, own = ?own,
-                        "workq-postgres: another process was built with other flow control \
-                         settings, which every process applies now (the last process built \
-                         wins); this process's group function still names the groups of its \
-                         adds");
-                }
+            Ok((stored, _)) if stored != *own && !stored.is_empty() => {
+                tracing::warn!(queue = %self.name, stored = ?stored, own = ?own,
+                    "workq-postgres: another process replaced this queue's flow control \
+                     settings (the last handle built with settings wins); this process applies \
+                     the new ones, which are kept in the database");
             }
             Ok(_) => {}
             Err(error) => {
@@ -274,6 +303,28 @@ impl Inner {
                     "workq-postgres: the flow settings could not be read");
             }
         }
+    }
+}
+
+/// Logs what a handle finds of the queue's flow control at build: the settings its own
+/// replaced (`replaced`), or, for a handle without settings, settings that group the items
+/// (`found`), which its adds cannot (it has no group function).
+fn warn_at_build(queue: &str, replaced: Option<&FlowLimits>, found: Option<&FlowLimits>) {
+    if let Some(previous) = replaced {
+        tracing::warn!(
+            queue,
+            previous = ?previous,
+            "workq-postgres: this handle's flow control settings replace other ones another \
+             process set (the last handle built with settings wins): every process applies \
+             this one's now"
+        );
+    }
+    if found.is_some_and(|found| found.grouped) {
+        tracing::warn!(
+            queue,
+            "workq-postgres: the queue groups its items (another process set its flow \
+             control), and this handle has no group function: its adds join the group \"\""
+        );
     }
 }
 

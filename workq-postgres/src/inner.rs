@@ -48,14 +48,13 @@ pub(crate) struct Inner {
     pub(crate) wake: Arc<Wakeups>,
     /// This handle's place on the process's `LISTEN` connection, if it listens.
     pub(crate) _registration: Option<Registration>,
-    /// This process's flow control limits, which it writes at build if the stored ones
-    /// differ (see `flow.rs`); `None` for the handles of [`PgAdmin`](crate::PgAdmin), which
-    /// never write or compare them.
+    /// The flow control settings this handle was built with, which it writes at build if the
+    /// stored ones differ (see `flow.rs`); `None` for a handle built without any (it follows
+    /// the stored ones, writing and comparing nothing) and for the handles of
+    /// [`PgAdmin`](crate::PgAdmin).
     pub(crate) flow: Option<FlowLimits>,
     /// The version of the queue's flow settings this handle last wrote or compared.
     pub(crate) flow_seen: AtomicI64,
-    /// A difference between the stored flow settings and this process's was logged.
-    pub(crate) flow_warned: AtomicBool,
     /// The automatic renewals on their way, one per lease (see [`Inner::renewal`]).
     pub(crate) renewing: Mutex<HashMap<Claim, Renewing>>,
     /// This `Inner` itself, for the tasks it starts.

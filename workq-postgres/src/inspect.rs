@@ -279,7 +279,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Everything the queue knows about the item stored as `raw` (its JSON text), or `None`
     /// if it knows nothing of it (no row, no failure count, no dead letter). Its states are
     /// in the order of [`ItemState::ALL`], [`ItemState::Dead`] when it has dead letters (of
-    /// which the newest ten are listed, oldest first).
+    /// which the newest ten are listed, oldest first). A ready item's position is its place
+    /// in the queue's order, except under flow control, where the hand-out order is the
+    /// groups' turns: it has none then.
     ///
     /// # Errors
     ///
@@ -310,7 +312,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                     i.stalls,
                     (SELECT f.failures FROM workqueue_failures f
                      WHERE f.queue = $1 AND f.key = workqueue_key($2)),
-                    CASE WHEN i.ready THEN (
+                    CASE WHEN i.ready AND NOT coalesce(
+                        (SELECT s.flow FROM workqueue_queues s WHERE s.id = $1), false) THEN (
                         SELECT count(*) FROM workqueue_items o
                         WHERE o.queue = $1 AND o.ready
                           AND (coalesce(o.priority, 0) > coalesce(i.priority, 0)
@@ -375,11 +378,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// neither queued nor leased, it is added as [`add`](Self::add) would; leased with a
     /// delayed re-add pending, that re-add happens as soon as the lease ends. The answer says
     /// which, or why nothing changed ([`Retried::ShutDown`] while the queue is shut down, as
-    /// an add would be ignored).
+    /// an add would be ignored). With flow control, the item stays in the group the queue
+    /// holds it in; one the queue knows only by its failure count joins the group this
+    /// handle's group function gives it (`""` for a handle without one, as an operator's).
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] if `raw` is not JSON; a database error.
+    /// [`Error::Config`] if `raw` is not JSON, or the group function gives it a name the
+    /// database cannot keep; a database error.
     pub async fn retry_now(&self, raw: &str) -> Result<Retried, Error> {
         json(raw)?;
         if self.is_closed() {
@@ -557,13 +563,30 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         Ok(n.unwrap_or(0).max(0).unsigned_abs())
     }
 
-    /// Adds the item stored as `raw`, as [`add`](Self::add) adds an item.
+    /// Adds the item stored as `raw`, as [`add`](Self::add) adds an item: in the group this
+    /// handle's group function gives it if it reads the item (`""` for a handle without one,
+    /// as an operator's).
     async fn add_raw(&self, raw: &str) -> Result<workq::Added, Error> {
         let raws = [raw.to_owned()];
+        let groups = match (&self.group, serde_json::from_str::<T>(raw)) {
+            (Some(group), Ok(item)) => {
+                let name = group(&item);
+                crate::flow::check_group(&name)?;
+                Some([name])
+            }
+            _ => None,
+        };
         let options = AddOptions::default();
         let added = self
             .inner
-            .call("add", || self.add_texts(&self.inner.pool, &raws, &options))
+            .call("add", || {
+                self.add_texts(
+                    &self.inner.pool,
+                    &raws,
+                    groups.as_ref().map(|g| g.as_slice()),
+                    &options,
+                )
+            })
             .await?;
         Ok(added.into_iter().next().unwrap_or(workq::Added::IGNORED))
     }

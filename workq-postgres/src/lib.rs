@@ -110,23 +110,29 @@
 //! [`Builder::group_max_in_flight`], [`Builder::hand_out_rate`],
 //! [`Builder::hand_out_rate_per_group`], [`Builder::group_hand_out_rate`]) are
 //! [`workq::Builder`]'s, with its meanings: within the highest priority that has ready work,
-//! getters take turns between groups (deficit round robin by weight), in each group in the
-//! order its items became ready; a group at its limit, or waiting for a token of its own,
-//! holds back no other group. A queue built without any of them runs the statements it ran
+//! getters take turns between groups (deficit round robin by weight), each priority with its
+//! own turns, in each group in the order its items became ready; a group at its limit, or
+//! waiting for a token of its own, holds back no other group. A queue built without any of them runs the statements it ran
 //! before flow control existed (`tests/cost.rs` holds a get to 5 statements).
 //!
 //! **Across processes.** The group function runs in the adding process at every add (one by
 //! one, in batches, in the caller's transaction, rate-limited, on a periodic tick) and the
 //! group's name goes with the item, so every process that adds must be built with the same
 //! function; an item keeps its group while the queue holds it (a dead letter too). Items added
-//! without a group (by a process built without `group_by`, or anew by an operator through
-//! [`PgAdmin`]) are in the group `""`. The limits are kept beside the queue, and every process, and [`PgAdmin`], applies and
-//! shows the stored ones: **the last process built wins**. At build a process compares the
-//! stored limits with its own and writes its own if they differ (a process built without any
-//! flow setting turns flow control off); a process that later sees the settings changed by
-//! another (its adds, and its gets that sweep, read their version) compares them with its own
-//! and logs a warning once if they differ, and goes on applying the stored ones. Handles that
-//! [`PgAdmin`] opens never write them.
+//! without a group (by a handle built without `group_by`, or anew by an operator through
+//! [`PgAdmin`]) are in the group `""`; a typed handle's [`retry_now`](PgQueue::retry_now)
+//! gives an item known only by its failure count its group. The settings are kept beside the
+//! queue, and every process, and [`PgAdmin`], applies and shows the stored ones: **the last
+//! handle built with settings wins**. At build such a handle compares the stored settings
+//! with its own and writes its own if they differ (logging a warning naming the ones it
+//! replaced); a handle built earlier that later sees them changed (its adds, and its gets that
+//! sweep, read their version) logs a warning once per change, and goes on applying the stored
+//! ones. A handle built **without** any flow setting changes nothing: on a queue with flow
+//! control it follows the stored settings, and its adds join the group `""` (with a warning at
+//! build), so a producer built without `group_by` cannot switch a fleet's flow control off by
+//! starting; the handles [`PgAdmin`] opens do not even read them.
+//! [`PgQueue::clear_flow_control`] takes flow control off on purpose ([`PgQueue::delete`] too,
+//! with the rest of the queue), and [`PgQueue::flow_limits`] reads the settings.
 //!
 //! **Limits count leases, whatever process holds them.** A hand-out counts its lease in its
 //! group (and in the queue, with [`max_in_flight`](Builder::max_in_flight)) and records on
@@ -135,16 +141,19 @@
 //! expired lease frees its slot when it is taken back**, by the next get that sweeps in any
 //! process (at least every [`poll_interval`](Builder::poll_interval), or a quarter of the
 //! lease duration). A group or queue that had no free slot and has one now wakes a getter
-//! through the queue's `NOTIFY`, as an add does: no polling. Leases handed out before flow
-//! control was on count against no limit, nor, for the queue-wide limit, those handed out
-//! before it was set. **Hand-out rates** are GCRA buckets on the database's
+//! through the queue's `NOTIFY`, as an add does: no polling. Every lease counts, in its group
+//! and in the queue: turning flow control on, or changing its settings, counts the leases out
+//! that were handed out before (in their groups, `""` for items without one).
+//! **Hand-out rates** are GCRA buckets on the database's
 //! clock, one per queue and per group for every process; a getter that waits for a token
 //! sleeps until it is due.
 //!
 //! **Tables and indexes.** An item's group is a column of its row, and its group's ready items
 //! are an index of their own (`workqueue_items_lanes`). `workqueue_groups` has a row per group
 //! that holds something: its ready items, its highest ready priority, its leases, its place in
-//! the turns, its weight's turns left, its bucket, the time it waits for a token. The next
+//! the turns of that priority (and its places in the turns of the lower priorities where it
+//! has ready items, which it takes when its highest one runs dry), its weight's turns left,
+//! its bucket, the time it waits for a token. The next
 //! group to hand out is the first entry of a partial index of the groups that may hand out
 //! now, by priority then turn (`workqueue_groups_turns`): a get reads the groups it hands out
 //! from, never all of them (`tests/cost.rs`: about 60 to 90 buffers per get with 10 groups or
@@ -154,17 +163,20 @@
 //! its token is due) or out of ready items; a group that holds nothing is forgotten (at once,
 //! or by a sweep once its bucket has refilled), so a queue that sees millions of groups over
 //! its life keeps the live ones only. An add never locks a group's row (it may run in your
-//! long transaction): it inserts an arrival (`workqueue_arrivals`), which the next get folds
-//! into the groups. `workqueue_flow` keeps the queue's settings, its count of leases and its
+//! long transaction): it inserts an arrival per group and priority (`workqueue_arrivals`),
+//! which the next get folds into the groups. `workqueue_flow` keeps the queue's settings, its count of leases and its
 //! bucket; `workqueue_group_settings` the per-group overrides.
 //!
 //! **Costs.** Hand-outs of one queue under flow control take turns on its flow row (one at a
-//! time, as the decision of who goes next must be), while adds, renewals and dones of leases
-//! not counted go on beside them. A group's turn is one for all its priorities (a hand-out at
-//! any priority sends it to the back), where the in-memory queue keeps a ring per priority.
-//! Turning flow control on for a queue that holds items waits for the adds in progress (up to a
-//! second per attempt, retried until the [retry deadline](Builder::retry_deadline)), writes the
-//! items added without a group once (into the group `""`) and counts the groups' ready items.
+//! time, as the decision of who goes next must be), while adds and renewals go on beside them
+//! (a done takes it for the moment it gives its lease's slot back). Turning flow control on for
+//! a queue that holds items waits for the adds in progress (up to a second per attempt, retried
+//! until the [retry deadline](Builder::retry_deadline)), writes the items added without a group
+//! once (into the group `""`), counts the leases out and the groups' ready items.
+//!
+//! docs/postgres.md ("Redis and PostgreSQL: the same rules, and where they differ") lists what
+//! flow control does otherwise on Redis: an item's group while flow control is off (kept in its
+//! row here), exact counts, the operators' pages, when an expired lease's slot frees.
 //!
 //! # Faults
 //!
@@ -222,9 +234,12 @@
 //! process of version 3 starts (they fail their calls meanwhile, and refuse to start).
 //! Version 4 changed functions only (the lock order, `workqueue_step`,
 //! `workqueue_retry_done`) and serves version 3 too: a rolling upgrade from version 3 needs
-//! no stop. Versions 5, 6 and 7 are additive too; version 7 (flow control) keeps the calls of
-//! the older processes (`workqueue_add` without groups: under flow control their items are in
-//! the group `""`), whose gets and dones follow the stored flow settings.
+//! no stop. Versions 5, 6, 7 and 8 are additive too; version 7 (flow control) keeps the calls
+//! of the older processes (`workqueue_add` without groups: under flow control their items are
+//! in the group `""`), whose gets and dones follow the stored flow settings. Version 8 gives
+//! each priority its own turns and counts every lease; a process of version 7 still built
+//! without flow settings writes empty ones at build, which turns flow control off: upgrade the
+//! processes that run without settings first.
 //!
 //! All queues share one table set: a queue is a row of `workqueue_queues` with an integer id
 //! (a queue is created by naming it), and every other row names its queue by that id. An

@@ -96,10 +96,19 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/migrations/0007_flow.sql"),
         released: 0x82eb_46dc_53b3_da66,
     },
+    // Flow control as the other backends have it: each priority keeps its own turns (a
+    // group's places below its highest ready priority, `workqueue_groups.places`), every lease
+    // counts (those from before flow control came on too), `workqueue_flow_clear`. Additive.
+    Migration {
+        version: 8,
+        serves_from: 3,
+        sql: include_str!("sql/migrations/0008_flow_turns.sql"),
+        released: 0xeef1_55f0_5745_1ffd,
+    },
 ];
 
 /// The schema version this crate needs.
-pub const SCHEMA_VERSION: i32 = 7;
+pub const SCHEMA_VERSION: i32 = 8;
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Installs or upgrades the schema on `pool` (what [`Builder::build`](crate::Builder::build)

@@ -102,10 +102,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     }
 
     /// Deletes the whole queue's contents from the database: items, leases, failure counts,
-    /// dead letters, its shut-down and pause state and its token bucket, in one transaction.
-    /// Leases still held are lost (their `done` is refused); this handle and its clones stay
-    /// usable on the empty queue. Its flow control settings stay; its groups, their counts of
-    /// leases and their buckets, and the queue's hand-out bucket go.
+    /// dead letters, its shut-down and pause state, its token bucket and its flow control
+    /// (settings, groups, their counts of leases and their buckets, the hand-out bucket), in
+    /// one transaction. Leases still held are lost (their `done` is refused); this handle and
+    /// its clones stay usable on the empty queue, and a handle built with flow settings
+    /// afterwards sets them again.
     ///
     /// # Errors
     ///
@@ -137,6 +138,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 .await?;
                 if had_flow {
                     for sql in [
+                        "SELECT workqueue_flow_clear($1)",
                         "UPDATE workqueue_flow SET in_flight = 0, tat = 'epoch' WHERE queue = $1",
                         "DELETE FROM workqueue_groups WHERE queue = $1",
                         "DELETE FROM workqueue_arrivals WHERE queue = $1",

@@ -2,8 +2,11 @@
 //! handles on separate pools (as separate processes), an expired lease that frees its group's
 //! slot, limits never exceeded under concurrent getters with leases expiring (checked in the
 //! database, all along), a server restart between a hand-out and its done, groups forgotten
-//! once they hold nothing, the settings written by the last process built, flow control turned
-//! on while an add is in a transaction, and the operator's view.
+//! once they hold nothing, the settings written by the last handle built with some (and
+//! followed by one built without), flow control coming on and going off with the items kept,
+//! every lease counting, turned on while an add is in a transaction, a typed handle's
+//! `retry_now`, a batch's priorities, and the operator's view: as on Redis
+//! (`workq-redis/tests/flow_redis.rs`) where the two share a rule.
 
 mod support;
 
@@ -44,6 +47,26 @@ async fn next(queue: &PgQueue<String>) -> workq_postgres::Lease<String> {
         .expect("a get that must be served was not")
         .unwrap()
         .expect("not shut down")
+}
+
+/// A handle on queue `name` built without any flow setting, as a producer without `group_by`
+/// (or a process of an older version) would have.
+async fn plain(server: &PgServer, name: &str) -> PgQueue<String> {
+    PgQueue::builder(name)
+        .url(server.url())
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Takes every item ready now, one by one, each done at once; returns them in order.
+async fn drain(queue: &PgQueue<String>) -> Vec<String> {
+    let mut items = Vec::new();
+    while let Some(lease) = queue.try_get().await.unwrap().into_lease() {
+        items.push(lease.item().clone());
+        lease.done().await.unwrap();
+    }
+    items
 }
 
 /// Whether a look at the queue finds nothing to hand out.
@@ -430,20 +453,23 @@ impl std::io::Write for Log {
 }
 
 impl Log {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
     fn count(&self, needle: &str) -> usize {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .matches(needle)
-            .count()
+        self.text().matches(needle).count()
     }
 }
 
-/// The limits are the last process's built: an older process applies them from then on (the
-/// database's, not its own), and says so once, at the first add that sees them changed; a
-/// process built later with its limits back changes them back without a warning. An
-/// operator's handle (`PgAdmin`) changes nothing, and shows the limits in force. A process
-/// built without any flow setting turns flow control off for everyone.
+/// The settings live beside the queue: every handle applies the stored ones, the last handle
+/// built with settings replaces them (and says so), one built earlier learns of it at its next
+/// add and says so once, one built later with the same settings changes nothing, and one built
+/// with its old settings back changes them back; an operator's handle (`PgAdmin`) changes
+/// nothing and shows the settings in force; a handle built without settings follows them
+/// (and says that its adds join the group ""), and only `clear_flow_control` takes them off.
 #[tokio::test]
-async fn the_last_process_built_sets_the_limits_and_the_others_say_so_once() {
+async fn the_settings_live_in_the_database_and_the_last_handle_built_wins() {
     let Some(server) = PgServer::start() else {
         return;
     };
@@ -456,22 +482,44 @@ async fn the_last_process_built_sets_the_limits_and_the_others_say_so_once() {
             .with_ansi(false)
             .finish(),
     );
-    const DIFFERENT: &str = "another process was built with other flow control settings";
+    const REPLACE: &str = "replace other ones";
+    const REPLACED: &str = "another process replaced";
     let name = unique("settings");
     let old = handle(&server, &name)
         .max_in_flight_per_group(1)
         .build()
         .await
         .unwrap();
+    let limits = old.flow_limits().await.unwrap().expect("settings stored");
+    assert_eq!(
+        (limits.grouped, limits.max_in_flight_per_group),
+        (true, Some(1))
+    );
+    let _same = handle(&server, &name)
+        .max_in_flight_per_group(1)
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(log.count(REPLACE), 0, "the same settings replace nothing");
     let new = handle(&server, &name)
         .max_in_flight_per_group(3)
         .build()
         .await
         .unwrap();
+    assert_eq!(log.count(REPLACE), 1, "the build says what it replaced");
+    assert_eq!(
+        old.flow_limits()
+            .await
+            .unwrap()
+            .unwrap()
+            .max_in_flight_per_group,
+        Some(3),
+        "the last one built wins"
+    );
     add_all(&old, &["g/1", "g/2", "g/3", "g/4"]).await;
     tokio::task::yield_now().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(log.count(DIFFERENT), 1, "one warning, at the first add");
+    assert_eq!(log.count(REPLACED), 1, "one warning, at the first add");
     let mut leases = Vec::new();
     for _ in 0..3 {
         leases.push(next(&old).await);
@@ -479,7 +527,7 @@ async fn the_last_process_built_sets_the_limits_and_the_others_say_so_once() {
     assert!(held_back(&old).await, "three of g out: the stored limit");
     add_all(&old, &["h/1"]).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(log.count(DIFFERENT), 1, "once");
+    assert_eq!(log.count(REPLACED), 1, "once");
     let admin = PgAdmin::new(&server.url()).unwrap();
     let limits = admin.stats(&name, 10).await.unwrap().limits.unwrap();
     assert_eq!(limits.max_in_flight_per_group, Some(3));
@@ -495,18 +543,266 @@ async fn the_last_process_built_sets_the_limits_and_the_others_say_so_once() {
         .unwrap();
     add_all(&old, &["h/2"]).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(log.count(DIFFERENT), 1);
+    assert_eq!(log.count(REPLACED), 1);
     drop(new);
-    // A process without any flow setting: no flow control, for every process.
-    let _plain = PgQueue::<String>::builder(&name)
-        .url(server.url())
+    for lease in leases.drain(..) {
+        lease.done().await.unwrap();
+    }
+
+    // Without settings: follows the stored ones, warns that it cannot group its adds.
+    let plain = plain(&server, &name).await;
+    assert_eq!(log.count("no group function"), 1, "{}", log.text());
+    assert_eq!(
+        plain
+            .flow_limits()
+            .await
+            .unwrap()
+            .map(|l| l.max_in_flight_per_group),
+        Some(Some(1)),
+        "nothing changed in the database"
+    );
+    plain.add("x".to_owned()).await.unwrap();
+    let mut items = Vec::new();
+    while let Some(lease) = plain.try_get().await.unwrap().into_lease() {
+        items.push(lease.item().clone());
+        leases.push(lease);
+    }
+    items.sort();
+    assert_eq!(
+        items,
+        ["g/4", "h/1", "x"],
+        "x in the group \"\", g and h within their limit of one"
+    );
+    let stats = admin.stats(&name, 10).await.unwrap();
+    let mut groups: Vec<(&str, usize)> = stats
+        .groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.in_flight))
+        .collect();
+    groups.sort_unstable();
+    assert_eq!(groups, [("", 1), ("g", 1), ("h", 1)]);
+
+    // Taken off on purpose: for every process, once.
+    assert!(plain.clear_flow_control().await.unwrap());
+    assert!(!old.clear_flow_control().await.unwrap(), "once");
+    assert_eq!(old.flow_limits().await.unwrap(), None);
+    let stats = admin.stats(&name, 10).await.unwrap();
+    assert_eq!((stats.limits, stats.flow), (None, None));
+    add_all(&old, &["g/5"]).await;
+    let (a, b) = (next(&old).await, next(&old).await);
+    assert_eq!(
+        (a.item().as_str(), b.item().as_str()),
+        ("h/2", "g/5"),
+        "no limit holds h or g back now"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(log.count(REPLACED), 1, "taken off is not replaced");
+    for lease in leases.into_iter().chain([a, b]) {
+        lease.done().await.unwrap();
+    }
+}
+
+/// Flow control comes on with the first handle built with settings (the items the queue
+/// holds without a group join the group "", the leased ones counting as its leases), and goes
+/// off with `clear_flow_control` (the ready items handed out in the queue's order again, the
+/// delayed one kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flow_control_comes_on_and_goes_off_with_the_items_kept() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let name = unique("switch");
+    let plain = plain(&server, &name).await;
+    add_all(&plain, &["a/0", "a/1", "b/0", "c/0"]).await;
+    plain
+        .add_with("c/1".to_owned(), workq::AddOptions::default().priority(2))
+        .await
+        .unwrap();
+    plain
+        .add_after("d/0".to_owned(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let leased = next(&plain).await;
+    assert_eq!(leased.item(), "c/1");
+    let grouped = handle(&server, &name)
+        .max_in_flight_per_group(2)
         .build()
         .await
         .unwrap();
-    let stats = admin.stats(&name, 10).await.unwrap();
-    assert_eq!((stats.limits, stats.flow), (None, None));
-    assert!(!held_back(&old).await, "no limit holds g back now");
-    drop(leases);
+    // Everything held is in the group "", which has one lease out of two.
+    let one = next(&grouped).await;
+    assert_eq!(one.item(), "a/0");
+    assert!(held_back(&grouped).await, "the lease from before counts");
+    grouped.add("e/0".to_owned()).await.unwrap();
+    let e = next(&grouped).await;
+    assert_eq!(e.item(), "e/0", "a new add has its group");
+    e.done().await.unwrap();
+    one.done().await.unwrap();
+    leased.done().await.unwrap();
+
+    assert!(plain.clear_flow_control().await.unwrap());
+    assert!(!plain.clear_flow_control().await.unwrap(), "once");
+    assert_eq!(plain.flow_limits().await.unwrap(), None);
+    assert_eq!(drain(&plain).await, ["a/1", "b/0", "c/0"]);
+    assert_eq!(plain.delayed_len().await.unwrap(), 1);
+    let pool = reader(&server).await;
+    let groups: i64 = sqlx::query_scalar("SELECT count(*) FROM workqueue_groups WHERE queue = $1")
+        .bind(id_of(&pool, &name).await)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(groups, 0, "every group forgotten");
+}
+
+/// Flow control taken off hands the ready items out in the order they became ready, across
+/// groups, as a queue without it would: each group's own order kept, an item handed back
+/// first in its group, and no group's backlog ahead of another's older items.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flow_control_taken_off_hands_out_in_the_order_items_became_ready() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let queue = handle(&server, &unique("off-order"))
+        .max_in_flight_per_group(5)
+        .build()
+        .await
+        .unwrap();
+    add_all(
+        &queue,
+        &["noisy/0", "noisy/1", "quiet/0", "noisy/2", "quiet/1"],
+    )
+    .await;
+    let back = next(&queue).await;
+    assert_eq!(back.item(), "noisy/0");
+    back.release().await.unwrap();
+    assert!(queue.clear_flow_control().await.unwrap());
+    assert_eq!(
+        drain(&queue).await,
+        ["noisy/0", "noisy/1", "quiet/0", "noisy/2", "quiet/1"]
+    );
+}
+
+/// A queue-wide limit counts every lease out, whenever it was handed out: those of a handle
+/// built with groups but no limit, and those handed out before flow control came on. And
+/// `delete` takes flow control away with the rest of the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_wide_limit_counts_the_leases_handed_out_before_it() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let name = unique("late-limit");
+    let plain = plain(&server, &name).await;
+    add_all(&plain, &["a/0", "b/0", "c/0", "d/0", "e/0"]).await;
+    let before = next(&plain).await;
+    let grouped = handle(&server, &name).build().await.unwrap();
+    let during = next(&grouped).await;
+    assert_eq!(
+        (before.item().as_str(), during.item().as_str()),
+        ("a/0", "b/0")
+    );
+    let limited = handle(&server, &name)
+        .max_in_flight(3)
+        .build()
+        .await
+        .unwrap();
+    let third = next(&limited).await;
+    assert_eq!(third.item(), "c/0");
+    assert!(
+        held_back(&limited).await,
+        "three leases out: the one from before flow control, the one from before the limit, \
+         and this one"
+    );
+    before.done().await.unwrap();
+    let fourth = next(&limited).await;
+    assert_eq!(fourth.item(), "d/0");
+    assert!(held_back(&limited).await);
+
+    limited.delete().await.unwrap();
+    assert_eq!(
+        limited.flow_limits().await.unwrap(),
+        None,
+        "deleted with the queue"
+    );
+    add_all(&limited, &["f/0", "f/1", "f/2", "f/3"]).await;
+    let mut after = Vec::new();
+    while let Some(lease) = limited.try_get().await.unwrap().into_lease() {
+        after.push(lease);
+    }
+    assert_eq!(after.len(), 4, "no limit after the delete");
+    drop((during, third, fourth, after));
+}
+
+/// An item the queue knows only by its failure count, queued again by `retry_now`, joins the
+/// group the handle's group function gives it (an operator's handle has none: the group ""),
+/// and under flow control an item's detail has no position (the hand-out order is the groups'
+/// turns).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typed_handles_retry_now_gives_the_item_its_group() {
+    use workq::admin::Retried;
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let name = unique("retry-group");
+    let queue = handle(&server, &name)
+        .max_in_flight_per_group(5)
+        .build()
+        .await
+        .unwrap();
+    let pool = reader(&server).await;
+    let id = id_of(&pool, &name).await;
+    for item in ["\"t/1\"", "\"u/1\""] {
+        sqlx::query(
+            "INSERT INTO workqueue_failures (queue, key, item, failures)
+             VALUES ($1, workqueue_key($2), $2, 3)",
+        )
+        .bind(id)
+        .bind(item)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    assert_eq!(queue.retry_now("\"t/1\"").await.unwrap(), Retried::Queued);
+    let admin = PgAdmin::new(&server.url()).unwrap();
+    assert_eq!(
+        admin.retry_now(&name, "\"u/1\"").await.unwrap(),
+        Retried::Queued
+    );
+    let mut groups: Vec<(String, usize)> = admin
+        .stats(&name, 10)
+        .await
+        .unwrap()
+        .groups
+        .into_iter()
+        .map(|g| (g.name, g.ready))
+        .collect();
+    groups.sort_unstable();
+    assert_eq!(groups, [(String::new(), 1), ("t".to_owned(), 1)]);
+    let detail = queue.item_detail("\"t/1\"").await.unwrap().unwrap();
+    assert_eq!((detail.priority, detail.position), (Some(0), None));
+}
+
+/// Within one batch of adds, a group's items at two priorities join the turns of each: the
+/// group whose lower-priority item came first in the batch has its turn there first, after
+/// its higher-priority item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_joins_the_turns_of_each_of_its_priorities() {
+    use workq::AddOptions;
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let queue = handle(&server, &unique("batch-turns"))
+        .build()
+        .await
+        .unwrap();
+    queue
+        .add_all_with([
+            ("a/0".to_owned(), AddOptions::default()),
+            ("b/0".to_owned(), AddOptions::default()),
+            ("a/mid".to_owned(), AddOptions::default().priority(1)),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(drain(&queue).await, ["a/mid", "a/0", "b/0"]);
 }
 
 /// Turning flow control on waits for the adds in progress (here one in a transaction that
@@ -520,11 +816,7 @@ async fn turning_flow_control_on_waits_for_the_adds_in_progress() {
         return;
     };
     let name = unique("turn-on");
-    let plain = PgQueue::<String>::builder(&name)
-        .url(server.url())
-        .build()
-        .await
-        .unwrap();
+    let plain = plain(&server, &name).await;
     plain.add("a/1".to_owned()).await.unwrap();
     let mut tx = plain.pool().begin().await.unwrap();
     plain.add_in(&mut tx, "b/1".to_owned()).await.unwrap();

@@ -779,11 +779,12 @@ async fn an_upgrade_from_version_3_keeps_every_item() {
 
 /// A database of schema version 6 with items in every state (queued with and without a
 /// priority, delayed, leased, leased and re-added, leased with a pending delay, a failure
-/// count, a dead letter, a schedule) is upgraded to version 7 by a process built with flow
-/// control (a group function, one lease per group): every item is then in a group (the group
-/// `""`: no process of version 6 gave one), the old holders' tokens end their leases (which
-/// no limit counted), the queued items come out in their order one at a time (the group's
-/// limit), and a process of version 6 still adds through its old call.
+/// count, a dead letter, a schedule) is upgraded to the current version by a process built
+/// with flow control (a group function, one lease per group): every item is then in a group
+/// (the group `""`: no process of version 6 gave one), the old leases count in it (two, over
+/// its limit: nothing is handed out until they end), the old holders' tokens end them, the
+/// queued items come out in their order one at a time (the group's limit), and a process of
+/// version 6 still adds through its old call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_from_version_6_keeps_every_item_under_flow_control() {
     use sqlx::Executor;
@@ -838,7 +839,7 @@ async fn an_upgrade_from_version_6_keeps_every_item_under_flow_control() {
         .max_in_flight_per_group(1)
         .build()
         .await
-        .expect("the upgrade to version 7 runs at build, and flow control is turned on");
+        .expect("the upgrade runs at build, and flow control is turned on");
     let version: i32 = sqlx::query_scalar("SELECT max(version) FROM workqueue_migrations")
         .fetch_one(&pool)
         .await
@@ -858,14 +859,11 @@ async fn an_upgrade_from_version_6_keeps_every_item_under_flow_control() {
         "\"buried\""
     );
     assert_eq!(q.schedules().await.unwrap()[0].name, "nightly");
-    // The old leases count against no limit: the group's one slot is free.
-    let first = q.try_get().await.unwrap().into_lease().unwrap();
-    assert_eq!((first.item().as_str(), first.priority()), ("second", 3));
+    // The old leases count, as every lease under flow control does.
     assert!(
         q.try_get().await.unwrap().is_empty(),
-        "the group \"\" holds one lease, its limit"
+        "the group \"\" holds the two old leases, over its limit of one"
     );
-    first.done().await.unwrap();
     // The old holders' tokens end their leases: `held` (re-added) through the step, queued
     // again in its group; `held-late` through the fenced retry, delayed by its backoff.
     let step: Vec<i32> = sqlx::query_scalar(
@@ -887,6 +885,13 @@ async fn an_upgrade_from_version_6_keeps_every_item_under_flow_control() {
     .unwrap();
     assert_eq!(retried, 1);
     assert_eq!(q.processing_len().await.unwrap(), 0);
+    let first = q.try_get().await.unwrap().into_lease().unwrap();
+    assert_eq!((first.item().as_str(), first.priority()), ("second", 3));
+    assert!(
+        q.try_get().await.unwrap().is_empty(),
+        "the group \"\" holds one lease, its limit"
+    );
+    first.done().await.unwrap();
     // A process of version 6 adds through its old call: its item is in the group "".
     let kinds: Vec<i16> = sqlx::query_scalar(
         "SELECT kinds FROM workqueue_add(7, ARRAY['\"old-process\"'], ARRAY[NULL]::integer[],

@@ -299,8 +299,8 @@ const FLOW_GRANTS: &str = "
 ";
 
 /// A worker role with the listed grants and flow control's runs a queue under flow control
-/// (it writes the settings at build, adds, hands out, ends leases, deletes the queue's
-/// contents); an operator role with its grants and flow control's reads the groups and the
+/// (it writes the settings at build, adds, hands out, ends leases, takes flow control off,
+/// deletes the queue's contents); an operator role with its grants and flow control's reads the groups and the
 /// limits, and queues a delayed item and a dead letter again into their groups.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_and_operator_roles_with_the_listed_grants_run_flow_control() {
@@ -366,6 +366,7 @@ async fn worker_and_operator_roles_with_the_listed_grants_run_flow_control() {
     }
     seen.sort();
     assert_eq!(seen, ["a/2", "b/1", "c/later", "d/buried"]);
+    assert!(q.clear_flow_control().await.unwrap());
     q.delete().await.unwrap();
 }
 

@@ -16,6 +16,7 @@ use crate::lease::Lease;
 use crate::queue::RedisQueue;
 use crate::reply::{self, number, parts};
 use crate::scripts::SCRIPTS;
+use crate::trace::traceparent;
 use crate::units::{from_now, micros};
 
 /// Reads an add script's reply; `delay` is the caller's, if it chose one.
@@ -156,23 +157,52 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         delay: Duration,
         priority: Option<i32>,
     ) -> Result<Added, Error> {
+        // Read before the first await, in the caller's span.
+        self.add_after_sending(item, delay, priority, traceparent())
+            .await
+    }
+
+    /// An add whose trace link argument is `text`, whatever it holds: what a hand-made client
+    /// may send (for the test that the server keeps only well-formed `traceparent`s).
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub async fn add_sending_traceparent(
+        &self,
+        item: impl Borrow<T>,
+        text: &str,
+    ) -> Result<Added, Error> {
+        self.add_after_sending(item.borrow(), Duration::ZERO, None, Some(text.to_owned()))
+            .await
+    }
+
+    /// [`add_delayed`](Self::add_delayed) sending `tp` as the add's trace link (`None`: no
+    /// argument).
+    async fn add_after_sending(
+        &self,
+        item: &T,
+        delay: Duration,
+        priority: Option<i32>,
+        tp: Option<String>,
+    ) -> Result<Added, Error> {
         if self.is_closed() {
             return Ok(Added::IGNORED);
         }
         self.register_once().await;
         let raw = Self::encode(item.borrow())?;
-        let (raw, group) = (&raw, &self.group_arg(item));
+        let (raw, group, tp) = (&raw, &self.group_arg(item), &tp);
         let value: Value = self
             .inner
             .call("add_after", |mut con| async move {
-                self.inner
-                    .invocation(&SCRIPTS.add_after)
+                let mut invocation = self.inner.invocation(&SCRIPTS.add_after);
+                invocation
                     .arg(raw)
                     .arg(micros(delay))
                     .arg(priority_arg(priority))
-                    .arg(group)
-                    .invoke_async(&mut con)
-                    .await
+                    .arg(group);
+                if let Some(tp) = tp {
+                    invocation.arg(tp);
+                }
+                invocation.invoke_async(&mut con).await
             })
             .await?;
         added(value, Some(delay))
@@ -197,19 +227,20 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         after: Duration,
         priority: Option<i32>,
     ) -> Result<Added, Error> {
+        let tp = traceparent();
         if self.is_closed() {
             return Ok(Added::IGNORED);
         }
         self.register_once().await;
         let raw = Self::encode(item.borrow())?;
-        let (raw, group) = (&raw, &self.group_arg(item));
+        let (raw, group, tp) = (&raw, &self.group_arg(item), &tp);
         let limit = &self.inner.rate_limit;
         let (qps, burst) = limit.bucket().unwrap_or((0.0, 0));
         let value: Value = self
             .inner
             .call("add_rate_limited", |mut con| async move {
-                self.inner
-                    .invocation(&SCRIPTS.add_rate_limited)
+                let mut invocation = self.inner.invocation(&SCRIPTS.add_rate_limited);
+                invocation
                     .arg(raw)
                     .arg(micros(limit.base_delay()))
                     .arg(micros(limit.max_delay()))
@@ -217,9 +248,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .arg(burst)
                     .arg(micros(after))
                     .arg(priority_arg(priority))
-                    .arg(group)
-                    .invoke_async(&mut con)
-                    .await
+                    .arg(group);
+                if let Some(tp) = tp {
+                    invocation.arg(tp);
+                }
+                invocation.invoke_async(&mut con).await
             })
             .await?;
         added(value, None)
@@ -258,11 +291,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 
     /// Adds every item after its delay and with its priority (`None`: none given), as
     /// [`add_with`](Self::add_with) does one by one without rate limiting, in one round trip.
+    /// Every add links to the caller's span (feature `otel`): one `traceparent` per script
+    /// run, after the items.
     pub(crate) async fn add_many<I, B>(&self, items: I) -> Result<Vec<Added>, Error>
     where
         I: IntoIterator<Item = (B, Duration, Option<i32>)>,
         B: Borrow<T>,
     {
+        let tp = traceparent();
         let mut args = Vec::new();
         let mut delays = Vec::new();
         for (item, delay, priority) in items {
@@ -279,7 +315,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         // short enough (about a millisecond) not to hold up the server's other clients.
         let calls: Vec<_> = args
             .chunks(4 * ADD_MANY_CHUNK)
-            .map(|chunk| (&SCRIPTS.add_many, chunk.to_vec()))
+            .map(|chunk| {
+                let mut args = chunk.to_vec();
+                args.extend(tp.clone());
+                (&SCRIPTS.add_many, args)
+            })
             .collect();
         if self.is_closed() {
             return Ok(delays.iter().map(|_| Added::IGNORED).collect());
@@ -422,6 +462,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         options: AddOptions,
         forget: bool,
     ) -> Result<Option<Lease<T>>, Error> {
+        // The re-add links to the span it is made in: the worker's, so the next attempt
+        // links to the one that failed.
+        let tp = traceparent();
         if self.is_closed() {
             return Ok(Some(lease));
         }
@@ -438,8 +481,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let mut unsure = false;
         let mut backoff = Duration::from_millis(20);
         let settled = loop {
-            let outcome: Result<Value, redis::RedisError> = inner
-                .invocation(&SCRIPTS.retry_done)
+            let mut invocation = inner.invocation(&SCRIPTS.retry_done);
+            invocation
                 .arg(raw)
                 .arg(token)
                 .arg(flag(forget))
@@ -454,9 +497,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 .arg(micros(limit.max_delay()))
                 .arg(qps)
                 .arg(burst)
-                .arg(group.as_str())
-                .invoke_async(&mut inner.con())
-                .await;
+                .arg(group.as_str());
+            if let Some(tp) = &tp {
+                invocation.arg(tp);
+            }
+            let outcome: Result<Value, redis::RedisError> =
+                invocation.invoke_async(&mut inner.con()).await;
             let error = match outcome {
                 Ok(value) => break settled(value)?,
                 Err(e) => Error::from(e),

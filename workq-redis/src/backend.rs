@@ -225,4 +225,16 @@ where
             Err(error) => Err(error),
         }
     }
+
+    /// [`Lease::links`]: the adds' trace contexts the server kept beside the item.
+    #[cfg(feature = "otel")]
+    fn links(&self) -> &[workq::otel::TraceLink] {
+        Lease::links(self)
+    }
+
+    /// [`Lease::links_dropped`].
+    #[cfg(feature = "otel")]
+    fn links_dropped(&self) -> u32 {
+        Lease::links_dropped(self)
+    }
 }

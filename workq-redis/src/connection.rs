@@ -122,7 +122,7 @@ pub(crate) enum Source {
 
 /// The `host:port` of a URL, for messages: never its user name or password.
 #[cfg_attr(
-    not(feature = "cluster"),
+    all(not(feature = "cluster"), not(test)),
     expect(dead_code, reason = "the cluster's messages name its nodes")
 )]
 pub(crate) fn host_of(url: &str) -> String {

@@ -167,14 +167,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     }
 
     /// Takes flow control off the queue, for every process: the ready items go back to the
-    /// plain ready lists (group after group, each in its order, at their priorities), and
-    /// every flow control key is deleted, so the queue works as one built without flow
-    /// control from the next call on. Returns whether it had flow control.
+    /// plain ready lists of their priorities in the order they became ready (each group's own
+    /// order kept, so an item handed back stays first in its group), and every flow control
+    /// key is deleted, so the queue works as one built without flow control from the next
+    /// call on. Returns whether it had flow control.
     ///
     /// Handles built with flow settings keep their group function but their adds' groups
     /// are ignored, and a handle built with settings afterwards sets them again. One script
-    /// run, which moves every ready item: O(items), once. An operator's action: it deletes
-    /// keys (`DEL`), which docs/redis.md's worker's ACL rules leave out.
+    /// run, which sorts and moves every ready item: O(items log items), once. An operator's
+    /// action: it deletes keys (`DEL`), which docs/redis.md's worker's ACL rules leave out.
     ///
     /// # Errors
     ///

@@ -17,6 +17,7 @@ use crate::lease::Lease;
 use crate::queue::RedisQueue;
 use crate::reply::{self, count, number, parts};
 use crate::scripts::SCRIPTS;
+use crate::trace::LeaseLinks;
 use crate::units::{from_now, micros};
 use crate::wait::{Owed, Waiting};
 
@@ -31,12 +32,14 @@ enum Attempt<T> {
 /// The reply of the `get` script.
 enum GetReply {
     /// `{1, item, token, priority}`: an item under a new lease; `{1, item, token, priority,
-    /// generation}` with flow control (the generation of the queue's settings).
+    /// generation}` with flow control (the generation of the queue's settings); `{1, item,
+    /// token, priority, generation or nil, links, drops}` when the lease took trace links.
     Leased {
         raw: Vec<u8>,
         token: u64,
         priority: i32,
         generation: Option<u64>,
+        links: LeaseLinks,
     },
     /// `{2}`: shut down, nothing ready.
     ShutDown,
@@ -58,12 +61,17 @@ impl FromRedisValue for GetReply {
                 let priority = parts.next().as_ref().map(number).transpose()?.unwrap_or(0);
                 let priority = i32::try_from(priority)
                     .map_err(|_| ParsingError::from(format!("priority {priority} out of range")))?;
-                let generation = parts.next().as_ref().map(count).transpose()?;
+                let generation = match parts.next() {
+                    None | Some(Value::Nil) => None,
+                    Some(value) => Some(count(&value)?),
+                };
+                let links = LeaseLinks::read(parts.next(), parts.next())?;
                 Ok(GetReply::Leased {
                     raw,
                     token,
                     priority,
                     generation,
+                    links,
                 })
             }
             Some(2) => Ok(GetReply::ShutDown),
@@ -366,6 +374,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 token,
                 priority,
                 generation,
+                links,
             } => {
                 if let Some(generation) = generation {
                     self.inner.flow.saw(&self.inner.name, generation);
@@ -388,6 +397,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                         token,
                         priority,
                         started,
+                        links,
                     )))),
                     Err((raw, error)) => {
                         tracing::warn!(
@@ -476,8 +486,34 @@ mod tests {
         .unwrap();
         assert!(matches!(
             leased,
-            GetReply::Leased { ref raw, token: 42, priority: -3, generation: None } if raw == b"\"x\""
+            GetReply::Leased { ref raw, token: 42, priority: -3, generation: None, .. } if raw == b"\"x\""
         ));
+        // With trace links and no flow control: the generation is nil.
+        let linked: GetReply = reply::parse(
+            "get",
+            Value::Array(vec![
+                Value::Int(1),
+                Value::BulkString(b"\"x\"".to_vec()),
+                Value::Int(7),
+                Value::Int(0),
+                Value::Nil,
+                Value::BulkString(
+                    b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_vec(),
+                ),
+                Value::Int(2),
+            ]),
+        )
+        .unwrap();
+        let GetReply::Leased {
+            generation, links, ..
+        } = linked
+        else {
+            panic!("a lease expected");
+        };
+        assert_eq!(generation, None);
+        #[cfg(feature = "otel")]
+        assert_eq!((links.list.len(), links.dropped), (1, 2));
+        let _ = links;
         let empty: GetReply =
             reply::parse("get", Value::Array(vec![Value::Int(0), Value::Int(-1)])).unwrap();
         assert!(matches!(empty, GetReply::Empty(None)));

@@ -10,6 +10,7 @@ use workq::lease_clock::{Held, LeaseBackend, LeaseClock, Renewal};
 
 use crate::error::Error;
 use crate::inner::Inner;
+use crate::trace::LeaseLinks;
 
 /// The claim on one item while a worker processes it: client-go's item between `Get` and
 /// `Done`, made to survive crashes.
@@ -49,6 +50,12 @@ pub struct Lease<T> {
     item: T,
     priority: i32,
     held: Held<Inner>,
+    /// The trace links the hand-out took (feature `otel`; no room without it).
+    #[cfg_attr(
+        not(feature = "otel"),
+        expect(dead_code, reason = "read by `links` with the feature `otel`")
+    )]
+    links: LeaseLinks,
 }
 
 impl<T> Lease<T> {
@@ -59,11 +66,13 @@ impl<T> Lease<T> {
         token: u64,
         priority: i32,
         sent: Instant,
+        links: LeaseLinks,
     ) -> Self {
         Lease {
             item,
             priority,
             held: Held::new(queue, raw, token, sent),
+            links,
         }
     }
 
@@ -89,6 +98,24 @@ impl<T> Lease<T> {
     /// The item as stored on the server (its JSON text).
     pub fn raw(&self) -> &str {
         self.held.raw()
+    }
+
+    /// The trace contexts of the adds that queued the item since it was last handed out, in
+    /// the order of the adds, from any process: at most
+    /// [`MAX_LINKS`](workq::otel::MAX_LINKS), the first ones (feature `otel`; see
+    /// [`workq::otel`]). [`workq::Workers`] link the item's `workqueue.item` span to each.
+    /// A lease released or lost gives them back to the item, so its next holder links to
+    /// them too.
+    #[cfg(feature = "otel")]
+    pub fn links(&self) -> &[workq::otel::TraceLink] {
+        &self.links.list
+    }
+
+    /// How many adds' trace contexts were dropped because the item held
+    /// [`MAX_LINKS`](workq::otel::MAX_LINKS) already (feature `otel`).
+    #[cfg(feature = "otel")]
+    pub fn links_dropped(&self) -> u32 {
+        self.links.dropped
     }
 
     /// Whether the lease is (or may be) lost: the server refused a renewal, or renewals failed

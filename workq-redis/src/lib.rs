@@ -86,8 +86,12 @@
 //! queue with flow control it follows the queue's settings, and its adds (no group function)
 //! join the group `""`, with a warning at build; so an operator's handle or a producer built
 //! without `group_by` cannot switch a fleet's flow control off by starting.
-//! [`RedisQueue::clear_flow_control`] takes it off on purpose. The items a queue holds when
-//! flow control first comes on join the group `""`.
+//! [`RedisQueue::clear_flow_control`] takes it off on purpose (the ready items then come out
+//! in the order they became ready). The items a queue holds when flow control comes on join
+//! the group `""`, its leases out counting there. docs/redis.md ("Redis and PostgreSQL: the
+//! same rules, and where they differ") lists what flow control does otherwise on PostgreSQL:
+//! an item's group while flow control is off (forgotten here), exact counts, the operators'
+//! pages, when an expired lease's slot frees.
 //!
 //! A queue built without any flow setting keeps its structures, and a `get` runs the very
 //! commands it ran before (the check for flow control rides on the check for priorities; an
@@ -98,6 +102,51 @@
 //! contract show the groups: how many have ready items, are at their limit and are kept, the
 //! top groups by ready items with their leases out, limit and the age of their oldest ready
 //! item, and the settings.
+//!
+//! # Traces across processes
+//!
+//! With the feature `otel` (which turns on `workq/otel`), an add made inside a span records
+//! the span's W3C `traceparent` beside the item on the server, and the lease that hands the
+//! item out, in whatever process, carries it: [`Lease::links`] (and
+//! [`QueueLease::links`](workq::QueueLease::links)), so the `workqueue.item` span of
+//! [`workq::Workers`] links to the span of every add that caused the work. An item keeps the
+//! links of its first [`MAX_LINKS`](workq::otel::MAX_LINKS) adds since its last hand-out and
+//! counts the rest ([`Lease::links_dropped`]): a hot key costs four links and a counter. Every
+//! kind of add records its link (delays, rate limits, batches, with one link for the batch's
+//! span, a retry of [`workq::Workers`], made in the worker's span, and a periodic tick), on a
+//! plain or a grouped queue. Adds while an item is processed are kept for its next hand-out;
+//! a lease released, or lost by a dead worker and reclaimed, gives its links back, so the
+//! next holder links to them too; a dead letter keeps them for a requeue.
+//!
+//! An add outside a recorded span (or a client without the feature) sends nothing more, and
+//! a queue that never saw a link runs the very commands it ran before. The server keeps only
+//! well-formed `traceparent`s of 55 bytes, at most four per item, in four hashes of the
+//! queue's hash tag (`links`, `ldrop`, `llinks`, `lldrop`; the repository's `docs/tracing.md`
+//! has the design and the costs).
+//!
+//! ```no_run
+//! # #[cfg(feature = "otel")]
+//! # async fn run() -> Result<(), workq_redis::Error> {
+//! use tracing::Instrument;
+//! use workq::{Outcome, Workers};
+//! use workq_redis::RedisQueue;
+//!
+//! // In the producer (a watch, an HTTP handler): the add records the current span.
+//! let queue: RedisQueue<String> = RedisQueue::connect("redis://127.0.0.1:6379", "pods").await?;
+//! queue
+//!     .add("default/web-0".to_owned())
+//!     .instrument(tracing::info_span!("pod changed"))
+//!     .await?;
+//!
+//! // In a worker process: each item's `workqueue.item` span links to its adds.
+//! let workers = Workers::new(queue).spawn_async(|key: String| async move {
+//!     tracing::info!(%key, "reconciling");
+//!     Outcome::Done
+//! });
+//! # workers.shut_down().await;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! Each operation is one Lua script run on the server (`EVALSHA`), so each is atomic; every
 //! key of a queue carries the queue's hash tag (`wq:{name}:...`), so a queue lives in one
@@ -188,6 +237,7 @@ mod rate_limit;
 mod reply;
 mod scripts;
 mod stats;
+mod trace;
 mod units;
 mod wait;
 

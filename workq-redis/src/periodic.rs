@@ -142,6 +142,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 "a rate-limited add on a periodic tick (the schedule is its own pace)",
             ));
         }
+        let tp = crate::trace::traceparent();
         if self.is_closed() {
             return Ok(TickOutcome::ShutDown);
         }
@@ -151,12 +152,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let priority = options
             .requested_priority()
             .map_or_else(String::new, |p| p.to_string());
-        let (priority, group) = (&priority, &self.group_arg(item));
+        let (priority, group, tp) = (&priority, &self.group_arg(item), &tp);
         let value: Value = self
             .inner
             .call("periodic_tick", |mut con| async move {
-                self.inner
-                    .invocation(&SCRIPTS.tick)
+                let mut invocation = self.inner.invocation(&SCRIPTS.tick);
+                invocation
                     .key(key)
                     .arg(&claim.schedule)
                     .arg(&claim.spec)
@@ -166,9 +167,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     .arg(raw)
                     .arg(micros(options.delay()))
                     .arg(priority)
-                    .arg(group)
-                    .invoke_async(&mut con)
-                    .await
+                    .arg(group);
+                if let Some(tp) = tp {
+                    invocation.arg(tp);
+                }
+                invocation.invoke_async(&mut con).await
             })
             .await?;
         let parts = parts(value).map_err(|e| Error::Protocol(format!("periodic_tick: {e}")))?;

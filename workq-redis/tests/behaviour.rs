@@ -10,28 +10,7 @@ use workq_conformance::behaviour::rules;
 /// Instantiates every rule on Redis.
 macro_rules! behaviour_suite {
     ($($rule:ident),* $(,)?) => {
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    let Some(factory) = super::support::RedisFactory::start() else {
-                        return;
-                    };
-                    super::rules::$rule(&factory).await;
-                }
-            )*
-        }
-        /// Every rule, one after the other, on one three-node Redis Cluster.
-        #[cfg(feature = "cluster")]
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn redis_cluster_keeps_every_rule() {
-            let Some(factory) = support::RedisFactory::start_cluster() else {
-                return;
-            };
-            $(
-                rules::$rule(&factory).await;
-            )*
-        }
+        support::on_redis_factory!(redis_cluster_keeps_every_rule; $($rule),*);
     };
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use workq_conformance::flow::{FlowFactory, FlowSpec, Unsupported};
 use workq_redis::{Builder, RedisQueue};
 
-use support::RedisServer;
+use support::{RedisServer, next};
 
 /// Where a factory's queues live.
 enum Place {
@@ -188,18 +188,6 @@ workq_conformance::for_each_flow_workers_rule!(flow_workers_suite);
 
 // ===== What is Redis's own =====
 
-/// Every key of queue `name` (prefix `wq`).
-async fn keys_of(server: &RedisServer, name: &str) -> Vec<String> {
-    let mut con = support::raw(server).await;
-    let mut keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("wq:{{{name}}}:*"))
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    keys.sort();
-    keys
-}
-
 /// A handle on queue `name` with a per-group limit of `limit` (and nothing else but the
 /// group function), built on its own as a process builds it.
 async fn per_group(server: &RedisServer, name: &str, limit: usize) -> RedisQueue<String> {
@@ -211,15 +199,6 @@ async fn per_group(server: &RedisServer, name: &str, limit: usize) -> RedisQueue
         .build()
         .await
         .unwrap()
-}
-
-/// The next lease, within a bound.
-async fn next(queue: &RedisQueue<String>) -> workq_redis::Lease<String> {
-    tokio::time::timeout(Duration::from_secs(10), queue.get())
-        .await
-        .expect("a get that must be served")
-        .unwrap()
-        .expect("not shut down")
 }
 
 /// Two handles built separately (two processes): a lease one holds counts against the
@@ -471,7 +450,7 @@ async fn delete_leaves_no_flow_key_behind() {
         (others[0].item().as_str(), others[1].item().as_str()),
         ("other/1", "other/2")
     );
-    let keys = keys_of(&server, "gone").await;
+    let keys = support::keys_of(&server, "gone").await;
     for kind in [
         ":flow", ":fstate", ":fgr", ":frt", ":fq:", ":fg:", ":fr:", ":frings", ":fready", ":fsat",
         ":fpark", ":fidle",
@@ -482,7 +461,10 @@ async fn delete_leaves_no_flow_key_behind() {
         );
     }
     queue.delete().await.unwrap();
-    assert_eq!(keys_of(&server, "gone").await, Vec::<String>::new());
+    assert_eq!(
+        support::keys_of(&server, "gone").await,
+        Vec::<String>::new()
+    );
     for lease in busy.into_iter().chain(others) {
         lease.abandon();
     }
@@ -506,35 +488,11 @@ async fn a_queue_without_flow_control_keeps_its_structures_and_its_get() {
         .add_all(["a", "b", "c"].map(str::to_owned))
         .await
         .unwrap();
-    let mut con = support::raw(&server).await;
-    let calls = |con: &mut redis::aio::MultiplexedConnection| {
-        let mut con = con.clone();
-        async move {
-            let info: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query_async(&mut con)
-                .await
-                .unwrap();
-            info.lines()
-                .filter_map(|line| {
-                    let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-                    let calls = rest.strip_prefix("calls=")?.split(',').next()?;
-                    Some((name.to_owned(), calls.parse::<u64>().ok()?))
-                })
-                .collect::<std::collections::HashMap<String, u64>>()
-        }
-    };
+    let con = support::raw(&server).await;
     // Warm up (the script is loaded), then count one get.
     next(&queue).await.done().await.unwrap();
-    let before = calls(&mut con).await;
-    let lease = next(&queue).await;
-    let after = calls(&mut con).await;
-    let ran: u64 = after
-        .iter()
-        .filter(|(name, _)| !["evalsha", "eval", "info"].contains(&name.as_str()))
-        .map(|(name, n)| n - before.get(name).copied().unwrap_or(0))
-        .sum();
-    assert_eq!(ran, 16, "{before:?} -> {after:?}");
+    let (lease, ran) = support::commands_run_by(&con, next(&queue)).await;
+    assert_eq!(ran, 16);
     lease.done().await.unwrap();
     queue
         .add_with("d".to_owned(), workq::AddOptions::default().priority(1))
@@ -549,7 +507,7 @@ async fn a_queue_without_flow_control_keeps_its_structures_and_its_get() {
         lease.release().await.unwrap();
         next(&queue).await.done().await.unwrap();
     }
-    let keys = keys_of(&server, "plain").await;
+    let keys = support::keys_of(&server, "plain").await;
     assert!(
         keys.iter().all(|k| !k.contains(":f")),
         "a flow key on a queue without flow control: {keys:?}"
@@ -723,7 +681,7 @@ async fn flow_control_comes_on_and_goes_off_with_the_items_kept() {
     assert!(plain.clear_flow_control().await.unwrap());
     assert!(!plain.clear_flow_control().await.unwrap(), "once");
     assert_eq!(plain.flow_limits().await.unwrap(), None);
-    let keys = keys_of(&server, "switch").await;
+    let keys = support::keys_of(&server, "switch").await;
     assert!(keys.iter().all(|k| !k.contains(":f")), "{keys:?}");
     let mut rest = Vec::new();
     while let Some(lease) = plain.try_get().await.unwrap().into_lease() {
@@ -732,6 +690,33 @@ async fn flow_control_comes_on_and_goes_off_with_the_items_kept() {
     }
     assert_eq!(rest, ["a/1", "b/0", "c/0"]);
     assert_eq!(plain.delayed_len().await.unwrap(), 1);
+}
+
+/// Flow control taken off hands the ready items out in the order they became ready, across
+/// groups, as a queue without it would: each group's own order kept, an item handed back
+/// first in its group, and no group's backlog ahead of another's older items.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flow_control_taken_off_hands_out_in_the_order_items_became_ready() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let queue = per_group(&server, "off-order", 5).await;
+    for item in ["noisy/0", "noisy/1", "quiet/0", "noisy/2", "quiet/1"] {
+        queue.add(item.to_owned()).await.unwrap();
+    }
+    let back = next(&queue).await;
+    assert_eq!(back.item(), "noisy/0");
+    back.release().await.unwrap();
+    assert!(queue.clear_flow_control().await.unwrap());
+    let mut order = Vec::new();
+    while let Some(lease) = queue.try_get().await.unwrap().into_lease() {
+        order.push(lease.item().clone());
+        lease.done().await.unwrap();
+    }
+    assert_eq!(
+        order,
+        ["noisy/0", "noisy/1", "quiet/0", "noisy/2", "quiet/1"]
+    );
 }
 
 /// With flow control, an operator's page of the ready items lists them group by group

@@ -1190,3 +1190,26 @@ async fn stats_count_and_delete_removes_every_priority() {
     assert!(keys.is_empty(), "left behind: {keys:?}");
     assert_eq!(q.len().await.unwrap(), 0);
 }
+
+/// An add, a get and a done on a plain queue run the commands they ran before flow control
+/// and trace links existed (`INFO commandstats`), whatever the crate's features: built
+/// without `otel`, and with it (the client then sends a trace context only from a recorded
+/// span; `tests/trace_links.rs` counts that case too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_add_get_and_done_run_the_commands_they_always_ran() {
+    let Some(server) = support::server::require() else {
+        return;
+    };
+    let queue: RedisQueue<String> = RedisQueue::builder("commands")
+        .url(server.url())
+        .build()
+        .await
+        .unwrap();
+    let con = support::raw(&server).await;
+    // Warm up: the scripts are loaded.
+    support::plain_commands(&con, &queue, "warm").await;
+    assert_eq!(
+        support::plain_commands(&con, &queue, "counted").await,
+        support::PLAIN_COMMANDS
+    );
+}

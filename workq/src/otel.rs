@@ -39,10 +39,12 @@
 //! # Backends
 //!
 //! [`WorkQueue`](crate::WorkQueue) keeps the links in memory. A backend shared by many
-//! processes hands them out through [`QueueLease::links`](crate::QueueLease::links), whose
-//! default is none: a backend that does not store them yet (`workq-redis` and `workq-postgres`, for now)
-//! hands out no links, and its workers' spans are unlinked as before. The design of their
-//! storage is in the repository's `docs/tracing.md`.
+//! processes keeps them beside the item on its server and hands them out through
+//! [`QueueLease::links`](crate::QueueLease::links), so that an add in one process and the
+//! processing in another are linked: `workq-redis` does (its feature `otel`). The trait's
+//! default is none: a backend that does not store them yet (`workq-postgres`, for now) hands
+//! out no links, and its workers' spans are unlinked as before. The design of their storage
+//! is in the repository's `docs/tracing.md`.
 //!
 //! # Example
 //!

@@ -1,8 +1,9 @@
 //! The shared suites of `workq-conformance` on the in-memory queue: every rule of the flow
 //! control suite (alone and, with feature `tokio`, batched), and every rule of the
 //! behaviour suite on `WorkQueue`, and (feature `tokio`) every rule of the `Workers` suite on
-//! `WorkQueue` alone and seen as a backend whose steps `Workers` batch. Each backend runs the
-//! same rules on its server in its own tests.
+//! `WorkQueue` alone and seen as a backend whose steps `Workers` batch, and (feature `otel`)
+//! every rule of the trace link suite. Each backend runs the same rules on its server in its
+//! own tests.
 //!
 //! The file's name is unique in the workspace on purpose: `cargo xtask test --quick` selects
 //! integration tests by name across packages, and a name a backend's tests also use would
@@ -118,3 +119,24 @@ macro_rules! flow_workers_suite {
 
 #[cfg(feature = "tokio")]
 workq_conformance::for_each_flow_workers_rule!(flow_workers_suite);
+
+/// Instantiates every trace link rule in memory (feature `otel`).
+#[cfg(feature = "otel")]
+macro_rules! trace_suite {
+    ($($rule:ident),* $(,)?) => {
+        mod trace {
+            mod in_memory {
+                use workq_conformance::trace::{Memory, rules};
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $rule() {
+                        rules::$rule(&Memory).await;
+                    }
+                )*
+            }
+        }
+    };
+}
+
+#[cfg(feature = "otel")]
+workq_conformance::for_each_trace_rule!(trace_suite);

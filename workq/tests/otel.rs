@@ -6,70 +6,28 @@
 //! what the queue carried.
 #![cfg(feature = "otel")]
 
-use std::sync::OnceLock;
-
-use opentelemetry::trace::{SpanContext, TraceContextExt, TracerProvider as _};
-use opentelemetry::{KeyValue, Value};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use tracing::Subscriber;
+use opentelemetry::Value;
+use opentelemetry::trace::{SpanContext, TraceContextExt};
+use opentelemetry_sdk::trace::SpanData;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
-use tracing_subscriber::layer::SubscriberExt;
 use workq::otel::{MAX_LINKS, TraceLink};
 use workq::{Outcome, QueueLease, WorkQueue, Workers};
-
-/// A tracer provider exporting to memory, and a subscriber recording `tracing` spans to it.
-struct Recorder {
-    provider: SdkTracerProvider,
-    exporter: InMemorySpanExporter,
-}
-
-impl Recorder {
-    fn new() -> Self {
-        let exporter = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(exporter.clone())
-            .build();
-        Self { provider, exporter }
-    }
-
-    fn subscriber(&self, name: &'static str) -> impl Subscriber + Send + Sync + use<> {
-        tracing_subscriber::registry()
-            .with(tracing_opentelemetry::layer().with_tracer(self.provider.tracer(name)))
-    }
-
-    fn spans(&self) -> Vec<SpanData> {
-        self.provider.force_flush().unwrap();
-        self.exporter.get_finished_spans().unwrap()
-    }
-}
+use workq_conformance::trace::{Recorder, assert_processed_once, attribute};
 
 /// The workers' side: worker threads record through the global subscriber, set once for
 /// this test binary; each test finds its spans by its own item.
 fn workers_side() -> &'static Recorder {
-    static WORKERS: OnceLock<Recorder> = OnceLock::new();
-    WORKERS.get_or_init(|| {
-        let recorder = Recorder::new();
-        tracing::subscriber::set_global_default(recorder.subscriber("workers"))
-            .expect("no other global subscriber in this test binary");
-        recorder
-    })
+    Recorder::global()
 }
 
 /// Runs `f` inside a span named `name` recorded by `producer`; returns the span's context.
 fn under_span(producer: &Recorder, name: &'static str, f: impl FnOnce()) -> SpanContext {
-    tracing::subscriber::with_default(producer.subscriber("producer"), || {
+    tracing::dispatcher::with_default(&producer.dispatch(), || {
         let span = tracing::info_span!("event", name);
         let context = span.context().span().span_context().clone();
         span.in_scope(f);
         context
     })
-}
-
-fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
-    span.attributes
-        .iter()
-        .find(|kv: &&KeyValue| kv.key.as_str() == key)
-        .map(|kv| &kv.value)
 }
 
 /// Processes every queued item with threaded workers; the handler opens a `reconcile` span.
@@ -87,20 +45,7 @@ fn process(queue: &WorkQueue<String>) {
 
 /// The `workqueue.item` spans of `item`, and the `reconcile` spans under them.
 fn item_spans(item: &str) -> (Vec<SpanData>, Vec<SpanData>) {
-    let quoted = format!("{item:?}");
-    let spans = workers_side().spans();
-    let items: Vec<SpanData> = spans
-        .iter()
-        .filter(|s| s.name == "workqueue.item")
-        .filter(|s| attribute(s, "item").is_some_and(|v| v.as_str() == quoted))
-        .cloned()
-        .collect();
-    let reconciles = spans
-        .into_iter()
-        .filter(|s| s.name == "reconcile")
-        .filter(|s| attribute(s, "key").is_some_and(|v| v.as_str() == item))
-        .collect();
-    (items, reconciles)
+    workq_conformance::trace::item_spans(workers_side(), item)
 }
 
 fn linked(span: &SpanData) -> Vec<(String, String)> {
@@ -133,23 +78,11 @@ fn the_worker_span_links_to_the_add_and_the_handler_runs_inside_it() {
     assert!(added.is_valid() && added.is_sampled());
     process(&queue);
 
-    let (items, reconciles) = item_spans("default/linked-0");
-    let [item] = items.as_slice() else {
-        panic!("one workqueue.item span expected, got {items:?}");
-    };
-    assert_eq!(linked(item), [ids(&added)]);
-    assert!(item.links.links[0].span_context.is_remote());
-    // A trace of its own: linked to its cause, not a child of it.
-    assert_ne!(item.span_context.trace_id(), added.trace_id());
-    assert_eq!(attribute(item, "workqueue.links_dropped"), None);
-    // The handler's span is a child of the worker's span.
-    let [reconcile] = reconciles.as_slice() else {
-        panic!("one reconcile span expected, got {reconciles:?}");
-    };
-    assert_eq!(reconcile.parent_span_id, item.span_context.span_id());
-    assert_eq!(
-        reconcile.span_context.trace_id(),
-        item.span_context.trace_id()
+    // A trace of its own, linked to its cause; the handler's span a child of it.
+    assert_processed_once(
+        workers_side(),
+        "default/linked-0",
+        &[TraceLink::from_span_context(&added).unwrap()],
     );
     // The producer's exporter has the add's span: both ends of the link were exported.
     let exported = producer.spans();
@@ -193,7 +126,7 @@ fn a_hot_key_keeps_a_bounded_number_of_links() {
     let producer = Recorder::new();
     let queue = WorkQueue::new();
     let first = under_span(&producer, "first", || queue.add("default/hot"));
-    tracing::subscriber::with_default(producer.subscriber("producer"), || {
+    tracing::dispatcher::with_default(&producer.dispatch(), || {
         for _ in 1..10_000 {
             let _span = tracing::info_span!("event").entered();
             queue.add("default/hot");
@@ -314,13 +247,9 @@ async fn async_workers_link_too() {
         tokio::task::yield_now().await;
     }
     workers.shut_down().await;
-    let (items, reconciles) = item_spans("default/async");
-    let [item] = items.as_slice() else {
-        panic!("one span expected, got {items:?}");
-    };
-    assert_eq!(linked(item), [ids(&added)]);
-    let [reconcile] = reconciles.as_slice() else {
-        panic!("one reconcile span expected, got {reconciles:?}");
-    };
-    assert_eq!(reconcile.parent_span_id, item.span_context.span_id());
+    assert_processed_once(
+        workers_side(),
+        "default/async",
+        &[TraceLink::from_span_context(&added).unwrap()],
+    );
 }

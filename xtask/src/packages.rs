@@ -64,13 +64,13 @@ pub(crate) const PACKAGES: &[Package] = &[
             program: "redis-server",
             var: Some("WQ_REDIS_SERVER"),
         },
-        used_by: "the Redis tests (workq-redis, the dashboard, wq, workq-kube)",
+        used_by: "the Redis tests (workq-redis, the dashboard, wq, workq-kube, the bench)",
         for_tests: true,
     },
     Package {
         name: POSTGRES_PACKAGE,
         probe: Probe::Postgres,
-        used_by: "the PostgreSQL tests (workq-postgres, wq)",
+        used_by: "the PostgreSQL tests (workq-postgres, the dashboard, wq, workq-kube, the bench)",
         for_tests: true,
     },
     Package {

@@ -1,5 +1,5 @@
 -- workq-postgres: every SQL function of the queue's schema as the migrations leave it
--- (schema version 7), ordered by name, each with its body and settings exactly as
+-- (schema version 8), ordered by name, each with its body and settings exactly as
 -- PostgreSQL shows them (pg_get_functiondef) in a database migrated from empty, in the schema
 -- `public`, and with the comment above its last CREATE in the migrations.
 --
@@ -14,16 +14,18 @@
 --   workqueue_bury           0007_flow.sql
 --   workqueue_done           0007_flow.sql
 --   workqueue_done_get       0007_flow.sql
---   workqueue_enqueue        0007_flow.sql
+--   workqueue_enqueue        0008_flow_turns.sql
+--   workqueue_flow_clear     0008_flow_turns.sql
 --   workqueue_flow_ended     0007_flow.sql
---   workqueue_flow_get       0007_flow.sql
---   workqueue_flow_set       0007_flow.sql
+--   workqueue_flow_get       0008_flow_turns.sql
+--   workqueue_flow_set       0008_flow_turns.sql
 --   workqueue_get            0007_flow.sql
 --   workqueue_group_oldest   0007_flow.sql
---   workqueue_groups_join    0007_flow.sql
+--   workqueue_groups_join    0008_flow_turns.sql
 --   workqueue_key            0003_keys_and_order.sql
 --   workqueue_periodic_claim 0006_periodic.sql
 --   workqueue_periodic_upsert 0006_periodic.sql
+--   workqueue_places_below   0008_flow_turns.sql
 --   workqueue_reclaim        0007_flow.sql
 --   workqueue_requeue_dead   0007_flow.sql
 --   workqueue_retry_done     0007_flow.sql
@@ -308,28 +310,11 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_enqueue, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_enqueue, as last created by src/sql/migrations/0008_flow_turns.sql
 -- --------------------------------------------------------------------------------------------
--- enqueue(queue, items, their groups, priorities, delays in microseconds, rate limited?, the
--- rate limiter): workqueue_add with each item's group (NULL: none given), and the queue's
--- flow settings version (NULL when nothing was added). Under flow control an item without a
--- group is in the group '', and the items that became ready (or were raised) are announced to
--- their groups (workqueue_arrivals), without a lock on any group row. Every add holds the
--- queue's adding lock, shared, until its transaction ends (see the lock order).
---
--- add(queue, items, priorities, delays in microseconds, rate limited?, the rate limiter):
--- client-go's Add / AddAfter / AddRateLimited with priorities, for a batch of items in one
--- statement, with exactly the rules of adding them one by one in order. NULL priority: none
--- given. Returns, per item, what the add did (0 ignored: the queue is shut down, 1 queued,
--- 2 duplicate, 3 deferred: leased, queued again after done, 4 delayed), the delay it got,
--- and its place in the queue's order: a lease of the item whose token is larger covers the
--- add (it was handed out after the add took effect).
---
--- The rate limiter: a rate-limited add counts a failure of its item and waits the longer of
--- its item's backoff (base * 2^(failures - 1), capped at max) and the queue's token bucket
--- (GCRA: each rate-limited add takes one interval of `bucket_us`; up to `burst` go at once),
--- or the shorter of that and the delay given. Within a batch the bucket is spent in the
--- batch's order, as adds one by one would spend it.
+-- enqueue: as version 7's, but the arrivals name each priority at which a group's items
+-- became ready (or were raised), not only the highest, so that the group joins the turns of
+-- each (see above).
 CREATE OR REPLACE FUNCTION public.workqueue_enqueue(q integer, xs text[], grps text[], ps integer[], delays_us bigint[], limited boolean[], base_us bigint, max_us bigint, bucket_us bigint, burst integer, OUT kinds smallint[], OUT delays bigint[], OUT seqs bigint[], OUT flow_version bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -582,13 +567,14 @@ BEGIN
             ao := ao || ro;
         END IF;
     END LOOP;
-    -- Under flow control, the groups hear of their new ready items: an arrival per group,
-    -- numbered by its first item in the batch's order (where a new group joins the turns).
+    -- Under flow control, the groups hear of their new ready items: an arrival per group and
+    -- priority, numbered by its first item in the batch's order (where the group joins the
+    -- turns of that priority, if it is not in them).
     IF cardinality(ag) > 0 THEN
         INSERT INTO workqueue_arrivals (queue, id, grp, priority, n)
-            SELECT q, min(u.o), u.g, max(u.p), sum(u.n)::integer
+            SELECT q, min(u.o), u.g, u.p, sum(u.n)::integer
             FROM unnest(ag, ap, an, ao) AS u(g, p, n, o)
-            GROUP BY u.g;
+            GROUP BY u.g, u.p;
     END IF;
     -- Taken once every row is locked and changed, one per add in the batch's order: a lease
     -- of one of these items with a larger token was handed out after its add.
@@ -603,6 +589,35 @@ BEGIN
     IF wake THEN
         PERFORM workqueue_wake(q, queued);
     END IF;
+END $function$;
+
+
+-- --------------------------------------------------------------------------------------------
+-- workqueue_flow_clear, as last created by src/sql/migrations/0008_flow_turns.sql
+-- --------------------------------------------------------------------------------------------
+-- flow_clear(queue): turns flow control off for every process (PgQueue::clear_flow_control),
+-- as workqueue_flow_set does with no settings: the settings go, the groups with no counted
+-- lease are forgotten, the ready items are handed out in the queue's order again (each item
+-- keeps its group in its row), and the leases out give their slots back as they end. Returns
+-- whether the queue had flow control. The queue's row is locked first: two calls at once
+-- answer true once.
+CREATE OR REPLACE FUNCTION public.workqueue_flow_clear(q integer)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+AS $function$
+DECLARE
+    was_on boolean;
+BEGIN
+    SELECT s.flow INTO was_on FROM workqueue_queues s WHERE s.id = q FOR NO KEY UPDATE;
+    IF NOT coalesce(was_on, false) THEN
+        RETURN false;
+    END IF;
+    PERFORM workqueue_flow_set(q, false, false, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                               '{}', '{}', '{}', '{}', '{}', '{}');
+    RETURN true;
 END $function$;
 
 
@@ -686,20 +701,11 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_flow_get, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_flow_get, as last created by src/sql/migrations/0008_flow_turns.sql
 -- --------------------------------------------------------------------------------------------
--- flow_get(workqueue_get's arguments, then the queue's shut down and pause as workqueue_get
--- read them): workqueue_get under flow control, with its answers. Holds the queue's flow row
--- to its end (one flow get at a time per queue): takes back expired leases (and forgets idle
--- groups) when asked, folds in the arrivals, promotes the due items into their groups,
--- unparks the groups whose token is due, then hands out up to n items, one at a time: the
--- queue-wide limit and token, the first group of the turns (workqueue_groups_turns), its
--- token (else it is parked until its next one and the turns go on), its oldest ready item at
--- its highest priority, the lease (counting it in its group and, with a queue-wide limit, in
--- the queue), and the group's new place: its next highest priority, the turn it keeps while
--- its weight lasts, or the back of the turns. With nothing handed out, `wait_us` is the time
--- until the next token (the queue's, or the first parked group's) or delayed item, unless
--- the queue-wide limit holds everything back (a done wakes the getters then).
+-- flow_get: as version 7's, but every hand-out counts in the queue too (lease_flow 3), the due
+-- items are announced per group and priority, and a group whose highest ready priority goes
+-- down takes its place in the turns there (`places`).
 CREATE OR REPLACE FUNCTION public.workqueue_flow_get(q integer, n integer, lease_us bigint, sweep boolean, max_stalls integer, dead_cap integer, shut boolean, paused boolean, OUT kind integer, OUT items text[], OUT keys bytea[], OUT tokens bigint[], OUT priorities integer[], OUT wait_us bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -778,12 +784,12 @@ BEGIN
                     RETURNING i.grp, coalesce(i.priority, 0) AS p, i.due AS at
             )
             SELECT array_agg(z.grp ORDER BY z.first) AS names, array_agg(z.k ORDER BY z.first) AS ns,
-                   array_agg(z.top ORDER BY z.first) AS tops,
+                   array_agg(z.p ORDER BY z.first) AS tops,
                    array_agg(nextval('workqueue_seq') ORDER BY z.first) AS turns,
                    coalesce(sum(z.k), 0)::integer AS k
                 INTO a
-                FROM (SELECT d2.grp, count(*)::integer AS k, max(d2.p) AS top, min(d2.at) AS first
-                      FROM due_rows d2 GROUP BY d2.grp) z;
+                FROM (SELECT d2.grp, d2.p, count(*)::integer AS k, min(d2.at) AS first
+                      FROM due_rows d2 GROUP BY d2.grp, d2.p) z;
             batch := a.k;
             IF batch > 0 THEN
                 PERFORM workqueue_groups_join(q, a.names, a.ns, a.tops, a.turns);
@@ -832,19 +838,23 @@ BEGIN
                 -- getters.
                 skipped := skipped || g.name;
             ELSE
-                UPDATE workqueue_groups t SET top = NULL, ready = 0, credit = 0
+                UPDATE workqueue_groups t SET top = NULL, ready = 0, credit = 0, places = NULL
                     WHERE t.queue = q AND t.name = g.name;
             END IF;
             CONTINUE;
         END IF;
         IF h.p < g.top THEN
             -- Its items at its top priority are gone (taken out by an operator): it goes
-            -- where its next item is.
-            UPDATE workqueue_groups t SET top = h.p, credit = 0
+            -- where its next item is, to its place in the turns there.
+            UPDATE workqueue_groups t SET top = h.p, credit = 0,
+                turn = coalesce((t.places ->> h.p::text)::bigint, nextval('workqueue_seq')),
+                places = workqueue_places_below(t.places, h.p)
                 WHERE t.queue = q AND t.name = g.name;
             CONTINUE;
         END IF;
-        bits := CASE WHEN fl.max_in_flight IS NOT NULL THEN 3 ELSE 1 END;
+        -- Every lease counts in its group and in the queue (a queue-wide limit set later
+        -- counts it too).
+        bits := 3;
         UPDATE workqueue_items i SET ready = false, token = nextval('workqueue_seq'),
             lease_until = now_ + make_interval(secs => lease_us / 1e6), leased_at = now_,
             lease_priority = coalesce(i.priority, 0), priority = NULL, dirty = false,
@@ -861,8 +871,9 @@ BEGIN
             WHERE i.queue = q AND i.grp >= g.name AND i.grp <= g.name AND i.ready
             ORDER BY i.grp, coalesce(i.priority, 0) DESC, i.avail_at, i.seq LIMIT 1;
         -- Deficit round robin: a new visit gets `weight` turns; the last one sends the group
-        -- to the back. A group that leaves the turns (no more items at this priority, at its
-        -- limit) ends its visit.
+        -- to the back of the turns of this priority. A group that leaves the turns (no more
+        -- items at this priority, at its limit) ends its visit; one whose next items are at
+        -- another priority takes its place in the turns there.
         credit_ := CASE WHEN g.credit <= 0 THEN g.weight ELSE g.credit END - 1;
         UPDATE workqueue_groups t SET
             in_flight = t.in_flight + 1,
@@ -871,8 +882,15 @@ BEGIN
             credit = CASE WHEN next_top IS DISTINCT FROM t.top
                                OR (t.lim IS NOT NULL AND t.in_flight + 1 >= t.lim) THEN 0
                           ELSE credit_ END,
-            turn = CASE WHEN credit_ <= 0 AND next_top = t.top THEN nextval('workqueue_seq')
+            turn = CASE WHEN next_top IS NULL THEN t.turn
+                        WHEN next_top <> t.top THEN
+                            coalesce((t.places ->> next_top::text)::bigint,
+                                     nextval('workqueue_seq'))
+                        WHEN credit_ <= 0 THEN nextval('workqueue_seq')
                         ELSE t.turn END,
+            places = CASE WHEN next_top IS NULL THEN NULL
+                          WHEN next_top <> t.top THEN workqueue_places_below(t.places, next_top)
+                          ELSE t.places END,
             tat = CASE WHEN t.rate_us IS NOT NULL
                        THEN workqueue_token_take(t.tat, t.rate_us, now_) ELSE t.tat END
             WHERE t.queue = q AND t.name = g.name;
@@ -926,18 +944,12 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_flow_set, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_flow_set, as last created by src/sql/migrations/0008_flow_turns.sql
 -- --------------------------------------------------------------------------------------------
--- flow_set(queue, on?, grouped?, max_in_flight, max_in_flight_per_group, the queue's rate
--- (per second, burst, interval in µs), every group's rate (the same), then per group named in
--- the settings: its name, limit, weight, rate, burst and interval): writes the flow settings
--- of queue `q` that every process applies (the last process built wins) and returns their new
--- version. Turning flow control on waits for the adds in progress (the adding lock,
--- exclusive: they read it off, and announced nothing to the groups), puts the items added
--- without a group in the group '' (every item row of the queue is read once), and counts the
--- groups' ready items. Every change gives the groups their limits, weights and rates (a group
--- that has a free slot again goes to the back of the turns); turning it off forgets the
--- groups with no counted lease. Getters are woken to look again.
+-- flow_set: as version 7's, but turning flow control on or changing its settings counts the
+-- leases out that are not counted yet (in their groups, those without one in the group '',
+-- and in the queue), and the groups' places below their highest ready priority are forgotten
+-- with the rest of their turns when flow control comes on or goes off.
 CREATE OR REPLACE FUNCTION public.workqueue_flow_set(q integer, on_ boolean, grouped_ boolean, max_in_flight_ integer, group_max_in_flight_ integer, rate_ double precision, rate_burst_ integer, rate_us_ bigint, group_rate_ double precision, group_rate_burst_ integer, group_rate_us_ bigint, names text[], limits integer[], weights integer[], rates double precision[], rate_bursts integer[], rates_us bigint[])
  RETURNS bigint
  LANGUAGE plpgsql
@@ -949,6 +961,9 @@ DECLARE
     was_on boolean;
     v bigint;
     a record;
+    tids tid[] := '{}';
+    grps text[];
+    bits smallint[];
 BEGIN
     SELECT s.flow INTO was_on FROM workqueue_queues s WHERE s.id = q;
     IF NOT FOUND THEN
@@ -959,6 +974,21 @@ BEGIN
         UPDATE workqueue_items i SET grp = '' WHERE i.ctid = ANY(ARRAY(
             SELECT u.ctid FROM workqueue_items u WHERE u.queue = q AND u.grp IS NULL
             ORDER BY u.key FOR UPDATE));
+    END IF;
+    IF on_ THEN
+        -- Every lease counts in its group and in the queue: those handed out before flow
+        -- control came on (or, by version 7, without a queue-wide limit) are counted now,
+        -- their rows locked in key order, before the queue's row (the lock order).
+        SELECT coalesce(array_agg(l.ctid), '{}'), array_agg(l.grp), array_agg(l.lease_flow)
+            INTO tids, grps, bits
+            FROM (SELECT u.ctid, coalesce(u.grp, '') AS grp, u.lease_flow
+                  FROM workqueue_items u
+                  WHERE u.queue = q AND u.token IS NOT NULL AND u.lease_flow <> 3
+                  ORDER BY u.key FOR UPDATE) l;
+        IF cardinality(tids) > 0 THEN
+            UPDATE workqueue_items i SET lease_flow = 3, grp = coalesce(i.grp, '')
+                WHERE i.ctid = ANY(tids);
+        END IF;
     END IF;
     UPDATE workqueue_queues s SET flow = on_, flow_version = s.flow_version + 1
         WHERE s.id = q RETURNING s.flow_version INTO v;
@@ -980,17 +1010,30 @@ BEGIN
             AS u(name, lim, weight, rate, burst, us)
         WHERE u.name IS NOT NULL;
     IF on_ THEN
+        IF cardinality(tids) > 0 THEN
+            UPDATE workqueue_flow f
+                SET in_flight = f.in_flight
+                                + (SELECT count(*) FROM unnest(bits) AS b(x) WHERE (b.x & 2) = 0)
+                WHERE f.queue = q;
+            INSERT INTO workqueue_groups AS g (queue, name, in_flight)
+                SELECT q, u.g, count(*)::integer
+                FROM unnest(grps, bits) AS u(g, b) WHERE (u.b & 1) = 0
+                GROUP BY u.g ORDER BY u.g
+                ON CONFLICT (queue, name) DO UPDATE SET in_flight = g.in_flight + EXCLUDED.in_flight;
+        END IF;
         IF NOT was_on THEN
             DELETE FROM workqueue_arrivals x WHERE x.queue = q;
-            UPDATE workqueue_groups g SET ready = 0, top = NULL, parked_until = NULL, credit = 0
+            UPDATE workqueue_groups g SET ready = 0, top = NULL, parked_until = NULL, credit = 0,
+                places = NULL
                 WHERE g.queue = q;
             SELECT array_agg(z.grp ORDER BY z.first) AS names, array_agg(z.k ORDER BY z.first) AS ns,
-                   array_agg(z.top ORDER BY z.first) AS tops,
+                   array_agg(z.p ORDER BY z.first) AS tops,
                    array_agg(nextval('workqueue_seq') ORDER BY z.first) AS turns
                 INTO a
-                FROM (SELECT i.grp, count(*)::integer AS k, max(coalesce(i.priority, 0)) AS top,
+                FROM (SELECT i.grp, coalesce(i.priority, 0) AS p, count(*)::integer AS k,
                              min(i.avail_at) AS first
-                      FROM workqueue_items i WHERE i.queue = q AND i.ready GROUP BY i.grp) z;
+                      FROM workqueue_items i WHERE i.queue = q AND i.ready
+                      GROUP BY i.grp, coalesce(i.priority, 0)) z;
             IF a.names IS NOT NULL THEN
                 PERFORM workqueue_groups_join(q, a.names, a.ns, a.tops, a.turns);
             END IF;
@@ -1017,7 +1060,8 @@ BEGIN
     ELSE
         DELETE FROM workqueue_arrivals x WHERE x.queue = q;
         DELETE FROM workqueue_groups g WHERE g.queue = q AND g.in_flight <= 0;
-        UPDATE workqueue_groups g SET ready = 0, top = NULL, parked_until = NULL, credit = 0
+        UPDATE workqueue_groups g SET ready = 0, top = NULL, parked_until = NULL, credit = 0,
+            places = NULL
             WHERE g.queue = q;
     END IF;
     PERFORM workqueue_wake(q, 256);
@@ -1184,12 +1228,14 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_groups_join, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_groups_join, as last created by src/sql/migrations/0008_flow_turns.sql
 -- --------------------------------------------------------------------------------------------
--- Work became ready in the groups `names` of queue `q`: `ns` items each (added to the group's
--- count), at priorities up to `tops`. A group that had no ready item, or none so high, joins
--- the turns at `turns` (smaller first) with a new visit; a group the queue does not keep yet
--- is made with its settings. The caller holds the queue's flow row.
+-- Work became ready in the groups `names` of queue `q`: per entry, `ns` items (added to the
+-- group's count) at priority `tops`, joining the turns of that priority at `turns` (smaller
+-- first) unless the group has a place there already. A group whose highest ready priority
+-- goes up takes its new place there with a new visit, and keeps the old one in `places`; a
+-- group the queue does not keep yet is made with its settings. The caller holds the queue's
+-- flow row.
 CREATE OR REPLACE FUNCTION public.workqueue_groups_join(q integer, names text[], ns integer[], tops integer[], turns bigint[])
  RETURNS void
  LANGUAGE sql
@@ -1197,15 +1243,23 @@ CREATE OR REPLACE FUNCTION public.workqueue_groups_join(q integer, names text[],
  SET enable_seqscan TO 'off'
  SET jit TO 'off'
 AS $function$
-    INSERT INTO workqueue_groups AS g (queue, name, ready, top, turn, lim, weight, rate_us, burst)
+    INSERT INTO workqueue_groups AS g (queue, name, ready, top, turn, places, lim, weight,
+            rate_us, burst)
     SELECT q, a.name, a.n, a.top, a.turn,
+           CASE WHEN a.places IS NOT NULL THEN workqueue_places_below(a.places, a.top) END,
            coalesce(s.max_in_flight, f.group_max_in_flight),
            greatest(coalesce(s.weight, 1), 1),
            coalesce(s.rate_us, f.group_rate_us),
            CASE WHEN s.rate_us IS NOT NULL THEN s.rate_burst ELSE f.group_rate_burst END
-    FROM (SELECT u.name, sum(u.n)::integer AS n, max(u.top) AS top, min(u.turn) AS turn
-          FROM unnest(names, ns, tops, turns) AS u(name, n, top, turn)
-          GROUP BY u.name) a
+    FROM (SELECT b.name, sum(b.n)::integer AS n, max(b.p) AS top,
+                 (array_agg(b.turn ORDER BY b.p DESC))[1] AS turn,
+                 -- (Only for a group announced at more than one priority: the common
+                 -- case, one priority, reads and writes no places.)
+                 CASE WHEN count(*) > 1 THEN jsonb_object_agg(b.p::text, b.turn) END AS places
+          FROM (SELECT u.name, u.p, sum(u.n) AS n, min(u.turn) AS turn
+                FROM unnest(names, ns, tops, turns) AS u(name, n, p, turn)
+                GROUP BY u.name, u.p) b
+          GROUP BY b.name) a
     LEFT JOIN workqueue_flow f ON f.queue = q
     -- A probe of the settings' key per group, whatever the statistics say.
     LEFT JOIN LATERAL (SELECT t.max_in_flight, t.weight, t.rate_us, t.rate_burst
@@ -1217,7 +1271,21 @@ AS $function$
         top = greatest(g.top, EXCLUDED.top),
         turn = CASE WHEN g.top IS NULL OR EXCLUDED.top > g.top THEN EXCLUDED.turn
                     ELSE g.turn END,
-        credit = CASE WHEN g.top IS NULL OR EXCLUDED.top > g.top THEN 0 ELSE g.credit END;
+        credit = CASE WHEN g.top IS NULL OR EXCLUDED.top > g.top THEN 0 ELSE g.credit END,
+        -- The places announced, then those the group has (kept), then its place at its old
+        -- highest priority if it goes up; none at the new highest one. (None at all, without
+        -- a look, when the group has none and is announced at its highest priority only.)
+        places = CASE
+            WHEN EXCLUDED.places IS NULL AND g.places IS NULL
+                 AND (g.top IS NULL OR EXCLUDED.top = g.top) THEN NULL
+            ELSE workqueue_places_below(
+                coalesce(EXCLUDED.places, '{}'::jsonb)
+                    || jsonb_build_object(EXCLUDED.top::text, EXCLUDED.turn)
+                    || coalesce(g.places, '{}'::jsonb)
+                    || CASE WHEN EXCLUDED.top > g.top
+                            THEN jsonb_build_object(g.top::text, g.turn)
+                            ELSE '{}'::jsonb END,
+                greatest(g.top, EXCLUDED.top)) END;
 $function$;
 
 
@@ -1306,6 +1374,18 @@ BEGIN
      WHERE queue = q AND name = s;
     RETURN NEXT r;
 END $function$;
+
+
+-- --------------------------------------------------------------------------------------------
+-- workqueue_places_below, as last created by src/sql/migrations/0008_flow_turns.sql
+-- --------------------------------------------------------------------------------------------
+-- `places` without the priorities at or above `p`: a group's places below its highest ready
+-- priority once that is `p`. NULL for none.
+CREATE OR REPLACE FUNCTION public.workqueue_places_below(places jsonb, p integer)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN NULLIF((places - ARRAY(SELECT k.k FROM jsonb_object_keys(workqueue_places_below.places) k(k) WHERE ((k.k)::integer >= workqueue_places_below.p))), '{}'::jsonb);
 
 
 -- --------------------------------------------------------------------------------------------

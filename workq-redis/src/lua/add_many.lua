@@ -1,7 +1,9 @@
--- add_many(item, delay, priority, group, ...): `add_after` of each item in
--- turn, in one call (the adds apply in order, each by the rules of one add).
--- Delays are in microseconds (0: add now); a priority of '' means none given;
--- the group is the item's, for a queue with flow control ('' otherwise).
+-- add_many(item, delay, priority, group, ..., [traceparent]): `add_after` of
+-- each item in turn, in one call (the adds apply in order, each by the rules
+-- of one add). Delays are in microseconds (0: add now); a priority of '' means
+-- none given; the group is the item's, for a queue with flow control (''
+-- otherwise). A last argument after the groups of four is the traceparent of
+-- the span the batch was added in, the trace link of every add (absent: none).
 -- Returns {{outcome, seq}, ...}, one per add.
 --
 -- A batch of adds now without priorities (the common batch) takes the calls of
@@ -9,7 +11,11 @@
 -- processed, queued and given a priority before, then one write per structure.
 -- With flow control, each item joins its group: the adds go one by one.
 local now = now_us()
-local n = #ARGV / 4
+local n = (#ARGV - #ARGV % 4) / 4
+local tp = nil
+if #ARGV % 4 == 1 then
+  tp = traceparent_arg(ARGV[#ARGV])
+end
 local replies = {}
 if redis.call('EXISTS', K_SHUT) == 1 then
   for i = 1, n do
@@ -38,6 +44,8 @@ local function add_all_now()
   for i = 1, n do
     xs[i] = ARGV[4 * i - 3]
   end
+  -- Every add is accepted (the queue is not shut down): each keeps the link.
+  record_links(xs, tp)
   local busy = redis.call('ZMSCORE', K_PROC, unpack(xs))
   local dirty = redis.call('SMISMEMBER', K_DIRTY, unpack(xs))
   local given = redis.call('HMGET', K_PRIO, unpack(xs))
@@ -106,9 +114,9 @@ for i = 1, n do
   local p, g = priority_arg(ARGV[4 * i - 1]), ARGV[4 * i]
   local outcome
   if delay <= 0 then
-    outcome = add_now(x, p, g)
+    outcome = add_now(x, p, g, tp)
   else
-    outcome = add_at(x, now + delay, p, g)
+    outcome = add_at(x, now + delay, p, g, tp)
   end
   replies[i] = {outcome, seq + i - 1}
 end

@@ -4,10 +4,11 @@
 -- ARGV[4] = bucket rate (tokens per second, 0 = no bucket), ARGV[5] = burst,
 -- ARGV[6] = a delay of the caller's (us, 0 or absent: none; the shorter of it
 -- and the limiter's wins), ARGV[7] = priority ('' or absent: none given),
--- ARGV[8] = the item's group (with flow control; absent: '').
+-- ARGV[8] = the item's group (with flow control; absent: ''), ARGV[9] = the
+-- adding span's traceparent (absent: none; see traceparent_arg).
 -- Returns {outcome, seq, delay in us}.
 local x = ARGV[1]
-local p = priority_arg(ARGV[7])
+local p, tp = priority_arg(ARGV[7]), traceparent_arg(ARGV[9])
 local now = now_us()
 local delay = rate_limited_delay(x, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
   tonumber(ARGV[5]), tonumber(ARGV[6]) or 0, now)
@@ -19,6 +20,6 @@ end
 promote_due(now)
 local seq = next_seq(now)
 if delay <= 0 then
-  return {add_now(x, p, ARGV[8]), seq, delay}
+  return {add_now(x, p, ARGV[8], tp), seq, delay}
 end
-return {add_at(x, now + delay, p, ARGV[8]), seq, delay}
+return {add_at(x, now + delay, p, ARGV[8], tp), seq, delay}

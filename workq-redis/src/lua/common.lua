@@ -41,6 +41,22 @@
 -- below that queues an item, takes one or ends a lease hands over to flow.lua.
 -- Without it, each script run pays one EXISTS at most (and a get none: it
 -- rides on the check of `lanes`).
+--
+-- Trace links (workq's feature `otel`; docs/tracing.md) live in four hashes of
+-- their own beside these, derived from the queue's prefix like the flow keys
+-- (not among KEYS, so that no call sends more key names for them):
+--   links   HASH  item -> the links of its pending adds: the `traceparent`s
+--                 (55 bytes each) of the first MAX_LINKS adds since it was
+--                 last handed out, joined by ',', in add order
+--   ldrop   HASH  item -> how many adds' links were dropped beyond those
+--                 (only beside MAX_LINKS links)
+--   llinks  HASH  item -> the links its current lease took at the hand-out
+--   lldrop  HASH  item -> the drops its current lease took
+-- An item has `links` only while an add of it is pending (queued, delayed, or
+-- re-added while leased), and `llinks` only while it is leased. An add sends
+-- a `traceparent` only when it was made in a recorded span, so a queue that
+-- never saw one has none of these keys, and the check for them rides on the
+-- EXISTS each script run makes anyway (exists_and_links).
 
 local K_READY, K_DIRTY, K_PROC, K_LEASE, K_SINCE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_DELAY, K_FAIL, K_STALLS, K_BUCKET = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -53,14 +69,48 @@ local K_META, K_LANES, K_PRIO, K_LPRIO = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local K_BASE = string.sub(K_READY, 1, -6)
 local K_FLOW = K_BASE .. 'flow'
 
+-- The trace link hashes (see above).
+local K_LINKS, K_LDROP = K_BASE .. 'links', K_BASE .. 'ldrop'
+local K_LLINKS, K_LLDROP = K_BASE .. 'llinks', K_BASE .. 'lldrop'
+
+-- Whether the queue holds trace links: known once an EXISTS asked (nil until
+-- then), and true from a write of one on.
+local links_are_on = nil
+
+-- One EXISTS of `...` that also tells whether the queue holds trace links:
+-- each key of `...` is named three times, so that the count splits into three
+-- times how many of them exist (returned) and how many of `links` and
+-- `llinks` do (0 to 2, noted in links_are_on).
+local function exists_and_links(...)
+  local names = {}
+  for _, k in ipairs({...}) do
+    names[#names + 1] = k
+    names[#names + 1] = k
+    names[#names + 1] = k
+  end
+  names[#names + 1] = K_LINKS
+  names[#names + 1] = K_LLINKS
+  local n = redis.call('EXISTS', unpack(names))
+  links_are_on = n % 3 > 0
+  return (n - n % 3) / 3
+end
+
 -- Whether the queue has flow control: read once per script run, when first
 -- asked (nil until then).
 local flow_is_on = nil
 local function flow_on()
   if flow_is_on == nil then
-    flow_is_on = redis.call('EXISTS', K_FLOW) == 1
+    flow_is_on = exists_and_links(K_FLOW) == 1
   end
   return flow_is_on
+end
+
+-- Whether the queue holds trace links (read once per script run).
+local function links_on()
+  if links_are_on == nil then
+    links_are_on = redis.call('EXISTS', K_LINKS, K_LLINKS) > 0
+  end
+  return links_are_on
 end
 
 -- The flow control functions, defined in flow.lua (which follows this file in
@@ -155,16 +205,16 @@ end
 -- Returns the item (or false) and its priority; with flow control, the item
 -- (or false), its priority and the time until something may change (flow_pop).
 -- A queue without priorities and flow control finds out with the one EXISTS it
--- always made.
+-- always made (which also tells whether it holds trace links).
 local function pop_ready(now)
   local p = 0
-  if redis.call('EXISTS', K_LANES, K_FLOW) == 0 then
+  if exists_and_links(K_LANES, K_FLOW) == 0 then
     flow_is_on = false
   else
     if flow_on() then
       return flow_pop(now)
     end
-    p = tonumber(redis.call('ZRANGE', K_LANES, -1, -1, 'WITHSCORES')[2])
+    p = tonumber(redis.call('ZRANGE', K_LANES, -1, -1, 'WITHSCORES')[2]) or 0
     if p < 0 and redis.call('LLEN', K_READY) > 0 then
       p = 0
     end
@@ -226,9 +276,213 @@ local function raise(x, p)
   enqueue(x, false)
 end
 
+-- Trace links (see the keys above). A link is the `traceparent` an add sent;
+-- the links of an item are kept joined by ',' in one field, each 55 bytes.
+local MAX_LINKS = 4
+local TP_LEN = 55
+-- The length of MAX_LINKS links joined: a field this long is full.
+local FULL = MAX_LINKS * (TP_LEN + 1) - 1
+local HEX = '[0-9a-f]'
+local TP_SHAPE = '^' .. string.rep(HEX, 2) .. '%-' .. string.rep(HEX, 32) .. '%-'
+  .. string.rep(HEX, 16) .. '%-' .. string.rep(HEX, 2) .. '$'
+
+-- The `traceparent` argument of an add (nil or '': none): a W3C traceparent
+-- of 55 bytes (a version of two lowercase hex digits but ff, a trace id and a
+-- span id of lowercase hex not all zeros, two hex digits of trace options,
+-- dashes between), else nil: anything else a client sends is not stored.
+local function traceparent_arg(a)
+  if a == nil or #a ~= TP_LEN or not string.find(a, TP_SHAPE)
+    or string.sub(a, 1, 2) == 'ff'
+    or string.sub(a, 4, 35) == string.rep('0', 32)
+    or string.sub(a, 37, 52) == string.rep('0', 16) then
+    return nil
+  end
+  return a
+end
+
+-- The links of a field `v` (false: none), as a list.
+local function split_links(v)
+  local list = {}
+  if v then
+    for i = 1, #v, TP_LEN + 1 do
+      list[#list + 1] = string.sub(v, i, i + TP_LEN - 1)
+    end
+  end
+  return list
+end
+
+-- The links of the list `front`, then of the list `back`, the first MAX_LINKS
+-- kept: returns them as a field (false for none) and the drops (`drops`, the
+-- ones counted before, and those beyond MAX_LINKS here).
+local function join_links(front, back, drops)
+  local kept = {}
+  for _, list in ipairs({front, back}) do
+    for _, tp in ipairs(list) do
+      if #kept < MAX_LINKS then
+        kept[#kept + 1] = tp
+      else
+        drops = drops + 1
+      end
+    end
+  end
+  if #kept == 0 then
+    return false, drops
+  end
+  return table.concat(kept, ','), drops
+end
+
+-- The drops counted beside the field `v` of `x` in `key` (only a full field
+-- has any).
+local function drops_of(key, x, v)
+  if v and #v >= FULL then
+    return tonumber(redis.call('HGET', key, x)) or 0
+  end
+  return 0
+end
+
+-- Puts the links of the list `front` (with `drops` counted) in front of the
+-- links of `x`'s pending adds, at most MAX_LINKS, the rest counted: links
+-- that were taken earlier (by a lease, a dead letter) come back.
+local function links_in_front(x, front, drops)
+  local pending = redis.call('HGET', K_LINKS, x)
+  local v, d = join_links(front, split_links(pending), drops + drops_of(K_LDROP, x, pending))
+  if not v then
+    return
+  end
+  redis.call('HSET', K_LINKS, x, v)
+  links_are_on = true
+  if d > 0 then
+    redis.call('HSET', K_LDROP, x, int(d))
+  end
+end
+
+-- Keeps the link `tp` (nil: none) of an accepted add of each of `xs` (an item
+-- may come more than once): behind the links of its pending adds while they
+-- are fewer than MAX_LINKS, the rest counted in `ldrop`.
+local function record_links(xs, tp)
+  if tp == nil then
+    return
+  end
+  local times, order = {}, {}
+  for _, x in ipairs(xs) do
+    if not times[x] then
+      times[x] = 0
+      order[#order + 1] = x
+    end
+    times[x] = times[x] + 1
+  end
+  local fields = redis.call('HMGET', K_LINKS, unpack(order))
+  local writes = {}
+  for i, x in ipairs(order) do
+    local list = split_links(fields[i])
+    local n, room = times[x], MAX_LINKS - #list
+    if room > 0 then
+      for _ = 1, math.min(n, room) do
+        list[#list + 1] = tp
+      end
+      writes[#writes + 1] = x
+      writes[#writes + 1] = table.concat(list, ',')
+    end
+    if n > room then
+      redis.call('HINCRBY', K_LDROP, x, n - math.max(room, 0))
+    end
+  end
+  if #writes > 0 then
+    redis.call('HSET', K_LINKS, unpack(writes))
+  end
+  links_are_on = true
+end
+
+-- The hand-out of `xs` (each once): the links of their pending adds become
+-- their leases'. Returns, by index in `xs`, {field, drops} for each item that
+-- had links.
+local function lease_links(xs)
+  local found = {}
+  if not links_on() then
+    return found
+  end
+  local fields = redis.call('HMGET', K_LINKS, unpack(xs))
+  local moved, taken = {}, {}
+  for i, x in ipairs(xs) do
+    local v = fields[i]
+    if v then
+      local d = drops_of(K_LDROP, x, v)
+      if d > 0 then
+        redis.call('HDEL', K_LDROP, x)
+        redis.call('HSET', K_LLDROP, x, int(d))
+      end
+      found[i] = {v, d}
+      moved[#moved + 1] = x
+      taken[#taken + 1] = x
+      taken[#taken + 1] = v
+    end
+  end
+  if #moved > 0 then
+    redis.call('HDEL', K_LINKS, unpack(moved))
+    redis.call('HSET', K_LLINKS, unpack(taken))
+  end
+  return found
+end
+
+-- The leases of `xs` are done: their links go.
+local function end_lease_links(xs)
+  if links_on() then
+    redis.call('HDEL', K_LLINKS, unpack(xs))
+    redis.call('HDEL', K_LLDROP, unpack(xs))
+  end
+end
+
+-- The lease of `x` ended unprocessed (a release, a reclaim): its links go
+-- back to its pending adds, in front of the links of the adds made since, at
+-- most MAX_LINKS (the rest counted), so that the next hand-out links to them.
+local function restore_links(x)
+  if not links_on() then
+    return
+  end
+  local v = redis.call('HGET', K_LLINKS, x)
+  if not v then
+    return
+  end
+  local d = drops_of(K_LLDROP, x, v)
+  redis.call('HDEL', K_LLINKS, x)
+  if d > 0 then
+    redis.call('HDEL', K_LLDROP, x)
+  end
+  links_in_front(x, split_links(v), d)
+end
+
+-- The pending adds of `x` are forgotten (an operator's remove): their links go.
+local function forget_pending_links(x)
+  if links_on() then
+    redis.call('HDEL', K_LINKS, x)
+    redis.call('HDEL', K_LDROP, x)
+  end
+end
+
+-- `x` leaves the queue for the dead letters: returns its lease's links, then
+-- its pending adds', at most MAX_LINKS, as a list (nil for none), and the
+-- drops; the four hashes forget it.
+local function bury_links(x)
+  if not links_on() then
+    return nil, 0
+  end
+  local leased = redis.call('HGET', K_LLINKS, x)
+  local pending = redis.call('HGET', K_LINKS, x)
+  local d = drops_of(K_LLDROP, x, leased) + drops_of(K_LDROP, x, pending)
+  redis.call('HDEL', K_LLINKS, x)
+  redis.call('HDEL', K_LLDROP, x)
+  redis.call('HDEL', K_LINKS, x)
+  redis.call('HDEL', K_LDROP, x)
+  local v, drops = join_links(split_links(leased), split_links(pending), d)
+  if not v then
+    return nil, drops
+  end
+  return split_links(v), drops
+end
+
 -- `x`'s lease ended without done (released, or reclaimed): it is queued again
 -- at the head of the higher of the priority it was handed out with and the
--- ones its re-adds gave since.
+-- ones its re-adds gave since, with its lease's links (restore_links).
 local function requeue_head(x)
   local p = tonumber(redis.call('HGET', K_LPRIO, x)) or 0
   local given = tonumber(redis.call('HGET', K_PRIO, x))
@@ -243,6 +497,7 @@ local function requeue_head(x)
   end
   redis.call('SADD', K_DIRTY, x)
   enqueue(x, true)
+  restore_links(x)
 end
 
 -- The priority argument of an add: nil when none was given ('').
@@ -256,9 +511,12 @@ end
 -- Outcomes of an add, as the client decodes them.
 local IGNORED, QUEUED, DUPLICATE, DEFERRED, DELAYED = 0, 1, 2, 3, 4
 
--- client-go's Add, with priority `p` (nil: none given) and group `g` (nil:
--- none given; used only with flow control, by an item the queue does not hold).
-local function add_now(x, p, g)
+-- client-go's Add, with priority `p` (nil: none given), group `g` (nil: none
+-- given; used only with flow control, by an item the queue does not hold) and
+-- trace link `tp` (nil: none; see traceparent_arg). Called only while the
+-- queue is not shut down: the add is accepted.
+local function add_now(x, p, g, tp)
+  record_links({x}, tp)
   if is_processing(x) then
     -- Re-added while processing: queued again when its lease ends. A pending
     -- delayed add is moot now: this one is sooner.
@@ -287,8 +545,10 @@ local function add_now(x, p, g)
 end
 
 -- client-go's AddAfter with a positive delay: `at` is the ready time, `p` the
--- priority (nil: none given), `g` the group (as for add_now).
-local function add_at(x, at, p, g)
+-- priority (nil: none given), `g` the group and `tp` the trace link (as for
+-- add_now).
+local function add_at(x, at, p, g, tp)
+  record_links({x}, tp)
   local busy = is_processing(x)
   if redis.call('SISMEMBER', K_DIRTY, x) == 1 then
     -- Queued, or due for a re-add when its lease ends: nothing is sooner, but
@@ -397,6 +657,12 @@ local function bury(x, reason, now, cap, token)
   redis.call('HDEL', K_STALLS, x)
   redis.call('HDEL', K_PRIO, x)
   redis.call('HDEL', K_LPRIO, x)
+  -- The letter keeps the links of the adds that queued the item, so that a
+  -- requeue restores them.
+  local links, dropped = bury_links(x)
+  if dropped == 0 then
+    dropped = nil
+  end
   redis.call('RPUSH', K_DEAD, cjson.encode({
     item = x,
     error = string.sub(reason, 1, 1000),
@@ -405,6 +671,8 @@ local function bury(x, reason, now, cap, token)
     failures = failures,
     token = int(token),
     group = group,
+    links = links,
+    links_dropped = dropped,
   }))
   trim_dead(cap)
 end

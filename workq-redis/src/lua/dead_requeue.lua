@@ -1,5 +1,7 @@
 -- dead_requeue(entry, max): moves dead letters back to the queue as fresh
--- items (no failures, no stalls). ARGV[1] = the exact entry to requeue, or ''
+-- items (no failures, no stalls), with the trace links the letter kept (in
+-- front of those of adds made since; links that are not traceparents are
+-- not restored). ARGV[1] = the exact entry to requeue, or ''
 -- for the oldest ones; ARGV[2] = how many at most (for '').
 -- Returns how many were requeued, or -1 while the queue is shut down for every
 -- process: adds are ignored then, so nothing is requeued (the letters stay).
@@ -20,6 +22,18 @@ local function requeue(entry)
     group = letter.group
   end
   add_now(x, nil, group)
+  local kept = {}
+  if type(letter.links) == 'table' then
+    for _, tp in ipairs(letter.links) do
+      if type(tp) == 'string' and traceparent_arg(tp) then
+        kept[#kept + 1] = tp
+      end
+    end
+  end
+  local dropped = math.max(0, math.floor(tonumber(letter.links_dropped) or 0))
+  if #kept > 0 then
+    links_in_front(x, kept, dropped)
+  end
   return 1
 end
 if ARGV[1] ~= '' then

@@ -2,7 +2,8 @@
 -- by `done`, `done_get` and `retry_done`.
 -- Returns 1 when done, 2 when done and queued again (it was re-added while
 -- processing), 0 when another holder has the item now, -1 when nobody does.
--- A stale holder changes nothing.
+-- A stale holder changes nothing. The lease's trace links go; those of adds
+-- while it was processed stay for the next hand-out.
 local function finish(x, token)
   local holder = redis.call('HGET', K_LEASE, x)
   if not holds(holder, token) then
@@ -11,14 +12,16 @@ local function finish(x, token)
     end
     return -1
   end
+  -- Read first: its EXISTS also tells whether the queue holds trace links.
+  local flow = flow_on()
   redis.call('ZREM', K_PROC, x)
   redis.call('HDEL', K_LEASE, x)
   redis.call('HDEL', K_SINCE, x)
   redis.call('HDEL', K_LPRIO, x)
+  end_lease_links({x})
   redis.call('HINCRBY', K_META, 'done', 1)
   -- Processed to the end: whatever stalled it before is not fatal.
   redis.call('HDEL', K_STALLS, x)
-  local flow = flow_on()
   if redis.call('SISMEMBER', K_DIRTY, x) == 1 then
     -- At the tail of the highest priority its re-adds gave (0 if none did),
     -- behind the delayed items that came due before.
@@ -84,14 +87,15 @@ local function finish_many(xs, tokens)
   -- the order of the step, as one done() after another would queue it. (Promoted after the
   -- held items are let go, a due one would jump ahead of a dirty one done before it.)
   promote_due(now_us())
+  local flow = flow_on()
   redis.call('ZREM', K_PROC, unpack(held))
   redis.call('HDEL', K_LEASE, unpack(held))
   redis.call('HDEL', K_SINCE, unpack(held))
   redis.call('HDEL', K_LPRIO, unpack(held))
+  end_lease_links(held)
   redis.call('HINCRBY', K_META, 'done', #held)
   redis.call('HDEL', K_STALLS, unpack(held))
   local dirty = redis.call('SMISMEMBER', K_DIRTY, unpack(held))
-  local flow = flow_on()
   local delayed = {}
   if flow then
     delayed = redis.call('ZMSCORE', K_DELAY, unpack(held))

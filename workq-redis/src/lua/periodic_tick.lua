@@ -8,7 +8,8 @@
 -- ARGV[1] = schedule, ARGV[2] = spec, ARGV[3] = tick, ARGV[4] = next tick ('':
 -- none), ARGV[5] = the runner's now, ARGV[6] = item, ARGV[7] = delay in
 -- microseconds, ARGV[8] = priority ('': none given), ARGV[9] = the item's
--- group (with flow control; absent: '').
+-- group (with flow control; absent: ''), ARGV[10] = the runner's span's
+-- traceparent (absent: none; see traceparent_arg).
 -- Returns {outcome, add outcome, seq}: outcome 1 added, 2 already taken,
 -- 3 paused (taken without an add), 0 shut down (nothing changed).
 local K_PERIODIC = KEYS[18]
@@ -38,8 +39,8 @@ local now = now_us()
 promote_due(now)
 local seq = next_seq(now)
 local delay = tonumber(ARGV[7])
-local p = priority_arg(ARGV[8])
+local p, tp = priority_arg(ARGV[8]), traceparent_arg(ARGV[10])
 if delay <= 0 then
-  return {1, add_now(ARGV[6], p, ARGV[9]), seq}
+  return {1, add_now(ARGV[6], p, ARGV[9], tp), seq}
 end
-return {1, add_at(ARGV[6], now + delay, p, ARGV[9]), seq}
+return {1, add_at(ARGV[6], now + delay, p, ARGV[9], tp), seq}

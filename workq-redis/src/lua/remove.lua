@@ -3,7 +3,8 @@
 -- keeps its lease (its holder may still finish it), but a re-add pending for
 -- when that lease ends, and any delayed add, are dropped. An item no longer
 -- under a lease also loses its failure and stall counts. Dead letters are
--- not touched (see dead_delete).
+-- not touched (see dead_delete). The trace links of the pending adds go with
+-- them; a lease keeps its own.
 -- ARGV[1] = item.
 -- Returns {queued, delayed, readd, counts, leased}: 1 for each part that was
 -- removed, and 1 in `leased` when the item is under a lease (which stays).
@@ -25,6 +26,7 @@ if redis.call('SREM', K_DIRTY, x) == 1 then
 end
 local delayed = redis.call('ZREM', K_DELAY, x)
 redis.call('HDEL', K_PRIO, x)
+forget_pending_links(x)
 local counts = 0
 if not processing then
   counts = redis.call('HDEL', K_FAIL, x) + redis.call('HDEL', K_STALLS, x)

@@ -1,8 +1,20 @@
+-- Adds the trace links `found` (lease_links: {field, drops}, or nil) to the
+-- reply of a hand-out.
+local function with_links(reply, found)
+  if found then
+    reply[5] = reply[5] or false
+    reply[6] = found[1]
+    reply[7] = found[2]
+  end
+end
+
 -- take(now, lease, max_stalls, cap): hands out the next ready item under a
 -- new lease of `lease` microseconds, after promotion and reclaim (max stalls
 -- 0: no limit; dead-letter cap 0: none). Shared by `get` and `done_get`.
 -- Returns {1, item, token, priority} for an item ({1, item, token, priority,
--- gen} with flow control: gen is the settings' generation), {2} when the queue
+-- gen} with flow control: gen is the settings' generation; {1, item, token,
+-- priority, gen or false, links, drops} when the item's pending adds left
+-- trace links, which its lease takes: see lease_links), {2} when the queue
 -- is shut down and has nothing ready, or {0, wait} when nothing is handed out:
 -- `wait` is the time in us until the next delayed item, lease deadline or
 -- (flow control) hand-out token is due, or -1 if none is. With flow control,
@@ -52,18 +64,19 @@ local function take(now, lease, max_stalls, cap)
   redis.call('ZADD', K_PROC, now + lease, x)
   redis.call('HSET', K_LEASE, x, int(token))
   redis.call('HSET', K_SINCE, x, int(now))
+  local reply = {1, x, token, p}
   if flow_is_on then
     if flow_more() then
       -- Another hand-out may go: wake the next blocked getter.
       wake()
     end
-    return {1, x, token, p, flow_gen()}
-  end
-  if any_ready() then
+    reply[5] = flow_gen()
+  elseif any_ready() then
     -- More work: wake the next blocked getter (a chain, not a herd).
     wake()
   end
-  return {1, x, token, p}
+  with_links(reply, lease_links({x})[1])
+  return reply
 end
 
 -- take_many(now, lease, max_stalls, cap, max): take() up to `max` times, stopping at the
@@ -77,8 +90,9 @@ local function take_many(now, lease, max_stalls, cap, max)
     return taken
   end
   refresh(now, max_stalls, cap)
-  -- No priority in use, no flow control (one check for both), not paused.
-  local plain = redis.call('EXISTS', K_LANES, K_FLOW) == 0
+  -- No priority in use, no flow control (one check for both, which also tells
+  -- whether the queue holds trace links), not paused.
+  local plain = exists_and_links(K_LANES, K_FLOW) == 0
   if plain then
     flow_is_on = false
   end
@@ -108,6 +122,10 @@ local function take_many(now, lease, max_stalls, cap, max)
       redis.call('ZADD', K_PROC, unpack(deadlines))
       redis.call('HSET', K_LEASE, unpack(holders))
       redis.call('HSET', K_SINCE, unpack(since))
+      local found = lease_links(xs)
+      for i = 1, #xs do
+        with_links(taken[i], found[i])
+      end
       if any_ready() then
         -- More work: wake the next blocked getter (a chain, not a herd).
         wake()

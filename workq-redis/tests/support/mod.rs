@@ -65,6 +65,85 @@ pub(crate) async fn set_eviction(url: &str, policy: &str) {
 
 pub(crate) mod flow_check;
 
+/// The next lease of `queue`, within a bound.
+pub(crate) async fn next(queue: &RedisQueue<String>) -> workq_redis::Lease<String> {
+    tokio::time::timeout(Duration::from_secs(10), queue.get())
+        .await
+        .expect("a get that must be served")
+        .unwrap()
+        .expect("not shut down")
+}
+
+/// The keys of queue `name` (default prefix) on `server`, sorted.
+pub(crate) async fn keys_of(server: &RedisServer, name: &str) -> Vec<String> {
+    let mut con = raw(server).await;
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("wq:{{{name}}}:*"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+/// The calls of every command the server has run so far, by name (`INFO commandstats`, the
+/// commands run by scripts included).
+pub(crate) async fn command_calls(
+    con: &redis::aio::MultiplexedConnection,
+) -> std::collections::HashMap<String, u64> {
+    let mut con = con.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.strip_prefix("calls=")?.split(',').next()?;
+            Some((name.to_owned(), calls.parse::<u64>().ok()?))
+        })
+        .collect()
+}
+
+/// The commands an add of a new item, a get and a done with nothing re-added run on a queue
+/// without priorities, flow control or trace links (`INFO commandstats`): what they ran
+/// before either existed, and still run, with or without the feature `otel`.
+pub(crate) const PLAIN_COMMANDS: (u64, u64, u64) = (14, 16, 9);
+
+/// The commands [`PLAIN_COMMANDS`] counts, run on `queue` (whose scripts are loaded, and
+/// which holds nothing): an add of `item`, its get and its done.
+pub(crate) async fn plain_commands(
+    con: &redis::aio::MultiplexedConnection,
+    queue: &RedisQueue<String>,
+    item: &str,
+) -> (u64, u64, u64) {
+    let (added, add) = commands_run_by(con, queue.add(item.to_owned())).await;
+    added.unwrap();
+    let (lease, get) = commands_run_by(con, next(queue)).await;
+    let (done, finish) = commands_run_by(con, lease.done()).await;
+    done.unwrap();
+    (add, get, finish)
+}
+
+/// How many commands `op` made the server run inside its scripts and beside them: every
+/// command but the script calls themselves (`EVALSHA`, `EVAL`) and the measure's `INFO`.
+/// Nothing else may use the server meanwhile.
+pub(crate) async fn commands_run_by<F: std::future::Future>(
+    con: &redis::aio::MultiplexedConnection,
+    op: F,
+) -> (F::Output, u64) {
+    let before = command_calls(con).await;
+    let output = op.await;
+    let after = command_calls(con).await;
+    let ran = after
+        .iter()
+        .filter(|(name, _)| !["evalsha", "eval", "info"].contains(&name.as_str()))
+        .map(|(name, n)| n - before.get(name).copied().unwrap_or(0))
+        .sum();
+    (output, ran)
+}
+
 /// A connection of the test's own to `server`, for looking at the keys or acting on the
 /// server beside the queue.
 pub(crate) async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
@@ -177,6 +256,40 @@ pub(crate) async fn fill_aof(server: &RedisServer, keys: u64) -> redis::aio::Mul
     }
 }
 
+/// Instantiates the rules `$rule` of a shared suite on [`RedisFactory`] (the caller names the
+/// suite's `rules` module with a `use`): in a module `redis`, one test per rule, each on a
+/// server of its own, and with the feature `cluster` the test `$cluster`, every rule one
+/// after the other on one three-node Redis Cluster.
+#[allow(unused_macros, reason = "each test binary uses some of it")]
+macro_rules! on_redis_factory {
+    ($cluster:ident; $($rule:ident),* $(,)?) => {
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    let Some(factory) = super::support::RedisFactory::start() else {
+                        return;
+                    };
+                    super::rules::$rule(&factory).await;
+                }
+            )*
+        }
+        /// Every rule, one after the other, on one three-node Redis Cluster.
+        #[cfg(feature = "cluster")]
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $cluster() {
+            let Some(factory) = support::RedisFactory::start_cluster() else {
+                return;
+            };
+            $(
+                rules::$rule(&factory).await;
+            )*
+        }
+    };
+}
+#[allow(unused_imports, reason = "each test binary uses some of it")]
+pub(crate) use on_redis_factory;
+
 // ===== on Redis =====
 
 #[derive(Clone)]
@@ -216,30 +329,72 @@ impl RedisFactory {
     }
 }
 
-impl Factory for RedisFactory {
-    type Queue = Redis;
-
-    async fn queue(&self, opts: Opts) -> Redis {
+impl RedisFactory {
+    /// A builder of a fresh queue `prefix-N` on the server (or the cluster), with the suites'
+    /// lease and poll settings.
+    pub(crate) fn builder(&self, prefix: &str) -> workq_redis::Builder<String> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut limit = RateLimit::exponential(opts.base, opts.max);
-        if let Some((qps, burst)) = opts.bucket {
-            limit = limit.with_bucket(qps, burst);
-        }
-        let builder = RedisQueue::builder(format!("suite-{n}")).url(self.server.url());
+        let builder = RedisQueue::builder(format!("{prefix}-{n}")).url(self.server.url());
         #[cfg(feature = "cluster")]
         let builder = match &self.cluster {
             Some(cluster) => builder.cluster(cluster.urls()),
             None => builder,
         };
-        let queue = builder
-            .rate_limit(limit)
+        builder
             .lease_duration(Duration::from_secs(10))
             // Far above the wake-up bounds the rules assert: a wake-up is never a poll.
             .poll_interval(Duration::from_secs(10))
+    }
+}
+
+impl Factory for RedisFactory {
+    type Queue = Redis;
+
+    async fn queue(&self, opts: Opts) -> Redis {
+        let mut limit = RateLimit::exponential(opts.base, opts.max);
+        if let Some((qps, burst)) = opts.bucket {
+            limit = limit.with_bucket(qps, burst);
+        }
+        let queue = self
+            .builder("suite")
+            .rate_limit(limit)
             .build()
             .await
             .expect("connect to the test server");
         Redis(queue)
+    }
+}
+
+/// The trace link suite's queues (feature `otel`): plain or grouped, and with leases that
+/// expire for the rule of a lost lease.
+#[cfg(feature = "otel")]
+impl workq_conformance::trace::TraceFactory for RedisFactory {
+    type Q = RedisQueue<String>;
+
+    async fn queue(&self, grouped: bool) -> RedisQueue<String> {
+        let builder = self.builder("trace");
+        let builder = if grouped {
+            builder.group_by(|item: &String| workq_conformance::flow::group_of(item).to_owned())
+        } else {
+            builder
+        };
+        builder.build().await.expect("connect to the test server")
+    }
+
+    async fn expiring_queue(&self, lease: Duration) -> Option<RedisQueue<String>> {
+        let queue = self
+            .builder("trace-expiring")
+            .lease_duration(lease)
+            .auto_renew(false)
+            .build()
+            .await
+            .expect("connect to the test server");
+        Some(queue)
+    }
+
+    /// Nothing sent: the server reclaims the item once the lease expires.
+    fn crash(lease: workq_redis::Lease<String>) {
+        lease.abandon();
     }
 }
 
