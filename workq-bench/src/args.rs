@@ -9,7 +9,8 @@ use clap::Parser;
 #[command(name = "wq-bench", version, about)]
 pub(crate) struct Args {
     /// Runs smaller versions of the workloads, one run each (in memory, well under 20 s on 2
-    /// cores; W7 on a server, 10,000 items per phase, about a minute beside its reference).
+    /// cores; W7 on a server, 10,000 items per phase, about a minute beside its reference; W8,
+    /// a burst of 20,000 and 1 s of quiet items per queue).
     #[arg(long)]
     pub(crate) quick: bool,
 
