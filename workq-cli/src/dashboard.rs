@@ -96,6 +96,10 @@ pub(crate) struct DashboardArgs {
     /// recently); every source's totals are always kept.
     #[arg(long, default_value_t = 100)]
     history_queues: usize,
+    /// `/metrics` reports the depth and in-flight leases of this many groups of each queue
+    /// with flow control (the ones with the most ready items); 0 reports none.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    group_series: usize,
 }
 
 /// Logs to stderr: `RUST_LOG` if set, else the dashboard's audit trail and warnings.
@@ -283,6 +287,7 @@ pub(crate) fn run(args: DashboardArgs) -> ExitCode {
         read_only: args.read_only,
         sample_every: Duration::from_secs(args.sample_every.max(1)),
         history_queues: args.history_queues,
+        group_series: args.group_series,
         public_url: args.public_url.clone(),
         request_timeout: Duration::from_secs(args.request_timeout.max(1)),
         ..Config::default()

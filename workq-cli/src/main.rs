@@ -2,7 +2,8 @@
 //!
 //! - `wq demo`: a simulated controller on the in-memory queue, or with `--redis URL` or
 //!   `--postgres URL` on a queue on Redis or PostgreSQL shared by processes (`demo/`).
-//! - `wq queue list|stats|items|item|pause|resume|shutdown|retry|remove|forget|dead-letters`:
+//! - `wq queue list|stats|items|item|pause|resume|shutdown|retry|remove|forget|dead-letters|
+//!   schedules|reindex`:
 //!   the operator's commands for the queues on Redis or PostgreSQL, the URL's scheme picking
 //!   the backend (`queue/`); `wq redis ...` and `wq postgres ...` are the same commands.
 //! - `wq dashboard`: a web page, JSON API and metrics for the queues on Redis (a server or a
@@ -37,7 +38,7 @@ enum Command {
     /// Simulates a controller: producers emit change events, workers reconcile them.
     Demo(demo::DemoArgs),
     /// Operates the queues on Redis or PostgreSQL (the URL's scheme says which): list,
-    /// stats, items, pause and resume, fleet shutdown, item actions, dead letters.
+    /// stats, items, pause and resume, fleet shutdown, item actions, dead letters, schedules.
     Queue(queue::QueueArgs),
     /// `wq queue` for Redis (the URL from $WQ_REDIS_URL first).
     Redis(queue::QueueArgs),

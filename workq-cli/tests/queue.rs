@@ -459,3 +459,215 @@ fn the_url_picks_the_backend_and_the_aliases_keep_to_theirs() {
         .expect("run wq");
     assert!(failed(&out).contains("give --url URL or set WQ_URL"));
 }
+
+/// The group of a key `group/name`: the part before the slash.
+fn group_of(key: &str) -> String {
+    key.split_once('/').map_or("", |(g, _)| g).to_owned()
+}
+
+/// Keys of three groups: `noisy` three, `quiet` and `big` one each.
+const KEYS: [&str; 5] = ["noisy/a", "noisy/b", "noisy/c", "quiet/a", "big/a"];
+
+/// Registers the schedules `nightly` (cron in Paris) and a hostile name on `queue`, as their
+/// runners would.
+async fn register<Q: workq::Queue>(queue: &Q)
+where
+    Q::Error: std::fmt::Debug,
+{
+    let now = std::time::SystemTime::now();
+    let next = now + std::time::Duration::from_secs(3600);
+    for (name, spec) in [
+        ("nightly", "cron 0 3 * * * (Europe/Paris)"),
+        ("evil\u{1b}[2J\u{202e}", "every 1m"),
+    ] {
+        let update = workq::periodic::ScheduleUpdate::register(name, spec, Some(next), now);
+        queue.upsert_schedule(update).await.expect("a schedule");
+    }
+}
+
+/// What `wq queue stats` and `wq queue schedules` show of queue `tenants` at `url` (grouped,
+/// one lease out per group, `big` three; `noisy/a` out; `nightly` and a hostile schedule),
+/// and pausing a schedule, the same whatever the backend.
+fn groups_limits_and_schedules(url: &str) {
+    let stats = ok(&wq(url, &["queue", "stats", "tenants"]));
+    assert!(
+        stats.contains("groups         3 kept, 3 with ready items, 1 at their limit"),
+        "{stats}"
+    );
+    let row = |group: &str| figure(&stats, &format!("    {group} "));
+    let cells = |line: String| {
+        line.split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        cells(row("noisy"))[..4],
+        ["noisy", "2", "1", "1"],
+        "{stats}"
+    );
+    assert_eq!(cells(row("big"))[..4], ["big", "1", "0", "3"], "{stats}");
+    assert!(
+        stats.contains("limits         groups: by the queue's group function, taking turns"),
+        "{stats}"
+    );
+    assert!(
+        stats.contains("               in flight per group: at most 1 (big: 3)"),
+        "{stats}"
+    );
+    let nightly = figure(&stats, "    nightly");
+    assert!(
+        nightly.contains("cron 0 3 * * * (Europe/Paris)  Europe/Paris")
+            && nightly.contains("running"),
+        "{stats}"
+    );
+    let out = ok(&wq(url, &["queue", "stats", "tenants", "--json"]));
+    let json: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(json["groups"][0]["name"], "noisy", "{json}");
+    assert_eq!(json["limits"]["group_max_in_flight"]["big"], 3, "{json}");
+    let one = ok(&wq(url, &["queue", "stats", "tenants", "--groups", "1"]));
+    assert!(
+        one.contains("    noisy ") && !one.contains("    big "),
+        "{one}"
+    );
+    assert!(
+        one.contains("    ... of 3 kept (--groups N lists more)"),
+        "{one}"
+    );
+
+    let listed = wq(url, &["queue", "schedules", "list", "tenants"]);
+    assert_no_control(&listed);
+    let listed = ok(&listed);
+    assert!(listed.starts_with("name "), "{listed}");
+    assert!(listed.contains("evil\\u{1b}[2J\\u{202e}"), "{listed}");
+    let out = ok(&wq(
+        url,
+        &["queue", "schedules", "list", "tenants", "--json"],
+    ));
+    let json: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(json[1]["name"], "nightly", "{json}");
+    assert_eq!(json[1]["paused"], false, "{json}");
+
+    let pause = ["queue", "schedules", "pause", "tenants", "nightly"];
+    let said = ok(&wq(url, &[&pause[..], &["--dry-run"]].concat()));
+    assert!(
+        said.contains("would pause schedule nightly of queue tenants for every process"),
+        "{said}"
+    );
+    assert!(
+        figure(
+            &ok(&wq(url, &["queue", "schedules", "list", "tenants"])),
+            "nightly"
+        )
+        .contains("running")
+    );
+    assert!(ok(&wq(url, &pause)).contains("schedule paused for every process"));
+    assert!(ok(&wq(url, &pause)).contains("schedule paused already"));
+    let listed = ok(&wq(url, &["queue", "schedules", "list", "tenants"]));
+    assert!(figure(&listed, "nightly").contains("paused"), "{listed}");
+    let resume = ["queue", "schedules", "resume", "tenants", "nightly"];
+    assert!(ok(&wq(url, &resume)).contains("schedule running again"));
+    let said = failed(&wq(
+        url,
+        &["queue", "schedules", "pause", "tenants", "hourly"],
+    ));
+    assert!(
+        said.contains("queue tenants has no schedule hourly"),
+        "{said}"
+    );
+    let said = failed(&wq(url, &["queue", "schedules", "list", "nope"]));
+    assert!(said.contains("no queue named nope"), "{said}");
+    let listed = ok(&wq(url, &["queue", "schedules", "list", "tenants"]));
+    assert!(!listed.contains("hourly"), "nothing was created: {listed}");
+}
+
+/// Fills queue `tenants` (built by `build`) with [`KEYS`] and the schedules of [`register`],
+/// takes `noisy/a` out, and runs [`groups_limits_and_schedules`] on `url`.
+fn on_tenants<Q>(url: &str, build: impl std::future::Future<Output = Q>)
+where
+    Q: workq::Queue<Item = String>,
+    Q::Error: std::fmt::Debug,
+{
+    use workq::QueueLease as _;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let lease = runtime.block_on(async {
+        let q = build.await;
+        for key in KEYS {
+            let options = workq::AddOptions::default();
+            q.add_with(key.to_owned(), options).await.expect("add");
+        }
+        register(&q).await;
+        q.get().await.expect("get").expect("a lease")
+    });
+    assert_eq!(lease.item(), "noisy/a");
+    groups_limits_and_schedules(url);
+    runtime.block_on(lease.done()).expect("done");
+}
+
+#[test]
+fn groups_limits_and_schedules_on_redis() {
+    let Some(server) = redis::require() else {
+        return;
+    };
+    let url = server.url();
+    let queue = workq_redis::RedisQueue::builder("tenants")
+        .url(url.clone())
+        .check_persistence(false)
+        .group_by(|key: &String| group_of(key))
+        .max_in_flight_per_group(1)
+        .group_max_in_flight("big", 3)
+        .build();
+    on_tenants(&url, async { queue.await.expect("connect") });
+}
+
+#[test]
+fn groups_limits_and_schedules_on_postgres() {
+    let Some(server) = postgres::PgServer::start() else {
+        return;
+    };
+    let url = server.url();
+    let queue = workq_postgres::PgQueue::builder("tenants")
+        .url(url.clone())
+        .group_by(|key: &String| group_of(key))
+        .max_in_flight_per_group(1)
+        .group_max_in_flight("big", 3)
+        .build();
+    on_tenants(&url, async { queue.await.expect("connect") });
+}
+
+/// `wq queue reindex` finds a queue of a version that kept no index of queue names at once:
+/// the next listing shows it, says nothing is still being looked for, and scans nothing.
+#[test]
+fn reindex_finds_the_queues_of_an_older_version_at_once() {
+    let Some(server) = redis::require() else {
+        return;
+    };
+    let url = server.url();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let q: workq_redis::RedisQueue<String> = workq_redis::RedisQueue::connect(&url, "jobs")
+            .await
+            .unwrap();
+        q.add("x".to_owned()).await.unwrap();
+    });
+    drop(runtime);
+    let mut con = Counted::new(&url);
+    // A queue of a version that kept no index: its keys only.
+    let _: i64 = con.run(
+        ::redis::cmd("RPUSH")
+            .arg("wq:{legacy}:ready")
+            .arg("\"old\""),
+    );
+    let said = ok(&wq(&url, &["queue", "reindex"]));
+    assert!(
+        said.contains("2 queue names found and indexed"),
+        "jobs and legacy: {said}"
+    );
+    let (work, out) = con.work_of(&url, &["queue", "list"]);
+    assert!(out.lines().any(|l| l.starts_with("legacy ")), "{out}");
+    assert!(!out.contains("still looking"), "{out}");
+    assert_eq!(work.get("scan"), None, "{work:?}");
+    let said = failed(&wq("postgres://127.0.0.1:1/x", &["queue", "reindex"]));
+    assert!(said.contains("reindex is for Redis"), "{said}");
+}

@@ -15,11 +15,12 @@
 
 use std::fmt;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use workq::admin::{
     Admin, AdminError, End, ItemState, Page, PageQuery, QueueSummary, Removed, Retried,
 };
+use workq::periodic::{ScheduleInfo, ScheduleUpdate, TickClaim, TickOutcome};
 use workq::{AddOptions, Queue, QueueLease};
 
 /// Calls `$suite!(rule, rule, ...)` with the name of every rule in [`rules`].
@@ -41,6 +42,7 @@ macro_rules! for_each_admin_rule {
             forget_answers_the_count_it_cleared,
             items_that_are_not_json_are_bad_requests,
             dead_letters_round_trip_by_id,
+            schedules_are_listed_by_name_and_paused_one_by_one,
         );
     };
 }
@@ -173,6 +175,11 @@ async fn every_action_answers(admin: &dyn Admin, queue: &str, expected: &AdminEr
         expected,
         "purge_dead_letters",
     );
+    answers(
+        admin.pause_schedule(queue, "any", true).await,
+        expected,
+        "pause_schedule",
+    );
 }
 
 /// Checks that a call answered the error `expected`.
@@ -291,6 +298,7 @@ pub mod rules {
                 Err(AdminError::NotFound)
             );
         }
+        assert_eq!(admin.schedules(name).await, Err(AdminError::NotFound));
         if actions_or_refused(admin, name).await {
             every_action_answers(admin, name, &AdminError::NotFound).await;
         }
@@ -984,5 +992,125 @@ pub mod rules {
         );
         let s = admin.summary("pods").await.expect("summary");
         assert_eq!((s.dead, s.depth, s.delayed), (0, 0, 1), "later stays");
+    }
+
+    /// `schedules` lists a queue's periodic schedules by name, each with the record its
+    /// runners wrote (spec, since, last tick taken, next tick, paused: the instants as they
+    /// were sent); a queue without any lists none. Where the backend has actions,
+    /// `pause_schedule` pauses and resumes one by name and answers whether it changed
+    /// anything (a resume moves `since`, so the ticks skipped are not caught up); a schedule
+    /// the queue does not have is `NotFound`, and is not created.
+    pub async fn schedules_are_listed_by_name_and_paused_one_by_one<F: AdminFactory>(factory: &F) {
+        let admin = factory.admin().await;
+        let admin = &*admin;
+        let queue = factory.queue("crons").await;
+        add(&queue, "a").await;
+        assert_eq!(admin.schedules("crons").await, Ok(Vec::new()), "none yet");
+        // Instants of the runners' clock, far from now: a backend stores what it is sent.
+        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s);
+        let nightly = "cron 0 3 * * * (Europe/Paris)";
+        for (name, spec, next) in [("nightly", nightly, 3600), ("minutely", "every 1m", 60)] {
+            Queue::upsert_schedule(
+                &queue,
+                ScheduleUpdate::register(name, spec, Some(at(next)), at(0)),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("register {name}: {e}"));
+        }
+        let claim = TickClaim::new("minutely", "every 1m", at(60), Some(at(120)), at(61));
+        let took = Queue::add_on_tick(&queue, claim, "tick".to_owned(), AddOptions::default());
+        assert_eq!(took.await.expect("add_on_tick"), TickOutcome::Added);
+        let listed = admin.schedules("crons").await.expect("schedules");
+        let names: Vec<&str> = listed.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["minutely", "nightly"], "by name");
+        let record = |s: &ScheduleInfo| {
+            (
+                s.spec.clone(),
+                s.since,
+                s.last_tick,
+                s.next_tick,
+                s.paused,
+                s.time_zone().map(str::to_owned),
+            )
+        };
+        assert_eq!(
+            record(&listed[0]),
+            (
+                "every 1m".to_owned(),
+                at(0),
+                Some(at(60)),
+                Some(at(120)),
+                false,
+                None
+            )
+        );
+        assert_eq!(
+            record(&listed[1]),
+            (
+                nightly.to_owned(),
+                at(0),
+                None,
+                Some(at(3600)),
+                false,
+                Some("Europe/Paris".to_owned())
+            )
+        );
+        if !actions_or_refused(admin, "crons").await {
+            return;
+        }
+        let paused = || async {
+            let listed = admin.schedules("crons").await.expect("schedules");
+            listed
+                .iter()
+                .map(|s| (s.name.clone(), s.paused))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            admin.pause_schedule("crons", "nightly", true).await,
+            Ok(true)
+        );
+        assert_eq!(
+            admin.pause_schedule("crons", "nightly", true).await,
+            Ok(false),
+            "paused already"
+        );
+        assert_eq!(
+            paused().await,
+            [("minutely".to_owned(), false), ("nightly".to_owned(), true)]
+        );
+        assert_eq!(
+            admin.pause_schedule("crons", "nightly", false).await,
+            Ok(true)
+        );
+        assert_eq!(
+            admin.pause_schedule("crons", "nightly", false).await,
+            Ok(false),
+            "running already"
+        );
+        let listed = admin.schedules("crons").await.expect("schedules");
+        assert!(!listed[1].paused);
+        assert!(
+            listed[1].since > at(0),
+            "the resume moved since to the operator's now: {:?}",
+            listed[1].since
+        );
+        assert_eq!(
+            admin.pause_schedule("crons", "hourly", true).await,
+            Err(AdminError::NotFound),
+            "a schedule the queue does not have"
+        );
+        let names: Vec<String> = admin
+            .schedules("crons")
+            .await
+            .expect("schedules")
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["minutely", "nightly"], "nothing was created");
+        assert_eq!(
+            record(&listed[0]).2,
+            Some(at(60)),
+            "the other one untouched"
+        );
     }
 }

@@ -14,7 +14,7 @@ use workq::admin::{
 
 use crate::config::Config;
 use crate::guard::{action_of_path, forwarded_for, peer};
-use crate::respond::{Refusal, answer_error, naming, now_ms, refuse_as};
+use crate::respond::{Refusal, answer_error, cut, naming, now_ms, refuse_as};
 use crate::state::{AppState, Reads, Registered, Shared};
 use crate::target::Target;
 
@@ -151,20 +151,27 @@ pub(crate) async fn api_queue(
     };
     let result = r.admin.summary(&name).await;
     r.note(&result);
-    match result {
-        Ok(mut summary) => {
-            if let Some(why) = &mut summary.broken {
-                *why = redact_urls_in(why);
-            }
-            state.history.view(&r.label, &name);
-            axum::Json(QueueView {
-                source: &r.label,
-                summary: &summary,
-            })
-            .into_response()
-        }
-        Err(e) => error_response(&e),
+    let mut summary = match result {
+        Ok(summary) => summary,
+        Err(e) => return error_response(&e),
+    };
+    state.history.view(&r.label, &name);
+    let mut view = serde_json::to_value(QueueView {
+        source: &r.label,
+        summary: &summary,
+    })
+    .unwrap_or_default();
+    if let Some(why) = &mut summary.broken {
+        view["broken"] = json!(redact_urls_in(why));
+    } else if let Some(view) = view.as_object_mut() {
+        // Its groups, limits and schedules: one `stats` call (at most `groups_shown`
+        // groups, leases and failure counts) and one listing of its schedules.
+        let stats = r.admin.stats(&name, state.config.groups_shown).await;
+        r.note(&stats);
+        let schedules = r.admin.schedules(&name).await;
+        view.extend(crate::flow::page_parts(stats, schedules));
     }
+    axum::Json(view).into_response()
 }
 
 #[derive(Deserialize)]
@@ -178,10 +185,6 @@ pub(crate) struct ItemsQuery {
     q: Option<String>,
 }
 
-/// The most bytes of an item's text (or a dead letter's error) a listing shows; the detail
-/// shows it whole.
-pub(crate) const PREVIEW_BYTES: usize = 240;
-
 /// A reference to an item whose text a listing cut: a hash of its whole text.
 fn item_ref(text: &str) -> String {
     use std::hash::{Hash, Hasher};
@@ -193,27 +196,17 @@ fn item_ref(text: &str) -> String {
     format!("{:016x}", h.finish())
 }
 
-/// `text` cut to at most [`PREVIEW_BYTES`] on a character boundary, if it is longer.
-fn cut(text: &str) -> Option<String> {
-    if text.len() <= PREVIEW_BYTES {
-        return None;
-    }
-    let mut end = PREVIEW_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    Some(format!("{}…", &text[..end]))
-}
-
-/// `text` as the audit trail logs it: cut to [`PREVIEW_BYTES`] (an item named by a
-/// request may be as long as the body limit, and whoever sent it chose it).
+/// `text` as the audit trail logs it: cut to
+/// [`PREVIEW_BYTES`](crate::respond::PREVIEW_BYTES) (an item named by a request may be as
+/// long as the body limit, and whoever sent it chose it).
 fn logged(text: &str) -> String {
     cut(text).unwrap_or_else(|| text.to_owned())
 }
 
 /// A page as a listing shows it: each item's text and each dead letter's error cut to
-/// [`PREVIEW_BYTES`]; a cut item says so (`item_truncated`, `item_bytes`) and carries
-/// `item_ref`, which `/item?ref=` takes with the page's parameters to show it whole.
+/// [`PREVIEW_BYTES`](crate::respond::PREVIEW_BYTES); a cut item says so (`item_truncated`,
+/// `item_bytes`) and carries `item_ref`, which `/item?ref=` takes with the page's
+/// parameters to show it whole.
 fn preview(page: &Page) -> serde_json::Value {
     let mut value = serde_json::to_value(page).unwrap_or_default();
     if let Some(items) = value.get_mut("items").and_then(|i| i.as_array_mut()) {
@@ -416,8 +409,8 @@ fn percent_decode(text: &str) -> Option<String> {
 /// on this machine, a missing CSRF header, a foreign origin, the read-only switch, a body
 /// over the limit or unreadable, a request over the time limit) is logged with the client's
 /// address, the action and queue it asked for, the item or dead letter it named (`?item=`,
-/// or its body's `item` or `id`, cut to [`PREVIEW_BYTES`]; none for a body over the limit or
-/// that never came), and why, and is counted by reason
+/// or its body's `item` or `id`, cut to [`PREVIEW_BYTES`](crate::respond::PREVIEW_BYTES);
+/// none for a body over the limit or that never came), and why, and is counted by reason
 /// (`workqueue_dashboard_refusals_total`); a refused action is also counted among the
 /// actions (`result="refused"`).
 pub(crate) async fn audit(
@@ -623,7 +616,11 @@ pub(crate) async fn act(
         }
     };
     // What the body names, for the audit trail if it is refused.
-    let named = target.item.clone().or_else(|| target.id.clone());
+    let named = target
+        .item
+        .clone()
+        .or_else(|| target.id.clone())
+        .or_else(|| target.schedule.clone());
     // What the body lacks, if it lacks what the action needs.
     let need = |what: Option<String>, field: &'static str| what.ok_or(field);
     let action: Result<Action, &'static str> = match verb {
@@ -653,6 +650,12 @@ pub(crate) async fn act(
         "items/retry" => need(target.item, "item").map(|item| Action::RetryNow { item }),
         "items/remove" => need(target.item, "item").map(|item| Action::Remove { item }),
         "forget" => need(target.item, "item").map(|item| Action::Forget { item }),
+        "schedules/pause" => {
+            need(target.schedule, "schedule").map(|schedule| Action::PauseSchedule { schedule })
+        }
+        "schedules/resume" => {
+            need(target.schedule, "schedule").map(|schedule| Action::ResumeSchedule { schedule })
+        }
         _ => return answer_error(StatusCode::NOT_FOUND, "no such action"),
     };
     match action {
@@ -687,10 +690,17 @@ pub(crate) async fn metrics_text(State(state): State<AppState>, headers: HeaderM
     state.reads.touch();
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let mut listings = Vec::new();
+    let mut flows = Vec::new();
     for r in &state.sources {
-        listings.push((r.label.clone(), r.queues().await.ok()));
+        let listing = r.queues().await.ok();
+        if let Some(queues) = &listing {
+            let (top, most) = (state.config.group_series, state.config.flow_queues);
+            let read = crate::flow::read_flows(r, queues, top, most).await;
+            flows.push((r.label.clone(), read));
+        }
+        listings.push((r.label.clone(), listing));
     }
-    let (content_type, body) = crate::metrics::encode(&listings, &state, accept);
+    let (content_type, body) = crate::metrics::encode(&listings, &flows, &state, accept);
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 

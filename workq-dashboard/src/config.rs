@@ -35,6 +35,19 @@ pub struct Config {
     pub body_limit: usize,
     /// How long a request may take, reading its body included; then it is answered 408.
     pub request_timeout: Duration,
+    /// The groups of a queue with flow control its page lists (and `/api/queues/{name}`
+    /// answers): the ones with the most ready items, then the most in flight, then by name.
+    pub groups_shown: usize,
+    /// `/metrics` reports `workqueue_group_depth` and `workqueue_group_in_flight`, labelled
+    /// `group`, for this many groups of each queue with flow control (the ones with the most
+    /// ready items); 0, the default, reports none, so the number of series does not grow
+    /// with the groups (as the in-process provider's `set_group_series`).
+    pub group_series: usize,
+    /// At most this many queues of each source have their flow control read per `/metrics`
+    /// scrape (`workqueue_groups_ready`, `workqueue_group_saturated`): one `stats` call each,
+    /// in the listing's order. A queue found without flow control is not asked again for a
+    /// minute, so the calls go to the queues that have it.
+    pub flow_queues: usize,
 }
 
 impl std::fmt::Debug for Config {
@@ -49,6 +62,9 @@ impl std::fmt::Debug for Config {
             .field("public_url", &self.public_url)
             .field("body_limit", &self.body_limit)
             .field("request_timeout", &self.request_timeout)
+            .field("groups_shown", &self.groups_shown)
+            .field("group_series", &self.group_series)
+            .field("flow_queues", &self.flow_queues)
             .finish()
     }
 }
@@ -65,6 +81,9 @@ impl Default for Config {
             public_url: None,
             body_limit: 64 * 1024,
             request_timeout: Duration::from_secs(30),
+            groups_shown: 20,
+            group_series: 0,
+            flow_queues: 100,
         }
     }
 }

@@ -89,7 +89,11 @@ fn same(a: &str, b: &str) -> bool {
 /// The action a refused `POST` asked for, for the audit log.
 pub(crate) fn action_of_path(path: &str) -> &'static str {
     let tail = |s: &str| path.ends_with(s);
-    if tail("/pause") {
+    if tail("/schedules/pause") {
+        "pause_schedule"
+    } else if tail("/schedules/resume") {
+        "resume_schedule"
+    } else if tail("/pause") {
         "pause"
     } else if tail("/resume") {
         "resume"
@@ -364,5 +368,10 @@ mod tests {
             action_of_path("/x/api/queues/a/dead-letters/requeue-all"),
             "requeue_dead_letters"
         );
+        assert_eq!(
+            action_of_path("/api/queues/a/schedules/pause"),
+            "pause_schedule"
+        );
+        assert_eq!(action_of_path("/api/queues/a/pause"), "pause");
     }
 }

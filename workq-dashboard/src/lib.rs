@@ -6,8 +6,9 @@
 //! lists every queue under a key prefix of a Redis server or cluster,
 //! `workq_postgres::PgAdmin` every queue of a database, and both page through their items
 //! and act on them (pause and resume, requeue, delete or purge dead letters, retry or remove
-//! one item, forget an item's failures); [`admin::MemoryAdmin`] shows the in-process
-//! [`workq::WorkQueue`]s of this process through their [`QueueProbe`]s, read-only. The
+//! one item, forget an item's failures, pause or resume a periodic schedule);
+//! [`admin::MemoryAdmin`] shows the in-process [`workq::WorkQueue`]s of this process through
+//! their [`QueueProbe`]s, read-only. The
 //! dashboard knows no backend: everything it shows and does goes through the contract, so a
 //! backend's new operator call reaches the page without a change here. [`Dashboard`] serves
 //! several sources on one page (Redis and PostgreSQL queues side by side); [`router`] serves
@@ -34,6 +35,23 @@
 //! Server::new(listener).serve(app).await
 //! # }
 //! ```
+//!
+//! # Flow control and periodic schedules
+//!
+//! A queue's page shows, beside its figures, what its `stats` and `schedules` answer: for a
+//! queue with flow control its groups (the [`Config::groups_shown`] with the most ready
+//! items: ready, in flight, in-flight limit, how long the oldest has waited) and its limits
+//! (queue-wide and per-group in-flight limits, weights, hand-out rates, in the words of
+//! [`FlowLimits::described`](workq::flow::FlowLimits::described)), and its periodic
+//! schedules (spec, time zone, next tick, last tick taken, paused or running, since when),
+//! each paused and resumed from its row. `/api/queues/{name}` carries them as `flow`,
+//! `groups`, `limits`, `limits_described` and `schedules`. `/metrics` adds, for the queues
+//! with flow control, the in-process provider's `workqueue_groups_ready` and
+//! `workqueue_group_saturated`, and, when [`Config::group_series`] asks for them,
+//! `workqueue_group_depth` and `workqueue_group_in_flight` for the top groups of each queue
+//! (label `group`); a scrape reads the flow control of at most [`Config::flow_queues`]
+//! queues per source, and leaves a queue found without it for a minute. Group and schedule
+//! names are cut at 240 bytes on the page, as items are.
 //!
 //! # Serving it safely
 //!
@@ -101,6 +119,7 @@ mod api;
 mod client;
 mod config;
 pub mod exposition;
+mod flow;
 mod guard;
 mod history;
 mod metrics;
@@ -108,6 +127,7 @@ mod respond;
 mod server;
 mod state;
 mod target;
+pub mod text;
 mod token;
 
 pub use config::Config;
@@ -251,6 +271,8 @@ impl Dashboard {
             "items/retry",
             "items/remove",
             "forget",
+            "schedules/pause",
+            "schedules/resume",
         ] {
             app = app.route(
                 &format!("/api/queues/{{name}}/{verb}"),

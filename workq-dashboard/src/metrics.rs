@@ -1,7 +1,11 @@
 //! `/metrics`: the Kubernetes workqueue series of every queue (label `name`), plus the
 //! dashboard's own figures (stalls, dead letters, pauses, broken queues, whether each source's
 //! server answers, and the operators' actions), in the Prometheus or OpenMetrics text format.
-//! Each queue's series carry the labels `name` and `source`.
+//! Each queue's series carry the labels `name` and `source`. Queues with flow control add
+//! the in-process provider's flow series, by the same names and types:
+//! `workqueue_groups_ready` and `workqueue_group_saturated`, and, for the top
+//! [`Config::group_series`](crate::Config::group_series) groups when asked for,
+//! `workqueue_group_depth` and `workqueue_group_in_flight` (label `group`).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -13,6 +17,8 @@ use prometheus_client::registry::Registry;
 
 use workq::admin::QueueSummary;
 
+use crate::flow::QueueFlow;
+
 pub(crate) type Labels = Vec<(&'static str, String)>;
 type FloatGauge = Family<Labels, Gauge<f64, AtomicU64>>;
 
@@ -21,6 +27,7 @@ type FloatGauge = Family<Labels, Gauge<f64, AtomicU64>>;
 /// (OpenMetrics when asked for, else Prometheus text); returns the content type and the body.
 pub(crate) fn encode(
     listings: &[(String, Option<Arc<Vec<QueueSummary>>>)],
+    flows: &[(String, Vec<QueueFlow>)],
     shared: &crate::state::Shared,
     accept: Option<&str>,
 ) -> (&'static str, String) {
@@ -136,6 +143,57 @@ pub(crate) fn encode(
             paused.get_or_create(&l).set(f64::from(u8::from(q.paused)));
         }
     }
+    if flows.iter().any(|(_, queues)| !queues.is_empty()) {
+        flow_series(&mut registry, flows, shared.config.group_series > 0);
+    }
     // Writing to a String cannot fail.
     crate::exposition::encode_for_accept(&registry, accept).unwrap_or(("text/plain", String::new()))
+}
+
+/// The flow control series of `flows`' queues (per group only if `per_group`), with the
+/// help texts of the in-process provider (`workq::metrics::prometheus`).
+fn flow_series(registry: &mut Registry, flows: &[(String, Vec<QueueFlow>)], per_group: bool) {
+    let mut gauge = |name: &str, help: &str| {
+        let family = Family::<Labels, Gauge>::default();
+        registry.register(name, help, family.clone());
+        family
+    };
+    let ready = gauge(
+        "groups_ready",
+        "Current number of groups with items waiting to be handed out",
+    );
+    let saturated = gauge(
+        "group_saturated",
+        "Current number of groups at their in-flight limit",
+    );
+    let per_group = per_group.then(|| {
+        let depth = gauge(
+            "group_depth",
+            "Items waiting to be handed out in the group, for the groups with the most of them",
+        );
+        let in_flight = gauge(
+            "group_in_flight",
+            "Items of the group being processed, for the groups with the most items waiting",
+        );
+        (depth, in_flight)
+    });
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    for (source, queues) in flows {
+        for q in queues {
+            let l: Labels = vec![("name", q.name.clone()), ("source", source.clone())];
+            ready.get_or_create(&l).set(count(q.flow.groups_ready));
+            saturated
+                .get_or_create(&l)
+                .set(count(q.flow.groups_saturated));
+            let Some((depth, in_flight)) = &per_group else {
+                continue;
+            };
+            for g in &q.groups {
+                let mut l = l.clone();
+                l.push(("group", g.name.clone()));
+                depth.get_or_create(&l).set(count(g.ready));
+                in_flight.get_or_create(&l).set(count(g.in_flight));
+            }
+        }
+    }
 }

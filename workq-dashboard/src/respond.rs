@@ -56,3 +56,19 @@ pub(crate) fn naming(mut response: Response, item: Option<String>) -> Response {
 pub(crate) fn answer_error(status: StatusCode, why: &str) -> Response {
     (status, axum::Json(serde_json::json!({ "error": why }))).into_response()
 }
+
+/// The most bytes of a text from a server a listing shows (an item, a dead letter's error,
+/// a group's or a schedule's name); an item's detail shows it whole.
+pub(crate) const PREVIEW_BYTES: usize = 240;
+
+/// `text` cut to at most [`PREVIEW_BYTES`] on a character boundary, if it is longer.
+pub(crate) fn cut(text: &str) -> Option<String> {
+    if text.len() <= PREVIEW_BYTES {
+        return None;
+    }
+    let mut end = PREVIEW_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(format!("{}…", &text[..end]))
+}

@@ -104,6 +104,8 @@ pub(crate) struct Registered {
     listing: tokio::sync::Mutex<Option<Listing>>,
     /// Since when the server has been unreachable, in milliseconds since the Unix epoch.
     down_since: parking_lot::Mutex<Option<u64>>,
+    /// The queues `/metrics` last found without flow control, and when.
+    pub(crate) no_flow: crate::flow::NoFlow,
 }
 
 impl Registered {
@@ -113,6 +115,7 @@ impl Registered {
             admin,
             listing: tokio::sync::Mutex::new(None),
             down_since: parking_lot::Mutex::new(None),
+            no_flow: crate::flow::NoFlow::default(),
         }
     }
 

@@ -1,4 +1,4 @@
-//! What a request names beyond its queue: the item or dead letter of an action's body
+//! What a request names beyond its queue: the item, dead letter or schedule of an action's body
 //! ([`Target`]), and the item a refused request named, for the audit trail
 //! ([`named_item`]).
 
@@ -8,17 +8,18 @@ use axum::extract::Request;
 use axum::http::Method;
 use serde::Deserialize;
 
-/// The body of the actions that name an item or a dead letter.
+/// The body of the actions that name an item, a dead letter or a schedule.
 #[derive(Deserialize, Default)]
 pub(crate) struct Target {
     pub(crate) item: Option<String>,
     pub(crate) id: Option<String>,
+    pub(crate) schedule: Option<String>,
 }
 
 impl Target {
-    /// What it names: the item, else the dead letter's id.
+    /// What it names: the item, else the dead letter's id, else the schedule.
     pub(crate) fn named(self) -> Option<String> {
-        self.item.or(self.id)
+        self.item.or(self.id).or(self.schedule)
     }
 }
 

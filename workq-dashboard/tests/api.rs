@@ -367,8 +367,18 @@ async fn read_only_refuses_every_action() {
             ..Config::default()
         },
     );
-    for path in ["pause", "dead-letters/requeue-all", "dead-letters/purge"] {
-        let reply = post(&app, &format!("/api/queues/jobs/{path}"), json!({})).await;
+    for path in [
+        "pause",
+        "dead-letters/requeue-all",
+        "dead-letters/purge",
+        "schedules/pause",
+    ] {
+        let reply = post(
+            &app,
+            &format!("/api/queues/jobs/{path}"),
+            json!({"schedule": "s"}),
+        )
+        .await;
         assert_eq!(reply.status, StatusCode::FORBIDDEN, "{path}");
     }
     assert!(!q.is_paused().await.unwrap());
@@ -386,12 +396,20 @@ async fn metrics_and_history_follow_the_queues() {
         q.add(i).await.unwrap();
     }
     with_dead_letter(&server, "other").await;
+    // A queue with flow control, so that the scrape CI checks has its series too.
+    let (_tenants, lease) = tenants(&server).await;
     let config = Config {
         sample_every: Duration::from_millis(100),
+        group_series: 3,
         ..Config::default()
     };
     let app = dashboard(&server, config);
     let text = get(&app, "/metrics").await.body;
+    assert!(
+        text.contains("workqueue_group_depth{name=\"tenants\",source=\"redis\",group=\"noisy\"} 3"),
+        "{text}"
+    );
+    lease.done().await.unwrap();
     assert!(
         text.contains("workqueue_depth{name=\"jobs\",source=\"redis\"} 4"),
         "{text}"
@@ -439,7 +457,7 @@ async fn metrics_and_history_follow_the_queues() {
                 .last()
                 .unwrap()
                 .clone();
-            assert_eq!(last["depth"], 4, "the totals of every queue: {totals}");
+            assert_eq!(last["depth"], 4 + 7, "the totals of every queue: {totals}");
             assert_eq!(last["dead"], 1);
             break;
         }
@@ -588,4 +606,283 @@ async fn the_router_mounts_under_a_path_beside_other_routes() {
     assert!(script.body.contains("X-Wq-Csrf"));
     let all = get(&app, "/dashboard/api/queues").await.json();
     assert_eq!(find(&all, "pods")["depth"], 1);
+}
+
+/// Queue `tenants` ([`support::grouped_queue`]): `noisy` has three items ready and one out,
+/// a group whose name is 300 bytes long two, `quiet` and `big` one each.
+async fn tenants(server: &RedisServer) -> (RedisQueue<String>, workq_redis::Lease<String>) {
+    let q = support::grouped_queue(server, "tenants").await;
+    let long = "g".repeat(300);
+    for key in [
+        "noisy/a", "noisy/b", "noisy/c", "noisy/d", "quiet/a", "big/a",
+    ] {
+        q.add(key.to_owned()).await.unwrap();
+    }
+    q.add(format!("{long}/a")).await.unwrap();
+    q.add(format!("{long}/b")).await.unwrap();
+    let lease = q.get().await.unwrap().unwrap();
+    assert_eq!(lease.item(), "noisy/a");
+    (q, lease)
+}
+
+/// A queue's page carries its groups (the top ones, long names cut), its limits (as kept and
+/// in words) and its periodic schedules (with their time zone); a schedule is paused and
+/// resumed through the API, once each; a queue without any of it says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queues_page_has_its_groups_limits_and_schedules() {
+    let Some(server) = support::redis_server(&[]) else {
+        return;
+    };
+    let (q, lease) = tenants(&server).await;
+    let now = std::time::SystemTime::now();
+    support::schedules(&q, "tick".to_owned(), now).await;
+    let plain: RedisQueue<u32> = queue(&server, "plain").await;
+    plain.add(1).await.unwrap();
+    let app = dashboard(
+        &server,
+        Config {
+            groups_shown: 2,
+            ..Config::default()
+        },
+    );
+
+    let page = get(&app, "/api/queues/tenants").await.json();
+    // The item of the tick taken is in the group "" (its key has no slash).
+    assert_eq!(page["depth"], 8, "the figures are there as before: {page}");
+    assert_eq!(
+        page["flow"],
+        json!({"groups_ready": 5, "groups_saturated": 1, "groups": 5})
+    );
+    let groups = page["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "at most groups_shown: {page}");
+    assert_eq!(groups[0]["name"], "noisy");
+    assert_eq!(
+        (
+            &groups[0]["ready"],
+            &groups[0]["in_flight"],
+            &groups[0]["limit"]
+        ),
+        (&json!(3), &json!(1), &json!(1))
+    );
+    assert!(groups[0]["oldest_ready_s"].as_f64().is_some(), "{page}");
+    let long = &groups[1];
+    assert_eq!(long["ready"], 2);
+    assert_eq!(long["name_truncated"], true, "{long}");
+    assert!(long["name"].as_str().unwrap().len() < 300, "{long}");
+    assert_eq!(page["limits"]["max_in_flight_per_group"], 1);
+    assert_eq!(page["limits"]["group_max_in_flight"]["big"], 3);
+    assert_eq!(
+        page["limits_described"],
+        json!([
+            ["groups", "by the queue's group function, taking turns"],
+            ["in flight per group", "at most 1 (big: 3)"],
+            ["hand-out rate", "1000/s, burst 100"],
+        ])
+    );
+    let schedules = page["schedules"].as_array().unwrap();
+    let names: Vec<&str> = schedules
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["minutely", "nightly"]);
+    let ms = |at: std::time::SystemTime| {
+        at.duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let hour = Duration::from_secs(3600);
+    assert_eq!(
+        schedules[1],
+        json!({
+            "name": "nightly", "spec": "cron 0 3 * * * (Europe/Paris)",
+            "time_zone": "Europe/Paris", "since_ms": ms(now - hour), "last_tick_ms": null,
+            "next_tick_ms": ms(support::nightly_next_tick(now)), "paused": false,
+            "since": workq_dashboard::text::instant(now - hour),
+            "last_tick": null,
+            "next_tick": workq_dashboard::text::instant(support::nightly_next_tick(now)),
+        })
+    );
+    assert_eq!(
+        schedules[0]["time_zone"],
+        json!(null),
+        "an interval has none"
+    );
+    assert_eq!(
+        schedules[0]["last_tick_ms"],
+        ms(now - Duration::from_secs(60))
+    );
+
+    // Pause and resume, each once; a schedule the queue does not have is not found.
+    let pause = json!({"schedule": "nightly"});
+    let reply = post(&app, "/api/queues/tenants/schedules/pause", pause.clone()).await;
+    assert_eq!(reply.json()["changed"], 1, "{}", reply.body);
+    let reply = post(&app, "/api/queues/tenants/schedules/pause", pause.clone()).await;
+    assert_eq!(reply.json()["message"], "schedule paused already");
+    let paused = get(&app, "/api/queues/tenants").await.json();
+    assert_eq!(paused["schedules"][1]["paused"], true);
+    let reply = post(&app, "/api/queues/tenants/schedules/resume", pause).await;
+    assert_eq!(reply.json()["changed"], 1, "{}", reply.body);
+    let missing = json!({"schedule": "hourly"});
+    let reply = post(&app, "/api/queues/tenants/schedules/pause", missing).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.body);
+    let reply = post(&app, "/api/queues/tenants/schedules/pause", json!({})).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
+    let names = get(&app, "/api/queues/tenants").await.json()["schedules"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(names, 2, "nothing was created");
+
+    let page = get(&app, "/api/queues/plain").await.json();
+    assert_eq!(
+        (
+            &page["flow"],
+            &page["groups"],
+            &page["limits"],
+            &page["schedules"]
+        ),
+        (&json!(null), &json!([]), &json!(null), &json!([])),
+        "{page}"
+    );
+    assert_eq!(page["limits_described"], json!([]));
+    lease.done().await.unwrap();
+}
+
+/// `/metrics` reports, for the queues with flow control only, `workqueue_groups_ready` and
+/// `workqueue_group_saturated`; the per-group series only when asked for, for the top N
+/// groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_report_the_flow_of_the_queues_that_have_it() {
+    let Some(server) = support::redis_server(&[]) else {
+        return;
+    };
+    let (_q, lease) = tenants(&server).await;
+    let plain: RedisQueue<u32> = queue(&server, "plain").await;
+    plain.add(1).await.unwrap();
+    let text = get(&dashboard(&server, Config::default()), "/metrics")
+        .await
+        .body;
+    for line in [
+        "workqueue_groups_ready{name=\"tenants\",source=\"redis\"} 4",
+        "workqueue_group_saturated{name=\"tenants\",source=\"redis\"} 1",
+        "# TYPE workqueue_groups_ready gauge",
+        "# TYPE workqueue_group_saturated gauge",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    assert!(
+        !text.contains("workqueue_groups_ready{name=\"plain\""),
+        "{text}"
+    );
+    assert!(
+        !text.contains("workqueue_group_depth"),
+        "not asked for: {text}"
+    );
+
+    let asked = Config {
+        group_series: 2,
+        ..Config::default()
+    };
+    let text = get(&dashboard(&server, asked), "/metrics").await.body;
+    for line in [
+        "workqueue_group_depth{name=\"tenants\",source=\"redis\",group=\"noisy\"} 3",
+        "workqueue_group_in_flight{name=\"tenants\",source=\"redis\",group=\"noisy\"} 1",
+        "# TYPE workqueue_group_depth gauge",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    let per_group = text
+        .lines()
+        .filter(|l| l.starts_with("workqueue_group_depth{"))
+        .count();
+    assert_eq!(per_group, 2, "the top two groups only: {text}");
+    lease.done().await.unwrap();
+}
+
+/// An in-process source that counts the `stats` calls made of it.
+#[derive(Debug)]
+struct Counting {
+    inner: MemoryAdmin,
+    stats: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl workq::admin::Admin for Counting {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn capabilities(&self) -> workq::admin::Capabilities {
+        self.inner.capabilities()
+    }
+    fn status(&self) -> workq::admin::ServerStatus {
+        self.inner.status()
+    }
+    fn queues(
+        &self,
+    ) -> workq::admin::BoxFuture<
+        '_,
+        Result<Vec<workq::admin::QueueSummary>, workq::admin::AdminError>,
+    > {
+        self.inner.queues()
+    }
+    fn summary<'a>(
+        &'a self,
+        queue: &'a str,
+    ) -> workq::admin::BoxFuture<'a, Result<workq::admin::QueueSummary, workq::admin::AdminError>>
+    {
+        self.inner.summary(queue)
+    }
+    fn stats<'a>(
+        &'a self,
+        queue: &'a str,
+        limit: usize,
+    ) -> workq::admin::BoxFuture<'a, Result<workq::admin::Stats, workq::admin::AdminError>> {
+        self.stats.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.stats(queue, limit)
+    }
+}
+
+/// A scrape reads the flow control of at most `flow_queues` queues, and a queue found without
+/// it is not asked again for a while: the reads go to the queues that have it.
+#[tokio::test]
+async fn a_scrape_reads_the_flow_of_a_bounded_number_of_queues() {
+    let source = MemoryAdmin::new();
+    let grouped: workq::WorkQueue<String> = workq::WorkQueue::builder()
+        .name("f")
+        .metrics(source.clone())
+        .group_by(support::group_of)
+        .build();
+    grouped.add("a/1".to_owned());
+    let plain: Vec<workq::WorkQueue<u32>> = (1..=4)
+        .map(|i| {
+            workq::WorkQueue::builder()
+                .name(format!("p{i}"))
+                .metrics(source.clone())
+                .build()
+        })
+        .collect();
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counting = Counting {
+        inner: source,
+        stats: calls.clone(),
+    };
+    let config = Config {
+        flow_queues: 3,
+        ..Config::default()
+    };
+    let app = router(counting, config);
+    let mut asked = Vec::new();
+    for _ in 0..3 {
+        let text = get(&app, "/metrics").await.body;
+        assert!(
+            text.contains("workqueue_groups_ready{name=\"f\",source=\"memory\"} 1"),
+            "{text}"
+        );
+        asked.push(calls.swap(0, std::sync::atomic::Ordering::SeqCst));
+    }
+    assert_eq!(
+        asked,
+        [3, 3, 1],
+        "f, p1, p2; then f, p3, p4; then f alone (the others have no flow control)"
+    );
+    drop(plain);
 }

@@ -130,6 +130,14 @@ fn redis_dashboard(server: &support::RedisServer, config: Config) -> Dashboard {
     Dashboard::new(config).source(RedisAdmin::new(&server.url(), "wq").unwrap())
 }
 
+/// The queues of `server` and of `pg` side by side, served as [`serve`] does.
+async fn serve_both(server: &support::RedisServer, pg: &support::PgServer) -> String {
+    let postgres = PgAdmin::new(&pg.url())
+        .unwrap()
+        .application_name("wq-dashboard");
+    serve(redis_dashboard(server, fast()).source(postgres)).await
+}
+
 fn fast() -> Config {
     Config {
         sample_every: Duration::from_millis(250),
@@ -274,6 +282,17 @@ async fn eval(browser: &Client, script: &str) -> serde_json::Value {
     browser.execute(script, vec![]).await.unwrap()
 }
 
+/// Waits until the page has drawn its charts (at least four).
+async fn charts_drawn(browser: &Client) {
+    until("the charts have samples", || async {
+        browser
+            .find_all(Locator::Css("svg[data-chart] polyline"))
+            .await
+            .is_ok_and(|p| p.len() >= 4)
+    })
+    .await;
+}
+
 /// Writes a screenshot of the page to `target/dashboard-screenshots/NAME.png`.
 async fn screenshot(browser: &Client, name: &str) {
     let png = browser.screenshot().await.unwrap();
@@ -336,13 +355,7 @@ async fn the_page_shows_figures_requeues_dead_letters_and_pauses() {
     })
     .await;
     assert!(texts(browser, "#items tr.item-row").await[0].contains("bad-1"));
-    until("the charts have samples", || async {
-        browser
-            .find_all(Locator::Css("svg[data-chart] polyline"))
-            .await
-            .is_ok_and(|p| p.len() >= 4)
-    })
-    .await;
+    charts_drawn(browser).await;
     // Some traffic for the charts: adds, completions and failures over three seconds.
     for i in 0..30u32 {
         q.add(100 + i).await.unwrap();
@@ -701,14 +714,7 @@ async fn the_page_fits_a_phone_and_follows_the_dark_setting() {
         q.add_rate_limited(format!("{name}-flaky")).await.unwrap();
     }
     pg_dead_letters(&pool, "billing", 7).await;
-    let base = serve(
-        redis_dashboard(&server, fast()).source(
-            PgAdmin::new(&pg.url())
-                .unwrap()
-                .application_name("wq-dashboard"),
-        ),
-    )
-    .await;
+    let base = serve_both(&server, &pg).await;
     for dark in [false, true] {
         let window = chromium(&chromium_bin, &driver_bin, dark).await;
         let browser = &window.client;
@@ -890,14 +896,7 @@ async fn a_postgres_queue_beside_a_redis_one_shows_its_figures_and_is_acted_on()
         .await
         .unwrap();
 
-    let base = serve(
-        redis_dashboard(&server, fast()).source(
-            PgAdmin::new(&pg.url())
-                .unwrap()
-                .application_name("wq-dashboard"),
-        ),
-    )
-    .await;
+    let base = serve_both(&server, &pg).await;
     let window = chromium(&chromium_bin, &driver_bin, false).await;
     let browser = &window.client;
     browser
@@ -921,13 +920,7 @@ async fn a_postgres_queue_beside_a_redis_one_shows_its_figures_and_is_acted_on()
         "running"
     );
     assert_eq!(cell_of(browser, "redis", "emails", "depth").await, "5");
-    until("the charts have samples", || async {
-        browser
-            .find_all(Locator::Css("svg[data-chart] polyline"))
-            .await
-            .is_ok_and(|p| p.len() >= 4)
-    })
-    .await;
+    charts_drawn(browser).await;
     // Some traffic for the charts over three seconds.
     for i in 0..30u32 {
         q.add(format!("n-{i}")).await.unwrap();
@@ -1127,4 +1120,200 @@ fn urlencode(text: &str) -> String {
             }
         })
         .collect()
+}
+
+/// The text of the cell `field` of the row of `table` whose `data-KEY` is `value`.
+async fn row_cell(browser: &Client, table: &str, key: &str, value: &str, field: &str) -> String {
+    drawn(
+        browser,
+        &format!("#{table} tr[data-{key}=\"{value}\"] td[data-field=\"{field}\"]"),
+    )
+    .await
+}
+
+/// A Redis queue and a PostgreSQL queue with flow control and periodic schedules: the page
+/// shows their groups (ready, in flight, limit, oldest waiting), their limits in words and
+/// their schedules (spec, time zone, ticks, state), pauses and resumes a schedule from its
+/// row, and shows a hostile group name as text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_limits_and_schedules_show_for_a_redis_and_a_postgres_queue() {
+    let Some((chromium_bin, driver_bin)) = require_browser() else {
+        return;
+    };
+    let _one = ONE_BROWSER.lock().await;
+    let Some(server) = support::redis_server(&[]) else {
+        return;
+    };
+    let Some(pg) = support::PgServer::start() else {
+        return;
+    };
+    let tenants = support::grouped_queue(&server, "tenants").await;
+    let hostile = "<img src=x onerror=window.pwned=4>";
+    for key in [
+        "noisy/a", "noisy/b", "noisy/c", "noisy/d", "quiet/a", "big/a",
+    ] {
+        tenants.add(key.to_owned()).await.unwrap();
+    }
+    tenants.add(format!("{hostile}/a")).await.unwrap();
+    let lease = tenants.get().await.unwrap().unwrap();
+    let now = std::time::SystemTime::now();
+    support::schedules(&tenants, "cron/tick".to_owned(), now).await;
+    let pool = pg_pool(&pg).await;
+    let billing: PgQueue<String> = PgQueue::builder("billing")
+        .pool(pool.clone())
+        .listen(false)
+        .lease_duration(Duration::from_secs(600))
+        .group_by(support::group_of)
+        .max_in_flight_per_group(2)
+        .group_weight("acme", 3)
+        .hand_out_rate_per_group(20.0, 5)
+        .build()
+        .await
+        .unwrap();
+    for key in [
+        "acme/1",
+        "acme/2",
+        "acme/3",
+        "acme/4",
+        "globex/1",
+        "initech/1",
+    ] {
+        billing.add(key.to_owned()).await.unwrap();
+    }
+    // Four gets: two of acme (its limit), and the one item of each other group.
+    let mut pg_leases = Vec::new();
+    for _ in 0..4 {
+        pg_leases.push(billing.try_get().await.unwrap().into_lease().unwrap());
+    }
+    support::schedules(&billing, "cron/tick".to_owned(), now).await;
+    let base = serve_both(&server, &pg).await;
+    let window = chromium(&chromium_bin, &driver_bin, false).await;
+    let browser = &window.client;
+
+    browser
+        .goto(&format!("{base}#redis/tenants"))
+        .await
+        .unwrap();
+    until("the Redis queue's groups", || async {
+        row_cell(browser, "groups", "group", "noisy", "ready").await == "3"
+    })
+    .await;
+    for (field, want) in [("in_flight", "1"), ("limit", "1")] {
+        assert_eq!(
+            row_cell(browser, "groups", "group", "noisy", field).await,
+            want,
+            "{field}"
+        );
+    }
+    assert_eq!(
+        row_cell(browser, "groups", "group", "big", "limit").await,
+        "3"
+    );
+    assert!(
+        !row_cell(browser, "groups", "group", "noisy", "oldest_ready")
+            .await
+            .is_empty(),
+        "the oldest item's wait"
+    );
+    assert!(
+        text(browser, "#flow-summary")
+            .await
+            .contains("1 at their limit"),
+        "{}",
+        text(browser, "#flow-summary").await
+    );
+    assert_eq!(
+        text(browser, "#limits dd[data-limit=\"in flight per group\"]").await,
+        "at most 1 (big: 3)"
+    );
+    assert_eq!(
+        text(browser, "#limits dd[data-limit=\"hand-out rate\"]").await,
+        "1000/s, burst 100"
+    );
+    let nightly = |field| row_cell(browser, "schedules", "schedule", "nightly", field);
+    assert_eq!(nightly("time_zone").await, "Europe/Paris");
+    assert_eq!(nightly("spec").await, "cron 0 3 * * * (Europe/Paris)");
+    assert_eq!(nightly("state").await, "running");
+    assert!(
+        nightly("next_tick").await.ends_with('Z'),
+        "{}",
+        nightly("next_tick").await
+    );
+    let minutely = |field| row_cell(browser, "schedules", "schedule", "minutely", field);
+    assert!(!minutely("last_tick").await.is_empty(), "the tick taken");
+    assert_eq!(
+        eval(
+            browser,
+            "return [...document.querySelectorAll('#groups tr[data-group]')].some((r) => r.dataset.group.startsWith('<img') && r.cells[0].textContent === r.dataset.group) && window.pwned === undefined && document.querySelectorAll('#groups img').length === 0",
+        )
+        .await,
+        serde_json::json!(true),
+        "the hostile group name is text"
+    );
+    click(
+        browser,
+        "#schedules tr[data-schedule=\"nightly\"] button[data-action=\"schedule-pause\"]",
+    )
+    .await;
+    until("the schedule is paused", || async {
+        nightly("state").await == "paused"
+    })
+    .await;
+    let listed = tenants.schedules().await.unwrap();
+    assert!(
+        listed.iter().any(|s| s.name == "nightly" && s.paused),
+        "{listed:?}"
+    );
+    screenshot(browser, "dashboard-flow-redis").await;
+    click(
+        browser,
+        "#schedules tr[data-schedule=\"nightly\"] button[data-action=\"schedule-resume\"]",
+    )
+    .await;
+    until("the schedule runs again", || async {
+        nightly("state").await == "running"
+    })
+    .await;
+
+    browser
+        .goto(&format!("{base}#postgres/billing"))
+        .await
+        .unwrap();
+    until("the PostgreSQL queue's groups", || async {
+        row_cell(browser, "groups", "group", "acme", "in_flight").await == "2"
+    })
+    .await;
+    assert_eq!(
+        row_cell(browser, "groups", "group", "acme", "ready").await,
+        "2"
+    );
+    assert_eq!(
+        row_cell(browser, "groups", "group", "acme", "limit").await,
+        "2"
+    );
+    assert_eq!(
+        row_cell(browser, "groups", "group", "globex", "in_flight").await,
+        "1"
+    );
+    assert_eq!(
+        text(browser, "#limits dd[data-limit=\"weights\"]").await,
+        "acme: 3 (the others: 1)"
+    );
+    assert_eq!(
+        row_cell(browser, "schedules", "schedule", "nightly", "time_zone").await,
+        "Europe/Paris"
+    );
+    charts_drawn(browser).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    eval(
+        browser,
+        "document.getElementById('detail').scrollIntoView(); return true",
+    )
+    .await;
+    screenshot(browser, "dashboard-flow").await;
+    lease.done().await.unwrap();
+    for lease in pg_leases {
+        lease.done().await.unwrap();
+    }
+    browser.clone().close().await.unwrap();
 }

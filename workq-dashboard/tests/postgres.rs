@@ -841,3 +841,104 @@ async fn a_statement_stuck_on_the_server_is_cancelled_there() {
     lock.rollback().await.unwrap();
     assert_eq!(get(&app, "/api/queues").await.status, StatusCode::OK);
 }
+
+/// A PostgreSQL queue's page carries its groups, its limits and its periodic schedules as a
+/// Redis queue's does; a schedule is paused and resumed through the API; `/metrics` has the
+/// queue's flow series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queues_page_has_its_groups_limits_and_schedules() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pool = admin(&server).await;
+    let q: PgQueue<String> = PgQueue::builder("tenants")
+        .pool(pool.clone())
+        .listen(false)
+        .lease_duration(Duration::from_secs(600))
+        .group_by(support::group_of)
+        .max_in_flight_per_group(1)
+        .group_weight("quiet", 2)
+        .hand_out_rate_per_group(50.0, 5)
+        .build()
+        .await
+        .unwrap();
+    for key in ["noisy/a", "noisy/b", "noisy/c", "quiet/a"] {
+        q.add(key.to_owned()).await.unwrap();
+    }
+    let lease = q.try_get().await.unwrap().into_lease().expect("a lease");
+    assert_eq!(lease.item(), "noisy/a");
+    let now = std::time::SystemTime::now();
+    support::schedules(&q, "cron/tick".to_owned(), now).await;
+    let app = dashboard(
+        &server,
+        Config {
+            group_series: 5,
+            ..Config::default()
+        },
+    );
+
+    let page = get(&app, "/api/queues/tenants").await.json();
+    assert_eq!(
+        page["flow"],
+        json!({"groups_ready": 3, "groups_saturated": 1, "groups": 3}),
+        "{page}"
+    );
+    let groups: Vec<(&str, u64, u64)> = page["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap(),
+                g["ready"].as_u64().unwrap(),
+                g["in_flight"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(groups, [("noisy", 2, 1), ("cron", 1, 0), ("quiet", 1, 0)]);
+    assert!(
+        page["groups"][0]["oldest_ready_s"].as_f64().is_some(),
+        "{page}"
+    );
+    assert_eq!(
+        page["limits_described"],
+        json!([
+            ["groups", "by the queue's group function, taking turns"],
+            ["in flight per group", "at most 1"],
+            ["weights", "quiet: 2 (the others: 1)"],
+            ["hand-out rate per group", "50/s, burst 5"],
+        ])
+    );
+    let schedules = page["schedules"].as_array().unwrap();
+    assert_eq!(schedules.len(), 2, "{page}");
+    assert_eq!(schedules[1]["name"], "nightly");
+    assert_eq!(schedules[1]["time_zone"], "Europe/Paris");
+    assert_eq!(schedules[0]["name"], "minutely");
+    assert!(schedules[0]["last_tick_ms"].as_u64().is_some(), "{page}");
+
+    let nightly = json!({"schedule": "nightly"});
+    let reply = post(&app, "/api/queues/tenants/schedules/pause", nightly.clone()).await;
+    assert_eq!(reply.json()["changed"], 1, "{}", reply.body);
+    let listed = q.schedules().await.unwrap();
+    assert!(listed[1].paused, "{listed:?}");
+    let reply = post(
+        &app,
+        "/api/queues/tenants/schedules/resume",
+        nightly.clone(),
+    )
+    .await;
+    assert_eq!(reply.json()["changed"], 1, "{}", reply.body);
+    let reply = post(&app, "/api/queues/tenants/schedules/resume", nightly).await;
+    assert_eq!(reply.json()["changed"], 0, "{}", reply.body);
+
+    let text = get(&app, "/metrics").await.body;
+    for line in [
+        "workqueue_groups_ready{name=\"tenants\",source=\"postgres\"} 3",
+        "workqueue_group_saturated{name=\"tenants\",source=\"postgres\"} 1",
+        "workqueue_group_depth{name=\"tenants\",source=\"postgres\",group=\"noisy\"} 2",
+        "workqueue_group_in_flight{name=\"tenants\",source=\"postgres\",group=\"noisy\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    lease.done().await.unwrap();
+}

@@ -5,12 +5,13 @@
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use workq::admin::{
     Admin, AdminError, BoxFuture, Capabilities, DeadLetter, End, ItemDetail, MAX_PAGE_LIMIT, Page,
     PageQuery, QueueSummary, Removed, Retried, ServerStatus, Stats,
 };
+use workq::periodic::{ScheduleInfo, ScheduleUpdate};
 
 use crate::builder::MAX_NAME_BYTES;
 use crate::dead_letter::STEP;
@@ -304,6 +305,40 @@ impl Admin for PgAdmin {
         item: &'a str,
     ) -> BoxFuture<'a, Result<u32, AdminError>> {
         Box::pin(self.on(queue, move |q| async move { q.forget_raw(item).await }))
+    }
+
+    /// One read of `workqueue_schedules`.
+    fn schedules<'a>(
+        &'a self,
+        queue: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ScheduleInfo>, AdminError>> {
+        Box::pin(self.on(queue, |q| async move { q.schedules().await }))
+    }
+
+    /// The schedule is looked up first (a name the queue does not have is not created),
+    /// then one call of `workqueue_periodic_upsert`, with this machine's clock as `now` (a
+    /// resume moves the schedule's `since` to it).
+    fn pause_schedule<'a>(
+        &'a self,
+        queue: &'a str,
+        schedule: &'a str,
+        paused: bool,
+    ) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(async move {
+            let was = self
+                .on(queue, |q| async move {
+                    let listed = q.schedules().await?;
+                    let Some(was) = listed.iter().find(|s| s.name == schedule).map(|s| s.paused)
+                    else {
+                        return Ok(None);
+                    };
+                    let update = ScheduleUpdate::pause(schedule, paused, SystemTime::now());
+                    q.upsert_periodic(update).await?;
+                    Ok(Some(was))
+                })
+                .await?;
+            Ok(was.ok_or(AdminError::NotFound)? != paused)
+        })
     }
 
     fn dead_letters<'a>(

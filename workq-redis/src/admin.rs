@@ -17,12 +17,14 @@
 //!   summarised, as [`QueueSummary::broken`], as in a listing.
 
 use std::sync::atomic::Ordering;
+use std::time::SystemTime;
 
 use serde::de::IgnoredAny;
 use workq::admin::{
     Admin, AdminError, BoxFuture, Capabilities, DeadLetter, End, ItemDetail, MAX_PAGE_LIMIT, Page,
     PageQuery, QueueSummary, Removed, Retried, ServerStatus, Stats,
 };
+use workq::periodic::{ScheduleInfo, ScheduleUpdate};
 
 use crate::dead_letter::entry_of;
 use crate::error::Error;
@@ -164,7 +166,7 @@ impl Admin for RedisAdmin {
                 "still looking for queues made by a version that kept no index of queue \
                  names: each listing scans some 10,000 more keys of each primary until the \
                  keyspace is scanned once, and such queues may be missing until then \
-                 (RedisAdmin::reindex scans it all at once)"
+                 (`wq queue reindex`, RedisAdmin::reindex, scans it all at once)"
                     .to_owned(),
             );
         }
@@ -323,6 +325,41 @@ impl Admin for RedisAdmin {
             let handle = self.known(queue).await?;
             let cleared = handle.forget_counted(item).await.map(saturated);
             self.answer(cleared)
+        })
+    }
+
+    /// One `HGETALL` of the queue's schedules hash (one field per schedule).
+    fn schedules<'a>(
+        &'a self,
+        queue: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ScheduleInfo>, AdminError>> {
+        Box::pin(async move {
+            let handle = self.known(queue).await?;
+            let schedules = handle.schedules().await;
+            self.answer(schedules)
+        })
+    }
+
+    /// The schedule is looked up first (a name the queue does not have is not created),
+    /// then one run of the `periodic_upsert` script, with this machine's clock as `now` (a
+    /// resume moves the schedule's `since` to it).
+    fn pause_schedule<'a>(
+        &'a self,
+        queue: &'a str,
+        schedule: &'a str,
+        paused: bool,
+    ) -> BoxFuture<'a, Result<bool, AdminError>> {
+        Box::pin(async move {
+            let handle = self.known(queue).await?;
+            let listed = self.answer(handle.schedules().await)?;
+            let was = listed
+                .iter()
+                .find(|s| s.name == schedule)
+                .ok_or(AdminError::NotFound)?
+                .paused;
+            let update = ScheduleUpdate::pause(schedule, paused, SystemTime::now());
+            self.answer(handle.upsert_periodic(update).await)?;
+            Ok(was != paused)
         })
     }
 

@@ -76,6 +76,41 @@ impl HandOutRate {
     }
 }
 
+impl fmt::Display for HandOutRate {
+    /// `50/s, burst 10`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/s, burst {}", self.per_second, self.burst)
+    }
+}
+
+/// How many per-group settings [`FlowLimits::described`] names in one line before it says
+/// how many more there are.
+const DESCRIBED_GROUPS: usize = 10;
+
+/// The per-group settings `map` as `a: x; b: y`, at most [`DESCRIBED_GROUPS`] of them, then
+/// `and N more`.
+fn per_group<V: fmt::Display>(map: &BTreeMap<String, V>) -> String {
+    let mut parts: Vec<String> = map
+        .iter()
+        .take(DESCRIBED_GROUPS)
+        .map(|(group, value)| format!("{group}: {value}"))
+        .collect();
+    if map.len() > DESCRIBED_GROUPS {
+        parts.push(format!("and {} more", map.len() - DESCRIBED_GROUPS));
+    }
+    parts.join("; ")
+}
+
+/// A queue-wide setting `all` with its per-group exceptions `own`, in words: `4 (big: 10)`,
+/// `big: 10 (the others: none)`, `4`.
+fn with_exceptions<V: fmt::Display>(all: Option<String>, own: &BTreeMap<String, V>) -> String {
+    match (all, own.is_empty()) {
+        (Some(all), true) => all,
+        (Some(all), false) => format!("{all} ({})", per_group(own)),
+        (None, _) => format!("{} (the others: none)", per_group(own)),
+    }
+}
+
 /// The limits of a queue's flow control, without its group function: what a backend keeps
 /// beside the queue for every process, and what an operator's view shows.
 ///
@@ -150,6 +185,66 @@ impl FlowLimits {
             .get(group)
             .copied()
             .or(self.hand_out_rate_per_group)
+    }
+
+    /// The limits in words, one `(what, setting)` line per setting that is set, as
+    /// operators read them (`wq queue stats`, the dashboard): at most ten named groups per
+    /// line, then how many more. Empty for [`is_empty`](Self::is_empty) limits.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workq::flow::FlowControl;
+    ///
+    /// let flow: FlowControl<String> = FlowControl::new()
+    ///     .group_by(|key: &String| key.clone())
+    ///     .max_in_flight_per_group(2)
+    ///     .group_max_in_flight("kube-system", 8)
+    ///     .hand_out_rate(50.0, 10);
+    /// assert_eq!(
+    ///     flow.limits().described(),
+    ///     [
+    ///         ("groups", "by the queue's group function, taking turns".to_owned()),
+    ///         ("in flight per group", "at most 2 (kube-system: 8)".to_owned()),
+    ///         ("hand-out rate", "50/s, burst 10".to_owned()),
+    ///     ]
+    /// );
+    /// ```
+    pub fn described(&self) -> Vec<(&'static str, String)> {
+        let mut lines = Vec::new();
+        if self.grouped {
+            lines.push((
+                "groups",
+                "by the queue's group function, taking turns".to_owned(),
+            ));
+        }
+        if let Some(n) = self.max_in_flight {
+            lines.push(("in flight", format!("at most {n} over the queue")));
+        }
+        if self.max_in_flight_per_group.is_some() || !self.group_max_in_flight.is_empty() {
+            let all = self.max_in_flight_per_group.map(|n| format!("at most {n}"));
+            lines.push((
+                "in flight per group",
+                with_exceptions(all, &self.group_max_in_flight),
+            ));
+        }
+        if !self.group_weights.is_empty() {
+            lines.push((
+                "weights",
+                format!("{} (the others: 1)", per_group(&self.group_weights)),
+            ));
+        }
+        if let Some(rate) = self.hand_out_rate {
+            lines.push(("hand-out rate", rate.to_string()));
+        }
+        if self.hand_out_rate_per_group.is_some() || !self.group_hand_out_rates.is_empty() {
+            let all = self.hand_out_rate_per_group.map(|r| r.to_string());
+            lines.push((
+                "hand-out rate per group",
+                with_exceptions(all, &self.group_hand_out_rates),
+            ));
+        }
+        lines
     }
 }
 
@@ -351,6 +446,42 @@ mod tests {
             (3, 1, 1)
         );
         assert!(flow.is_active() && !limits.grouped);
+    }
+
+    #[test]
+    fn limits_are_described_one_line_per_setting_with_their_exceptions() {
+        let mut flow: FlowControl<u32> = FlowControl::new()
+            .max_in_flight(100)
+            .group_max_in_flight("big", 5)
+            .hand_out_rate_per_group(10.0, 1)
+            .group_hand_out_rate("slow", 0.5, 2)
+            .group_weight("heavy", 3);
+        assert_eq!(
+            flow.limits().described(),
+            [
+                ("in flight", "at most 100 over the queue".to_owned()),
+                (
+                    "in flight per group",
+                    "big: 5 (the others: none)".to_owned()
+                ),
+                ("weights", "heavy: 3 (the others: 1)".to_owned()),
+                (
+                    "hand-out rate per group",
+                    "10/s, burst 1 (slow: 0.5/s, burst 2)".to_owned()
+                ),
+            ]
+        );
+        // Many named groups: ten, then how many more.
+        for g in 0..12 {
+            flow = flow.group_weight(format!("g{g:02}"), 2);
+        }
+        let weights = flow.limits().described()[2].1.clone();
+        assert!(
+            weights.starts_with("g00: 2; g01: 2;")
+                && weights.ends_with("g09: 2; and 3 more (the others: 1)"),
+            "{weights}"
+        );
+        assert!(FlowLimits::default().described().is_empty());
     }
 
     #[test]

@@ -269,6 +269,12 @@ async fn boxed_and_shared_admins_answer_as_the_admin_inside() {
         Action::RetryNow { item: "1".into() },
         Action::Remove { item: "1".into() },
         Action::Forget { item: "1".into() },
+        Action::PauseSchedule {
+            schedule: "nightly".into(),
+        },
+        Action::ResumeSchedule {
+            schedule: "nightly".into(),
+        },
     ];
     for action in &all {
         assert!(act(&*scripted, "q", action).await.is_ok(), "{action:?}");
@@ -282,6 +288,7 @@ async fn boxed_and_shared_admins_answer_as_the_admin_inside() {
             .await
             .is_ok()
     );
+    assert!(scripted.schedules("q").await.is_ok());
 }
 
 /// An admin that answers every call with what a test set: the backends' answers, to check
@@ -405,6 +412,20 @@ impl Admin for Scripted {
     fn purge_dead_letters<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<u64, AdminError>> {
         self.answer(Ok(self.count))
     }
+    fn schedules<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<workq::periodic::ScheduleInfo>, AdminError>> {
+        self.answer(Ok(Vec::new()))
+    }
+    fn pause_schedule<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: bool,
+    ) -> BoxFuture<'a, Result<bool, AdminError>> {
+        self.answer(Ok(self.switched))
+    }
 }
 
 /// What `act` says of `action` on `admin`.
@@ -447,7 +468,54 @@ async fn act_says_what_each_switch_did() {
         said(&off, Action::ResumeFleet).await,
         ok(0, "not shut down")
     );
-    assert_eq!(on.calls.load(Ordering::Relaxed), 4, "one call per action");
+    let nightly = || "nightly".to_owned();
+    assert_eq!(
+        said(
+            &on,
+            Action::PauseSchedule {
+                schedule: nightly()
+            }
+        )
+        .await,
+        ok(
+            1,
+            "schedule paused for every process (its ticks are skipped)"
+        )
+    );
+    assert_eq!(
+        said(
+            &off,
+            Action::PauseSchedule {
+                schedule: nightly()
+            }
+        )
+        .await,
+        ok(0, "schedule paused already")
+    );
+    assert_eq!(
+        said(
+            &on,
+            Action::ResumeSchedule {
+                schedule: nightly()
+            }
+        )
+        .await,
+        ok(
+            1,
+            "schedule running again (the ticks skipped are not caught up)"
+        )
+    );
+    assert_eq!(
+        said(
+            &off,
+            Action::ResumeSchedule {
+                schedule: nightly()
+            }
+        )
+        .await,
+        ok(0, "schedule running already")
+    );
+    assert_eq!(on.calls.load(Ordering::Relaxed), 6, "one call per action");
 }
 
 #[tokio::test]
@@ -674,6 +742,22 @@ fn actions_name_their_target_and_say_whether_they_lose_something() {
             "forget",
             Some("\"a\""),
             true,
+        ),
+        (
+            Action::PauseSchedule {
+                schedule: "nightly".into(),
+            },
+            "pause_schedule",
+            Some("nightly"),
+            false,
+        ),
+        (
+            Action::ResumeSchedule {
+                schedule: "nightly".into(),
+            },
+            "resume_schedule",
+            Some("nightly"),
+            false,
         ),
     ];
     for (action, name, target, destructive) in cases {
@@ -938,6 +1022,12 @@ mod json {
             Action::Forget {
                 item: "\"a\"".into(),
             },
+            Action::PauseSchedule {
+                schedule: "nightly".into(),
+            },
+            Action::ResumeSchedule {
+                schedule: "nightly".into(),
+            },
         ] {
             let json = round_trip(&action);
             assert_eq!(
@@ -946,6 +1036,10 @@ mod json {
                 "the tag is the action's name"
             );
         }
+        let pause: Action =
+            serde_json::from_value(json!({"action": "pause_schedule", "schedule": "nightly"}))
+                .expect("action");
+        assert_eq!(pause.target(), Some("nightly"));
         assert_eq!(
             round_trip(&ActionOutcome::new(2, "requeued 2 dead letters")),
             json!({"changed": 2, "message": "requeued 2 dead letters"})

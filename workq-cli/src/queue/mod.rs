@@ -15,13 +15,16 @@
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::process::ExitCode;
 
-use workq::admin::{Action, Admin, AdminError, End, ItemState, PageQuery, act, redact_url};
+use workq::admin::{
+    Action, Admin, AdminError, End, ItemState, PageQuery, act, redact_url, redact_urls_in,
+};
 
 mod open;
 pub(crate) mod print;
 
 pub(crate) use open::{Alias, admin_for};
 use print::escape;
+use workq_dashboard::text;
 
 /// Options of `wq queue` (and of its aliases).
 #[derive(Debug, clap::Args)]
@@ -55,12 +58,16 @@ enum QueueCommand {
     /// Lists every queue: depth, delayed, in flight, dead letters, shut down or paused.
     #[command(alias = "queues")]
     List,
-    /// Shows a queue: depth, delayed, in flight with lease ages, tracked failures.
+    /// Shows a queue: depth, delayed, in flight with lease ages, tracked failures, its
+    /// groups and limits (with flow control) and its periodic schedules.
     Stats {
         queue: String,
         /// How many leases, failure counts and dead letters to list.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// How many groups to list (the ones with the most ready items).
+        #[arg(long, value_name = "N", default_value_t = 10)]
+        groups: usize,
         /// The figures as JSON.
         #[arg(long)]
         json: bool,
@@ -103,6 +110,26 @@ enum QueueCommand {
     /// Lists, requeues, deletes or purges the queue's dead letters.
     #[command(subcommand)]
     DeadLetters(DeadLettersCommand),
+    /// Lists the queue's periodic schedules, or pauses or resumes one for every process.
+    #[command(subcommand)]
+    Schedules(SchedulesCommand),
+    /// Redis: finds the queues made by a version that kept no index of queue names, scanning
+    /// the whole keyspace at once (the listings otherwise do it a bounded step at a time).
+    Reindex,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum SchedulesCommand {
+    /// Lists them: name, schedule, time zone, next tick, last tick taken, state, since.
+    List {
+        queue: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pauses one for every process: its ticks are skipped, never caught up.
+    Pause { queue: String, schedule: String },
+    /// Resumes one; the ticks skipped while it was paused are not caught up.
+    Resume { queue: String, schedule: String },
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -157,6 +184,9 @@ fn end_of(name: &str) -> Result<End, String> {
 pub(crate) fn run(args: QueueArgs, alias: Alias) -> ExitCode {
     let name: &str = (&args.command).into();
     let command = format!("{} {name}", alias.tool());
+    if let QueueCommand::Reindex = args.command {
+        return reindex(&command, args.url, args.prefix.as_deref(), alias);
+    }
     let opened = open::url(args.url, alias).and_then(|url| {
         let admin = open::open(&url, args.prefix.as_deref(), alias)?;
         Ok((redact_url(&url), admin))
@@ -188,14 +218,14 @@ struct Run {
     dry_run: bool,
 }
 
-/// `value` as JSON, its control characters escaped.
+/// `value` as JSON, what a terminal acts on escaped as JSON escapes.
 fn json<T: serde::Serialize>(value: &T, pretty: bool) -> Result<(), String> {
     let text = if pretty {
         serde_json::to_string_pretty(value)
     } else {
         serde_json::to_string(value)
     };
-    println!("{}", escape(&text.map_err(|e| e.to_string())?));
+    println!("{}", text::escape_json(&text.map_err(|e| e.to_string())?));
     Ok(())
 }
 
@@ -205,24 +235,28 @@ impl Run {
         match command {
             QueueCommand::List => {
                 let queues = a.queues().await.map_err(|e| e.to_string())?;
-                print!("{}", print::list(&queues));
+                print!("{}", text::queues(&queues));
                 eprintln!("{} queues", queues.len());
-                print!("{}", print::server(&a.status()));
+                print!("{}", text::server(&a.status()));
             }
             QueueCommand::Stats {
                 queue,
                 limit,
+                groups,
                 json: as_json,
             } => {
-                let stats = a
-                    .stats(&queue, limit)
+                let mut stats = a
+                    .stats(&queue, limit.max(groups))
                     .await
                     .map_err(|e| self.fail(&queue, e))?;
+                stats.leases.truncate(limit);
+                stats.failures.truncate(limit);
+                stats.groups.truncate(groups);
                 if as_json {
                     json(&stats, true)?;
                     return Ok(ExitCode::SUCCESS);
                 }
-                let mut text = print::stats(&stats, &format!("{} resume", self.alias.tool()));
+                let mut text = text::stats(&stats, &format!("{} resume", self.alias.tool()));
                 if a.capabilities().actions && stats.summary.dead > 0 {
                     let dead = a.dead_letters(&queue, End::Last, limit).await;
                     text.push_str("  dead letters (newest first):\n");
@@ -230,7 +264,16 @@ impl Run {
                         text.push_str(&format!("    {line}\n"));
                     }
                 }
-                print!("{text}{}", print::server(&a.status()));
+                match a.schedules(&queue).await {
+                    Ok(list) if !list.is_empty() => {
+                        text.push_str(&format!("schedules\n{}", text::schedules("    ", &list)));
+                    }
+                    Ok(_) | Err(AdminError::Unsupported) => {}
+                    Err(e) => {
+                        text.push_str(&format!("schedules      {}\n", escape(&e.to_string())));
+                    }
+                }
+                print!("{text}{}", text::server(&a.status()));
             }
             QueueCommand::Items {
                 queue,
@@ -284,6 +327,28 @@ impl Run {
                 self.act(&queue, Action::Forget { item }).await?;
             }
             QueueCommand::DeadLetters(command) => return self.dead_letters(command).await,
+            QueueCommand::Schedules(SchedulesCommand::List {
+                queue,
+                json: as_json,
+            }) => {
+                let list = a
+                    .schedules(&queue)
+                    .await
+                    .map_err(|e| self.fail(&queue, e))?;
+                if as_json {
+                    json(&list, true)?;
+                } else {
+                    print!("{}", text::schedules("", &list));
+                }
+            }
+            QueueCommand::Schedules(SchedulesCommand::Pause { queue, schedule }) => {
+                self.act(&queue, Action::PauseSchedule { schedule }).await?;
+            }
+            QueueCommand::Schedules(SchedulesCommand::Resume { queue, schedule }) => {
+                self.act(&queue, Action::ResumeSchedule { schedule })
+                    .await?;
+            }
+            QueueCommand::Reindex => unreachable!("run() reindexes before opening an admin"),
         }
         Ok(ExitCode::SUCCESS)
     }
@@ -322,7 +387,17 @@ impl Run {
                 println!("{n} dead letters purged");
             }
             action => {
-                let outcome = act(a, queue, &action).await.map_err(fail)?;
+                let outcome = act(a, queue, &action)
+                    .await
+                    .map_err(|e| match (e, &action) {
+                        // The queue is there (`confirm` looked): what is not is the schedule.
+                        (
+                            AdminError::NotFound,
+                            Action::PauseSchedule { schedule }
+                            | Action::ResumeSchedule { schedule },
+                        ) => format!("queue {q} has no schedule {}", escape(schedule)),
+                        (e, _) => fail(e),
+                    })?;
                 println!("{}", escape(&outcome.message));
             }
         }
@@ -482,6 +557,10 @@ impl Run {
             Action::Forget { .. } => {
                 format!("clear the failure count of item {target} in queue {q}")
             }
+            Action::PauseSchedule { .. } => {
+                format!("pause schedule {target} of queue {q} for every process")
+            }
+            Action::ResumeSchedule { .. } => format!("resume schedule {target} of queue {q}"),
             other => format!("{} queue {q}", other.name()),
         };
         let what = format!("{what} on {}", self.server);
@@ -519,4 +598,27 @@ impl Run {
             Err("not confirmed: nothing done".into())
         }
     }
+}
+
+/// `wq queue reindex`: [`workq_redis::RedisAdmin::reindex`] on the Redis server of the URL.
+fn reindex(command: &str, url: Option<String>, prefix: Option<&str>, alias: Alias) -> ExitCode {
+    let admin = open::url(url, alias).and_then(|url| {
+        if open::backend_of(&url)? != open::Backend::Redis {
+            return Err("reindex is for Redis: PostgreSQL lists its queues from a table".into());
+        }
+        workq_redis::RedisAdmin::new(&url, prefix.unwrap_or("wq")).map_err(|e| e.to_string())
+    });
+    let admin = match admin {
+        Ok(admin) => admin,
+        Err(e) => {
+            eprintln!("{command}: {}", escape(&redact_urls_in(&e)));
+            return ExitCode::FAILURE;
+        }
+    };
+    crate::runtime::block_on_as(command, async {
+        let found = admin.reindex().await;
+        let found = found.map_err(|e| redact_urls_in(&e.to_string()))?;
+        println!("{found} queue names found and indexed; the listings scan no more");
+        Ok::<_, String>(ExitCode::SUCCESS)
+    })
 }

@@ -186,6 +186,46 @@ function renderDetail() {
   document.querySelector('[data-action="last"]').textContent = lastLabel;
 }
 
+// The queue's groups (the ones with the most ready items) and its limits, as the API says
+// them; hidden on a queue without flow control.
+function renderFlow() {
+  const flow = view.flow, groups = view.groups || [], limits = view.limits_described || [];
+  $("flow").hidden = !flow && !limits.length && !view.flow_error;
+  let summary = "";
+  if (view.flow_error) summary = "cannot be read: " + view.flow_error;
+  else if (flow) {
+    summary = num(flow.groups) + " kept · " + num(flow.groups_ready) + " with ready items · " + num(flow.groups_saturated) + " at their limit";
+    if (groups.length < flow.groups) summary += " · the " + groups.length + " with the most ready items";
+  }
+  $("flow-summary").textContent = summary;
+  const cell = (field, v) => el("td", { "data-field": field }, v);
+  document.querySelector("#groups tbody").replaceChildren(...groups.map((g) => el("tr", { class: "group", "data-group": g.name },
+    cell("name", g.name), cell("ready", num(g.ready)), cell("in_flight", num(g.in_flight)),
+    cell("limit", g.limit == null ? "none" : num(g.limit)), cell("oldest_ready", secs(g.oldest_ready_s)))));
+  $("limits").replaceChildren(...limits.flatMap(([what, setting]) => [el("dt", {}, what), el("dd", { "data-limit": what }, setting)]));
+}
+
+// The queue's periodic schedules, with pause and resume where the source acts; hidden when
+// it has none.
+function renderSchedules() {
+  const list = view.schedules || [];
+  $("schedules-box").hidden = !list.length && !view.schedules_error;
+  $("schedules-note").textContent = view.schedules_error ? "cannot be read: " + view.schedules_error : "";
+  const cell = (field, v, cls) => el("td", { "data-field": field, class: cls || null }, v);
+  document.querySelector("#schedules tbody").replaceChildren(...list.map((s) => {
+    const acts = [];
+    if (!readOnly && !s.name_truncated) {
+      const verb = s.paused ? "resume" : "pause";
+      acts.push(button(s.paused ? "Resume" : "Pause", "schedule-" + verb, () => act("schedules/" + verb, { schedule: s.name }, verb + " schedule " + s.name)));
+    }
+    return el("tr", { class: "schedule", "data-schedule": s.name },
+      cell("name", s.name), cell("spec", s.spec, "text"), cell("time_zone", s.time_zone || ""),
+      cell("next_tick", s.next_tick || ""), cell("last_tick", s.last_tick || ""),
+      cell("state", s.paused ? el("span", { class: "paused" }, "paused") : el("span", { class: "running" }, "running")),
+      cell("since", s.since || ""), el("td", {}, ...acts));
+  }));
+}
+
 // An item whose text the listing cut is opened by its reference and the page it is on; its
 // detail shows it whole, with its actions.
 function openRef(x) {
@@ -348,6 +388,8 @@ async function refresh() {
     if (sel && sel.source && sources.some((s) => s.label === sel.source && s.up)) {
       view = await getJson(queuePath(""));
       renderDetail();
+      renderFlow();
+      renderSchedules();
       const src = sources.find((s) => s.label === sel.source);
       if (src && src.has_items) {
         items.page = await getJson(queuePath("items", { state: items.state, from: items.from, cursor: items.cursor, limit: pageLimit, q: items.search }));

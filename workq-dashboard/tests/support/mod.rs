@@ -117,3 +117,67 @@ pub(crate) fn redis_cluster() -> Option<server::RedisCluster> {
     }
     server::RedisCluster::start()
 }
+
+/// The group of a key `group/name`: the part before the slash.
+#[allow(
+    clippy::ptr_arg,
+    reason = "a group function takes a reference to the queue's item type"
+)]
+pub fn group_of(key: &String) -> String {
+    key.split_once('/').map_or("", |(g, _)| g).to_owned()
+}
+
+/// Redis queue `name` with flow control: grouped by [`group_of`], one lease out per group
+/// (`big`: three), a hand-out rate of 1000 a second.
+pub async fn grouped_queue(server: &RedisServer, name: &str) -> workq_redis::RedisQueue<String> {
+    workq_redis::RedisQueue::builder(name)
+        .url(server.url())
+        .check_persistence(false)
+        .group_by(group_of)
+        .max_in_flight_per_group(1)
+        .group_max_in_flight("big", 3)
+        .hand_out_rate(1000.0, 100)
+        .build()
+        .await
+        .expect("connect to the test server")
+}
+
+/// The next tick of [`schedules`]' `nightly` after `now`: the coming 02:00 UTC.
+pub fn nightly_next_tick(now: std::time::SystemTime) -> std::time::SystemTime {
+    let day = 86_400;
+    let since_epoch = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    let next = (since_epoch.as_secs().saturating_sub(7_200) / day + 1) * day + 7_200;
+    std::time::UNIX_EPOCH + std::time::Duration::from_secs(next)
+}
+
+/// The schedules of a queue as its runners would have written them, on the runners' clock
+/// `now`: `nightly` (a cron at 03:00 in Paris, next tick the coming 02:00 UTC, as in winter)
+/// and `minutely` (an interval whose tick of a minute ago was taken, with `item`).
+pub async fn schedules<Q: workq::Queue>(queue: &Q, item: Q::Item, now: std::time::SystemTime)
+where
+    Q::Error: std::fmt::Debug,
+{
+    use std::time::Duration;
+    use workq::periodic::{ScheduleUpdate, TickClaim, TickOutcome};
+    let (hour, minute) = (Duration::from_secs(3600), Duration::from_secs(60));
+    let nightly = ScheduleUpdate::register(
+        "nightly",
+        "cron 0 3 * * * (Europe/Paris)",
+        Some(nightly_next_tick(now)),
+        now - hour,
+    );
+    queue.upsert_schedule(nightly).await.expect("nightly");
+    let claim = TickClaim::new(
+        "minutely",
+        "every 1m",
+        now - minute,
+        Some(now),
+        now - minute,
+    );
+    let took = queue
+        .add_on_tick(claim, item, workq::AddOptions::default())
+        .await;
+    assert_eq!(took.expect("a tick"), TickOutcome::Added);
+}

@@ -51,6 +51,17 @@ pub enum Action {
         /// The item (its JSON text).
         item: String,
     },
+    /// Pause one of the queue's periodic schedules for every process: its ticks are
+    /// skipped, never caught up.
+    PauseSchedule {
+        /// The schedule's name.
+        schedule: String,
+    },
+    /// Resume one of the queue's periodic schedules.
+    ResumeSchedule {
+        /// The schedule's name.
+        schedule: String,
+    },
 }
 
 impl Action {
@@ -69,13 +80,18 @@ impl Action {
             Action::RetryNow { .. } => "retry_now",
             Action::Remove { .. } => "remove",
             Action::Forget { .. } => "forget",
+            Action::PauseSchedule { .. } => "pause_schedule",
+            Action::ResumeSchedule { .. } => "resume_schedule",
         }
     }
 
-    /// The item or dead letter it names, if it names one.
+    /// The item, dead letter or schedule it names, if it names one.
     pub fn target(&self) -> Option<&str> {
         match self {
             Action::RequeueDeadLetter { id } | Action::DeleteDeadLetter { id } => Some(id),
+            Action::PauseSchedule { schedule } | Action::ResumeSchedule { schedule } => {
+                Some(schedule)
+            }
             Action::RetryNow { item } | Action::Remove { item } | Action::Forget { item } => {
                 Some(item)
             }
@@ -103,7 +119,9 @@ impl Action {
             | Action::ResumeFleet
             | Action::RequeueDeadLetters
             | Action::RequeueDeadLetter { .. }
-            | Action::RetryNow { .. } => false,
+            | Action::RetryNow { .. }
+            | Action::PauseSchedule { .. }
+            | Action::ResumeSchedule { .. } => false,
         }
     }
 }
@@ -250,6 +268,16 @@ pub async fn act(
                 ActionOutcome::new(0, "no failures to clear")
             }
         }
+        Action::PauseSchedule { schedule } => switched(
+            admin.pause_schedule(queue, schedule, true).await?,
+            "schedule paused for every process (its ticks are skipped)",
+            "schedule paused already",
+        ),
+        Action::ResumeSchedule { schedule } => switched(
+            admin.pause_schedule(queue, schedule, false).await?,
+            "schedule running again (the ticks skipped are not caught up)",
+            "schedule running already",
+        ),
     })
 }
 

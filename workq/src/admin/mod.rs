@@ -346,6 +346,22 @@ pub trait Admin: Send + Sync + fmt::Debug {
         unsupported()
     }
 
+    /// Pauses (`paused = true`) or resumes one of the queue's periodic schedules for every
+    /// process, as a runner's `PeriodicHandle::pause` and `resume` do: its runners go on taking its ticks and add nothing for them while it is
+    /// paused, and the ticks skipped are never caught up. Answers whether it changed
+    /// anything (`false`: it was paused, or running, already). An action, behind
+    /// [`capabilities`](Self::capabilities)' `actions`: [`AdminError::NotFound`] for an
+    /// unknown queue or a schedule the queue does not have (none is created).
+    fn pause_schedule<'a>(
+        &'a self,
+        queue: &'a str,
+        schedule: &'a str,
+        paused: bool,
+    ) -> BoxFuture<'a, Result<bool, AdminError>> {
+        let _ = (queue, schedule, paused);
+        unsupported()
+    }
+
     /// At most `limit` dead letters from `from`'s end ([`End::First`]: oldest first).
     fn dead_letters<'a>(
         &'a self,
@@ -482,6 +498,14 @@ macro_rules! forward_admin {
                 queue: &'a str,
             ) -> BoxFuture<'a, Result<Vec<ScheduleInfo>, AdminError>> {
                 (**self).schedules(queue)
+            }
+            fn pause_schedule<'a>(
+                &'a self,
+                queue: &'a str,
+                schedule: &'a str,
+                paused: bool,
+            ) -> BoxFuture<'a, Result<bool, AdminError>> {
+                (**self).pause_schedule(queue, schedule, paused)
             }
             fn dead_letters<'a>(
                 &'a self,

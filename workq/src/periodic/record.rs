@@ -71,6 +71,33 @@ impl ScheduleInfo {
             paused: false,
         }
     }
+
+    /// The time zone a cron schedule is evaluated in, as its [`spec`](Self::spec) names it
+    /// (`Europe/Paris` in `cron 30 2 * * * (Europe/Paris)`, `UTC` for a cron schedule made
+    /// without one); `None` for an interval (`every 5m`), whose ticks are multiples of its
+    /// period since the Unix epoch whatever the zone, or a spec that names none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::SystemTime;
+    /// use workq::periodic::ScheduleInfo;
+    ///
+    /// let mut nightly = ScheduleInfo::new("nightly", SystemTime::UNIX_EPOCH);
+    /// nightly.spec = "cron 30 2 * * * (Europe/Paris)".to_owned();
+    /// assert_eq!(nightly.time_zone(), Some("Europe/Paris"));
+    /// nightly.spec = "every 1h offset 15m".to_owned();
+    /// assert_eq!(nightly.time_zone(), None);
+    /// ```
+    pub fn time_zone(&self) -> Option<&str> {
+        let zone = self
+            .spec
+            .strip_prefix("cron ")?
+            .strip_suffix(')')?
+            .rsplit_once(" (")?
+            .1;
+        (!zone.is_empty()).then_some(zone)
+    }
 }
 
 /// What [`Queue::upsert_schedule`](crate::Queue::upsert_schedule) writes: a schedule's record
