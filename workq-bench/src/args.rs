@@ -9,11 +9,12 @@ use clap::Parser;
 #[command(name = "wq-bench", version, about)]
 pub(crate) struct Args {
     /// Runs smaller versions of the workloads, one run each (in memory, well under 20 s on 2
-    /// cores; W7 on a server, 10,000 items per phase, about a minute beside its reference).
+    /// cores; W7 on a server, 10,000 items per phase, about a minute beside its reference; W8,
+    /// a burst of 20,000 and 1 s of quiet items per queue).
     #[arg(long)]
     pub(crate) quick: bool,
 
-    /// Runs W1, W3, W3P, W4 and W7 against the Redis-backed queue at URL (a local server; the
+    /// Runs W1, W3, W3P, W4, W7 and W8 against the Redis-backed queue at URL (a local server; the
     /// bench uses queues of its own and deletes them) beside BullMQ on the same server, which
     /// it installs with npm (the versions pinned in workq-bench/node/bullmq) into a private
     /// directory of this user's unless --no-bullmq is given; with --compare beside the Rust
@@ -26,7 +27,7 @@ pub(crate) struct Args {
     #[arg(long, requires = "redis")]
     pub(crate) no_bullmq: bool,
 
-    /// Runs W1, W3, W3P, W4 and W7 against the PostgreSQL-backed queue at URL (the bench uses
+    /// Runs W1, W3, W3P, W4, W7 and W8 against the PostgreSQL-backed queue at URL (the bench uses
     /// queues of its own and deletes them) beside pg-boss on the same database, which it
     /// installs with npm (the versions pinned in workq-bench/node/pg-boss) into a private
     /// directory of this user's unless --no-pgboss is given; with --compare beside the Rust
@@ -67,7 +68,7 @@ pub(crate) struct Args {
     pub(crate) profile: bool,
 
     /// Workloads to run, comma separated (in memory: W1, P1, W2, W3, W3R, W4, W5, W6, W7, W8, P2,
-    /// P3, P4; with --redis or --postgres: W1, W3, W3P, W4, W7, W7S); all by default (but
+    /// P3, P4; with --redis or --postgres: W1, W3, W3P, W4, W7, W8, W7S); all by default (but
     /// W7S, which --plot adds unless --compare is given).
     #[arg(
         short = 'w',
@@ -106,6 +107,11 @@ pub(crate) struct Args {
     /// W7 and W7S: how long the handler sleeps, in ms, comma separated (default: 0,1).
     #[arg(long, value_delimiter = ',', value_name = "MS,...", value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub(crate) handler_ms: Vec<u32>,
+
+    /// W8: the noisy group's burst, in items (default 100,000, or 20,000 with --quick); the
+    /// quiet groups add theirs for 3 s (1 s with --quick) whatever the burst.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub(crate) w8_burst: Option<u64>,
 
     /// Internal: runs the workers of one W7 process (BACKEND:QUEUE:WORKERS:HANDLER_MS:ITEMS).
     #[arg(long, hide = true, value_name = "SPEC")]

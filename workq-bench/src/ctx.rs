@@ -12,6 +12,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) server: Option<&'a Server>,
     /// W7's shapes as the options chose them (empty: the workload's defaults).
     pub(crate) fleet: Choice,
+    /// W8's burst as `--w8-burst` chose it (`None`: the workload's default).
+    pub(crate) w8_burst: Option<usize>,
     /// Whether to profile the server per item (`--profile`).
     pub(crate) profile: bool,
     /// This run's number, from 1.

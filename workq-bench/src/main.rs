@@ -1,14 +1,14 @@
 //! `wq-bench`: the standard workloads of the project's benchmark notes, each beside its
 //! references, in one run.
 //!
-//! In memory (the default) the workloads are W1-W8 (`memory/` and `fleet`), P1 (priorities)
-//! and P2-P4 (controller-runtime's priority-queue benchmarks), and W3R (W3 at a fixed consumer
-//! rate). With `--redis URL` and/or `--postgres URL` they are W1, W3, W3P, W4 and W7 on our
-//! queues on those servers (`distributed`, `fleet`) beside the references that live on the
-//! same kind of server: the node programs BullMQ and pg-boss (`peers::node`), and with
-//! `--compare` the Rust crates `bullmq-official`, `apalis-redis`, `riverqueue` and
-//! `apalis-postgres` (`peers::rust`, a workspace of their own under `peers/`). W7S, W7's
-//! scaling sweep, runs on a server when named or with `--plot DIR`.
+//! In memory (the default) the workloads are W1-W8 (`memory/`, `fleet` and `noisy`), P1
+//! (priorities) and P2-P4 (controller-runtime's priority-queue benchmarks), and W3R (W3 at a
+//! fixed consumer rate). With `--redis URL` and/or `--postgres URL` they are W1, W3, W3P, W4,
+//! W7 and W8 on our queues on those servers (`distributed`, `fleet`, `noisy`) beside the
+//! references that live on the same kind of server: the node programs BullMQ and pg-boss
+//! (`peers::node`), and with `--compare` the Rust crates `bullmq-official`, `apalis-redis`,
+//! `riverqueue` and `apalis-postgres` (`peers::rust`, a workspace of their own under
+//! `peers/`). W7S, W7's scaling sweep, runs on a server when named or with `--plot DIR`.
 //!
 //! A workload returns [`report::Sample`]s (one number per implementation and metric); with
 //! `--runs N` every workload runs N times and the report holds the median of each figure.
@@ -25,6 +25,7 @@ mod ctx;
 mod distributed;
 mod fleet;
 mod memory;
+mod noisy;
 mod peers;
 mod profile;
 mod progress;

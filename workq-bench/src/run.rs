@@ -245,6 +245,7 @@ fn measure(
                     workers: args.workers.clone(),
                     handler_ms: args.handler_ms.clone(),
                 },
+                w8_burst: args.w8_burst.and_then(|n| usize::try_from(n).ok()),
                 profile: args.profile,
                 run,
                 runs: plan.runs,

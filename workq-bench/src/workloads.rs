@@ -2,7 +2,7 @@
 
 use crate::ctx::Ctx;
 use crate::report::Sample;
-use crate::{distributed, fleet, memory};
+use crate::{distributed, fleet, memory, noisy};
 
 /// One standard workload.
 pub(crate) struct Workload {
@@ -63,9 +63,9 @@ pub(crate) const IN_MEMORY: &[Workload] = &[
         run: fleet::run_memory,
     },
     Workload {
-        id: memory::w8_noisy::ID,
+        id: noisy::ID,
         title: "noisy neighbour, 1 group's burst beside 100 quiet groups, Workers with count 16",
-        run: memory::w8_noisy::run,
+        run: noisy::run_memory,
     },
     Workload {
         id: memory::controller_runtime::CONTENDED,
@@ -110,6 +110,11 @@ pub(crate) const ON_A_SERVER: &[Workload] = &[
         id: "W7",
         title: "fleet on the server, Workers with count 16 in 1 and 4 processes",
         run: fleet::run_server,
+    },
+    Workload {
+        id: noisy::ID,
+        title: "noisy neighbour on the server, 1 group's burst beside 100 quiet groups",
+        run: noisy::run_server,
     },
     Workload {
         id: fleet::SCALE_ID,

@@ -59,7 +59,7 @@ fn the_bench_on_postgres_speaks_the_bench_json_schema() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("with a server: W1, W3, W3P, W4, W7"),
+        stderr.contains("with a server: W1, W3, W3P, W4, W7, W8"),
         "{stderr}"
     );
 
@@ -76,3 +76,37 @@ fn the_bench_on_postgres_speaks_the_bench_json_schema() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `wq-bench --postgres -w W8` (a small burst): the noisy neighbour on the three queues (no
+/// groups, groups, groups with limits), each with its quiet pickup, throughputs and the most
+/// leases the bench counted at once, the limited one within its limits (a run over them
+/// fails); pg-boss skipped.
+#[test]
+fn the_noisy_neighbour_on_postgres_reports_three_queues_within_their_limits() {
+    let Some(server) = server::PgServer::start() else {
+        return;
+    };
+    let out = bench(
+        &server.url(),
+        &[
+            "--postgres",
+            "--quick",
+            "--no-pgboss",
+            "-w",
+            "W8",
+            "--w8-burst",
+            "2000",
+            "--json",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    noisy_neighbour::check(&lines, "workq-postgres");
+}
+
+#[path = "support/noisy_neighbour.rs"]
+mod noisy_neighbour;

@@ -173,3 +173,32 @@ fn the_fleet_bench_on_redis_reports_each_shape_and_plots_the_sweep() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--plot needs"));
 }
+
+/// `wq-bench --redis -w W8` (a small burst): the noisy neighbour on the three queues (no
+/// groups, groups, groups with limits), each with its quiet pickup, throughputs and the most
+/// leases the bench counted at once, the limited one within its limits (a run over them
+/// fails); BullMQ skipped.
+#[test]
+fn the_noisy_neighbour_on_redis_reports_three_queues_within_their_limits() {
+    let Some(server) = server() else { return };
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port());
+    let args = [
+        "--redis",
+        "--quick",
+        "--no-bullmq",
+        "-w",
+        "W8",
+        "--w8-burst",
+        "2000",
+        "--json",
+    ];
+    let text = stdout(&bench(&url, &args));
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    noisy_neighbour::check(&lines, "workq-redis");
+}
+
+#[path = "support/noisy_neighbour.rs"]
+mod noisy_neighbour;

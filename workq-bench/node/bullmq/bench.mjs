@@ -6,6 +6,8 @@
 // This process is the producer; PROCESSES worker processes (this script again, as
 // `W7-worker`) each run one Worker with `concurrency` CONCURRENCY whose processor sleeps
 // HANDLER_MS and records when it started and ended, on the machine's real-time clock.
+//
+// W8 (noisy neighbour) takes W8 NOISY QUIET CONCURRENCY HANDLER_MS, and runs in this process.
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { Queue, Worker } from 'bullmq';
@@ -268,8 +270,92 @@ async function w7() {
   }
 }
 
+async function w8() {
+  // One group's burst of NOISY jobs (batches of BATCH, each as soon as the last is added),
+  // then QUIET jobs of 100 quiet groups at 1,000 a second (every millisecond, the ones due
+  // by then in one addBulk); one Worker with `concurrency` CONCURRENCY in this process, its
+  // processor sleeping HANDLER_MS. The open edition has no groups: one FIFO order, the quiet
+  // jobs behind the burst. Pickup: from the acknowledgement of a quiet job's add to the
+  // start of its processor (the closest this side of the hand-out), 0 if that came first.
+  const [noisyText, quietText, concurrencyText, handlerText] = process.argv.slice(3);
+  const noisy = Number(noisyText);
+  const quiet = Number(quietText);
+  const handlerMs = Number(handlerText);
+  const quietGroups = 100;
+  const quietPerS = 1000;
+  const total = noisy + quiet;
+  const acked = new Float64Array(quiet);
+  const handed = new Float64Array(quiet);
+  let done = 0;
+  let lastDone = 0;
+  let lastNoisyDone = 0;
+  let finish;
+  const finished = new Promise((resolve) => (finish = resolve));
+  const started = performance.now();
+  const worker = new Worker(
+    name,
+    async (job) => {
+      const q = job.data.q;
+      if (q !== undefined && handed[q] === 0) handed[q] = performance.now();
+      if (handlerMs > 0) await sleep(handlerMs);
+    },
+    { connection, concurrency: Number(concurrencyText) },
+  );
+  worker.on('completed', (job) => {
+    const now = performance.now();
+    lastDone = now;
+    if (job.data.q === undefined) lastNoisyDone = now;
+    if (++done === total) finish();
+  });
+  const opts = (jobId) => ({ jobId, removeOnComplete: true });
+  for (let i = 0; i < noisy; i += BATCH) {
+    const jobs = [];
+    for (let k = i; k < Math.min(noisy, i + BATCH); k++) {
+      jobs.push({ name: 'item', data: {}, opts: opts(`noisy-${k}`) });
+    }
+    await queue.addBulk(jobs);
+  }
+  const quietStart = performance.now();
+  let added = 0;
+  while (added < quiet) {
+    const elapsed = (performance.now() - quietStart) / 1000;
+    const due = Math.min(quiet, Math.floor(elapsed * quietPerS) + 1);
+    if (due > added) {
+      const jobs = [];
+      for (let q = added; q < due; q++) {
+        jobs.push({ name: 'item', data: { q }, opts: opts(`quiet${q % quietGroups}-${q}`) });
+      }
+      await queue.addBulk(jobs);
+      acked.fill(performance.now(), added, due);
+      added = due;
+    }
+    await sleep(1);
+  }
+  let timer;
+  const limit = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${done} of ${total} jobs done after 300 s`)), 300_000);
+  });
+  try {
+    await Promise.race([finished, limit]);
+  } finally {
+    clearTimeout(timer);
+  }
+  await worker.close();
+  const pickups = [];
+  for (let q = 0; q < quiet; q++) {
+    if (handed[q] === 0) throw new Error(`quiet job ${q} never ran`);
+    pickups.push(Math.max(0, handed[q] - acked[q]));
+  }
+  pickups.sort((a, b) => a - b);
+  emit('quiet_pickup_p50_ms', quantile(pickups, 0.5));
+  emit('quiet_pickup_p99_ms', quantile(pickups, 0.99));
+  emit('quiet_pickup_max_ms', quantile(pickups, 1));
+  emit('items_per_s', total / ((lastDone - started) / 1000));
+  emit('noisy_items_per_s', noisy / ((lastNoisyDone - started) / 1000));
+}
+
 try {
-  await { W1: w1, W3: w3, W3P: () => w3(false), W4: w4, W7: w7 }[workload]();
+  await { W1: w1, W3: w3, W3P: () => w3(false), W4: w4, W7: w7, W8: w8 }[workload]();
 } finally {
   await queue.obliterate({ force: true });
   await queue.close();

@@ -41,7 +41,7 @@ pub(crate) fn abandoned() -> bool {
 }
 
 /// Adds `jobs` to `queue`, unless the run was abandoned.
-async fn add<P: Peer>(queue: &P, jobs: &[Job]) -> Result<()> {
+pub(crate) async fn add<P: Peer>(queue: &P, jobs: &[Job]) -> Result<()> {
     if abandoned() {
         return Err("the run was abandoned".into());
     }
@@ -52,7 +52,7 @@ async fn add<P: Peer>(queue: &P, jobs: &[Job]) -> Result<()> {
 static LIVE: Mutex<Option<String>> = Mutex::new(None);
 
 /// A queue name no other run uses, noted as this process's queue.
-fn queue_name(workload: &str) -> String {
+pub(crate) fn queue_name(workload: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let name = format!(
         "wq-bench-{}-{}-{}",
@@ -78,7 +78,7 @@ fn counter(seen: Arc<AtomicUsize>) -> Handler {
 }
 
 /// Waits until `done()` holds, polling every `every`; an error after [`DRAIN_LIMIT`].
-async fn wait_until(
+pub(crate) async fn wait_until(
     what: &str,
     every: Duration,
     mut done: impl AsyncFnMut() -> Result<bool>,
@@ -376,10 +376,7 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
     }
     queue.delete().await?;
     let (items_per_s, pickups) = summarize(fleet.items, first_add, &acks, &records)?;
-    let quantile = |q: f64| -> f64 {
-        let rank = (q * pickups.len() as f64).ceil() as usize;
-        pickups[rank.clamp(1, pickups.len()) - 1] as f64 / 1e6
-    };
+    let quantile = |q: f64| quantile_ms(&pickups, q);
     Ok(match fleet.load {
         Load::Flood => vec![("items_per_s", items_per_s)],
         Load::Paced(_) => vec![
@@ -388,6 +385,15 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
             ("pickup_max_ms", quantile(1.0)),
         ],
     })
+}
+
+/// The `q` quantile (the nearest rank) of `sorted_ns`, latencies in nanoseconds sorted
+/// ascending, in milliseconds; 0 if there are none.
+pub(crate) fn quantile_ms(sorted_ns: &[i64], q: f64) -> f64 {
+    let rank = (q * sorted_ns.len() as f64).ceil() as usize;
+    sorted_ns
+        .get(rank.clamp(1, sorted_ns.len().max(1)) - 1)
+        .map_or(0.0, |ns| *ns as f64 / 1e6)
 }
 
 /// One line of a worker process's report, `ITEM START END`.
@@ -497,6 +503,16 @@ mod tests {
         assert!(summarize(3, 0, &acks, &[(7, 1, 2)]).is_err());
         assert_eq!(parse_record("7 10 20\n"), Some((7, 10, 20)));
         assert_eq!(parse_record("ready"), None);
+    }
+
+    #[test]
+    fn a_quantile_is_the_nearest_rank_in_milliseconds() {
+        let sorted: Vec<i64> = (1..=100).map(|ms| ms * 1_000_000).collect();
+        assert_eq!(quantile_ms(&sorted, 0.50), 50.0);
+        assert_eq!(quantile_ms(&sorted, 0.99), 99.0);
+        assert_eq!(quantile_ms(&sorted, 1.0), 100.0);
+        assert_eq!(quantile_ms(&sorted, 0.0), 1.0);
+        assert_eq!(quantile_ms(&[], 0.99), 0.0);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! wq-bench-peers PEER WORKLOAD SIZE                W1, W3 (dedup), W3P (plain adds)
 //! wq-bench-peers PEER W4 SIZE [CONCURRENCY]       W4, each of its 2 consumers that concurrent
 //! wq-bench-peers PEER W7 MODE ITEMS PROCESSES WORKERS HANDLER_MS RATE
+//! wq-bench-peers PEER W8 NOISY QUIET WORKERS HANDLER_MS  noisy neighbour, in this process
 //! ```
 //!
 //! The server's URL comes from `WQ_REDIS_URL` or `WQ_POSTGRES_URL` (a password stays out of
@@ -22,6 +23,7 @@ mod bullmq;
 mod drive;
 mod peer;
 mod river;
+mod w8;
 
 use drive::{Fleet, Load};
 use peer::{Peer, Result};
@@ -130,6 +132,10 @@ async fn run<P: Peer>(peer: &str, args: &[String]) -> Result<()> {
                 handler_ms: number(5)? as u32,
             };
             drive::w7::<P>(peer, &url, fleet).await?
+        }
+        "W8" => {
+            let (noisy, quiet, workers) = (number(1)?, number(2)?, number(3)?);
+            w8::w8::<P>(&url, noisy, quiet, workers, number(4)? as u64).await?
         }
         other => return Err(format!("unknown workload {other:?}").into()),
     };

@@ -10,4 +10,3 @@ pub(crate) mod w3_fixed_rate;
 pub(crate) mod w4_delay;
 pub(crate) mod w5_retry;
 pub(crate) mod w6_memory;
-pub(crate) mod w8_noisy;

@@ -32,6 +32,8 @@ pub(crate) struct NodePeer {
     url_var: &'static str,
     /// How its script uses it, for the report.
     settings: &'static str,
+    /// The workloads its script runs (the others are not applicable).
+    workloads: &'static [&'static str],
 }
 
 /// BullMQ, beside `wq-bench --redis`.
@@ -47,7 +49,9 @@ pub(crate) const BULLMQ_PEER: NodePeer = NodePeer {
     modules: &["bullmq", "ioredis"],
     url_var: "WQ_REDIS_URL",
     settings: "node; Queue.addBulk of each batch (jobId per item, removeOnComplete); Worker \
-               with concurrency = the workload's workers; jobId dedup for W3",
+               with concurrency = the workload's workers; jobId dedup for W3; W8 in one \
+               process, no groups (the open edition has none)",
+    workloads: &["W1", "W3", "W3P", "W4", "W7", "W8"],
 };
 
 /// pg-boss, beside `wq-bench --postgres`. Its manifest asks for node 22.12 or later; npm only
@@ -63,6 +67,7 @@ pub(crate) const PGBOSS_PEER: NodePeer = NodePeer {
     url_var: "WQ_POSTGRES_URL",
     settings: "node; insert of each batch; work() with the settings its script documents \
                (workq-bench/node/pg-boss/bench.mjs)",
+    workloads: &["W1", "W3", "W3P", "W4", "W7"],
 };
 
 impl NodePeer {
@@ -196,7 +201,7 @@ impl NodePeer {
             name: self.name,
             version: self.version.to_owned(),
             settings: self.settings.to_owned(),
-            workloads: Some(&["W1", "W3", "W3P", "W4", "W7"]),
+            workloads: Some(self.workloads),
             program: super::Program::Node(script),
             url_var: self.url_var,
         })

@@ -4,14 +4,17 @@
 use std::fmt::Write as _;
 
 use super::{
-    BULLMQ, Figure, LIMIT, OURS, OURS_ASYNC, OURS_POSTGRES, OURS_REDIS, PGBOSS, format_value,
+    BULLMQ, Figure, LIMIT, OURS, OURS_ASYNC, OURS_FIFO, OURS_LIMITED, OURS_POSTGRES,
+    OURS_POSTGRES_FIFO, OURS_POSTGRES_LIMITED, OURS_REDIS, OURS_REDIS_FIFO, OURS_REDIS_LIMITED,
+    PGBOSS, format_value,
 };
+use crate::noisy::LIMITS;
 
 /// A goal of the project for one figure of ours, shown beside it: the share of the
 /// single-thread limit for W1 and W2, the lateness bound for W4, ratios to the reference for
 /// the rest of the in-memory workloads, W7's figures on the servers, P2's (an add under
-/// contention) and W8's (the quiet groups beside a noisy one). docs/bench-workloads.md lists
-/// them.
+/// contention) and W8's (the quiet groups beside a noisy one, the throughput beside the same
+/// queue without groups, and the limits). docs/bench-workloads.md lists them.
 struct Goal {
     workload: &'static str,
     metric: &'static str,
@@ -48,6 +51,20 @@ const fn in_memory(workload: &'static str, metric: &'static str, kind: GoalKind)
     }
 }
 
+/// A goal for W8's figure `metric` of `ours`.
+const fn w8(metric: &'static str, ours: &'static [&'static str], kind: GoalKind) -> Goal {
+    Goal {
+        workload: "W8",
+        metric,
+        ours,
+        handler_ms: None,
+        kind,
+    }
+}
+
+/// W8's queues with limits, on every backend.
+const W8_LIMITED: &[&str] = &[OURS_LIMITED, OURS_REDIS_LIMITED, OURS_POSTGRES_LIMITED];
+
 const GOALS: &[Goal] = &[
     in_memory(
         "W1",
@@ -67,13 +84,40 @@ const GOALS: &[Goal] = &[
     in_memory("W6", "bytes_per_item", GoalKind::AtMost(50.0)),
     in_memory("W6", "bytes_per_delayed_item", GoalKind::AtMost(80.0)),
     in_memory("P2", "add_p99_us", GoalKind::Below(10.0)),
-    // Issue 32: quiet groups beside a noisy one, with groups; throughput at least 0.8 of
-    // the same fleet without groups.
+    // Issue 32: quiet groups beside a noisy one, with groups, served within 20 ms in memory
+    // and 50 ms on a server; throughput at least 0.8 of the same fleet without groups; the
+    // limits never exceeded (a run that exceeds one fails, so a figure here held them).
     in_memory("W8", "quiet_pickup_p99_ms", GoalKind::Below(20.0)),
     in_memory(
         "W8",
         "items_per_s",
-        GoalKind::RatioAtLeast("workq-fifo", 0.8, None),
+        GoalKind::RatioAtLeast(OURS_FIFO, 0.8, None),
+    ),
+    w8("quiet_pickup_p99_ms", &[OURS_REDIS], GoalKind::Below(50.0)),
+    w8(
+        "quiet_pickup_p99_ms",
+        &[OURS_POSTGRES],
+        GoalKind::Below(50.0),
+    ),
+    w8(
+        "items_per_s",
+        &[OURS_REDIS],
+        GoalKind::RatioAtLeast(OURS_REDIS_FIFO, 0.8, None),
+    ),
+    w8(
+        "items_per_s",
+        &[OURS_POSTGRES],
+        GoalKind::RatioAtLeast(OURS_POSTGRES_FIFO, 0.8, None),
+    ),
+    w8(
+        "max_group_in_flight",
+        W8_LIMITED,
+        GoalKind::AtMost(LIMITS.per_group as f64),
+    ),
+    w8(
+        "max_leases_held",
+        W8_LIMITED,
+        GoalKind::AtMost(LIMITS.total as f64),
     ),
     Goal {
         workload: "W7",

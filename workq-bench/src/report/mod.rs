@@ -36,6 +36,18 @@ pub(crate) const PGBOSS: &str = "pg-boss";
 pub(crate) const RIVERQUEUE: &str = "riverqueue";
 /// apalis with its PostgreSQL storage on the same database, with `--compare`.
 pub(crate) const APALIS_POSTGRES: &str = "apalis-postgres";
+/// W8's in-memory queue without groups (the reference: one FIFO order).
+pub(crate) const OURS_FIFO: &str = "workq-fifo";
+/// W8's in-memory queue with groups and limits per group and in all.
+pub(crate) const OURS_LIMITED: &str = "workq-limited";
+/// W8 on Redis without groups.
+pub(crate) const OURS_REDIS_FIFO: &str = "workq-redis-fifo";
+/// W8 on Redis with groups and limits.
+pub(crate) const OURS_REDIS_LIMITED: &str = "workq-redis-limited";
+/// W8 on PostgreSQL without groups.
+pub(crate) const OURS_POSTGRES_FIFO: &str = "workq-postgres-fifo";
+/// W8 on PostgreSQL with groups and limits.
+pub(crate) const OURS_POSTGRES_LIMITED: &str = "workq-postgres-limited";
 /// One thread, no locks, `VecDeque` + hash sets (the first practical limit of
 /// docs/bench-workloads.md).
 pub(crate) const LIMIT: &str = "limit-single-thread";
@@ -74,7 +86,10 @@ pub(crate) const METRICS: &[&str] = &[
     "worker_cycles_per_s",
     "quiet_pickup_p50_ms",
     "quiet_pickup_p99_ms",
+    "quiet_pickup_max_ms",
+    "noisy_items_per_s",
     "max_group_in_flight",
+    "max_leases_held",
 ];
 
 /// Whether a higher value of `metric` is better (rates: `Some(true)`) or a lower one (times,
@@ -252,7 +267,10 @@ pub(crate) fn metric_label(metric: &str) -> &str {
         "worker_cycles_per_s" => "worker cycles/s",
         "quiet_pickup_p50_ms" => "quiet pickup p50",
         "quiet_pickup_p99_ms" => "quiet pickup p99",
+        "quiet_pickup_max_ms" => "quiet pickup max",
+        "noisy_items_per_s" => "noisy group's items/s",
         "max_group_in_flight" => "most of one group at once",
+        "max_leases_held" => "most leases at once",
         other => crate::profile::metrics::label(other),
     }
 }
@@ -284,15 +302,19 @@ pub(crate) fn format_value(metric: &str, v: f64) -> String {
     }
 }
 
-/// Whether `imp` is one of ours.
+/// Whether `imp` is one of ours (W8's queues without groups are the references of those
+/// with them, so they are not).
 pub(crate) fn is_ours(imp: &str) -> bool {
     [
         OURS,
         OURS_ASYNC,
+        OURS_LIMITED,
         OURS_REDIS,
         OURS_REDIS_BATCH,
+        OURS_REDIS_LIMITED,
         OURS_POSTGRES,
         OURS_POSTGRES_BATCH,
+        OURS_POSTGRES_LIMITED,
     ]
     .contains(&imp)
 }

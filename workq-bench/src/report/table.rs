@@ -51,7 +51,38 @@ pub(crate) fn print(
     );
     out.push_str(&render(&rows));
     out.push_str(&footer(&rows, quick));
+    out.push_str(&spread(figures));
     print!("{out}");
+}
+
+/// Workloads whose figures of ours are compared with those of another build in one sitting
+/// (W1 in memory against the build before flow control, docs/benchmarks.md "Reproducing"):
+/// the spread of their runs is printed under the table, to say how much of a difference is
+/// noise.
+const SPREAD: &[&str] = &["W1"];
+
+/// One line per figure of ours in [`SPREAD`] measured more than once: its median, lowest and
+/// highest run, and the spread (highest minus lowest) as a share of the median.
+fn spread(figures: &[Figure]) -> String {
+    let mut out = String::new();
+    for f in figures
+        .iter()
+        .filter(|f| SPREAD.contains(&f.workload) && is_ours(f.imp) && f.runs > 1 && f.na.is_none())
+    {
+        let _ = writeln!(
+            out,
+            "spread: {} {} {}: median {} of {} runs, {} to {} ({:.1}% of the median)",
+            f.workload,
+            f.imp,
+            metric_label(f.metric),
+            format_value(f.metric, f.median),
+            f.runs,
+            format_value(f.metric, f.min),
+            format_value(f.metric, f.max),
+            (f.max - f.min) / f.median * 100.0
+        );
+    }
+    out
 }
 
 /// The (workload, metric, shape) of every block, in the order the figures first name them.
@@ -194,6 +225,29 @@ fn footer(rows: &[Row], quick: bool) -> String {
 mod tests {
     use super::*;
     use crate::report::{LIMIT, OURS, Sample, aggregate};
+
+    #[test]
+    fn w1_s_runs_of_ours_have_their_spread_printed() {
+        let figures = aggregate(&[
+            Sample::new("W1", OURS, "items_per_s", 3.0e6),
+            Sample::new("W1", OURS, "items_per_s", 3.3e6),
+            Sample::new("W1", OURS, "items_per_s", 3.2e6),
+            Sample::new("W1", LIMIT, "items_per_s", 16e6),
+            Sample::new("W1", LIMIT, "items_per_s", 17e6),
+            Sample::new("W2", OURS, "items_per_s", 2e6),
+            Sample::new("W2", OURS, "items_per_s", 3e6),
+        ]);
+        assert_eq!(
+            spread(&figures),
+            "spread: W1 workq items/s: median 3.20 M/s of 3 runs, 3.00 M/s to 3.30 M/s (9.4% \
+             of the median)\n"
+        );
+        // One run has no spread.
+        assert_eq!(
+            spread(&aggregate(&[Sample::new("W1", OURS, "items_per_s", 3e6)])),
+            ""
+        );
+    }
 
     #[test]
     fn ours_stands_beside_each_reference_with_the_ratio_and_a_goal() {
