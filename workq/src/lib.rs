@@ -159,8 +159,8 @@
 //! first `otel::MAX_LINKS` of them until it is handed out and counts the rest;
 //! `Lease::links` hands them to a worker loop of your own. Their stored form is the W3C
 //! `traceparent` (`otel::TraceLink`), the form a backend shared by many processes keeps
-//! beside the item (the in-memory queue, `workq-redis` and `workq-postgres` keep them; a backend that does not
-//! hands out no links). See the `otel` module. Without the feature nothing is recorded and
+//! beside the item (the in-memory queue, `workq-redis` and `workq-postgres` keep them; a
+//! backend that does not hands out no links). See the `otel` module. Without the feature nothing is recorded and
 //! nothing is paid: the queue's types are the size they were.
 //!
 //! # Flow control: fair turns, concurrency limits, hand-out rates
