@@ -72,6 +72,26 @@ fn figure(stats: &str, label: &str) -> String {
         .to_owned()
 }
 
+/// What `destructive_commands_ask_first` takes as `redead` for queue `jobs` at `$url`, a
+/// handle of type `$queue` (a `String` queue): it gets every item it can (the number it
+/// cannot read goes back to the dead letters) and releases the others.
+macro_rules! redead {
+    ($runtime:expr, $url:expr, $queue:ty) => {
+        || {
+            $runtime.block_on(async {
+                let jobs = <$queue>::connect(&$url, "jobs").await.unwrap();
+                let mut leases = Vec::new();
+                while let Some(lease) = jobs.try_get().await.unwrap().into_lease() {
+                    leases.push(lease);
+                }
+                for lease in leases {
+                    lease.release().await.unwrap();
+                }
+            });
+        }
+    };
+}
+
 /// The confirmation rules, the same whatever the backend: `url` holds queue `jobs` with
 /// two ready items and one dead letter; `redead` turns the dead letter, once requeued, back
 /// into one (a get that cannot read it), leaving the two items ready.
@@ -261,22 +281,10 @@ fn on_redis_destructive_commands_ask_dry_run_and_refuse_unknown_queues() {
         assert!(jobs.try_get().await.unwrap().into_lease().is_none());
         jobs.add_all(["a", "b"].map(String::from)).await.unwrap();
     });
-    let redead = || {
-        runtime.block_on(async {
-            let jobs: workq_redis::RedisQueue<String> =
-                workq_redis::RedisQueue::connect(&url, "jobs")
-                    .await
-                    .unwrap();
-            let mut leases = Vec::new();
-            while let Some(lease) = jobs.try_get().await.unwrap().into_lease() {
-                leases.push(lease);
-            }
-            for lease in leases {
-                lease.release().await.unwrap();
-            }
-        })
-    };
-    destructive_commands_ask_first(&url, &redead);
+    destructive_commands_ask_first(
+        &url,
+        &redead!(runtime, url, workq_redis::RedisQueue<String>),
+    );
 }
 
 /// `wq queue stats` on a Redis whose `maxmemory-policy` may evict the queue's keys warns of
@@ -303,7 +311,7 @@ fn stats_warn_of_an_eviction_policy() {
                 .query_async(&mut con)
                 .await
                 .unwrap();
-        })
+        });
     };
     runtime.block_on(async {
         let jobs: workq_redis::RedisQueue<String> = workq_redis::RedisQueue::connect(&url, "jobs")
@@ -513,22 +521,10 @@ fn on_postgres_destructive_commands_ask_dry_run_and_refuse_unknown_queues() {
         assert!(jobs.try_get_many(1).await.unwrap().is_empty());
         jobs.add_all(["a", "b"].map(String::from)).await.unwrap();
     });
-    let redead = || {
-        runtime.block_on(async {
-            let jobs: workq_postgres::PgQueue<String> =
-                workq_postgres::PgQueue::connect(&url, "jobs")
-                    .await
-                    .unwrap();
-            let mut leases = Vec::new();
-            while let Some(lease) = jobs.try_get().await.unwrap().into_lease() {
-                leases.push(lease);
-            }
-            for lease in leases {
-                lease.release().await.unwrap();
-            }
-        })
-    };
-    destructive_commands_ask_first(&url, &redead);
+    destructive_commands_ask_first(
+        &url,
+        &redead!(runtime, url, workq_postgres::PgQueue<String>),
+    );
 }
 
 #[test]
