@@ -638,6 +638,13 @@ fn failed_actions_and_bad_bodies_are_in_the_audit_trail_and_counted() {
         ),
     );
     assert!(garbled.starts_with("HTTP/1.1 400"), "{garbled}");
+    // A source the dashboard does not have: an error, logged as counted.
+    let elsewhere = http_post(
+        &addr,
+        "/api/queues/mail/resume?source=nope",
+        &dashboard.bearer(),
+    );
+    assert!(elsewhere.starts_with("HTTP/1.1 404"), "{elsewhere}");
 
     server.kill();
     for path in [
@@ -659,13 +666,18 @@ fn failed_actions_and_bad_bodies_are_in_the_audit_trail_and_counted() {
         &http_get(&addr, "/metrics", &dashboard.bearer()),
         &[
             "workqueue_dashboard_actions_total{action=\"pause\",result=\"error\"} 1",
+            "workqueue_dashboard_actions_total{action=\"resume\",result=\"error\"} 1",
             "workqueue_dashboard_actions_total{action=\"purge_dead_letters\",result=\"error\"} 1",
             "workqueue_dashboard_actions_total{action=\"remove\",result=\"refused\"} 1",
             "workqueue_dashboard_refusals_total{reason=\"bad_body\"} 1",
         ],
     );
     let log = dashboard.stop();
-    for action in ["pause", "purge_dead_letters"] {
+    for (action, why) in [
+        ("pause", "error="),
+        ("purge_dead_letters", "error="),
+        ("resume", "status=404"),
+    ] {
         let line = log
             .lines()
             .find(|l| l.contains("dashboard action") && l.contains(&format!("action=\"{action}\"")))
@@ -676,7 +688,7 @@ fn failed_actions_and_bad_bodies_are_in_the_audit_trail_and_counted() {
                 "client=\"127.0.0.1:",
                 "queue=\"mail\"",
                 "result=\"error\"",
-                "error=",
+                why,
             ],
         );
         assert!(!line.contains("redis://"), "{line}");
