@@ -603,6 +603,109 @@ fn read_only_refusals_name_their_item_in_the_audit_trail_and_are_counted() {
     );
 }
 
+/// Actions that fail on the server (Redis killed under the dashboard) are answered with the
+/// server's error, each is a line of the audit trail with `result="error"` (who, what, which
+/// queue, no URL or password) and is counted; a body that is not JSON is refused (400),
+/// logged naming its action and queue, and counted.
+#[test]
+fn failed_actions_and_bad_bodies_are_in_the_audit_trail_and_counted() {
+    let Some(mut server) = redis("pw-d0wn") else {
+        return;
+    };
+    let url = format!("redis://:pw-d0wn@127.0.0.1:{}/", server.port());
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let q: workq_redis::RedisQueue<u32> = workq_redis::RedisQueue::builder("mail")
+            .url(url.clone())
+            .check_persistence(false)
+            .build()
+            .await
+            .unwrap();
+        q.add(1).await.unwrap();
+    });
+    let dashboard = Dashboard::start(&["--addr", "127.0.0.1:0"], &[("WQ_REDIS_URL", &url)]);
+    let addr = dashboard.addr.clone();
+    let listed = http_get(&addr, "/api/queues", &dashboard.bearer());
+    assert!(listed.contains("\"name\":\"mail\""), "{listed}");
+
+    let body = "{not json";
+    let garbled = http(
+        &addr,
+        &format!(
+            "POST /api/queues/mail/items/remove HTTP/1.1\r\nHost: {addr}\r\nX-Wq-Csrf: 1\r\n{}\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            dashboard.bearer(),
+            body.len()
+        ),
+    );
+    assert!(garbled.starts_with("HTTP/1.1 400"), "{garbled}");
+    // A source the dashboard does not have: an error, logged as counted.
+    let elsewhere = http_post(
+        &addr,
+        "/api/queues/mail/resume?source=nope",
+        &dashboard.bearer(),
+    );
+    assert!(elsewhere.starts_with("HTTP/1.1 404"), "{elsewhere}");
+
+    server.kill();
+    for path in [
+        "/api/queues/mail/pause",
+        "/api/queues/mail/dead-letters/purge",
+    ] {
+        let reply = http_post(&addr, path, &dashboard.bearer());
+        assert!(
+            reply.starts_with("HTTP/1.1 502") || reply.starts_with("HTTP/1.1 503"),
+            "{path}: {reply}"
+        );
+        assert!(reply.contains("\"error\""), "{path}: {reply}");
+        assert!(
+            !reply.contains("pw-d0wn") && !reply.contains("redis://"),
+            "{reply}"
+        );
+    }
+    assert_holds(
+        &http_get(&addr, "/metrics", &dashboard.bearer()),
+        &[
+            "workqueue_dashboard_actions_total{action=\"pause\",result=\"error\"} 1",
+            "workqueue_dashboard_actions_total{action=\"resume\",result=\"error\"} 1",
+            "workqueue_dashboard_actions_total{action=\"purge_dead_letters\",result=\"error\"} 1",
+            "workqueue_dashboard_actions_total{action=\"remove\",result=\"refused\"} 1",
+            "workqueue_dashboard_refusals_total{reason=\"bad_body\"} 1",
+        ],
+    );
+    let log = dashboard.stop();
+    for (action, why) in [
+        ("pause", "error="),
+        ("purge_dead_letters", "error="),
+        ("resume", "status=404"),
+    ] {
+        let line = log
+            .lines()
+            .find(|l| l.contains("dashboard action") && l.contains(&format!("action=\"{action}\"")))
+            .unwrap_or_else(|| panic!("no audit line of {action} in {log}"));
+        assert_holds(
+            line,
+            &[
+                "client=\"127.0.0.1:",
+                "queue=\"mail\"",
+                "result=\"error\"",
+                why,
+            ],
+        );
+        assert!(!line.contains("redis://"), "{line}");
+    }
+    assert_holds(
+        refusal_of(&log, "remove"),
+        &[
+            "client=\"127.0.0.1:",
+            "queue=\"mail\"",
+            "result=\"refused\"",
+            "status=400",
+            "body:",
+        ],
+    );
+    assert!(!log.contains("pw-d0wn"), "{log}");
+}
+
 /// A request whose body does not come within `--request-timeout` is answered 408, and the
 /// refusal is logged with the action and queue it asked for, and counted.
 #[test]

@@ -72,9 +72,30 @@ fn figure(stats: &str, label: &str) -> String {
         .to_owned()
 }
 
+/// What `destructive_commands_ask_first` takes as `redead` for queue `jobs` at `$url`, a
+/// handle of type `$queue` (a `String` queue): it gets every item it can (the number it
+/// cannot read goes back to the dead letters) and releases the others.
+macro_rules! redead {
+    ($runtime:expr, $url:expr, $queue:ty) => {
+        || {
+            $runtime.block_on(async {
+                let jobs = <$queue>::connect(&$url, "jobs").await.unwrap();
+                let mut leases = Vec::new();
+                while let Some(lease) = jobs.try_get().await.unwrap().into_lease() {
+                    leases.push(lease);
+                }
+                for lease in leases {
+                    lease.release().await.unwrap();
+                }
+            });
+        }
+    };
+}
+
 /// The confirmation rules, the same whatever the backend: `url` holds queue `jobs` with
-/// two ready items and one dead letter.
-fn destructive_commands_ask_first(url: &str) {
+/// two ready items and one dead letter; `redead` turns the dead letter, once requeued, back
+/// into one (a get that cannot read it), leaving the two items ready.
+fn destructive_commands_ask_first(url: &str, redead: &dyn Fn()) {
     let dead = |expected: &str| {
         let stats = ok(&wq(url, &["queue", "stats", "jobs"]));
         assert!(
@@ -122,8 +143,64 @@ fn destructive_commands_ask_first(url: &str) {
     );
     let said = ok(&wq(url, &["queue", "pause", "jobs", "--dry-run"]));
     assert!(said.contains("would pause queue jobs"), "{said}");
+    let said = ok(&wq(
+        url,
+        &["queue", "dead-letters", "requeue-all", "jobs", "--dry-run"],
+    ));
+    assert!(
+        said.contains("would requeue all 1 dead letters of queue jobs")
+            && said.contains("nothing done (--dry-run)"),
+        "{said}"
+    );
+    let said = ok(&wq(url, &["queue", "shutdown", "jobs", "--dry-run"]));
+    assert!(
+        said.contains("would shut queue jobs down for every process (2 ready, 0 in flight")
+            && said.contains("nothing done (--dry-run)"),
+        "{said}"
+    );
     let stats = ok(&wq(url, &["queue", "stats", "jobs"]));
     assert!(stats.contains("paused         no"), "{stats}");
+    assert!(stats.contains("shut down      no"), "{stats}");
+    assert!(stats.contains("depth          2"), "{stats}");
+    dead("1");
+
+    // On a terminal, requeue-all and shutdown ask too: `n` does nothing, `y` does it.
+    for (args, asked) in [
+        (
+            &["queue", "dead-letters", "requeue-all", "jobs"][..],
+            "This will requeue all 1 dead letters of queue jobs",
+        ),
+        (
+            &["queue", "shutdown", "jobs"],
+            "This will shut queue jobs down for every process (2 ready",
+        ),
+    ] {
+        let said = failed(&wq_on_terminal(url, args, "n\n"));
+        assert!(said.contains(asked), "{args:?}: {said}");
+        assert!(said.contains("Go on? [y/N]"), "{args:?}: {said}");
+        assert!(said.contains("not confirmed"), "{args:?}: {said}");
+    }
+    let stats = ok(&wq(url, &["queue", "stats", "jobs"]));
+    assert!(stats.contains("shut down      no"), "{stats}");
+    assert!(stats.contains("depth          2"), "{stats}");
+    dead("1");
+    let said = ok(&wq_on_terminal(
+        url,
+        &["queue", "dead-letters", "requeue-all", "jobs"],
+        "y\n",
+    ));
+    assert!(said.contains("Go on? [y/N]"), "{said}");
+    assert!(said.contains("1 dead letters requeued"), "{said}");
+    dead("0");
+    let stats = ok(&wq(url, &["queue", "stats", "jobs"]));
+    assert!(stats.contains("depth          3"), "{stats}");
+    let said = ok(&wq_on_terminal(url, &["queue", "shutdown", "jobs"], "y\n"));
+    assert!(said.contains("Go on? [y/N]"), "{said}");
+    assert!(said.contains("is shut down for every process"), "{said}");
+    let stats = ok(&wq(url, &["queue", "stats", "jobs"]));
+    assert!(stats.contains("shut down      yes"), "{stats}");
+    ok(&wq(url, &["queue", "resume", "jobs"]));
+    redead();
     dead("1");
 
     // On a terminal: asked; anything but yes does nothing.
@@ -204,7 +281,65 @@ fn on_redis_destructive_commands_ask_dry_run_and_refuse_unknown_queues() {
         assert!(jobs.try_get().await.unwrap().into_lease().is_none());
         jobs.add_all(["a", "b"].map(String::from)).await.unwrap();
     });
-    destructive_commands_ask_first(&url);
+    destructive_commands_ask_first(
+        &url,
+        &redead!(runtime, url, workq_redis::RedisQueue<String>),
+    );
+}
+
+/// `wq queue stats` on a Redis whose `maxmemory-policy` may evict the queue's keys warns of
+/// it (set on the running server: each `wq` reads the settings when it connects), and says
+/// nothing of it with `noeviction`.
+#[test]
+fn stats_warn_of_an_eviction_policy() {
+    let Some(server) = redis::require() else {
+        return;
+    };
+    let url = server.url();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let set = |policy: &str| {
+        runtime.block_on(async {
+            let mut con = ::redis::Client::open(url.as_str())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let _: () = ::redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory-policy")
+                .arg(policy)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+        });
+    };
+    runtime.block_on(async {
+        let jobs: workq_redis::RedisQueue<String> = workq_redis::RedisQueue::connect(&url, "jobs")
+            .await
+            .unwrap();
+        jobs.add("a".to_owned()).await.unwrap();
+    });
+    let warnings = |stats: &str| -> Vec<String> {
+        stats
+            .lines()
+            .filter(|l| l.starts_with("warning") && l.contains("maxmemory-policy"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let stats = ok(&wq(&url, &["queue", "stats", "jobs"]));
+    assert_eq!(warnings(&stats), Vec::<String>::new(), "{stats}");
+    set("allkeys-lru");
+    let stats = ok(&wq(&url, &["queue", "stats", "jobs"]));
+    let said = warnings(&stats);
+    assert_eq!(said.len(), 1, "{stats}");
+    assert!(
+        said[0].contains("allkeys-lru") && said[0].contains("noeviction"),
+        "{stats}"
+    );
+    assert!(stats.contains("maxmemory-policy=allkeys-lru"), "{stats}");
+    set("noeviction");
+    let stats = ok(&wq(&url, &["queue", "stats", "jobs"]));
+    assert_eq!(warnings(&stats), Vec::<String>::new(), "{stats}");
 }
 
 /// The commands a server has run so far by name (`INFO commandstats`, commands run by
@@ -386,7 +521,10 @@ fn on_postgres_destructive_commands_ask_dry_run_and_refuse_unknown_queues() {
         assert!(jobs.try_get_many(1).await.unwrap().is_empty());
         jobs.add_all(["a", "b"].map(String::from)).await.unwrap();
     });
-    destructive_commands_ask_first(&url);
+    destructive_commands_ask_first(
+        &url,
+        &redead!(runtime, url, workq_postgres::PgQueue<String>),
+    );
 }
 
 #[test]
@@ -413,7 +551,28 @@ fn text_from_the_server_reaches_the_terminal_escaped() {
             .execute(&pool)
             .await
             .unwrap();
+        // A dead letter whose error text attacks the terminal (written by hand: the
+        // library's own errors quote what they cite).
+        let words: workq_postgres::PgQueue<String> =
+            workq_postgres::PgQueue::connect(&url, "dl").await.unwrap();
+        words.add("x".to_owned()).await.unwrap();
+        let numbers: workq_postgres::PgQueue<u32> =
+            workq_postgres::PgQueue::connect(&url, "dl").await.unwrap();
+        assert!(numbers.try_get_many(1).await.unwrap().is_empty());
+        let rows = sqlx::query("UPDATE workqueue_dead SET reason = $1")
+            .bind("bad\u{1b}[2J\u{1b}]0;pwned\u{7}\u{202e}")
+            .execute(&pool)
+            .await
+            .unwrap();
+        assert_eq!(rows.rows_affected(), 1);
     });
+    let letters = wq(&url, &["queue", "dead-letters", "list", "dl"]);
+    assert_no_control(&letters);
+    assert!(
+        ok(&letters).contains("bad\\u{1b}[2J\\u{1b}]0;pwned\\u{7}\\u{202e}"),
+        "{}",
+        text(&letters)
+    );
     let listed = wq(&url, &["queue", "list"]);
     assert_no_control(&listed);
     assert!(

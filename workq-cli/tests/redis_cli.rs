@@ -83,6 +83,39 @@ fn operator_commands_take_the_url_from_the_environment_and_never_print_the_passw
     ));
     assert!(requeued.contains("0 dead letters requeued"), "{requeued}");
 
+    // A mistyped queue is refused, exit non-zero, and nothing is written: the server holds
+    // the same keys, none of them the typo's.
+    let keys = || {
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            let mut con = redis::Client::open(url.as_str())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let mut all: Vec<String> = redis::cmd("KEYS")
+                .arg("*")
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            all.sort();
+            all
+        })
+    };
+    let before = keys();
+    assert!(!before.is_empty());
+    for args in [
+        &["redis", "shutdown", "typo", "--yes"][..],
+        &["redis", "shutdown", "typo"],
+    ] {
+        let out = wq(&url, args);
+        assert!(!out.status.success(), "{args:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("no queue named typo"), "{args:?}: {said}");
+    }
+    let after = keys();
+    assert_eq!(after, before, "keys written for the typo");
+    assert!(!after.iter().any(|k| k.contains("typo")), "{after:?}");
+
     // A wrong password fails without showing it.
     let wrong = format!("redis://:Wrong-Secret@127.0.0.1:{}/", server.port());
     let out = wq(&wrong, &["redis", "stats", "jobs"]);

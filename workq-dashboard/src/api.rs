@@ -494,13 +494,15 @@ async fn run_action(
     let r = match resolve(state, source, Some(name)).await {
         Ok(r) => r,
         Err(response) => {
+            // Logged as counted: an error (no such source or queue, or a name in several).
             tracing::warn!(
                 target: "workq_dashboard::audit",
                 client = ?client,
                 action = action.name(),
                 queue = name,
                 item = target.as_str(),
-                result = "not_found",
+                result = "error",
+                status = response.status().as_u16(),
                 "dashboard action"
             );
             count(state, &action, "error");

@@ -34,6 +34,7 @@ pub struct Config {
     /// read, and before authentication.
     pub body_limit: usize,
     /// How long a request may take, reading its body included; then it is answered 408.
+    /// `Duration::MAX` means no limit.
     pub request_timeout: Duration,
     /// The groups of a queue with flow control its page lists (and `/api/queues/{name}`
     /// answers): the ones with the most ready items, then the most in flight, then by name.

@@ -148,6 +148,9 @@ impl Server {
     pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 64;
     /// The default of [`header_read_timeout`](Self::header_read_timeout).
     pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+    /// A [`header_read_timeout`](Self::header_read_timeout) this long or longer means no
+    /// limit: 100 years.
+    pub const NO_LIMIT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
     /// A server on `listener`, plain HTTP, with the default bounds.
     pub fn new(listener: TcpListener) -> Self {
@@ -193,6 +196,9 @@ impl<L: Listener<Addr = SocketAddr>> Server<L> {
 
     /// How long a connection may take to send a request's headers, from when it opens or
     /// its last answer was sent; then it is closed. With TLS, the handshake has as long.
+    /// A timeout of [`NO_LIMIT`](Server::NO_LIMIT) or more (`Duration::MAX` say) means no
+    /// limit: a deadline that far off cannot be told from none (and would overflow the
+    /// clock).
     #[must_use]
     pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
         self.header_read_timeout = timeout;
@@ -289,8 +295,12 @@ impl<L: Listener<Addr = SocketAddr>> Server<L> {
         signal: impl Future<Output = ()> + Send,
     ) -> io::Result<()> {
         let mut http = hyper::server::conn::http1::Builder::new();
+        // hyper adds the timeout to the clock's now, which overflows (and panics in every
+        // connection's task) for a timeout such as `Duration::MAX`: beyond `NO_LIMIT`, none.
+        let header_read_timeout =
+            (self.header_read_timeout < Server::NO_LIMIT).then_some(self.header_read_timeout);
         http.timer(TokioTimer::new())
-            .header_read_timeout(self.header_read_timeout)
+            .header_read_timeout(header_read_timeout)
             .keep_alive(true);
         let graceful = GracefulShutdown::new();
         let open = Arc::new(Open::default());

@@ -1,7 +1,8 @@
 //! The dashboard as an operator leaves it running, over live `redis-server`s: a broken queue
 //! among good ones, hundreds of queues on a few connections, a restart of Redis, pages and
 //! search through items, single-item actions that answer what they did, the audit counters,
-//! the rules behind a reverse proxy, and two sources side by side.
+//! the rules behind a reverse proxy, two sources side by side, and a Redis that may evict
+//! the queues' keys warned of.
 
 mod support;
 
@@ -382,6 +383,75 @@ async fn every_action_is_counted_by_name_and_result() {
     ] {
         assert!(text.contains(line), "{line} in {text}");
     }
+}
+
+/// The warnings of `/api/queues`'s first source about `maxmemory-policy`.
+async fn eviction_warnings(app: &axum::Router) -> Vec<String> {
+    let reply = get(app, "/api/queues").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    reply.json()["sources"][0]["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap().to_owned())
+        .filter(|w| w.contains("maxmemory-policy"))
+        .collect()
+}
+
+/// A Redis whose `maxmemory-policy` may evict the queues' keys is warned of in the JSON
+/// API (the page's banner), read again on a running server, and the warning goes once the
+/// policy is `noeviction` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_policy_is_warned_of_in_the_api() {
+    let Some(server) = support::redis_server(&[]) else {
+        return;
+    };
+    queue(&server, "jobs")
+        .await
+        .add("x".to_owned())
+        .await
+        .unwrap();
+    let admin = RedisAdmin::new(&server.url(), "wq")
+        .unwrap()
+        .settings_check_interval(Duration::ZERO);
+    let app = router(admin, Config::default());
+    assert_eq!(eviction_warnings(&app).await, Vec::<String>::new());
+    let set = |policy: &'static str| {
+        let server = &server;
+        async move {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory-policy")
+                .arg(policy)
+                .query_async(&mut raw(server).await)
+                .await
+                .unwrap();
+        }
+    };
+    // The listings the dashboard keeps for a moment, then the admin's next call, read the
+    // settings again: within seconds, without a restart.
+    let settled = |want_some: bool| {
+        let app = &app;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let warnings = eviction_warnings(app).await;
+                if warnings.is_empty() != want_some || Instant::now() > deadline {
+                    return warnings;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    set("allkeys-lru").await;
+    let warnings = settled(true).await;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("allkeys-lru") && warnings[0].contains("noeviction"),
+        "{warnings:?}"
+    );
+    set("noeviction").await;
+    assert_eq!(settled(false).await, Vec::<String>::new());
 }
 
 fn from(peer: &str, request: axum::http::request::Builder) -> Request<Body> {

@@ -4,7 +4,8 @@
 //! and slowed, bodies over the limit refused and never acted on, slow requests timed out,
 //! idle and slow connections closed, floods of sockets kept from other clients (the many
 //! addresses of one IPv6 /64 counted as one client), HTTPS, no secret of a URL shown, the
-//! sampler idle while nobody reads, and long items cut in listings but whole in the detail.
+//! sampler idle while nobody reads, long items (and dead letters' errors) cut in listings but
+//! whole in the detail, and time limits of `Duration::MAX` meaning no limit.
 
 mod support;
 
@@ -410,6 +411,41 @@ async fn a_request_that_never_finishes_its_body_is_answered_408() {
     );
 }
 
+/// Every time limit of the router and the server at `Duration::MAX` means no limit: the
+/// requests are answered, the actions acted on, and no connection's task panics on a
+/// deadline past the clock's end (hyper added the header timeout to the clock's now).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_limits_of_duration_max_mean_no_limit() {
+    let admin = MemoryAdmin::new();
+    let app = router(
+        admin,
+        Config {
+            request_timeout: Duration::MAX,
+            sample_every: Duration::MAX,
+            keep: Duration::MAX,
+            ..with_token()
+        },
+    );
+    let addr = serve(app, |s| s.header_read_timeout(Duration::MAX)).await;
+    for _ in 0..2 {
+        let reply = exchange(addr, "127.0.0.1", &authorised_get(addr, "/api/queues")).await;
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply:?}");
+    }
+    let reply = exchange(
+        addr,
+        "127.0.0.1",
+        &format!(
+            "POST /api/queues/orders/pause HTTP/1.1\r\nHost: {addr}\r\n\
+             Authorization: Bearer {TOKEN}\r\nX-Wq-Csrf: 1\r\nContent-Length: 0\r\n\
+             Connection: close\r\n\r\n"
+        ),
+    )
+    .await;
+    // Answered (the in-process source has no queue of that name), not dropped.
+    assert!(reply.starts_with("HTTP/1.1 "), "{reply:?}");
+    assert!(!reply.starts_with("HTTP/1.1 408"), "{reply:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_and_slow_connections_are_closed_and_a_flood_keeps_no_one_out() {
     let app = router(MemoryAdmin::new(), with_token());
@@ -717,4 +753,66 @@ async fn listings_cut_long_items_and_the_detail_shows_them_whole() {
     )
     .await;
     assert_eq!(gone.status, StatusCode::NOT_FOUND);
+}
+
+/// A dead letter's error text, as long as the item it quotes, is cut in the listing of dead
+/// letters like its item, and whole in the item's detail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_dead_letter_error_is_cut_in_listings_and_whole_in_the_detail() {
+    let Some(server) = support::redis_server(&[]) else {
+        return;
+    };
+    let text: RedisQueue<String> = queue(&server, "dl").await;
+    let long = "é".repeat(2_000);
+    text.add(long.clone()).await.unwrap();
+    // The number queue cannot read it: a dead letter whose error quotes the whole text.
+    let numbers: RedisQueue<u32> = queue(&server, "dl").await;
+    assert!(numbers.try_get().await.unwrap().is_empty());
+    let app = router(
+        RedisAdmin::new(&server.url(), "wq").unwrap(),
+        Config::default(),
+    );
+    let reply = get(&app, "/api/queues/dl/items?state=dead&limit=10").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let page = reply.json();
+    // The error, the dead letter's item and the entry's item are cut. (Redis's dead letter
+    // id is its stored entry, item and error included, and is carried whole: the page
+    // posts it back to requeue or delete that letter.)
+    let entry = &page["items"][0];
+    for text in [
+        &entry["dead"]["error"],
+        &entry["dead"]["item"],
+        &entry["item"],
+    ] {
+        let text = text.as_str().unwrap();
+        assert!(text.len() <= 250 && text.ends_with('…'), "{text}");
+    }
+    assert!(
+        entry["dead"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid type: string"),
+        "{entry}"
+    );
+    let reference = page["items"][0]["item_ref"].as_str().unwrap();
+    let detail = get(
+        &app,
+        &format!("/api/queues/dl/item?ref={reference}&state=dead&limit=10"),
+    )
+    .await;
+    assert_eq!(detail.status, StatusCode::OK, "{}", detail.body);
+    let whole = detail.json()["dead_letters"][0]["error"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Whole as the backend keeps it (Redis keeps an error's first 1,000 bytes).
+    let cut = entry["dead"]["error"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches('…');
+    assert!(
+        whole.len() >= 1_000 && whole.starts_with(cut) && whole.ends_with("éé"),
+        "{} bytes",
+        whole.len()
+    );
 }
