@@ -40,6 +40,7 @@ macro_rules! for_each_flow_rule {
             an_item_re_added_while_processing_waits_for_its_own_done,
             the_hand_out_rate_paces_gets,
             a_group_out_of_tokens_leaves_the_turns_to_the_others,
+            the_slowest_hand_out_rates_hold_the_next_item_back,
             a_heavier_group_gets_more_turns,
             between_two_turns_of_a_group_every_other_group_able_to_go_has_one,
             a_lost_lease_frees_its_groups_slot_and_wakes_a_getter,
@@ -549,6 +550,38 @@ pub mod rules {
         );
         assert_eq!(take(&queue, 1).await, ["slow/1"]);
         assert!(started.elapsed() >= Duration::from_millis(450));
+    }
+
+    /// The slowest hand-out rates (`1e-30` a second: one token in about 584 years, past the
+    /// span a backend's clock or server takes without a cap), over the queue and for one
+    /// group: the burst's item goes, the next waits, and no call fails; the group out of
+    /// tokens leaves the turns to the others.
+    pub async fn the_slowest_hand_out_rates_hold_the_next_item_back<F: FlowFactory>(factory: &F) {
+        let spec = FlowSpec {
+            hand_out_rate: Some((1e-30, 1)),
+            ..FlowSpec::default()
+        };
+        let Some(queue) = queue(factory, spec).await else {
+            return;
+        };
+        add(&queue, "g/0").await;
+        add(&queue, "g/1").await;
+        assert_eq!(take(&queue, 1).await, ["g/0"]);
+        assert_held(&queue, "the queue's next token is centuries away").await;
+
+        let spec = FlowSpec {
+            group_rates: vec![("slow".to_owned(), 1e-30, 1)],
+            ..FlowSpec::default()
+        };
+        let Some(queue) = super::queue(factory, spec).await else {
+            return;
+        };
+        for item in ["slow/0", "slow/1", "fast/0", "fast/1"] {
+            add(&queue, item).await;
+        }
+        let got = take(&queue, 3).await;
+        assert_eq!(got, ["slow/0", "fast/0", "fast/1"]);
+        assert_held(&queue, "the group's next token is centuries away").await;
     }
 
     /// `group_weight`: a group of weight 3 gets three turns for another's one while both

@@ -65,6 +65,11 @@ pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
 /// How long the replicas wait between tries by default: client-go's core components' 2 s.
 pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
 
+/// The longest lease duration: `leaseDurationSeconds` is an `int32`. It also bounds the
+/// renew deadline and the retry period (both shorter), so that every instant they are added
+/// to stays well within what the clock counts.
+const MAX_LEASE_DURATION: Duration = Duration::from_secs(i32::MAX as u64);
+
 /// The acquire loop waits between one and `1 + JITTER_FACTOR` retry periods (client-go's
 /// `JitterFactor`).
 const JITTER_FACTOR: f64 = 1.2;
@@ -219,8 +224,11 @@ impl LeaderElection {
                 self.renew_deadline, self.retry_period
             ));
         }
-        if self.lease_duration > Duration::from_secs(i32::MAX as u64) {
-            return Err("the lease duration does not fit leaseDurationSeconds".into());
+        if self.lease_duration > MAX_LEASE_DURATION {
+            return Err(format!(
+                "the lease duration ({:?}) does not fit leaseDurationSeconds (at most {:?})",
+                self.lease_duration, MAX_LEASE_DURATION
+            ));
         }
         Ok(())
     }
@@ -421,7 +429,7 @@ impl ElectionHandle {
             let _ = stop.send(());
         }
         // The release is bounded by the renew deadline inside; a little more for the task.
-        let limit = self.release_timeout + Duration::from_secs(1);
+        let limit = self.release_timeout.saturating_add(Duration::from_secs(1));
         if tokio::time::timeout(limit, &mut self.task).await.is_err() {
             self.task.abort();
         }
@@ -603,7 +611,9 @@ impl Elector {
     fn lease_valid(&self, now: Instant) -> bool {
         self.observed.as_ref().is_some_and(|(spec, seen)| {
             let seconds = u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0);
-            *seen + Duration::from_secs(seconds) > now
+            // A record's duration past what the clock counts never expires.
+            seen.checked_add(Duration::from_secs(seconds))
+                .is_none_or(|expiry| expiry > now)
         })
     }
 
@@ -808,6 +818,37 @@ mod tests {
         assert!(zero.validate().is_err());
         assert!(LeaderElection::new("").validate().is_err());
         assert!(LeaderElection::new("l").identity("").validate().is_err());
+    }
+
+    /// `Duration::MAX` in any timing is refused with the rule it breaks, never accepted to
+    /// overflow an instant later; the longest timings the rules allow are accepted.
+    #[test]
+    fn duration_max_timings_are_refused_with_the_rule_they_break() {
+        let lease = LeaderElection::new("l").lease_duration(Duration::MAX);
+        let error = lease.validate().unwrap_err();
+        assert!(
+            error.contains("does not fit leaseDurationSeconds"),
+            "{error}"
+        );
+        let renew = LeaderElection::new("l").renew_deadline(Duration::MAX);
+        let error = renew.validate().unwrap_err();
+        assert!(
+            error.contains("must be longer than the renew deadline"),
+            "{error}"
+        );
+        let retry = LeaderElection::new("l").retry_period(Duration::MAX);
+        let error = retry.validate().unwrap_err();
+        assert!(error.contains("1.2 retry periods"), "{error}");
+        let all = LeaderElection::new("l")
+            .lease_duration(Duration::MAX)
+            .renew_deadline(Duration::MAX)
+            .retry_period(Duration::MAX);
+        assert!(all.validate().is_err());
+        let longest = LeaderElection::new("l")
+            .lease_duration(MAX_LEASE_DURATION)
+            .renew_deadline(MAX_LEASE_DURATION - Duration::from_secs(1))
+            .retry_period(MAX_LEASE_DURATION / 2);
+        assert_eq!(longest.validate(), Ok(()));
     }
 
     #[test]

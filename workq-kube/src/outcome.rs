@@ -169,6 +169,7 @@ mod tests {
             Duration::from_secs(300),
             Duration::new(3_600, 123_456_789),
             Duration::from_secs(u64::from(u32::MAX) * 7),
+            Duration::MAX,
         ] {
             assert_eq!(
                 action_outcome(&Action::requeue(delay)),

@@ -631,3 +631,49 @@ async fn a_partitioned_client_is_refused_and_its_watches_end_while_the_others_go
     server.heal("cut");
     assert_eq!(support::value_of(&cut.get("web").await.unwrap()), "v2");
 }
+
+/// Reads `stream` until what came holds `needle`, for at most five seconds; returns all read.
+async fn read_until(stream: &mut tokio::net::TcpStream, read: &mut String, needle: &str) {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !read.contains(needle) {
+        let mut buffer = [0_u8; 4096];
+        let n = tokio::time::timeout_at(deadline, stream.read(&mut buffer))
+            .await
+            .unwrap_or_else(|_| panic!("no {needle:?} within 5 s; read so far: {read:?}"))
+            .unwrap();
+        assert!(
+            n > 0,
+            "the connection closed before {needle:?}; read: {read:?}"
+        );
+        read.push_str(&String::from_utf8_lossy(&buffer[..n]));
+    }
+}
+
+/// A watch's `timeoutSeconds` past what the clock counts (`u64::MAX` seconds) means no
+/// timeout: the watch answers, sends its events, stays open, and the server goes on answering
+/// everyone. The deadline was `now + timeout`, which panicked in the request's task: the
+/// connection closed without an answer.
+#[tokio::test]
+async fn a_watch_with_a_timeout_past_the_clock_has_no_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let server = FakeApiServer::start().await;
+    server.apply(&configmap("web", "v1"));
+    let address = server.url().trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request = format!(
+        "GET /api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds={} HTTP/1.1\r\nHost: {address}\r\n\r\n",
+        u64::MAX
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut read = String::new();
+    read_until(&mut stream, &mut read, r#""type":"ADDED""#).await;
+    assert!(read.starts_with("HTTP/1.1 200"), "{read}");
+
+    // Still open: a change made now reaches it, and the server answers other clients.
+    server.apply(&configmap("web", "v2"));
+    read_until(&mut stream, &mut read, r#""type":"MODIFIED""#).await;
+    let api = Api::<ConfigMap>::namespaced(server.client(), "default");
+    assert_eq!(support::value_of(&api.get("web").await.unwrap()), "v2");
+    assert_eq!(server.requests().watches, 1);
+}

@@ -750,3 +750,71 @@ async fn a_lease_deleted_under_its_holder_is_not_taken_before_it_would_have_expi
     record.assert_one_leader_at_a_time();
     server.heal(&name);
 }
+
+/// The longest timings client-go's rules allow (a lease of `i32::MAX` seconds, about 68
+/// years, a renew deadline a second shorter, a retry period of a year): the controller
+/// leads, reconciles, and on a graceful stop releases the Lease at once (the release is
+/// bounded by the renew deadline, plus a second for the task); no instant overflows.
+/// `Duration::MAX` for any of the three is refused when the election is given to the
+/// controller, with the rule it breaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_timings_lead_and_release_and_duration_max_is_refused() {
+    let server = server(1).await;
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    let longest = Duration::from_secs(i32::MAX.unsigned_abs().into());
+    let record = Arc::new(Record::default());
+    let context = Arc::new(Context {
+        replica: "only".to_owned(),
+        record: record.clone(),
+        slow: None,
+    });
+    let running = Controller::new(api.clone(), watcher::Config::default())
+        .leader_election(
+            LeaderElection::new(LEASE)
+                .identity("only")
+                .lease_duration(longest)
+                .renew_deadline(longest - Duration::from_secs(1))
+                .retry_period(Duration::from_secs(365 * 24 * 3600)),
+        )
+        .run(reconcile, context);
+    eventually("the object reconciled", || record.count("only") >= 1).await;
+    assert!(running.is_leader());
+    let spec = lease_spec(&server);
+    assert_eq!(spec.holder_identity.as_deref(), Some("only"));
+    assert_eq!(spec.lease_duration_seconds, Some(i32::MAX));
+    tokio::time::timeout(Duration::from_secs(10), running.shut_down())
+        .await
+        .expect("a graceful stop")
+        .unwrap();
+    assert_eq!(lease_spec(&server).holder_identity.as_deref(), Some(""));
+
+    for (election, rule) in [
+        (
+            LeaderElection::new(LEASE).lease_duration(Duration::MAX),
+            "does not fit leaseDurationSeconds",
+        ),
+        (
+            LeaderElection::new(LEASE).renew_deadline(Duration::MAX),
+            "must be longer than the renew deadline",
+        ),
+        (
+            LeaderElection::new(LEASE).retry_period(Duration::MAX),
+            "1.2 retry periods",
+        ),
+    ] {
+        let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            drop(
+                Controller::new(api.clone(), watcher::Config::default()).leader_election(election),
+            );
+        }))
+        .expect_err("refused");
+        let message = refused
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            message.starts_with("invalid leader election") && message.contains(rule),
+            "{message}"
+        );
+    }
+}

@@ -266,14 +266,17 @@ async fn a_panicking_mapper_stops_the_controller_with_an_error() {
     assert!(error.to_string().contains("panicked"), "{error}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watcher_that_cannot_list_stops_the_controller_after_the_sync_timeout() {
-    let server = FakeApiServer::start().await;
+/// A controller of the widget `alpha` that owns ConfigMaps, which it is forbidden to list,
+/// with `sync_timeout`.
+fn owning_forbidden_configmaps(
+    server: &FakeApiServer,
+    sync_timeout: Duration,
+    calls: &Calls,
+) -> workq_kube::Running<Widget, workq::WorkQueue<ObjectRef<Widget>>> {
     server.apply(&widget("alpha", 1));
     server.forbid::<ConfigMap>();
     let client = server.client();
-    let calls = Calls::default();
-    let controller = Controller::new(
+    Controller::new(
         Api::<Widget>::namespaced(client.clone(), "default"),
         watcher::Config::default(),
     )
@@ -282,8 +285,15 @@ async fn a_watcher_that_cannot_list_stops_the_controller_after_the_sync_timeout(
         watcher::Config::default(),
     )
     .trigger_backoff(|| Every(Duration::from_millis(20)))
-    .sync_timeout(Duration::from_millis(500))
-    .run(record, calls.clone());
+    .sync_timeout(sync_timeout)
+    .run(record, calls.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_cannot_list_stops_the_controller_after_the_sync_timeout() {
+    let server = FakeApiServer::start().await;
+    let calls = Calls::default();
+    let controller = owning_forbidden_configmaps(&server, Duration::from_millis(500), &calls);
 
     let error = tokio::time::timeout(Duration::from_secs(30), controller.wait())
         .await
@@ -304,6 +314,30 @@ async fn a_watcher_that_cannot_list_stops_the_controller_after_the_sync_timeout(
     }
     // The main kind listed and was reconciled meanwhile.
     assert_eq!(count(&calls, "alpha"), 1);
+}
+
+/// `sync_timeout(Duration::MAX)` means no limit: a watcher that cannot list keeps the
+/// controller waiting (and reconciling what it has) instead of stopping it, lists once it
+/// may, and the controller stops when asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_timeout_of_duration_max_waits_without_a_limit() {
+    let server = FakeApiServer::start().await;
+    let calls = Calls::default();
+    let controller = owning_forbidden_configmaps(&server, Duration::MAX, &calls);
+    eventually("the main kind reconciled", || count(&calls, "alpha") == 1).await;
+    let lists = server.requests().lists;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        server.requests().lists > lists,
+        "the forbidden list is retried meanwhile"
+    );
+    server.allow::<ConfigMap>();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let summary = tokio::time::timeout(Duration::from_secs(10), controller.shut_down())
+        .await
+        .expect("stops when asked")
+        .expect("without an error");
+    assert_eq!(summary.succeeded, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

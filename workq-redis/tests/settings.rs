@@ -1,14 +1,15 @@
-//! No setting panics: every duration of the `Builder` at `Duration::MAX` either means "no
-//! limit" (the queue builds, a get and a done go through, `Workers` process an item, no
-//! lease is lost) or is refused by `build()` with an error naming the setting.
+//! No setting panics: every duration of the `Builder` and of `RedisAdmin` at `Duration::MAX`
+//! either means "no limit" (the queue builds, a get and a done go through, `Workers` process
+//! an item, no lease is lost) or is refused by `build()` with an error naming the setting.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
 use support::server::{RedisServer, require};
+use workq::admin::Admin;
 use workq::{AddKind, Outcome, Workers};
-use workq_redis::{Builder, Error, RateLimit, RedisQueue};
+use workq_redis::{Builder, Error, RateLimit, RedisAdmin, RedisQueue};
 
 fn builder(server: &RedisServer, name: &str) -> Builder<String> {
     RedisQueue::builder(name)
@@ -132,6 +133,7 @@ async fn every_duration_at_max_together() {
             .retry_deadline(Duration::MAX)
             .poll_interval(Duration::MAX)
             .response_timeout(Duration::MAX)
+            .settings_check_interval(Duration::MAX)
             .renew_every(Duration::from_secs(3600))
             .rate_limit(RateLimit::exponential(Duration::MAX, Duration::MAX)),
     )
@@ -196,4 +198,42 @@ async fn backoffs_at_max_delay_the_retry_as_long_as_it_goes() {
     let stats = q.stats(3).await.unwrap();
     let next = stats.next_delayed_in.expect("a delayed item");
     assert!(next > Duration::from_secs(99 * 365 * 24 * 3600), "{next:?}");
+}
+
+/// `settings_check_interval(Duration::MAX)`: the handle reads the server's settings when it
+/// is built, its watching task sleeps without a limit, and every call works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_check_interval_max_reads_the_settings_once() {
+    let Some(server) = require() else { return };
+    let make = || {
+        builder(&server, "check-max")
+            .check_persistence(true)
+            .settings_check_interval(Duration::MAX)
+    };
+    let q = make().build().await.unwrap();
+    assert!(q.persistence().expect("read when built").is_durable());
+    works(make()).await;
+}
+
+/// A `RedisAdmin` whose retry deadline and settings check interval are `Duration::MAX`: its
+/// calls answer (the settings read when it opened, never again), and a handle made by its
+/// `queue` (which takes the admin's retry deadline) works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_with_every_duration_at_max_answers() {
+    let Some(server) = require() else { return };
+    let admin = RedisAdmin::new(&server.url(), "wq")
+        .unwrap()
+        .retry_deadline(Duration::MAX)
+        .settings_check_interval(Duration::MAX);
+    let q = admin.queue::<String>("admin-max").build().await.unwrap();
+    q.add("a".to_owned()).await.unwrap();
+    for _ in 0..2 {
+        let summary = Admin::summary(&admin, "admin-max").await.unwrap();
+        assert_eq!(summary.depth, 1);
+        assert!(Admin::status(&admin).up);
+    }
+    assert!(admin.persistence().expect("read when opened").is_durable());
+    let lease = q.try_get().await.unwrap().into_lease().expect("handed out");
+    lease.done().await.unwrap();
+    works(admin.queue("admin-max")).await;
 }

@@ -526,7 +526,8 @@ fn watch_response(
             .partition_point(|entry| entry.resource_version <= from),
         generation: state.watch_generation,
         changes: shared.changed.subscribe(),
-        deadline: tokio::time::Instant::now() + timeout,
+        // A `timeoutSeconds` past what the clock counts means no timeout.
+        deadline: tokio::time::Instant::now().checked_add(timeout),
         shared: shared.clone(),
         target,
         selection,
@@ -540,6 +541,14 @@ fn watch_response(
         watch,
         Watch::next_chunk,
     )))
+}
+
+/// Completes at `deadline`, never without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// A streaming JSON response.
@@ -560,8 +569,9 @@ struct Watch {
     generation: u64,
     /// Wakes it when the state changes.
     changes: watch::Receiver<u64>,
-    /// When the client's `timeoutSeconds` runs out.
-    deadline: tokio::time::Instant,
+    /// When the client's `timeoutSeconds` runs out; `None` for a timeout past what the
+    /// clock counts (no timeout).
+    deadline: Option<tokio::time::Instant>,
     /// The server.
     shared: Arc<Shared>,
     /// What it watches.
@@ -592,7 +602,7 @@ impl Watch {
             }
             tokio::select! {
                 changed = self.changes.changed() => changed.ok()?,
-                () = tokio::time::sleep_until(self.deadline) => return None,
+                () = until(self.deadline) => return None,
             }
         }
     }
