@@ -114,10 +114,19 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/migrations/0009_trace_links.sql"),
         released: 0x1ae3_7bb5_3e79_75b5,
     },
+    // Grouped hand-outs in bulk: a step gives the slots of the leases it ends back in one
+    // call, and a group alone in the turns at its priority takes its hand-outs of a get
+    // together (`workqueue_step`, `workqueue_flow_get` replaced). Additive.
+    Migration {
+        version: 10,
+        serves_from: 3,
+        sql: include_str!("sql/migrations/0010_bulk_flow.sql"),
+        released: 0x02a6_6ba7_e7e2_200b,
+    },
 ];
 
 /// The schema version this crate needs.
-pub const SCHEMA_VERSION: i32 = 9;
+pub const SCHEMA_VERSION: i32 = 10;
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Installs or upgrades the schema on `pool` (what [`Builder::build`](crate::Builder::build)

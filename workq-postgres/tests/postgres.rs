@@ -1,7 +1,7 @@
 //! What only the PostgreSQL queue has: transactional enqueue, leases with fencing tokens on
 //! the database's clock, release on drop, dead letters, a handle's own shut down, polling
 //! without `LISTEN`, and the schema's migrations (upgrades from versions 2, 3, 6 and 8 with
-//! items in every state). Each test starts its own server.
+//! items in every state, and from 9 under flow control). Each test starts its own server.
 
 mod support;
 
@@ -642,6 +642,28 @@ async fn an_upgrade_from_version_2_keeps_every_item() {
 }
 
 /// The token of the lease on item `item` (its JSON text is the string) of queue 7.
+/// The released migrations, in order: a database of an older schema version is built by
+/// running the first few, as a process of that version did.
+const RELEASED: [&str; 9] = [
+    include_str!("../src/sql/migrations/0001_schema.sql"),
+    include_str!("../src/sql/migrations/0002_done_get.sql"),
+    include_str!("../src/sql/migrations/0003_keys_and_order.sql"),
+    include_str!("../src/sql/migrations/0004_lock_order.sql"),
+    include_str!("../src/sql/migrations/0005_step_wait.sql"),
+    include_str!("../src/sql/migrations/0006_periodic.sql"),
+    include_str!("../src/sql/migrations/0007_flow.sql"),
+    include_str!("../src/sql/migrations/0008_flow_turns.sql"),
+    include_str!("../src/sql/migrations/0009_trace_links.sql"),
+];
+
+/// Runs the first `version` released migrations on `pool` (schema version `version`).
+async fn migrate_to(pool: &sqlx::PgPool, version: usize) {
+    use sqlx::Executor;
+    for sql in &RELEASED[..version] {
+        pool.execute(*sql).await.unwrap();
+    }
+}
+
 async fn token_of(pool: &sqlx::PgPool, item: &str) -> i64 {
     sqlx::query_scalar("SELECT token FROM workqueue_items WHERE queue = 7 AND item = $1")
         .bind(format!("\"{item}\""))
@@ -662,13 +684,7 @@ async fn an_upgrade_from_version_3_keeps_every_item() {
         return;
     };
     let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
-    for sql in [
-        include_str!("../src/sql/migrations/0001_schema.sql"),
-        include_str!("../src/sql/migrations/0002_done_get.sql"),
-        include_str!("../src/sql/migrations/0003_keys_and_order.sql"),
-    ] {
-        pool.execute(sql).await.unwrap();
-    }
+    migrate_to(&pool, 3).await;
     // Version 3, used through its functions.
     pool.execute(
         "CREATE TABLE workqueue_migrations (version integer PRIMARY KEY,
@@ -792,16 +808,7 @@ async fn an_upgrade_from_version_6_keeps_every_item_under_flow_control() {
         return;
     };
     let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
-    for sql in [
-        include_str!("../src/sql/migrations/0001_schema.sql"),
-        include_str!("../src/sql/migrations/0002_done_get.sql"),
-        include_str!("../src/sql/migrations/0003_keys_and_order.sql"),
-        include_str!("../src/sql/migrations/0004_lock_order.sql"),
-        include_str!("../src/sql/migrations/0005_step_wait.sql"),
-        include_str!("../src/sql/migrations/0006_periodic.sql"),
-    ] {
-        pool.execute(sql).await.unwrap();
-    }
+    migrate_to(&pool, 6).await;
     // Version 6, used through its functions.
     pool.execute(
         "CREATE TABLE workqueue_migrations (version integer PRIMARY KEY,
@@ -927,18 +934,7 @@ async fn an_upgrade_from_version_8_keeps_every_item() {
         return;
     };
     let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
-    for sql in [
-        include_str!("../src/sql/migrations/0001_schema.sql"),
-        include_str!("../src/sql/migrations/0002_done_get.sql"),
-        include_str!("../src/sql/migrations/0003_keys_and_order.sql"),
-        include_str!("../src/sql/migrations/0004_lock_order.sql"),
-        include_str!("../src/sql/migrations/0005_step_wait.sql"),
-        include_str!("../src/sql/migrations/0006_periodic.sql"),
-        include_str!("../src/sql/migrations/0007_flow.sql"),
-        include_str!("../src/sql/migrations/0008_flow_turns.sql"),
-    ] {
-        pool.execute(sql).await.unwrap();
-    }
+    migrate_to(&pool, 8).await;
     // Version 8, used through its functions as its processes call them.
     pool.execute(
         "CREATE TABLE workqueue_migrations (version integer PRIMARY KEY,
@@ -1013,6 +1009,113 @@ async fn an_upgrade_from_version_8_keeps_every_item() {
         lease.done().await.unwrap();
     }
     assert_eq!(order, ["first", "held", "old-process", "new"]);
+}
+
+/// A database of schema version 9 under flow control (a group limit of 3, two leases of group
+/// `a` counted) is upgraded to version 10 (grouped hand-outs in bulk) in place: the old
+/// holder's step, as version 9 sends it, gives both slots back and hands group `a`, alone in
+/// the turns, as many items as its limit leaves room for, in its order; the counts are those
+/// of one hand-out after another; a group that joins takes its turn before `a`'s next item;
+/// the rest comes out in the turns' order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_from_version_9_keeps_the_flow_counts() {
+    use sqlx::Executor;
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
+    migrate_to(&pool, 9).await;
+    // Version 9, used through its functions as its processes call them.
+    pool.execute(
+        "CREATE TABLE workqueue_migrations (version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now(), serves_from integer);
+         INSERT INTO workqueue_migrations (version, serves_from)
+             VALUES (1, 1), (2, 1), (3, 3), (4, 3), (5, 3), (6, 3), (7, 3), (8, 3), (9, 3);
+         INSERT INTO workqueue_queues (id, name) VALUES (7, 'v9');
+         SELECT workqueue_flow_set(7, true, true, NULL, 3, NULL, NULL, NULL, NULL, NULL, NULL,
+             '{}', '{}', '{}', '{}', '{}', '{}');
+         SELECT kinds FROM workqueue_enqueue(7,
+             ARRAY['\"a1\"', '\"a2\"', '\"a3\"', '\"a4\"', '\"a5\"', '\"a6\"'],
+             ARRAY['a', 'a', 'a', 'a', 'a', 'a'], ARRAY[NULL, NULL, NULL, NULL, NULL, NULL]::integer[],
+             ARRAY[0, 0, 0, 0, 0, 0]::bigint[], ARRAY[false, false, false, false, false, false],
+             0, 0, 0, 0);
+         SELECT kind, items FROM workqueue_get(7, 2, 3600000000, false, 0, 0);",
+    )
+    .await
+    .unwrap();
+    let tokens = vec![token_of(&pool, "a1").await, token_of(&pool, "a2").await];
+
+    let q: PgQueue<String> = PgQueue::builder("v9")
+        .url(server.url())
+        .poll_interval(Duration::from_secs(30))
+        .group_by(|item: &String| item[..1].to_owned())
+        .max_in_flight_per_group(3)
+        .build()
+        .await
+        .expect("the upgrade runs at build");
+    let version: i32 = sqlx::query_scalar("SELECT max(version) FROM workqueue_migrations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(version, workq_postgres::SCHEMA_VERSION);
+    let counts = || async {
+        sqlx::query_as::<_, (i32, i32)>(
+            "SELECT g.in_flight, f.in_flight FROM workqueue_groups g
+                 JOIN workqueue_flow f ON f.queue = g.queue
+             WHERE g.queue = 7 AND g.name = 'a'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(counts().await, (2, 2), "version 9 counted both leases");
+    // The old holder's step, as version 9 sends it: both done, and three more of `a`.
+    let (done, kind, items): (Vec<i32>, i32, Vec<String>) = sqlx::query_as(
+        "SELECT done, kind, items FROM workqueue_step(7,
+             ARRAY[workqueue_key('\"a1\"'), workqueue_key('\"a2\"')], $1, ARRAY[false, false],
+             5, 3600000000, false, 0, 0)",
+    )
+    .bind(&tokens)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(done, [1, 1]);
+    assert_eq!(kind, 1);
+    assert_eq!(
+        items,
+        ["\"a3\"", "\"a4\"", "\"a5\""],
+        "up to the group's limit, in order"
+    );
+    assert_eq!(counts().await, (3, 3));
+    assert!(
+        q.try_get().await.unwrap().is_empty(),
+        "group a is at its limit"
+    );
+    // Group `b` joins; `a`'s slots come back through the new step, which hands out `b` first.
+    q.add_all(["b1".to_owned(), "b2".to_owned()]).await.unwrap();
+    let held: Vec<i64> = sqlx::query_scalar(
+        "SELECT token FROM workqueue_items WHERE queue = 7 AND grp = 'a' AND token IS NOT NULL
+         ORDER BY item",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let (done, items): (Vec<i32>, Vec<String>) = sqlx::query_as(
+        "SELECT done, items FROM workqueue_step(7,
+             ARRAY[workqueue_key('\"a3\"'), workqueue_key('\"a4\"'), workqueue_key('\"a5\"')],
+             $1, ARRAY[false, false, false], 3, 3600000000, false, 0, 0)",
+    )
+    .bind(&held)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(done, [1, 1, 1]);
+    assert_eq!(
+        items,
+        ["\"b1\"", "\"a6\"", "\"b2\""],
+        "the turns, one at a time"
+    );
+    assert_eq!(counts().await, (1, 3));
 }
 
 /// `Queue::done_and_next_many` (what batching `Workers` send): each lease's done and forget,

@@ -1,5 +1,5 @@
 -- workq-postgres: every SQL function of the queue's schema as the migrations leave it
--- (schema version 9), ordered by name, each with its body and settings exactly as
+-- (schema version 10), ordered by name, each with its body and settings exactly as
 -- PostgreSQL shows them (pg_get_functiondef) in a database migrated from empty, in the schema
 -- `public`, and with the comment above its last CREATE in the migrations.
 --
@@ -18,7 +18,7 @@
 --   workqueue_enqueue_traced 0009_trace_links.sql
 --   workqueue_flow_clear     0008_flow_turns.sql
 --   workqueue_flow_ended     0007_flow.sql
---   workqueue_flow_get       0009_trace_links.sql
+--   workqueue_flow_get       0010_bulk_flow.sql
 --   workqueue_flow_set       0008_flow_turns.sql
 --   workqueue_get            0009_trace_links.sql
 --   workqueue_group_oldest   0007_flow.sql
@@ -32,7 +32,7 @@
 --   workqueue_requeue_dead   0009_trace_links.sql
 --   workqueue_retry_done     0007_flow.sql
 --   workqueue_retry_done_traced 0009_trace_links.sql
---   workqueue_step           0009_trace_links.sql
+--   workqueue_step           0010_bulk_flow.sql
 --   workqueue_token_at       0007_flow.sql
 --   workqueue_token_take     0007_flow.sql
 --   workqueue_traceparent_ok 0009_trace_links.sql
@@ -734,9 +734,10 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_flow_get, as last created by src/sql/migrations/0009_trace_links.sql
+-- workqueue_flow_get, as last created by src/sql/migrations/0010_bulk_flow.sql
 -- --------------------------------------------------------------------------------------------
--- flow_get: as version 8's; the hand-out moves the item's links to its lease and answers them.
+-- flow_get: as version 9's; a group alone in the turns at its priority takes its hand-outs
+-- together.
 CREATE OR REPLACE FUNCTION public.workqueue_flow_get(q integer, n integer, lease_us bigint, sweep boolean, max_stalls integer, dead_cap integer, shut boolean, paused boolean, OUT kind integer, OUT items text[], OUT keys bytea[], OUT tokens bigint[], OUT priorities integer[], OUT wait_us bigint, OUT item_links text[], OUT item_drops integer[])
  RETURNS record
  LANGUAGE plpgsql
@@ -765,6 +766,12 @@ DECLARE
     wake_at timestamptz;
     next_due timestamptz;
     moved boolean := false;
+    room integer;
+    start_ integer;
+    k integer;
+    tids tid[];
+    order_keys bytea[];
+    b record;
 BEGIN
     kind := 0;
     SELECT * INTO fl FROM workqueue_flow f WHERE f.queue = q FOR NO KEY UPDATE;
@@ -854,6 +861,92 @@ BEGIN
                 SET parked_until = workqueue_token_at(t.tat, t.rate_us, t.burst), credit = 0
                 WHERE t.queue = q AND t.name = g.name;
             CONTINUE;
+        END IF;
+        -- A group alone in the turns at its priority (the others there hold nothing ready,
+        -- are at their limit or wait for a token) takes every hand-out until it is not: its
+        -- items go together, as many as the call, its limit and the queue's leave room for,
+        -- with the group's row and the flow row written once for them all, as one hand-out
+        -- after another would leave them. Not under a rate (each hand-out takes a token).
+        room := n - taken;
+        IF g.lim IS NOT NULL THEN
+            room := least(room, g.lim - g.in_flight);
+        END IF;
+        IF fl.max_in_flight IS NOT NULL THEN
+            room := least(room, fl.max_in_flight - fl.in_flight);
+        END IF;
+        IF room > 1 AND g.rate_us IS NULL AND fl.rate_us IS NULL
+                AND NOT EXISTS (SELECT 1 FROM workqueue_groups t
+                                WHERE t.queue = q AND t.top = g.top AND t.parked_until IS NULL
+                                  AND NOT t.saturated AND t.name <> g.name
+                                  AND t.name <> ALL(skipped)) THEN
+            SELECT coalesce(array_agg(l.ctid ORDER BY l.p DESC, l.avail_at, l.seq), '{}'),
+                   coalesce(array_agg(l.key ORDER BY l.p DESC, l.avail_at, l.seq), '{}')
+                INTO tids, order_keys
+                FROM (SELECT i.ctid, i.key, coalesce(i.priority, 0) AS p, i.avail_at, i.seq
+                      FROM workqueue_items i
+                      WHERE i.queue = q AND i.grp >= g.name AND i.grp <= g.name AND i.ready
+                        AND coalesce(i.priority, 0) >= g.top
+                      ORDER BY i.grp, coalesce(i.priority, 0) DESC, i.avail_at, i.seq
+                      LIMIT room FOR UPDATE SKIP LOCKED) l;
+            k := cardinality(tids);
+            IF k > 0 THEN
+                WITH leased AS (
+                    UPDATE workqueue_items i SET ready = false, token = nextval('workqueue_seq'),
+                        lease_until = now_ + make_interval(secs => lease_us / 1e6),
+                        leased_at = now_, lease_priority = coalesce(i.priority, 0),
+                        priority = NULL, dirty = false, avail_at = NULL, lease_flow = 3,
+                        lease_links = i.links, lease_dropped = i.links_dropped, links = NULL,
+                        links_dropped = NULL
+                        WHERE i.ctid = ANY(tids)
+                        RETURNING i.item, i.key, i.token, i.lease_priority, i.lease_links,
+                            i.lease_dropped, array_position(order_keys, i.key) AS o
+                )
+                SELECT array_agg(l.item ORDER BY l.o) AS items,
+                       array_agg(l.key ORDER BY l.o) AS keys,
+                       array_agg(l.token ORDER BY l.o) AS tokens,
+                       array_agg(l.lease_priority ORDER BY l.o) AS priorities,
+                       array_agg(array_to_string(l.lease_links, ',') ORDER BY l.o) AS links,
+                       array_agg(l.lease_dropped ORDER BY l.o) AS drops
+                    INTO b FROM leased l;
+                items := items || b.items;
+                item_links := item_links || b.links;
+                item_drops := item_drops || b.drops;
+                keys := keys || b.keys;
+                tokens := tokens || b.tokens;
+                priorities := priorities || b.priorities;
+                taken := taken + k;
+                next_top := NULL;
+                SELECT coalesce(i.priority, 0) INTO next_top FROM workqueue_items i
+                    WHERE i.queue = q AND i.grp >= g.name AND i.grp <= g.name AND i.ready
+                    ORDER BY i.grp, coalesce(i.priority, 0) DESC, i.avail_at, i.seq LIMIT 1;
+                -- The credit k hand-outs leave (see below): a visit ends at each 0, and the
+                -- next one starts with `weight`.
+                start_ := CASE WHEN g.credit <= 0 THEN greatest(g.weight, 1) ELSE g.credit END;
+                credit_ := CASE WHEN k < start_ THEN start_ - k
+                                ELSE (greatest(g.weight, 1) - (k - start_) % greatest(g.weight, 1))
+                                     % greatest(g.weight, 1) END;
+                UPDATE workqueue_groups t SET
+                    in_flight = t.in_flight + k,
+                    ready = CASE WHEN next_top IS NULL THEN 0 ELSE greatest(t.ready - k, 1) END,
+                    top = next_top,
+                    credit = CASE WHEN next_top IS DISTINCT FROM t.top
+                                       OR (t.lim IS NOT NULL AND t.in_flight + k >= t.lim) THEN 0
+                                  ELSE credit_ END,
+                    turn = CASE WHEN next_top IS NULL THEN t.turn
+                                WHEN next_top <> t.top THEN
+                                    coalesce((t.places ->> next_top::text)::bigint,
+                                             nextval('workqueue_seq'))
+                                WHEN k >= start_ THEN nextval('workqueue_seq')
+                                ELSE t.turn END,
+                    places = CASE WHEN next_top IS NULL THEN NULL
+                                  WHEN next_top <> t.top
+                                      THEN workqueue_places_below(t.places, next_top)
+                                  ELSE t.places END
+                    WHERE t.queue = q AND t.name = g.name;
+                fl.in_flight := fl.in_flight + k;
+                moved := true;
+                CONTINUE;
+            END IF;
         END IF;
         -- (The lane's own order, whatever the statistics: see workqueue_group_oldest.)
         SELECT i.ctid, coalesce(i.priority, 0) AS p INTO h FROM workqueue_items i
@@ -1678,9 +1771,10 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_step, as last created by src/sql/migrations/0009_trace_links.sql
+-- workqueue_step, as last created by src/sql/migrations/0010_bulk_flow.sql
 -- --------------------------------------------------------------------------------------------
--- step: as version 7's; answers the links of the leases its get handed out.
+-- step: as version 9's; the counted leases whose rows go are deleted with the others, and
+-- their slots given back in one call of workqueue_flow_ended.
 CREATE OR REPLACE FUNCTION public.workqueue_step(q integer, ks bytea[], toks bigint[], forgets boolean[], n integer, lease_us bigint, sweep boolean, max_stalls integer, dead_cap integer, OUT done integer[], OUT kind integer, OUT items text[], OUT keys bytea[], OUT tokens bigint[], OUT priorities integer[], OUT wait_us bigint, OUT item_links text[], OUT item_drops integer[])
  RETURNS record
  LANGUAGE plpgsql
@@ -1699,6 +1793,8 @@ DECLARE
     plain tid[] := '{}';
     forgotten tid[] := '{}';
     flowing integer[] := '{}';
+    ended_grps text[] := '{}';
+    ended_bits smallint[] := '{}';
     got boolean;
     -- How long a done waits for a row another transaction holds, in ms: the setting
     -- workqueue.step_wait (20ms if unset; 0 waits not at all), or the session's own
@@ -1764,7 +1860,14 @@ BEGIN
             END IF;
             forgotten := forgotten || c.ctid;
         END IF;
-        IF r.lease_flow <> 0 OR (r.grp IS NOT NULL AND (r.dirty OR r.due IS NOT NULL)) THEN
+        IF r.lease_flow <> 0 AND NOT r.dirty AND r.due IS NULL THEN
+            -- A counted lease whose row goes: deleted with the others, its slots given back
+            -- below, in one call for the whole step.
+            plain := plain || r.ctid;
+            ended_grps := ended_grps || r.grp;
+            ended_bits := ended_bits || r.lease_flow;
+            done[o] := 1;
+        ELSIF r.lease_flow <> 0 OR (r.grp IS NOT NULL AND (r.dirty OR r.due IS NOT NULL)) THEN
             flowing := flowing || o;
         ELSIF r.dirty OR r.due IS NOT NULL THEN
             done[o] := workqueue_done(q, ks[o], toks[o], false, forget);
@@ -1778,6 +1881,10 @@ BEGIN
     END IF;
     IF cardinality(plain) > 0 THEN
         DELETE FROM workqueue_items i WHERE i.ctid = ANY(plain);
+    END IF;
+    IF cardinality(ended_bits) > 0 THEN
+        PERFORM workqueue_flow_ended(q, ended_grps, ended_bits,
+                                     array_fill(NULL::integer, ARRAY[cardinality(ended_bits)]));
     END IF;
     FOREACH o IN ARRAY flowing LOOP
         done[o] := workqueue_done(q, ks[o], toks[o], false, false);
