@@ -274,8 +274,9 @@ pub(crate) enum Load {
     Backlog,
 }
 
-/// Jobs per batch of a burn-down's backlog: River's bench command inserts 5,000 at a time.
-const BACKLOG_BATCH: usize = 5_000;
+/// Jobs per batch of a burn-down's backlog (untimed): apalis's `push_all` of 5,000, River's
+/// bench command's batch, did not finish; 1,000 does.
+const BACKLOG_BATCH: usize = 1_000;
 
 /// W7's shape and load, as `wq-bench` passes them.
 #[derive(Debug, Clone, Copy)]
