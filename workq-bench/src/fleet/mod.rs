@@ -31,7 +31,7 @@
 //! p99 against workers. With a 1 ms handler the flood has at most 3,000 items per worker
 //! (so one worker's run takes seconds, not minutes).
 //!
-//! W7B is River's own shape, a *burn-down*: the backlog (50,000 items, 10,000 with `--quick`;
+//! W7B is River's own shape, a *burn-down*: the backlog (50,000 items, 5,000 with `--quick`;
 //! at most 2,000 per worker, so that 1 worker's run takes seconds) is added up front with
 //! each implementation's batch insert, in batches of 5,000 as River's bench command inserts
 //! it, and only then are the workers started, in one process, with a handler that returns at
@@ -287,7 +287,7 @@ pub(crate) fn run_scale(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {
 /// The backlog of a burn-down at `shape`: the workload's, at most
 /// [`BURN_ITEMS_PER_WORKER`] per worker.
 fn backlog(quick: bool, shape: Shape) -> usize {
-    let full = if quick { 10_000 } else { 50_000 };
+    let full = if quick { 5_000 } else { 50_000 };
     full.min(BURN_ITEMS_PER_WORKER * (shape.workers * shape.processes) as usize)
 }
 
@@ -349,7 +349,7 @@ mod tests {
         assert_eq!(backlog(false, at(1)), 2_000);
         assert_eq!(backlog(false, at(16)), 32_000);
         assert_eq!(backlog(false, at(2_000)), 50_000);
-        assert_eq!(backlog(true, at(16)), 10_000);
+        assert_eq!(backlog(true, at(16)), 5_000);
         assert_eq!(*BURN_WORKERS.last().unwrap(), 2_000);
     }
 
