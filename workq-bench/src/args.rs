@@ -68,8 +68,8 @@ pub(crate) struct Args {
     pub(crate) profile: bool,
 
     /// Workloads to run, comma separated (in memory: W1, P1, W2, W3, W3R, W4, W5, W6, W7, W8, P2,
-    /// P3, P4; with --redis or --postgres: W1, W3, W3P, W4, W7, W8, W7S); all by default (but
-    /// W7S, which --plot adds unless --compare is given).
+    /// P3, P4; with --redis or --postgres: W1, W3, W3P, W4, W7, W8, W7S, W7B); all by default
+    /// (but W7S, which --plot adds unless --compare is given, and W7B, which --compare adds).
     #[arg(
         short = 'w',
         long = "workloads",
@@ -94,17 +94,19 @@ pub(crate) struct Args {
     #[arg(long, value_name = "DIR")]
     pub(crate) plot: Option<PathBuf>,
 
-    /// W7 and W7S: the numbers of worker processes to run, comma separated (default: 1,4 for
+    /// W7, W7S and W7B: the numbers of worker processes to run, comma separated (default: 1,4 for
     /// W7 on a server, 1 in memory and for W7S).
     #[arg(long, value_delimiter = ',', value_name = "N,...", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub(crate) processes: Vec<u32>,
 
-    /// W7 and W7S: the numbers of workers per process (`Workers::count`, a reference's
-    /// concurrency), comma separated (default: 16 for W7, 1,4,16,64 for W7S).
-    #[arg(long, value_delimiter = ',', value_name = "N,...", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// W7, W7S and W7B: the numbers of workers per process (`Workers::count`, a reference's
+    /// concurrency), comma separated, at most 2,000 (River's bench command's; default: 16
+    /// for W7, 1,4,16,64 for W7S, 1,4,16,64,256,1000,2000 for W7B, 16,2000 with --quick).
+    #[arg(long, value_delimiter = ',', value_name = "N,...", value_parser = clap::value_parser!(u32).range(1..=2000))]
     pub(crate) workers: Vec<u32>,
 
-    /// W7 and W7S: how long the handler sleeps, in ms, comma separated (default: 0,1).
+    /// W7, W7S and W7B: how long the handler sleeps, in ms, comma separated (default: 0,1;
+    /// 0 for W7B, as River's bench command).
     #[arg(long, value_delimiter = ',', value_name = "MS,...", value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub(crate) handler_ms: Vec<u32>,
 

@@ -144,6 +144,11 @@ impl Plan {
             }
             ids.push(fleet::SCALE_ID.to_owned());
         }
+        if args.compare && ids.is_empty() && !backends.is_empty() {
+            // The peers' own shape, the burn-down, belongs to every comparison.
+            ids.extend(select(known, &[])?.iter().map(|w| w.id.to_owned()));
+            ids.push(fleet::BURN_ID.to_owned());
+        }
         let workloads = select(known, &ids).map_err(|unknown| {
             let with = match backends.as_slice() {
                 [] => String::new(),
@@ -444,5 +449,9 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(ids(&compared), ["W1"]);
+        // A comparison with no workload named runs them all and the burn-down, W7B.
+        let everything = plan(&["--postgres", "postgres://b/", "--compare"]).unwrap();
+        assert_eq!(ids(&everything).last(), Some(&"W7B"));
+        assert!(!ids(&everything).contains(&"W7S"));
     }
 }

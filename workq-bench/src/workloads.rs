@@ -121,10 +121,16 @@ pub(crate) const ON_A_SERVER: &[Workload] = &[
         title: "fleet scaling, 1 to 64 workers in one process",
         run: fleet::run_scale,
     },
+    Workload {
+        id: fleet::BURN_ID,
+        title: "burn-down of a backlog, 1 to 2,000 workers in one process (River's shape)",
+        run: fleet::run_burn,
+    },
 ];
 
-/// Workloads that run only when named (or, for W7S, with `--plot`).
-pub(crate) const ON_REQUEST: &[&str] = &[fleet::SCALE_ID];
+/// Workloads that run only when named (or, for W7S, with `--plot`; for W7B, with
+/// `--compare`).
+pub(crate) const ON_REQUEST: &[&str] = &[fleet::SCALE_ID, fleet::BURN_ID];
 
 /// The workloads named by `ids`, in report order; all of them (but those run on request) if
 /// none is named. An unknown id is the error.
@@ -165,6 +171,7 @@ mod tests {
     fn the_choice_keeps_report_order_and_refuses_an_unknown_id() {
         let all = select(ON_A_SERVER, &[]).unwrap();
         assert!(!ids(&all).contains(&fleet::SCALE_ID), "W7S runs on request");
+        assert!(!ids(&all).contains(&fleet::BURN_ID), "W7B runs on request");
         let chosen = select(ON_A_SERVER, &["w7".into(), " W1 ".into(), "W7S".into()]).unwrap();
         assert_eq!(ids(&chosen), ["W1", "W7", "W7S"]);
         assert_eq!(

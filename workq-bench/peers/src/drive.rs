@@ -269,7 +269,14 @@ fn now_ns() -> i64 {
 pub(crate) enum Load {
     Flood,
     Paced(f64),
+    /// W7B's burn-down: every job added before the worker processes start, in batches of
+    /// [`BACKLOG_BATCH`]; timed from their start to the last handler's end.
+    Backlog,
 }
+
+/// Jobs per batch of a burn-down's backlog (untimed): apalis's `push_all` of 5,000, River's
+/// bench command's batch, did not finish; 1,000 does.
+const BACKLOG_BATCH: usize = 1_000;
 
 /// W7's shape and load, as `wq-bench` passes them.
 #[derive(Debug, Clone, Copy)]
@@ -295,6 +302,15 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
     let name = queue_name("w7");
     let queue = P::open(url, &name).await?;
     queue.delete().await?;
+    let ids: Vec<u64> = (0..fleet.items as u64).collect();
+    if let Load::Backlog = fleet.load {
+        for chunk in ids.chunks(BACKLOG_BATCH) {
+            let jobs: Vec<Job> = chunk.iter().copied().map(Job::now).collect();
+            add(&queue, &jobs).await?;
+        }
+    }
+    // A burn-down's clock starts with the worker processes.
+    let fleet_started = now_ns();
     let exe = std::env::current_exe()?;
     let mut children = Vec::new();
     for _ in 0..fleet.processes {
@@ -326,10 +342,13 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
             );
         }
     }
-    let ids: Vec<u64> = (0..fleet.items as u64).collect();
     let mut acks = vec![0_i64; fleet.items];
-    let first_add = now_ns();
+    let mut first_add = now_ns();
     match fleet.load {
+        Load::Backlog => {
+            first_add = fleet_started;
+            acks.fill(fleet_started);
+        }
         Load::Flood => {
             for (n, chunk) in ids.chunks(ADD_BATCH).enumerate() {
                 let jobs: Vec<Job> = chunk.iter().copied().map(Job::now).collect();
@@ -378,7 +397,7 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
     let (items_per_s, pickups) = summarize(fleet.items, first_add, &acks, &records)?;
     let quantile = |q: f64| quantile_ms(&pickups, q);
     Ok(match fleet.load {
-        Load::Flood => vec![("items_per_s", items_per_s)],
+        Load::Flood | Load::Backlog => vec![("items_per_s", items_per_s)],
         Load::Paced(_) => vec![
             ("pickup_p50_ms", quantile(0.50)),
             ("pickup_p99_ms", quantile(0.99)),

@@ -8,6 +8,7 @@
 //! wq-bench-peers PEER WORKLOAD SIZE                W1, W3 (dedup), W3P (plain adds)
 //! wq-bench-peers PEER W4 SIZE [CONCURRENCY]       W4, each of its 2 consumers that concurrent
 //! wq-bench-peers PEER W7 MODE ITEMS PROCESSES WORKERS HANDLER_MS RATE
+//!                                                  MODE: flood, paced or burndown (W7B)
 //! wq-bench-peers PEER W8 NOISY QUIET WORKERS HANDLER_MS  noisy neighbour, in this process
 //! ```
 //!
@@ -118,6 +119,7 @@ async fn run<P: Peer>(peer: &str, args: &[String]) -> Result<()> {
         "W7" => {
             let load = match args.get(1).map(String::as_str) {
                 Some("flood") => Load::Flood,
+                Some("burndown") => Load::Backlog,
                 Some("paced") => {
                     let rate: f64 = args.get(6).ok_or("no rate")?.parse()?;
                     Load::Paced(rate)

@@ -219,7 +219,14 @@ pub(crate) enum Load {
     Flood,
     /// Items per second: every [`TICK`], the items due by then, in one batch.
     Paced(f64),
+    /// A burn-down (W7B): every item added before the fleet starts, in batches of
+    /// [`BACKLOG_BATCH`]; the clock starts when the fleet is started and stops at the last
+    /// handler's end, as River's bench command measures its burn-down mode.
+    Backlog,
 }
+
+/// Items per batch of a burn-down's backlog: River's bench command inserts 5,000 at a time.
+pub(crate) const BACKLOG_BATCH: usize = 5_000;
 
 /// What one phase measured.
 #[derive(Debug)]
@@ -334,6 +341,9 @@ pub(crate) async fn phase<Q: FleetQueue>(
     let _live = Q::SHARED.then(|| Live::new::<Q>(target.url(), &name));
     let queue = Q::open(target.url(), &name).await?;
     queue.delete().await?;
+    if let Load::Backlog = load {
+        return burn_down(&queue, target, &name, shape, items).await;
+    }
     let fleet = start_fleet(&queue, target, &name, shape, items).await?;
     let produced = produce(&queue, items, load).await;
     let drained = match &produced {
@@ -346,6 +356,38 @@ pub(crate) async fn phase<Q: FleetQueue>(
     drained?;
     let records = records?;
     summarize(items, first_add, &acks, &records)
+}
+
+/// A burn-down: adds the backlog, then starts the fleet and times it from there to the last
+/// handler's end.
+async fn burn_down<Q: FleetQueue>(
+    queue: &Q,
+    target: &Target,
+    name: &str,
+    shape: Shape,
+    items: usize,
+) -> Result<Measured, Error> {
+    let ids: Vec<u64> = (0..items as u64).collect();
+    for chunk in ids.chunks(BACKLOG_BATCH) {
+        if let Err(e) = queue.add_batch(chunk).await {
+            let _ = queue.delete().await;
+            return Err(e);
+        }
+    }
+    let started = now_ns();
+    let fleet = match start_fleet(queue, target, name, shape, items).await {
+        Ok(fleet) => fleet,
+        Err(e) => {
+            let _ = queue.delete().await;
+            return Err(e);
+        }
+    };
+    let drained = drain(queue, &fleet, items).await;
+    let records = stop_fleet(fleet).await;
+    let _ = queue.delete().await;
+    drained?;
+    // Every item was there when the clock started.
+    summarize(items, started, &vec![started; items], &records?)
 }
 
 /// Starts the fleet and waits until every worker process is ready.
@@ -424,6 +466,9 @@ async fn produce<Q: FleetQueue>(
                 let ack = now_ns();
                 acks[n * ADD_BATCH..n * ADD_BATCH + chunk.len()].fill(ack);
             }
+        }
+        Load::Backlog => {
+            return Err("a burn-down adds its backlog before the fleet starts".into());
         }
         Load::Paced(rate) => {
             let started = Instant::now();
@@ -576,5 +621,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(paced.pickup_ns.len(), 500);
+        let burned = phase::<WorkQueue<u64>>(&Target::Memory, shape, 12_000, Load::Backlog)
+            .await
+            .unwrap();
+        assert_eq!(burned.pickup_ns.len(), 12_000);
+        assert!(burned.items_per_s > 0.0);
     }
 }

@@ -31,6 +31,16 @@
 //! p99 against workers. With a 1 ms handler the flood has at most 3,000 items per worker
 //! (so one worker's run takes seconds, not minutes).
 //!
+//! W7B is River's own shape, a *burn-down*: the backlog (50,000 items, 5,000 with `--quick`;
+//! at most 2,000 per worker, so that 1 worker's run takes seconds) is added up front with
+//! each implementation's batch insert, in batches of 5,000 as River's bench command inserts
+//! it, and only then are the workers started, in one process, with a handler that returns at
+//! once; items/s from the start of the fleet to the end of the last handler (River's bench
+//! times its burn-down the same way). Its workers are W7S's counts extended to River's: 1, 4,
+//! 16, 64, 256, 1,000 and 2,000 (River's bench command runs 2,000), or 16 and 2,000 with
+//! `--quick`; beside ours, the Rust peers of `--compare` (the node scripts have no burn-down
+//! mode: n/a).
+//!
 //! Caveats: the producer, the worker processes, the server and the reference share the
 //! machine's cores, so what saturates first on 2 cores is often the CPU, not the queue. The
 //! handler's 1 ms sleep lasts about the same on both sides: node's `setTimeout` 1.13 ms on
@@ -46,6 +56,7 @@ mod protocol;
 pub(crate) mod worker;
 
 use crate::ctx::Ctx;
+use crate::peers::Program;
 use crate::profile::Profiler;
 use crate::report::{OURS_ASYNC, Sample, Shape};
 pub(crate) use choice::Choice;
@@ -75,6 +86,14 @@ pub(crate) const SCALE_ID: &str = "W7S";
 const WORKERS: u32 = 16;
 /// Workers per process in the sweep.
 pub(crate) const SCALE_WORKERS: [u32; 4] = [1, 4, 16, 64];
+/// The burn-down's id.
+pub(crate) const BURN_ID: &str = "W7B";
+/// Workers in one process in the burn-down: W7S's, up to River's 2,000.
+pub(crate) const BURN_WORKERS: [u32; 7] = [1, 4, 16, 64, 256, 1_000, 2_000];
+/// The same, with `--quick`.
+const BURN_WORKERS_QUICK: [u32; 2] = [16, 2_000];
+/// Items per worker at most in a burn-down's backlog.
+const BURN_ITEMS_PER_WORKER: usize = 2_000;
 /// The longest a paced phase runs, roughly.
 const PACED_SECONDS: f64 = 2.0;
 /// Items per worker at most in a sweep's flood with a handler that sleeps.
@@ -265,9 +284,74 @@ pub(crate) fn run_scale(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {
     Ok(out)
 }
 
+/// The backlog of a burn-down at `shape`: the workload's, at most
+/// [`BURN_ITEMS_PER_WORKER`] per worker.
+fn backlog(quick: bool, shape: Shape) -> usize {
+    let full = if quick { 5_000 } else { 50_000 };
+    full.min(BURN_ITEMS_PER_WORKER * (shape.workers * shape.processes) as usize)
+}
+
+/// W7B: the burn-down on the server, ours and every Rust peer, at each shape in turn.
+pub(crate) fn run_burn(ctx: &Ctx<'_>) -> Result<Vec<Sample>, String> {
+    let server = ctx.server.ok_or("no server")?;
+    let target = Target::of(server);
+    let ours = server.backend.ours();
+    let workers: &[u32] = if ctx.quick {
+        &BURN_WORKERS_QUICK
+    } else {
+        &BURN_WORKERS
+    };
+    let mut out = Vec::new();
+    for shape in ctx.fleet.shapes(&[1], workers, &[0]) {
+        let n = backlog(ctx.quick, shape);
+        ctx.step(&format!("{ours} {shape}: burn-down of {n}"));
+        let burned = server
+            .runtime
+            .block_on(target.phase(shape, n, Load::Backlog))?;
+        out.push(Sample::new(BURN_ID, ours, "items_per_s", burned.items_per_s).at(shape));
+        for peer in &server.peers {
+            if let Program::Node(_) = peer.program {
+                out.push(
+                    Sample::not_applicable(
+                        BURN_ID,
+                        peer.name,
+                        "items_per_s",
+                        "its bench script has no burn-down mode",
+                    )
+                    .at(shape),
+                );
+                continue;
+            }
+            ctx.step(&format!("{} {shape}: burn-down of {n}", peer.name));
+            let args = peer_args("burndown", n, shape, 0.0);
+            out.extend(
+                server
+                    .run_peer(peer, BURN_ID, &args, &["items_per_s"])
+                    .into_iter()
+                    .map(|s| s.at(shape)),
+            );
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_burn_down_holds_at_most_two_thousand_items_per_worker() {
+        let at = |workers| Shape {
+            processes: 1,
+            workers,
+            handler_ms: 0,
+        };
+        assert_eq!(backlog(false, at(1)), 2_000);
+        assert_eq!(backlog(false, at(16)), 32_000);
+        assert_eq!(backlog(false, at(2_000)), 50_000);
+        assert_eq!(backlog(true, at(16)), 5_000);
+        assert_eq!(*BURN_WORKERS.last().unwrap(), 2_000);
+    }
 
     #[test]
     fn the_paced_phase_offers_half_the_slowest_flood() {

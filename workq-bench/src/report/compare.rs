@@ -139,6 +139,9 @@ fn render(title: &str, figures: &[Figure], about: &[About]) -> String {
     for (n, note) in notes.iter().enumerate() {
         let _ = writeln!(out, "n/a [{}] {note}", n + 1);
     }
+    for line in super::goals::goal_lines(figures) {
+        let _ = writeln!(out, "goal: {line}");
+    }
     for column in &columns {
         if let Some(a) = about.iter().find(|a| a.imp == *column) {
             let _ = writeln!(out, "{} {}: {}", a.imp, a.version, a.settings);

@@ -4,9 +4,9 @@
 use std::fmt::Write as _;
 
 use super::{
-    BULLMQ, Figure, LIMIT, OURS, OURS_ASYNC, OURS_FIFO, OURS_LIMITED, OURS_POSTGRES,
-    OURS_POSTGRES_FIFO, OURS_POSTGRES_LIMITED, OURS_REDIS, OURS_REDIS_FIFO, OURS_REDIS_LIMITED,
-    PGBOSS, format_value,
+    APALIS_POSTGRES, APALIS_REDIS, BULLMQ, BULLMQ_OFFICIAL, Figure, LIMIT, OURS, OURS_ASYNC,
+    OURS_FIFO, OURS_LIMITED, OURS_POSTGRES, OURS_POSTGRES_FIFO, OURS_POSTGRES_LIMITED, OURS_REDIS,
+    OURS_REDIS_FIFO, OURS_REDIS_LIMITED, PGBOSS, RIVERQUEUE, Shape, format_value, metric_label,
 };
 use crate::noisy::LIMITS;
 
@@ -35,7 +35,55 @@ enum GoalKind {
     Below(f64),
     /// The figure at most this.
     AtMost(f64),
+    /// ours / reference below this (medians): for a figure lower is better.
+    RatioBelow(&'static str, f64),
+    /// Items/s at least this share of the handler's ceiling at the figure's shape: every
+    /// worker busy in its handler all the time, [`ceiling`].
+    CeilingAtLeast(f64),
 }
+
+/// How long a handler that sleeps `handler_ms` takes beyond it, in ms: a thread's sleep of
+/// 1 ms lasts about 1.06 ms (the fleet module's caveats), so 16 workers with a 1 ms handler
+/// can run at most 16 / 1.06 ms, about 15.1 k items/s.
+const HANDLER_OVERHEAD_MS: f64 = 0.06;
+
+/// The most items/s the workers at `shape` can run, each busy in its handler all the time.
+pub(super) fn ceiling(shape: Shape) -> f64 {
+    f64::from(shape.processes * shape.workers) * 1000.0
+        / (f64::from(shape.handler_ms) + HANDLER_OVERHEAD_MS)
+}
+
+/// A goal for items/s of `ours` in fleet workload `workload`, at shapes with `handler_ms`
+/// (any, if `None`).
+const fn fleet(
+    workload: &'static str,
+    ours: &'static [&'static str],
+    handler_ms: Option<u32>,
+    kind: GoalKind,
+) -> Goal {
+    Goal {
+        workload,
+        metric: "items_per_s",
+        ours,
+        handler_ms,
+        kind,
+    }
+}
+
+/// A goal for W4's lateness p99 of `ours` on a server: lower than `reference`'s.
+const fn later_than(ours: &'static [&'static str], reference: &'static str) -> Goal {
+    Goal {
+        workload: "W4",
+        metric: "lateness_p99_ms",
+        ours,
+        handler_ms: None,
+        kind: GoalKind::RatioBelow(reference, 1.0),
+    }
+}
+
+/// Ours on Redis and on PostgreSQL.
+const ON_REDIS: &[&str] = &[OURS_REDIS];
+const ON_POSTGRES: &[&str] = &[OURS_POSTGRES];
 
 /// The in-memory queue, with either kind of consumer.
 const IN_MEMORY: &[&str] = &[OURS, OURS_ASYNC];
@@ -147,6 +195,54 @@ const GOALS: &[Goal] = &[
         handler_ms: None,
         kind: GoalKind::Below(100.0),
     },
+    // Issue 34: beside the Rust crates a user would pick instead, in the same run. On Redis
+    // 3 times bullmq-official and apalis-redis with a 0 ms handler, 0.9 of the handler's
+    // ceiling with 1 ms (where the ceiling binds every queue); on PostgreSQL twice riverqueue
+    // and apalis-postgres at every shape, River's own burn-down (W7B) included; W4's
+    // lateness p99 lower than every peer's.
+    fleet(
+        "W7",
+        ON_REDIS,
+        Some(0),
+        GoalKind::RatioAtLeast(BULLMQ_OFFICIAL, 3.0, None),
+    ),
+    fleet(
+        "W7",
+        ON_REDIS,
+        Some(0),
+        GoalKind::RatioAtLeast(APALIS_REDIS, 3.0, None),
+    ),
+    fleet("W7", ON_REDIS, Some(1), GoalKind::CeilingAtLeast(0.9)),
+    fleet(
+        "W7",
+        ON_POSTGRES,
+        None,
+        GoalKind::RatioAtLeast(RIVERQUEUE, 2.0, None),
+    ),
+    fleet(
+        "W7",
+        ON_POSTGRES,
+        None,
+        GoalKind::RatioAtLeast(APALIS_POSTGRES, 2.0, None),
+    ),
+    fleet(
+        "W7B",
+        ON_POSTGRES,
+        None,
+        GoalKind::RatioAtLeast(RIVERQUEUE, 2.0, None),
+    ),
+    fleet(
+        "W7B",
+        ON_POSTGRES,
+        None,
+        GoalKind::RatioAtLeast(APALIS_POSTGRES, 2.0, None),
+    ),
+    later_than(ON_REDIS, BULLMQ),
+    later_than(ON_REDIS, BULLMQ_OFFICIAL),
+    later_than(ON_REDIS, APALIS_REDIS),
+    later_than(ON_POSTGRES, PGBOSS),
+    later_than(ON_POSTGRES, RIVERQUEUE),
+    later_than(ON_POSTGRES, APALIS_POSTGRES),
 ];
 
 fn verdict(met: bool) -> &'static str {
@@ -173,7 +269,16 @@ pub(super) fn absolute_goal(ours: &Figure) -> String {
             GoalKind::AtLeast(x) => Some(format!(">= {}: {}", unit(x), verdict(value >= x))),
             GoalKind::Below(x) => Some(format!("< {}: {}", unit(x), verdict(value < x))),
             GoalKind::AtMost(x) => Some(format!("<= {}: {}", unit(x), verdict(value <= x))),
-            GoalKind::RatioAtLeast(..) => None,
+            GoalKind::CeilingAtLeast(x) => ours.shape.map(|shape| {
+                let ceiling = ceiling(shape);
+                format!(
+                    ">= {x:.2} of the handler's ceiling {}: {:.2}, {}",
+                    unit(ceiling),
+                    value / ceiling,
+                    verdict(value >= x * ceiling)
+                )
+            }),
+            GoalKind::RatioAtLeast(..) | GoalKind::RatioBelow(..) => None,
         })
         .unwrap_or_default()
 }
@@ -196,7 +301,116 @@ pub(super) fn ratio_goal(ours: &Figure, reference: &Figure) -> String {
                 }
                 Some(text)
             }
+            GoalKind::RatioBelow(r, x) if r == reference.imp => {
+                let ratio = ours.median / reference.median;
+                Some(format!("< {x:.2}: {}", verdict(ratio < x)))
+            }
             _ => None,
         })
         .unwrap_or_default()
+}
+
+/// One line per goal of ours that the figures of `--compare`'s table can judge: a ratio
+/// goal where the reference has a figure at the same shape, an absolute one wherever ours
+/// has one. Each says the figure, what was measured, the goal, and met or not met.
+pub(super) fn goal_lines(figures: &[Figure]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for ours in figures.iter().filter(|f| f.na.is_none()) {
+        let row = match ours.shape {
+            Some(shape) => format!("{} {shape}", ours.workload),
+            None => ours.workload.to_owned(),
+        };
+        let label = metric_label(ours.metric);
+        for goal in goals_of(ours) {
+            let reference = match goal.kind {
+                GoalKind::RatioAtLeast(r, ..) | GoalKind::RatioBelow(r, _) => Some(r),
+                _ => None,
+            };
+            let Some(r) = reference else {
+                let text = absolute_goal(ours);
+                if !text.is_empty() {
+                    lines.push(format!("{row} {label}, {}: {text}", ours.imp));
+                }
+                continue;
+            };
+            let Some(theirs) = figures.iter().find(|f| {
+                f.imp == r
+                    && f.na.is_none()
+                    && f.workload == ours.workload
+                    && f.metric == ours.metric
+                    && f.shape == ours.shape
+                    && f.median > 0.0
+            }) else {
+                continue;
+            };
+            let text = ratio_goal(ours, theirs);
+            lines.push(format!(
+                "{row} {label}, {} / {r} {:.2} {text}",
+                ours.imp,
+                ours.median / theirs.median
+            ));
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Sample, aggregate};
+
+    fn at(workers: u32, handler_ms: u32) -> Shape {
+        Shape {
+            processes: 1,
+            workers,
+            handler_ms,
+        }
+    }
+
+    #[test]
+    fn the_ceiling_is_every_worker_in_its_handler() {
+        let ceiling = ceiling(at(16, 1));
+        assert!((ceiling - 16_000.0 / 1.06).abs() < 1e-6, "{ceiling}");
+    }
+
+    #[test]
+    fn the_goals_beside_the_rust_peers_say_met_or_not_met() {
+        let figures = aggregate(&[
+            Sample::new("W7", OURS_REDIS, "items_per_s", 40_000.0).at(at(16, 0)),
+            Sample::new("W7", BULLMQ_OFFICIAL, "items_per_s", 10_000.0).at(at(16, 0)),
+            Sample::new("W7", APALIS_REDIS, "items_per_s", 20_000.0).at(at(16, 0)),
+            Sample::new("W7", OURS_REDIS, "items_per_s", 14_000.0).at(at(16, 1)),
+            Sample::new("W7", BULLMQ_OFFICIAL, "items_per_s", 12_000.0).at(at(16, 1)),
+            Sample::new("W7B", OURS_POSTGRES, "items_per_s", 9_000.0).at(at(2_000, 0)),
+            Sample::new("W7B", RIVERQUEUE, "items_per_s", 3_000.0).at(at(2_000, 0)),
+            Sample::not_applicable("W7B", APALIS_POSTGRES, "items_per_s", "x").at(at(2_000, 0)),
+            Sample::new("W4", OURS_POSTGRES, "lateness_p99_ms", 4.0),
+            Sample::new("W4", RIVERQUEUE, "lateness_p99_ms", 900.0),
+            Sample::new("W4", APALIS_POSTGRES, "lateness_p99_ms", 3.0),
+        ]);
+        let lines = goal_lines(&figures);
+        let find = |needle: &str| {
+            lines
+                .iter()
+                .find(|l| l.contains(needle))
+                .unwrap_or_else(|| panic!("no {needle:?} in {lines:#?}"))
+        };
+        assert!(find("workq-redis / bullmq-official 4.00").ends_with(">= 3.00: met"));
+        assert!(find("workq-redis / apalis-redis 2.00").ends_with(">= 3.00: not met"));
+        // 14,000 of 16 / 1.06 ms = 15,094: 0.93.
+        assert!(find("16w, 1 ms items/s, workq-redis:").ends_with("0.93, met"));
+        assert!(
+            find("W7B 1p x 2000w, 0 ms items/s, workq-postgres / riverqueue 3.00").ends_with("met")
+        );
+        // A reference without a figure has no line.
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.contains("W7B") && l.contains(APALIS_POSTGRES))
+        );
+        assert!(find("/ riverqueue 0.00").ends_with("< 1.00: met"));
+        assert!(find("/ apalis-postgres 1.33").ends_with("< 1.00: not met"));
+        // Only the goals' figures: no line for the references' own.
+        assert!(lines.iter().all(|l| l.contains(", workq-")), "{lines:#?}");
+    }
 }
