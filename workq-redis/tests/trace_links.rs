@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use workq::admin::End;
 use workq::otel::TraceLink;
-use workq::{Outcome, Workers};
-use workq_conformance::trace::opentelemetry_sdk::trace::SpanData;
-use workq_conformance::trace::{Recorder, assert_processed_once, rules};
+use workq_conformance::trace::{
+    Recorder, add_in_a_child, child_args, child_report, process_once, rules,
+};
 use workq_conformance::unique_name;
 use workq_redis::RedisQueue;
 
@@ -50,34 +50,6 @@ async fn add_in_span(producer: &Recorder, queue: &RedisQueue<String>, item: &str
     link
 }
 
-/// Runs `Workers` on `queue` until they processed `item` (their handler opens a `reconcile`
-/// span), then checks that the global subscriber (the workers' threads) recorded its one
-/// `workqueue.item` span linked to exactly `expected`, the `reconcile` span its child;
-/// returns the item's span.
-async fn process(queue: &RedisQueue<String>, item: &str, expected: &[TraceLink]) -> SpanData {
-    let recorder = Recorder::global();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let workers = Workers::new(queue.clone()).spawn_async(move |key: String| {
-        let tx = tx.clone();
-        async move {
-            let _reconcile = tracing::info_span!("reconcile", key = %key).entered();
-            let _ = tx.send(key);
-            Outcome::Done
-        }
-    });
-    loop {
-        let key = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-            .await
-            .expect("the item was processed")
-            .expect("the workers run");
-        if key == item {
-            break;
-        }
-    }
-    workers.shut_down().await;
-    assert_processed_once(recorder, item, expected)
-}
-
 /// The worker's `workqueue.item` span links to the span the item was added in (a trace of
 /// its own, not a child of it), and the handler's span is its child.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,14 +61,8 @@ async fn the_workers_span_links_to_the_add_and_the_handler_runs_inside_it() {
     let producer = Recorder::new();
     let added = add_in_span(&producer, &queue, "default/linked").await;
     let dedup = add_in_span(&producer, &queue, "default/linked").await;
-    process(&queue, "default/linked", &[added, dedup]).await;
+    process_once(&queue, "default/linked", &[added, dedup]).await;
 }
-
-/// The environment variable that makes a run of this binary the child of
-/// [`an_add_in_another_process_links_the_workers_span`]: the URL of the server.
-const CHILD_URL: &str = "WQ_TRACE_CHILD_URL";
-/// The child's queue.
-const CHILD_QUEUE: &str = "WQ_TRACE_CHILD_QUEUE";
 
 /// Across processes: this test binary runs itself as a child process that adds an item
 /// inside a span of its own tracer provider and prints the span's `traceparent`; this
@@ -104,42 +70,23 @@ const CHILD_QUEUE: &str = "WQ_TRACE_CHILD_QUEUE";
 /// to exactly that context.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_add_in_another_process_links_the_workers_span() {
-    if let (Ok(url), Ok(name)) = (std::env::var(CHILD_URL), std::env::var(CHILD_QUEUE)) {
+    if let Some((url, name)) = child_args() {
         // The child: one add, in a span, and its traceparent on stdout.
         let queue: RedisQueue<String> = RedisQueue::builder(name).url(url).build().await.unwrap();
-        let producer = Recorder::new();
-        let added = add_in_span(&producer, &queue, "default/from-afar").await;
-        println!("traceparent={}", added.traceparent());
+        child_report(add_in_span(&Recorder::new(), &queue, "default/from-afar").await);
         return;
     }
     let Some(server) = support::server::require() else {
         return;
     };
     let name = unique_name("afar");
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "an_add_in_another_process_links_the_workers_span",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_URL, server.url())
-        .env(CHILD_QUEUE, &name)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("run the child process");
-    assert!(output.status.success(), "the child failed: {output:?}");
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let sent: TraceLink = stdout
-        .lines()
-        // The test harness may have written the test's name on the same line.
-        .find_map(|line| Some(line.split_once("traceparent=")?.1))
-        .unwrap_or_else(|| panic!("no traceparent in the child's output: {stdout}"))
-        .parse()
-        .unwrap();
-
+    let sent = add_in_a_child(
+        "an_add_in_another_process_links_the_workers_span",
+        &server.url(),
+        &name,
+    );
     let queue = queue(&server, &name).await;
-    let item = process(&queue, "default/from-afar", &[sent]).await;
+    let item = process_once(&queue, "default/from-afar", &[sent]).await;
     assert_eq!(
         item.links.links[0].span_context.trace_flags(),
         sent.flags(),
