@@ -326,17 +326,43 @@ async fn a_step_sent_while_the_server_restarts_is_settled() {
     drop(server);
 }
 
-/// Through `Workers`, with `lock_timeout = 100ms` on the pool: four workers each finish an
-/// item while a transaction holds the failure table for three lease durations, so the pool's
-/// step carrying their dones is rolled back again and again. Another consumer takes nothing
-/// meanwhile; every item is handled once, with its failures forgotten, and no lease is lost.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workers_lose_no_done_to_a_lock_timeout() {
+/// The fault a pool of `Workers` meets in [`workers_ride_out`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// The pool's sessions have `lock_timeout = 100ms`: the step is rolled back (55P03)
+    /// again and again while the failure table is held.
+    LockTimeout,
+    /// The pool's sessions have `statement_timeout = 150ms` (57014), the same way.
+    StatementTimeout,
+    /// The step waiting for the table has its backend terminated
+    /// (`pg_terminate_backend`): it is settled done by done.
+    Terminated,
+    /// The step waiting for the table becomes a deadlock's victim (40P01): the transaction
+    /// holding the failure table then asks for the items table, and keeps both 300 ms (with
+    /// the items table held no lease can be renewed, so longer than a lease would be a lost
+    /// lease, not this fault).
+    Deadlock,
+}
+
+/// Through `Workers`: four workers each finish an item (each failed once before, so its
+/// success forgets a failure) while a transaction holds the failure table for three lease
+/// durations (but see [`Fault::Deadlock`]), so the pool's step carrying their dones meets
+/// `fault`. Another consumer takes
+/// nothing meanwhile (but during the deadlock, when the transaction holds the items table
+/// too); every item is handled once, with its failures forgotten, no lease is lost and the
+/// pool takes new work afterwards.
+async fn workers_ride_out(fault: Fault) {
     let Some(server) = PgServer::start() else {
         return;
     };
-    let name = unique("workers-lock-timeout");
-    let q = handle(&server, &name, &[("lock_timeout", "100ms")]).await;
+    let name = unique(&format!("workers-{fault:?}").to_lowercase());
+    let settings: &[(&str, &str)] = match fault {
+        Fault::LockTimeout => &[("lock_timeout", "100ms")],
+        Fault::StatementTimeout => &[("statement_timeout", "150ms")],
+        Fault::Terminated => &[],
+        Fault::Deadlock => &[("deadlock_timeout", "500ms")],
+    };
+    let q = handle(&server, &name, settings).await;
     let other = handle(&server, &name, &[]).await;
     let admin = admin(&server).await;
     let items: Vec<String> = (0..4).map(|i| format!("w-{i}")).collect();
@@ -366,29 +392,103 @@ async fn workers_lose_no_done_to_a_lock_timeout() {
         assert!(started.elapsed() < Duration::from_secs(10));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let tx = locking(&admin, "LOCK TABLE workqueue_failures IN EXCLUSIVE MODE").await;
+    let mut tx = locking(&admin, "LOCK TABLE workqueue_failures IN EXCLUSIVE MODE").await;
+    if fault == Fault::Deadlock {
+        tx.execute("SET LOCAL deadlock_timeout = '60s'")
+            .await
+            .unwrap();
+    }
     go_tx.send_replace(true);
+    match fault {
+        Fault::LockTimeout | Fault::StatementTimeout => {}
+        Fault::Terminated => {
+            let pid = waiting_for_a_lock(&admin, "workqueue_step").await;
+            let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+                .bind(pid)
+                .fetch_one(&admin)
+                .await
+                .unwrap();
+            assert!(killed);
+        }
+        Fault::Deadlock => {
+            waiting_for_a_lock(&admin, "workqueue_step").await;
+            // Granted once the server cancelled the step (the transaction would have been
+            // the victim otherwise, and this would fail).
+            tx.execute("LOCK TABLE workqueue_items IN EXCLUSIVE MODE")
+                .await
+                .expect("the step is the deadlock's victim");
+        }
+    }
+    let hold = if fault == Fault::Deadlock {
+        Duration::from_millis(300)
+    } else {
+        LEASE * 3
+    };
     let started = Instant::now();
-    while started.elapsed() < LEASE * 3 {
-        assert!(other.try_get().await.unwrap().into_lease().is_none());
+    while started.elapsed() < hold {
+        // With the items table held, the other consumer would only wait for it.
+        if fault != Fault::Deadlock {
+            assert!(other.try_get().await.unwrap().into_lease().is_none());
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert!(
+        handled.lock().unwrap().len() == items.len(),
+        "every handler ran once"
+    );
     tx.rollback().await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while q.len().await.unwrap() + q.processing_len().await.unwrap() > 0 {
         assert!(Instant::now() < deadline, "the items were not all done");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // A lease past its time would now be handed out again: nothing is.
     tokio::time::sleep(LEASE).await;
+    assert!(other.try_get().await.unwrap().into_lease().is_none());
+    // The pool goes on taking work.
+    q.add("after".to_owned()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while handled.lock().unwrap().len() < items.len() + 1 {
+        assert!(Instant::now() < deadline, "the pool took no new work");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let summary = workers.shut_down().await;
     let mut handled = handled.lock().unwrap().clone();
     handled.sort();
     let mut want = items.clone();
+    want.push("after".to_owned());
     want.sort();
-    assert_eq!(handled, want, "each item handled once");
-    assert_eq!(summary.succeeded, 4, "{summary:?}");
-    assert_eq!(summary.lease_lost, 0, "{summary:?}");
+    assert_eq!(
+        handled, want,
+        "{fault:?}: each item handled once: {summary:?}"
+    );
+    assert_eq!(summary.succeeded, 5, "{fault:?}: {summary:?}");
+    assert_eq!(summary.lease_lost, 0, "{fault:?}: {summary:?}");
     for item in &items {
-        assert_eq!(other.num_requeues(item).await.unwrap(), 0, "{item}");
+        assert_eq!(
+            other.num_requeues(item).await.unwrap(),
+            0,
+            "{fault:?}: the forget of {item}"
+        );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_lose_no_done_to_a_lock_timeout() {
+    workers_ride_out(Fault::LockTimeout).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_lose_no_done_to_a_statement_timeout() {
+    workers_ride_out(Fault::StatementTimeout).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_lose_no_done_when_their_steps_connection_is_terminated() {
+    workers_ride_out(Fault::Terminated).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_lose_no_done_to_a_deadlock() {
+    workers_ride_out(Fault::Deadlock).await;
 }

@@ -456,3 +456,122 @@ async fn a_retry_whose_reply_was_lost_is_not_applied_twice() {
     let pending = direct.delayed_len().await.unwrap() + direct.len().await.unwrap();
     assert_eq!(pending, 2, "re-added once");
 }
+
+/// Through `Workers`: the reply to the pool's first step after four items are finished is
+/// lost after the server applied it (the proxy drops it with its connection). The step's
+/// dones applied, so those items are never handled again; the next items the step took for
+/// the pool's workers were leased to nobody, and come back once their leases expire, each
+/// handled once, by one worker at a time. The pool goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_whose_step_reply_was_lost_handle_every_item_once() {
+    let Some(server) = require_with(Durability::Always, &[]) else {
+        return;
+    };
+    let proxy = Proxy::start(server.port()).await;
+    let lease = Duration::from_millis(800);
+    let name = "lost-step-workers";
+    // No renewal: after the fault, nothing but the step is on its way when the reply is
+    // dropped.
+    let q = builder(proxy.url(), name)
+        .lease_duration(lease)
+        .auto_renew(false)
+        .poll_interval(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let direct = builder(server.url(), name).build().await.unwrap();
+    // The scripts are loaded first (the server answers an unknown one with NOSCRIPT,
+    // unapplied: that reply would be the one dropped).
+    q.add("warm".to_owned()).await.unwrap();
+    let warm = q.try_get().await.unwrap().into_lease().unwrap();
+    let step = q.done_and_get_many(vec![(warm, false)], 0).await.unwrap();
+    assert!(step.done[0].is_ok());
+    let first = ["a", "b", "c", "d"];
+    let second = ["e", "f", "g", "h"];
+    for item in first.iter().chain(&second) {
+        q.add((*item).to_owned()).await.unwrap();
+    }
+    // Per item: how many times handled, and whether two handlers ever held it at once.
+    let handled: Arc<Mutex<std::collections::HashMap<String, usize>>> = Arc::default();
+    let started_at: Arc<Mutex<std::collections::HashMap<String, Instant>>> = Arc::default();
+    let holding: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let (gate, open) = tokio::sync::watch::channel(false);
+    let workers = {
+        let (handled, holding, overlaps) = (handled.clone(), holding.clone(), overlaps.clone());
+        let started_at = started_at.clone();
+        Workers::new(q.clone())
+            .count(first.len())
+            .spawn_async(move |item: String| {
+                let (handled, holding, overlaps) =
+                    (handled.clone(), holding.clone(), overlaps.clone());
+                started_at
+                    .lock()
+                    .unwrap()
+                    .insert(item.clone(), Instant::now());
+                let mut open = open.clone();
+                async move {
+                    if !holding.lock().unwrap().insert(item.clone()) {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    *handled.lock().unwrap().entry(item.clone()).or_default() += 1;
+                    let _ = open.wait_for(|open| *open).await;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    holding.lock().unwrap().remove(&item);
+                }
+            })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while handled.lock().unwrap().len() < first.len() {
+        assert!(Instant::now() < deadline, "the workers did not take a to d");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    proxy.drop_next_reply();
+    let opened = Instant::now();
+    gate.send_replace(true);
+    // Everything comes back: the lost step's items after their leases.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = direct.stats(1).await.unwrap();
+        let all = handled.lock().unwrap().len() == first.len() + second.len();
+        if all && stats.summary.depth == 0 && stats.summary.in_flight == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not drained: {stats:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        proxy.dropped.load(Ordering::SeqCst),
+        1,
+        "the fault happened"
+    );
+    // Past another lease: an item whose done was dropped would be handed out again.
+    tokio::time::sleep(lease + Duration::from_millis(300)).await;
+    // The pool goes on.
+    q.add("after".to_owned()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !handled.lock().unwrap().contains_key("after") {
+        assert!(Instant::now() < deadline, "the pool took no new work");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let summary = workers.shut_down().await;
+    let handled = handled.lock().unwrap().clone();
+    for item in first.iter().chain(&second).chain(&["after"]) {
+        assert_eq!(handled.get(*item), Some(&1), "{item}: {handled:?}");
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+    assert_eq!(summary.processed, 9, "{summary:?}");
+    assert_eq!(summary.lease_lost, 0, "{summary:?}");
+    // The items the lost step took came back once their leases expired.
+    let started_at = started_at.lock().unwrap().clone();
+    let late: Vec<_> = second
+        .iter()
+        .filter(|item| started_at[**item] >= opened + lease)
+        .collect();
+    assert!(
+        !late.is_empty(),
+        "no item of the lost step came back through its lease: {started_at:?}"
+    );
+    // The warm-up, a to h and the last item: each done applied once.
+    assert_eq!(direct.counters().await.unwrap().completions, 10);
+}
