@@ -2104,18 +2104,21 @@ fn main() -> ExitCode {
     let (mut passed, mut failed, mut ignored) = (0, 0, 0);
     for s in selected {
         let name = s.name;
-        match runtime.block_on(run(s)) {
+        let began = Instant::now();
+        let outcome = runtime.block_on(run(s));
+        let took = began.elapsed().as_secs_f64();
+        match outcome {
             Ok(summary) if summary.starts_with(IGNORED) => {
                 ignored += 1;
                 println!("test {name} ... ignored, {}", &summary[IGNORED.len()..]);
             }
             Ok(summary) => {
                 passed += 1;
-                println!("test {name} ... ok\n    {summary}");
+                println!("test {name} ... ok ({took:.1} s)\n    {summary}");
             }
             Err(why) => {
                 failed += 1;
-                println!("test {name} ... FAILED\n    {why}");
+                println!("test {name} ... FAILED ({took:.1} s)\n    {why}");
             }
         }
     }
