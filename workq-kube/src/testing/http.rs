@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -167,9 +167,18 @@ pub(super) async fn handle(
         return ApiError::forbidden(&target.resource).into_response();
     }
     let answer = match (&method, &target.name) {
+        // The state stays locked until the watch is opened: released in between, the server
+        // could go down (or the client be partitioned) and the watch open in the new
+        // generation, never to end.
         (&Method::GET, None) if watch => {
-            drop(state);
-            return watch_response(&shared, target, &params, metadata_only(&headers), client);
+            return watch_response(
+                &shared,
+                state,
+                target,
+                &params,
+                metadata_only(&headers),
+                client,
+            );
         }
         (&Method::GET, None) => list(&mut state, &target, &params, metadata_only(&headers)),
         (&Method::GET, Some(name)) => get(&mut state, &target, name),
@@ -458,6 +467,7 @@ fn delete(state: &mut ApiState, target: &Target, name: &str) -> Answer {
 /// that version has expired.
 fn watch_response(
     shared: &Arc<Shared>,
+    mut state: MutexGuard<'_, ApiState>,
     target: Target,
     params: &HashMap<String, String>,
     metadata_only: bool,
@@ -474,7 +484,6 @@ fn watch_response(
         .get("timeoutSeconds")
         .and_then(|v| v.parse().ok())
         .map_or(Duration::from_secs(290), Duration::from_secs);
-    let mut state = shared.lock();
     state.requests.watches += 1;
     if metadata_only {
         state.requests.metadata_only += 1;
