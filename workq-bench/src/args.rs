@@ -69,7 +69,8 @@ pub(crate) struct Args {
 
     /// Workloads to run, comma separated (in memory: W1, P1, W2, W3, W3R, W4, W5, W6, W7, W8, P2,
     /// P3, P4; with --redis or --postgres: W1, W3, W3P, W4, W7, W8, W7S, W7B); all by default
-    /// (but W7S, which --plot adds unless --compare is given, and W7B, which --compare adds).
+    /// (but W7S, which --plot adds unless --compare is given or W7B is named, and W7B, which
+    /// --compare adds).
     #[arg(
         short = 'w',
         long = "workloads",
@@ -88,9 +89,11 @@ pub(crate) struct Args {
     pub(crate) json: bool,
 
     /// With --redis or --postgres: writes plots into DIR. With --compare, items/s per shape
-    /// with one bar per implementation (DIR/compare-BACKEND.svg); otherwise runs W7S (W7 at
-    /// 1, 4, 16 and 64 workers per process) too and plots items/s and pickup p99 against
-    /// workers (DIR/w7-scaling.svg).
+    /// with one bar per implementation (DIR/compare-BACKEND.svg); otherwise, unless W7B is
+    /// named, runs W7S (W7 at 1, 4, 16 and 64 workers per process) too and plots items/s and
+    /// pickup p99 against workers (DIR/w7-scaling.svg). A run with W7B also plots its
+    /// burn-down: items/s against workers, one line per implementation, a worker count one
+    /// could not run named in a note (DIR/w7b-BACKEND.svg, e.g. `-w W7B --plot DIR`).
     #[arg(long, value_name = "DIR")]
     pub(crate) plot: Option<PathBuf>,
 

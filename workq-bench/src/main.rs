@@ -8,7 +8,9 @@
 //! references that live on the same kind of server: the node programs BullMQ and pg-boss
 //! (`peers::node`), and with `--compare` the Rust crates `bullmq-official`, `apalis-redis`,
 //! `riverqueue` and `apalis-postgres` (`peers::rust`, a workspace of their own under
-//! `peers/`). W7S, W7's scaling sweep, runs on a server when named or with `--plot DIR`.
+//! `peers/`). W7S, W7's scaling sweep, runs on a server when named or with `--plot DIR`
+//! (unless W7B is named); W7B, River's burn-down, when named or with `--compare`, and with
+//! `--plot DIR` it has a plot of its own (`fleet::plot`).
 //!
 //! A workload returns [`report::Sample`]s (one number per implementation and metric); with
 //! `--runs N` every workload runs N times and the report holds the median of each figure.

@@ -133,11 +133,13 @@ impl Plan {
             ON_A_SERVER
         };
         let mut ids = args.workloads.clone();
+        // The plot of a run without --compare is W7S's, or W7B's when it is named.
         if args.plot.is_some()
             && !args.compare
-            && !ids
-                .iter()
-                .any(|id| id.trim().eq_ignore_ascii_case(fleet::SCALE_ID))
+            && !ids.iter().any(|id| {
+                let id = id.trim();
+                id.eq_ignore_ascii_case(fleet::SCALE_ID) || id.eq_ignore_ascii_case(fleet::BURN_ID)
+            })
         {
             if ids.is_empty() {
                 ids.extend(select(known, &[])?.iter().map(|w| w.id.to_owned()));
@@ -312,19 +314,13 @@ fn report(
             let Some(server) = section.server else {
                 continue;
             };
-            let caption = format!("{machine}; {}", server.description);
-            let written = if args.compare {
-                fleet::plot::write_compare(dir, server.backend, &section.figures, &caption)
-            } else {
-                let file = if sections.len() > 1 {
-                    format!("w7-scaling-{}.svg", server.backend.name().to_lowercase())
-                } else {
-                    fleet::plot::FILE.to_owned()
-                };
-                fleet::plot::write_plot(dir, &file, &section.figures, &caption)
-            };
-            match written {
-                Ok(path) => notes.push(format!("plot written to {}", path.display())),
+            let several = sections.len() > 1;
+            match plots(dir, section, server, machine, args.compare, several) {
+                Ok(paths) => notes.extend(
+                    paths
+                        .iter()
+                        .map(|path| format!("plot written to {}", path.display())),
+                ),
                 Err(e) => {
                     eprintln!("wq-bench: cannot write the plot: {e}");
                     return ExitCode::FAILURE;
@@ -377,6 +373,52 @@ fn report(
     ExitCode::SUCCESS
 }
 
+/// Writes the plots of one server's figures into `dir`: with `--compare` the bars of every
+/// shape, otherwise W7S's sweep (unless the run had W7B and no W7S); and W7B's burn-down
+/// whenever the run had it. `several`: more than one server in the run (then the sweep's
+/// file names its backend).
+fn plots(
+    dir: &std::path::Path,
+    section: &Section<'_>,
+    server: &Server,
+    machine: &Machine,
+    compare: bool,
+    several: bool,
+) -> Result<Vec<std::path::PathBuf>, String> {
+    let caption = format!("{machine}; {}", server.description);
+    let has = |id: &str| section.figures.iter().any(|f| f.workload == id);
+    let mut paths = Vec::new();
+    if compare {
+        paths.push(fleet::plot::write_compare(
+            dir,
+            server.backend,
+            &section.figures,
+            &caption,
+        )?);
+    } else if has(fleet::SCALE_ID) || !has(fleet::BURN_ID) {
+        let file = if several {
+            format!("w7-scaling-{}.svg", server.backend.name().to_lowercase())
+        } else {
+            fleet::plot::FILE.to_owned()
+        };
+        paths.push(fleet::plot::write_plot(
+            dir,
+            &file,
+            &section.figures,
+            &caption,
+        )?);
+    }
+    let burn = fleet::plot::write_burn(
+        dir,
+        server.backend,
+        &section.figures,
+        (machine.cores, &machine.date),
+        &caption,
+    )?;
+    paths.extend(burn);
+    Ok(paths)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,7 +455,7 @@ mod tests {
     }
 
     #[test]
-    fn both_servers_in_one_plan_and_the_plot_adds_w7s_unless_comparing() {
+    fn both_servers_in_one_plan_and_the_plot_adds_w7s_unless_comparing_or_burning_down() {
         let both = plan(&[
             "--redis",
             "redis://a/",
@@ -449,6 +491,9 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(ids(&compared), ["W1"]);
+        // W7B named: its own plot, no W7S beside it.
+        let burned = plan(&["--redis", "redis://a/", "--plot", "/tmp", "-w", "W7B"]).unwrap();
+        assert_eq!(ids(&burned), ["W7B"]);
         // A comparison with no workload named runs them all and the burn-down, W7B.
         let everything = plan(&["--postgres", "postgres://b/", "--compare"]).unwrap();
         assert_eq!(ids(&everything).last(), Some(&"W7B"));

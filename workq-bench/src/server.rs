@@ -98,6 +98,9 @@ impl Server {
                     .persistence()
                     .map(|p| p.to_string())
                     .unwrap_or_default();
+                // Building the probe listed it in the server's index of queues (which an
+                // operator's listing and the dashboard read): it leaves no trace.
+                runtime.block_on(probe.delete()).map_err(text)?;
                 format!("Redis ({persistence})")
             }
             Backend::Postgres => runtime.block_on(async {

@@ -155,6 +155,8 @@ pub(crate) struct Machine {
     pub(crate) cpu: String,
     /// The 1-minute load average when the run started.
     pub(crate) load: Option<f64>,
+    /// The day the run started, `YYYY-MM-DD` (UTC).
+    pub(crate) date: String,
 }
 
 impl Machine {
@@ -172,7 +174,13 @@ impl Machine {
         let load = std::fs::read_to_string("/proc/loadavg")
             .ok()
             .and_then(|s| s.split_whitespace().next()?.parse().ok());
-        Self { cores, cpu, load }
+        let date = jiff::Timestamp::now().strftime("%Y-%m-%d").to_string();
+        Self {
+            cores,
+            cpu,
+            load,
+            date,
+        }
     }
 }
 

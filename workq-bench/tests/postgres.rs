@@ -108,5 +108,49 @@ fn the_noisy_neighbour_on_postgres_reports_three_queues_within_their_limits() {
     noisy_neighbour::check(&lines, "workq-postgres");
 }
 
+/// `wq-bench --postgres -w W7B --plot DIR` (a quick burn-down at 4 and 64 workers, ours
+/// only): one items/s per worker count in the bench JSON schema, the backlog drained (the
+/// bench's queues are in the database, and no item of theirs), and the plot
+/// `w7b-postgresql.svg` naming each worker count.
+#[test]
+fn the_burn_down_on_postgres_drains_its_backlog_and_plots_items_per_second() {
+    let Some(server) = server::PgServer::start() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("wq-burn-postgres-{}", std::process::id()));
+    let args = burn_down::args(["--postgres", "--no-pgboss"], &dir);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = bench(&server.url(), &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    burn_down::check(&stdout, &dir, "w7b-postgresql.svg", "workq-postgres");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let (queues, items): (i64, i64) = runtime.block_on(async {
+        use sqlx::Connection;
+        let mut con = sqlx::PgConnection::connect(&server.url())
+            .await
+            .expect("connect to the test's server");
+        sqlx::query_as(
+            "SELECT (SELECT count(*) FROM workqueue_queues WHERE name LIKE 'wq-bench-w7-%'),
+                    (SELECT count(*) FROM workqueue_items i
+                       JOIN workqueue_queues q ON q.id = i.queue
+                      WHERE q.name LIKE 'wq-bench-w7-%')",
+        )
+        .fetch_one(&mut con)
+        .await
+        .expect("count the bench's queues and items")
+    });
+    assert_eq!(queues, 2, "a queue per worker count");
+    assert_eq!(items, 0, "the backlog drained and deleted");
+}
+
+#[path = "support/burn_down.rs"]
+mod burn_down;
 #[path = "support/noisy_neighbour.rs"]
 mod noisy_neighbour;

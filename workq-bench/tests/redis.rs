@@ -200,5 +200,37 @@ fn the_noisy_neighbour_on_redis_reports_three_queues_within_their_limits() {
     noisy_neighbour::check(&lines, "workq-redis");
 }
 
+/// `wq-bench --redis -w W7B --plot DIR` (a quick burn-down at 4 and 64 workers, ours only):
+/// one items/s per worker count in the bench JSON schema, the backlog drained and its queue
+/// deleted (no key and no index entry of the bench left on the server), and the plot
+/// `w7b-redis.svg` naming each worker count.
+#[test]
+fn the_burn_down_on_redis_drains_its_backlog_and_plots_items_per_second() {
+    let Some(server) = server() else { return };
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port());
+    let dir = std::env::temp_dir().join(format!("wq-burn-redis-{}", std::process::id()));
+    let args = burn_down::args(["--redis", "--no-bullmq"], &dir);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = bench(&url, &args);
+    burn_down::check(&stdout(&out), &dir, "w7b-redis.svg", "workq-redis");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let mut con = redis::Client::open(url.as_str())
+        .and_then(|c| c.get_connection())
+        .expect("connect to the test's server");
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("*wq-bench*")
+        .query(&mut con)
+        .expect("KEYS");
+    assert!(left.is_empty(), "the bench left {left:?}");
+    let queues: Vec<String> = redis::cmd("SMEMBERS")
+        .arg("wq:queues")
+        .query(&mut con)
+        .expect("SMEMBERS");
+    assert!(queues.is_empty(), "the bench left {queues:?} in the index");
+}
+
+#[path = "support/burn_down.rs"]
+mod burn_down;
 #[path = "support/noisy_neighbour.rs"]
 mod noisy_neighbour;

@@ -39,7 +39,8 @@
 //! times its burn-down the same way). Its workers are W7S's counts extended to River's: 1, 4,
 //! 16, 64, 256, 1,000 and 2,000 (River's bench command runs 2,000), or 16 and 2,000 with
 //! `--quick`; beside ours, the Rust peers of `--compare` (the node scripts have no burn-down
-//! mode: n/a).
+//! mode: n/a). With `--plot DIR`, items/s against workers, one line per implementation
+//! (`DIR/w7b-BACKEND.svg`, [`plot`]).
 //!
 //! Caveats: the producer, the worker processes, the server and the reference share the
 //! machine's cores, so what saturates first on 2 cores is often the CPU, not the queue. The
