@@ -8,9 +8,10 @@
 //! fetch `batch_size` at its default, 10 (see [`BATCH_SIZE`]), acknowledgements batched by
 //! apalis's persistence layer (built in: results gathered while the worker runs are written
 //! together), on PostgreSQL the storage's `with_pubsub` (`LISTEN`/`NOTIFY`) so that a worker
-//! wakes on new tasks, and on both a polling interval of 20 ms (`poll_with_interval`, River's
-//! bench command's figure): without it a worker that found its queue empty waits for its
-//! next heartbeat (30 s) on Redis, and delayed tasks are promoted only when a worker polls.
+//! wakes on new tasks, and on both a polling interval of 20 ms (`poll_with_interval`'s, River's
+//! bench command's figure, through a strategy of ours that keeps its timer armed, [`Every`]):
+//! without it a worker that found its queue empty waits for its next heartbeat (30 s) on
+//! Redis, and delayed tasks are promoted only when a worker polls.
 //!
 //! Delays (`run_after`) are kept in whole seconds by both storages (the run time is a Unix
 //! timestamp in seconds), so a delayed task runs up to a second late. The dedup workload uses
@@ -46,12 +47,14 @@
 //!   apalis-board) and their renewal at each heartbeat. A flood of 20,000 at 16 workers ran at
 //!   4.5 k tasks/s with it and 29 k without on the same server.
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use apalis::prelude::{
-    BackendExt, BoxDynError, Data, TaskBuilder, TaskSink, WorkerBuilder, WorkerBuilderExt,
-    WorkerError,
+    BackendExt, BoxDynError, Data, PollSnapshot, PollStrategy, TaskBuilder, TaskSink,
+    WorkerBuilder, WorkerBuilderExt, WorkerError,
 };
 use apalis_postgres::{PgPool, PostgresStorage};
 use apalis_redis::{ConnectionManager, RedisStorage};
@@ -81,6 +84,49 @@ const MOST_DUE: usize = 7_999;
 /// time, 100 in W4 on PostgreSQL) stalled a worker until its next heartbeat, 30 s, in about
 /// half the runs of W4 on apalis-postgres 1.0.0.
 const BATCH_SIZE: usize = 10;
+
+/// A worker's polling interval, as `poll_with_interval` means it, with its next timer always
+/// armed. apalis-core 1.0.0's `IntervalStrategy` replaces a delay that fired with a new one it
+/// does not poll, so when the fetch started by that poll comes back empty and no task is in
+/// hand, nothing wakes the worker before its heartbeat (30 s), and on Redis the tasks added
+/// meanwhile can pass [`MOST_DUE`]. One W7 paced phase (1 process, 1 ms, 5.8 k tasks/s) ended
+/// so on the first run with `lock_tasks(false)`, in one of four; a rerun of that shape passed
+/// twice, so the lost wake-up is the likely cause, not a proven one.
+struct Every {
+    interval: Duration,
+    next: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Every {
+    fn new(interval: Duration) -> Self {
+        Self {
+            interval,
+            next: None,
+        }
+    }
+}
+
+impl PollStrategy for Every {
+    fn poll_drive(&mut self, cx: &mut Context<'_>, _: &PollSnapshot) -> Poll<Option<()>> {
+        let mut fired = false;
+        loop {
+            let interval = self.interval;
+            let next = self
+                .next
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(interval)));
+            if next.as_mut().poll(cx).is_pending() {
+                // The timer that will wake the worker is registered.
+                return if fired {
+                    Poll::Ready(Some(()))
+                } else {
+                    Poll::Pending
+                };
+            }
+            fired = true;
+            self.next = None;
+        }
+    }
+}
 
 /// The driver's handler, as the data of a worker (a named type: apalis's handler traits are
 /// not general enough over a bare trait object's elided lifetimes).
@@ -186,7 +232,7 @@ impl Peer for ApalisRedis {
     async fn work(&self, concurrency: usize, handler: Handler) -> Result<Running> {
         let (stop, stopped) = oneshot::channel();
         let worker = WorkerBuilder::new(worker_name(&self.name))
-            .backend(self.storage().poll_with_interval(POLL))
+            .backend(self.storage().poll_with_strategy(Every::new(POLL)))
             .data(Call(handler))
             .concurrency(concurrency)
             .build(run);
@@ -254,7 +300,8 @@ impl Peer for ApalisRedis {
             "push_all of each batch (one script); a worker per consumer with .concurrency(the \
              workload's workers), Config::batch_size 10 (its default), lock_tasks(false) (a \
              task's lock walks the whole active list: quadratic in the backlog) and \
-             poll_with_interval(20 ms); acknowledgements batched by the persistence layer \
+             a poll every 20 ms (poll_with_strategy: poll_with_interval's, its timer kept \
+             armed); acknowledgements batched by the persistence layer \
              (built in); idempotency keys with a TTL of an hour for the dedup workload (a key \
              is delivered once per TTL); a burn-down of at most {MOST_DUE} tasks (a fetch \
              cannot move 8,000 due tasks at once)"
@@ -310,7 +357,11 @@ impl Peer for ApalisPostgres {
     async fn work(&self, concurrency: usize, handler: Handler) -> Result<Running> {
         let (stop, stopped) = oneshot::channel();
         let worker = WorkerBuilder::new(worker_name(&self.name))
-            .backend(self.storage().with_pubsub().poll_with_interval(POLL))
+            .backend(
+                self.storage()
+                    .with_pubsub()
+                    .poll_with_strategy(Every::new(POLL)),
+            )
             .data(Call(handler))
             .concurrency(concurrency)
             .build(run);
@@ -350,7 +401,8 @@ impl Peer for ApalisPostgres {
 
     fn settings() -> String {
         "push_all of each batch (one INSERT ... unnest); a worker per consumer on \
-         with_pubsub() (LISTEN/NOTIFY) and poll_with_interval(20 ms), with .concurrency(the \
+         with_pubsub() (LISTEN/NOTIFY) and a poll every 20 ms (poll_with_interval's, its timer \
+         kept armed), with .concurrency(the \
          workload's workers) and Config::batch_size 10 (its default; larger stalled a worker for \
          its 30 s heartbeat); acknowledgements batched by the persistence layer (built in)"
             .to_owned()
@@ -368,6 +420,41 @@ mod tests {
         let refused = ApalisRedis::backlog_not_applicable(8_000).unwrap();
         assert!(refused.contains("8000 due tasks") && refused.contains("unpack"));
         assert_eq!(ApalisPostgres::backlog_not_applicable(50_000), None);
+    }
+
+    /// Counts the wake-ups of a worker.
+    struct Wakes(AtomicUsize);
+
+    impl futures::task::ArcWake for Wakes {
+        fn wake_by_ref(wakes: &std::sync::Arc<Self>) {
+            wakes.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether `strategy`, polled once when its timer has fired and not again, still wakes
+    /// the worker an interval later.
+    async fn wakes_again(mut strategy: impl PollStrategy) -> bool {
+        let wakes = std::sync::Arc::new(Wakes(AtomicUsize::new(0)));
+        let waker = futures::task::waker(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let snapshot = PollSnapshot::default();
+        assert!(strategy.poll_drive(&mut cx, &snapshot).is_pending());
+        tokio::time::sleep(POLL * 2).await;
+        assert_eq!(
+            wakes.0.load(Ordering::SeqCst),
+            1,
+            "the first timer wakes it"
+        );
+        // The poll that sees the timer fire: the fetch it starts comes back empty, and nothing
+        // polls the strategy again.
+        let _ = strategy.poll_drive(&mut cx, &snapshot);
+        tokio::time::sleep(POLL * 2).await;
+        wakes.0.load(Ordering::SeqCst) == 2
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_poll_timer_is_armed_again_in_the_poll_that_sees_it_fire() {
+        assert!(wakes_again(Every::new(POLL)).await);
     }
 
     #[tokio::test]
