@@ -288,8 +288,8 @@ pub(crate) struct Fleet {
     pub(crate) handler_ms: u32,
 }
 
-/// A worker process of W7: this program again, as `PEER W7-worker QUEUE WORKERS HANDLER_MS
-/// ITEMS`.
+/// A worker process of W7: this program again, as `PEER W7-worker QUEUE PROCESSES WORKERS
+/// HANDLER_MS ITEMS`.
 struct Child {
     process: tokio::process::Child,
     stdout: BufReader<tokio::process::ChildStdout>,
@@ -302,11 +302,27 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
     let name = queue_name("w7");
     let queue = P::open(url, &name).await?;
     queue.delete().await?;
+    // Deleted however the phase ends: a phase given up leaves up to a flood of jobs behind.
+    let measured = w7_phase(peer, url, fleet, &name, &queue).await;
+    let deleted = queue.delete().await;
+    let figures = measured?;
+    deleted?;
+    Ok(figures)
+}
+
+/// [`w7`]'s phase on `queue`, named `name`.
+async fn w7_phase<P: Peer>(
+    peer: &str,
+    url: &str,
+    fleet: Fleet,
+    name: &str,
+    queue: &P,
+) -> Result<Figures> {
     let ids: Vec<u64> = (0..fleet.items as u64).collect();
     if let Load::Backlog = fleet.load {
         for chunk in ids.chunks(BACKLOG_BATCH) {
             let jobs: Vec<Job> = chunk.iter().copied().map(Job::now).collect();
-            add(&queue, &jobs).await?;
+            add(queue, &jobs).await?;
         }
     }
     // A burn-down's clock starts with the worker processes.
@@ -318,7 +334,8 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
             .args([
                 peer,
                 "W7-worker",
-                &name,
+                name,
+                &fleet.processes.to_string(),
                 &fleet.workers.to_string(),
                 &fleet.handler_ms.to_string(),
                 &fleet.items.to_string(),
@@ -352,7 +369,7 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
         Load::Flood => {
             for (n, chunk) in ids.chunks(ADD_BATCH).enumerate() {
                 let jobs: Vec<Job> = chunk.iter().copied().map(Job::now).collect();
-                add(&queue, &jobs).await?;
+                add(queue, &jobs).await?;
                 acks[n * ADD_BATCH..n * ADD_BATCH + chunk.len()].fill(now_ns());
             }
         }
@@ -363,7 +380,7 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
                 let due = ((started.elapsed().as_secs_f64() * rate) as usize + 1).min(fleet.items);
                 if due > added {
                     let jobs: Vec<Job> = ids[added..due].iter().copied().map(Job::now).collect();
-                    add(&queue, &jobs).await?;
+                    add(queue, &jobs).await?;
                     acks[added..due].fill(now_ns());
                     added = due;
                 }
@@ -372,6 +389,15 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
         }
     }
     wait_until("W7's drain", Duration::from_millis(5), async || {
+        // A worker process that ended before the drain (its reason is on its standard error)
+        // would leave the rest of the queue there until the drain limit.
+        for child in &mut children {
+            if let Some(status) = child.process.try_wait()? {
+                return Err(
+                    format!("a worker process exited with {status} before the drain").into(),
+                );
+            }
+        }
         Ok(queue.pending().await? == 0)
     })
     .await?;
@@ -393,7 +419,6 @@ pub(crate) async fn w7<P: Peer>(peer: &str, url: &str, fleet: Fleet) -> Result<F
             return Err(format!("a worker process exited with {status}").into());
         }
     }
-    queue.delete().await?;
     let (items_per_s, pickups) = summarize(fleet.items, first_add, &acks, &records)?;
     let quantile = |q: f64| quantile_ms(&pickups, q);
     Ok(match fleet.load {
@@ -454,18 +479,14 @@ fn summarize(
     Ok((items as f64 / elapsed, pickups))
 }
 
-/// The worker process's side of W7: workers on queue `name` until standard input ends, then
-/// one line per job handled, `ITEM START END` (real-time nanoseconds).
-pub(crate) async fn w7_worker<P: Peer>(
-    url: &str,
-    name: &str,
-    workers: usize,
-    handler_ms: u64,
-    items: usize,
-) -> Result<()> {
-    let queue = P::open(url, name).await?;
-    let start: Arc<[AtomicI64]> = (0..items).map(|_| AtomicI64::new(0)).collect();
-    let end: Arc<[AtomicI64]> = (0..items).map(|_| AtomicI64::new(0)).collect();
+/// The worker process's side of W7 (one of `fleet.processes`): workers on queue `name` until
+/// standard input ends, then one line per job handled, `ITEM START END` (real-time
+/// nanoseconds). An error at once if the workers end before that.
+pub(crate) async fn w7_worker<P: Peer>(url: &str, name: &str, fleet: Fleet) -> Result<()> {
+    let queue = P::open_shared(url, name, fleet.processes).await?;
+    let handler_ms = u64::from(fleet.handler_ms);
+    let start: Arc<[AtomicI64]> = (0..fleet.items).map(|_| AtomicI64::new(0)).collect();
+    let end: Arc<[AtomicI64]> = (0..fleet.items).map(|_| AtomicI64::new(0)).collect();
     let handler: Handler = {
         let (start, end) = (start.clone(), end.clone());
         Arc::new(move |id| {
@@ -485,16 +506,21 @@ pub(crate) async fn w7_worker<P: Peer>(
             })
         })
     };
-    let running = queue.work(workers, handler).await?;
+    let mut running = queue.work(fleet.workers as usize, handler).await?;
     {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "ready")?;
         stdout.flush()?;
     }
-    tokio::task::spawn_blocking(|| {
+    let stdin_closed = tokio::task::spawn_blocking(|| {
         let _ = std::io::stdin().lock().read_to_end(&mut Vec::new());
-    })
-    .await?;
+    });
+    tokio::select! {
+        closed = stdin_closed => closed?,
+        cause = running.ended() => {
+            return Err(format!("the workers ended before the drain: {cause}").into());
+        }
+    }
     running.stop().await?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for (id, (s, e)) in start.iter().zip(end.iter()).enumerate() {

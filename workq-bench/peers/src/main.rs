@@ -92,7 +92,15 @@ async fn run<P: Peer>(peer: &str, args: &[String]) -> Result<()> {
     };
     if workload == "W7-worker" {
         let name = args.get(1).ok_or("no queue")?;
-        return drive::w7_worker::<P>(&url, name, number(2)?, number(3)? as u64, number(4)?).await;
+        // The load is the producer's: a worker process takes what comes.
+        let fleet = Fleet {
+            load: Load::Flood,
+            items: number(5)?,
+            processes: number(2)? as u32,
+            workers: number(3)? as u32,
+            handler_ms: number(4)? as u32,
+        };
+        return drive::w7_worker::<P>(&url, name, fleet).await;
     }
     let emit = |metric: &str, value: f64| {
         println!(
@@ -100,11 +108,14 @@ async fn run<P: Peer>(peer: &str, args: &[String]) -> Result<()> {
             serde_json::json!({"workload": workload, "impl": P::NAME, "metric": metric, "value": value})
         );
     };
-    if let Some(reason) = P::not_applicable(workload) {
+    let not_applicable = |reason: &str| {
         println!(
             "{}",
             serde_json::json!({"workload": workload, "impl": P::NAME, "na": reason})
         );
+    };
+    if let Some(reason) = P::not_applicable(workload) {
+        not_applicable(reason);
         return Ok(());
     }
     let figures = match workload {
@@ -133,6 +144,12 @@ async fn run<P: Peer>(peer: &str, args: &[String]) -> Result<()> {
                 workers: number(4)? as u32,
                 handler_ms: number(5)? as u32,
             };
+            if let Load::Backlog = fleet.load
+                && let Some(reason) = P::backlog_not_applicable(fleet.items)
+            {
+                not_applicable(&reason);
+                return Ok(());
+            }
             drive::w7::<P>(peer, &url, fleet).await?
         }
         "W8" => {

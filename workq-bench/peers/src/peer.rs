@@ -5,6 +5,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
+
 /// Every error of a peer, as text for the report.
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) type Result<T> = std::result::Result<T, Error>;
@@ -41,13 +43,36 @@ impl Job {
 /// finish.
 pub(crate) struct Running {
     stop: Box<dyn FnOnce() -> BoxFuture<Result<()>> + Send>,
+    /// Says why the workers ended, if they can end before they are stopped (a worker whose
+    /// fetch failed), so that a run stops waiting for them at once.
+    ended: Option<oneshot::Receiver<String>>,
 }
 
 impl Running {
     pub(crate) fn new(stop: impl FnOnce() -> BoxFuture<Result<()>> + Send + 'static) -> Self {
         Self {
             stop: Box::new(stop),
+            ended: None,
         }
+    }
+
+    /// The same workers, whose end before [`Running::stop`] `ended` reports with its cause.
+    pub(crate) fn ending(self, ended: oneshot::Receiver<String>) -> Self {
+        Self {
+            ended: Some(ended),
+            ..self
+        }
+    }
+
+    /// Resolves, with the cause, once the workers have ended on their own; never while they
+    /// run, nor when their end cannot be observed.
+    pub(crate) async fn ended(&mut self) -> String {
+        if let Some(ended) = self.ended.as_mut()
+            && let Ok(cause) = ended.await
+        {
+            return cause;
+        }
+        std::future::pending().await
     }
 
     pub(crate) async fn stop(self) -> Result<()> {
@@ -65,6 +90,18 @@ pub(crate) trait Peer: Clone + Send + Sync + Sized + 'static {
     /// A handle on queue `name` at `url`, for adding jobs and counting what is left; creates
     /// the peer's tables or keys where it needs them.
     fn open(url: &str, name: &str) -> impl Future<Output = Result<Self>> + Send;
+
+    /// The same, in one of the `processes` worker processes of a W7 phase (each with its own
+    /// connections, beside the producer's); [`Peer::open`]'s unless the peer sizes its pool
+    /// by them.
+    fn open_shared(
+        url: &str,
+        name: &str,
+        processes: u32,
+    ) -> impl Future<Output = Result<Self>> + Send {
+        let _ = processes;
+        Self::open(url, name)
+    }
 
     /// Adds `jobs` with the peer's batch insert (one call).
     fn add(&self, jobs: &[Job]) -> impl Future<Output = Result<()>> + Send;
@@ -89,6 +126,41 @@ pub(crate) trait Peer: Clone + Send + Sync + Sized + 'static {
         None
     }
 
+    /// Why the peer cannot burn down a backlog of `items` jobs, all due, added before its
+    /// workers start (W7B), if it cannot.
+    fn backlog_not_applicable(items: usize) -> Option<String> {
+        let _ = items;
+        None
+    }
+
     /// How it is set up, for the report: its throughput settings.
     fn settings() -> String;
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    fn idle() -> Running {
+        Running::new(|| Box::pin(async { Ok(()) }))
+    }
+
+    #[test]
+    fn workers_that_end_on_their_own_say_why_and_others_never_end() {
+        let (end, ending) = oneshot::channel();
+        let mut failed = idle().ending(ending);
+        end.send("the fetch failed".to_owned()).unwrap();
+        assert_eq!(
+            failed.ended().now_or_never().as_deref(),
+            Some("the fetch failed")
+        );
+        // Stopped the usual way: the sender is dropped without a word.
+        let (end, ending) = oneshot::channel::<String>();
+        let mut stopped = idle().ending(ending);
+        drop(end);
+        assert_eq!(stopped.ended().now_or_never(), None);
+        assert_eq!(idle().ended().now_or_never(), None);
+    }
 }

@@ -5,10 +5,11 @@
 //! workload's workers, a fetch cooldown of 2 ms and a fetch poll interval of 20 ms (River's
 //! defaults are 100 ms and 1 s), jobs added with `insert_many` (its batch insert: one
 //! statement per batch), completions written by its batch completer (built in: results
-//! coalesce for up to 10 ms and are written in one statement). The pool holds 10 connections
-//! per process, sqlx's default (the bench command's 50 is sized for its 2,000 workers; four
-//! worker processes and a producer of 50 each would pass PostgreSQL's default
-//! `max_connections` of 100). Delayed jobs use `scheduled_at`: such a job waits for a pass
+//! coalesce for up to 10 ms and are written in one statement), and a pool of 50 connections,
+//! the bench command's, wherever one process works the queue: W7B (River's own shape, up to
+//! 2,000 workers in one process), W7's 1-process shapes and the other workloads. Where several
+//! worker processes share the server (W7's 4-process shapes) each has 10, sqlx's default: four
+//! pools of 50 and the producer's would pass PostgreSQL's default `max_connections` of 100. Delayed jobs use `scheduled_at`: such a job waits for a pass
 //! of the leader's scheduler (every 5 s, River's default, kept here), which makes the jobs
 //! due within one interval available, and a fetch takes them when due; the workers start
 //! once a leader is elected, as in a service that has been running. The dedup workload uses unique jobs
@@ -42,8 +43,19 @@ struct Item {
     k: u64,
 }
 
-/// Connections per process.
-const POOL: u32 = 10;
+/// Connections of the pool: its bench command's.
+const POOL: u32 = 50;
+/// Connections of the pool of each worker process where several share the server (W7's
+/// 4-process shapes): sqlx's default. Four pools of [`POOL`] would pass PostgreSQL's default
+/// `max_connections` of 100.
+const POOL_SHARED: u32 = 10;
+
+/// The pool of one of `processes` worker processes working the server at once. (A pool opens
+/// connections as they are needed: W7's producer, whose adds and drain checks take turns, holds
+/// one or two of its [`POOL`].)
+fn pool_size(processes: u32) -> u32 {
+    if processes > 1 { POOL_SHARED } else { POOL }
+}
 
 /// A handle on one River queue: an insert-only client and its pool.
 #[derive(Clone)]
@@ -70,8 +82,12 @@ impl Peer for River {
     const URL_VAR: &'static str = "WQ_POSTGRES_URL";
 
     async fn open(url: &str, name: &str) -> Result<Self> {
+        Self::open_shared(url, name, 1).await
+    }
+
+    async fn open_shared(url: &str, name: &str, processes: u32) -> Result<Self> {
         let pool = PgPoolOptions::new()
-            .max_connections(POOL)
+            .max_connections(pool_size(processes))
             .connect(url)
             .await?;
         PostgresMigrator::new(pool.clone()).migrate_up().await?;
@@ -174,10 +190,25 @@ impl Peer for River {
         format!(
             "insert_many of each batch; QueueConfig max_workers = the workload's workers, fetch \
              cooldown 2 ms, fetch poll interval 20 ms (its bench command's); batch completer \
-             (built in); pool of {POOL} connections per process; scheduler interval 5 s (its \
+             (built in); a pool of {POOL} connections (its bench command's), {POOL_SHARED} in each \
+             worker process where several share the server (W7's 4-process shapes); scheduler interval 5 s (its \
              default), workers started once a leader is elected; unique jobs by args and queue \
              in the required states (available, pending, running, scheduled) for the dedup \
              workload"
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_process_has_the_bench_commands_pool_and_several_share_the_server() {
+        assert_eq!(pool_size(1), 50);
+        assert_eq!(pool_size(4), 10);
+        // Four worker processes stay under PostgreSQL's default of 100 with room for the
+        // producer's connections.
+        assert!(4 * pool_size(4) + 2 < 100);
     }
 }
