@@ -39,6 +39,7 @@ macro_rules! for_each_workers_rule {
             after_shut_down_every_item_is_accounted_for,
             a_stale_holders_failure_path_changes_nothing,
             a_batched_step_that_fails_as_a_whole_loses_no_item,
+            a_pool_larger_than_one_step_keeps_the_promise,
         );
     };
 }
@@ -1028,6 +1029,75 @@ pub mod rules {
             (summary.timed_out, summary.retried, summary.succeeded),
             (1, 1, 1)
         );
+    }
+
+    /// A pool with more workers than one batched step carries keeps several steps on their
+    /// way at once (see `Queue::steps_in_flight`), and the promise holds across them: every
+    /// item is handled, none by two workers at once, an item re-added while it is processed
+    /// is handed out again only after its done, and the pool ends holding no lease.
+    pub async fn a_pool_larger_than_one_step_keeps_the_promise<B: Backend>(backend: &B) {
+        const WORKERS: usize = 300;
+        let queue = backend.queue().await;
+        let attempts = Attempts::default();
+        let busy = Arc::new(Mutex::new(HashSet::new()));
+        let overlaps = Arc::new(AtomicUsize::new(0));
+        let (handler_attempts, handler_busy, handler_overlaps, handler_queue) = (
+            attempts.clone(),
+            busy.clone(),
+            overlaps.clone(),
+            queue.clone(),
+        );
+        let workers =
+            Workers::new(queue.clone())
+                .count(WORKERS)
+                .spawn_async(move |item: String| {
+                    let (attempts, busy, overlaps, queue) = (
+                        handler_attempts.clone(),
+                        handler_busy.clone(),
+                        handler_overlaps.clone(),
+                        handler_queue.clone(),
+                    );
+                    async move {
+                        if !busy.lock().unwrap().insert(item.clone()) {
+                            overlaps.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // Every tenth item is added again, once, while it is processed.
+                        if attempts.next(&item) == 1 && item.ends_with('0') {
+                            Queue::add_with(&queue, item.clone(), AddOptions::default())
+                                .await
+                                .unwrap();
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        busy.lock().unwrap().remove(&item);
+                    }
+                });
+        let items = numbered(1_000);
+        let added = Queue::add_all_with(&queue, items.clone(), AddOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(added, items.len());
+        eventually("every item and every re-add to be handled", || async {
+            workers.stats().succeeded >= 1_100
+        })
+        .await;
+        eventually("the queue to drain", || async {
+            queue.len().await.unwrap() == 0 && workers.stats().in_flight.is_empty()
+        })
+        .await;
+        let summary = workers.shut_down().await;
+        assert_eq!(
+            overlaps.load(Ordering::Relaxed),
+            0,
+            "an item had two holders"
+        );
+        for item in &items {
+            let expected = if item.ends_with('0') { 2 } else { 1 };
+            assert_eq!(attempts.of(item), expected, "{item} was handled so often");
+        }
+        assert_eq!((summary.processed, summary.succeeded), (1_100, 1_100));
+        assert_eq!(summary.left_in_queue, 0);
+        assert!(summary.unfinished.is_empty(), "{:?}", summary.unfinished);
+        assert!(summary.in_flight.is_empty(), "{:?}", summary.in_flight);
     }
 
     pub async fn no_item_is_processed_by_two_workers_at_once<B: Backend>(backend: &B) {

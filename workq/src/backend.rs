@@ -345,6 +345,10 @@ pub trait Queue: Clone + Send + Sync + 'static {
     /// 2 by default: on Redis a second step halves how long a `done` waits, for a script
     /// run that costs little. A backend whose step ends in a commit that waits for the disk
     /// (PostgreSQL) does better with 1: each step then carries more `done`s for one flush.
+    ///
+    /// This is what a pool that one step can carry keeps. A pool with more workers than
+    /// these steps carry (`batch_limit` `done`s each) keeps one step per `batch_limit`
+    /// workers, up to 4: its workers' `done`s would otherwise queue behind one step.
     fn steps_in_flight(&self) -> usize {
         2
     }

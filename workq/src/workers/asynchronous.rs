@@ -76,7 +76,7 @@ where
                 core.queue.clone(),
                 core.stop.clone(),
                 limit,
-                core.queue.steps_in_flight(),
+                super::step::steps_for_pool(core.count(), limit, core.queue.steps_in_flight()),
                 core.unfinished.clone(),
             );
             let _ = core.stepper.set(Box::new(stepper));
