@@ -198,31 +198,28 @@ impl Inner {
         .await?)
     }
 
-    /// Renews a lease: `Ok(false)` if it is no longer this holder's. The deadline is not in
-    /// any index, so the update can be HOT.
+    /// Renews a lease: `Ok(false)` if it is no longer this holder's. `workqueue_renew` waits
+    /// for the item's row as long as another transaction holds it (whatever the session's
+    /// `lock_timeout`), under the item's lease lock, so that no sweep takes the lease back
+    /// meanwhile. The deadline is not in any index, so the update can be HOT.
     pub(crate) async fn renew(&self, claim: Claim, deadline: Instant) -> Result<bool, Error> {
         let token = self.faults.token_for(&self.pool, self.id, claim).await;
-        let rows = self
-            .call_until("renew", deadline, || {
-                sqlx::query(
-                    "UPDATE workqueue_items
-                     SET lease_until = clock_timestamp() + make_interval(secs => $4 / 1e6)
-                     WHERE queue = $1 AND key = $2 AND token = $3",
-                )
+        self.call_until("renew", deadline, || {
+            sqlx::query_scalar("SELECT workqueue_renew($1, $2, $3, $4)")
                 .bind(self.id)
                 .bind(claim.key.as_slice())
                 .bind(token)
                 .bind(micros(self.lease))
-                .execute(&self.pool)
-            })
-            .await?;
-        Ok(rows.rows_affected() == 1)
+                .fetch_one(&self.pool)
+        })
+        .await
     }
 
     /// `done` (or a release), retried through a lost connection, or a call the server rolled
     /// back (a lock or statement timeout, a serialization failure, a deadlock), while the lease
-    /// could still be ours. A done waits for the item's row if another transaction holds it.
-    /// With `forget`, the item's failures are forgotten too, only if the done is accepted.
+    /// could still be ours. A done waits for the item's row if another transaction holds it,
+    /// under the item's lease lock (`workqueue_finish`): no sweep takes the lease back while
+    /// it waits. With `forget`, the item's failures are forgotten too, only if the done is accepted.
     pub(crate) async fn finish(
         &self,
         claim: Claim,
@@ -253,7 +250,7 @@ impl Inner {
         }
         loop {
             let outcome: Result<i32, sqlx::Error> =
-                sqlx::query_scalar("SELECT workqueue_done($1, $2, $3, $4, $5)")
+                sqlx::query_scalar("SELECT workqueue_finish($1, $2, $3, $4, $5)")
                     .bind(self.id)
                     .bind(claim.key.as_slice())
                     .bind(token)

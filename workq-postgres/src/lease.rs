@@ -140,9 +140,12 @@ impl<T> Lease<T> {
     /// [`Error::LeaseLost`] if the lease was lost (nothing changed); [`Error::OutcomeUnknown`]
     /// if the connection failed and a retry found the lease gone.
     pub async fn done(mut self) -> Result<(), Error> {
-        self.held.finish();
+        // Renewed until the outcome is known: a done that waits for the item's row (another
+        // transaction holds it) and is retried (a lock timeout) keeps its lease meanwhile.
         let held = &self.held;
-        held.backend().finish(held.token(), false, false).await
+        let outcome = held.backend().finish(held.token(), false, false).await;
+        self.held.finish();
+        outcome
     }
 
     /// Lets go of the item without marking it done, and waits for the database to take it
@@ -152,9 +155,10 @@ impl<T> Lease<T> {
     ///
     /// [`Error::LeaseLost`] if the lease was lost already; as for [`done`](Self::done).
     pub async fn release(mut self) -> Result<(), Error> {
-        self.held.finish();
         let held = &self.held;
-        held.backend().finish(held.token(), true, false).await
+        let outcome = held.backend().finish(held.token(), true, false).await;
+        self.held.finish();
+        outcome
     }
 
     /// The lease's claim, while it goes on being renewed (for a call whose outcome decides

@@ -84,7 +84,13 @@
 //! 0. the queue's adding lock (a transaction-level advisory lock on the key
 //!    `(2003920492, queue id)`): every add holds it shared until its transaction ends; only
 //!    turning flow control on takes it exclusive, to wait for the adds in progress;
-//! 1. the items' rows (`workqueue_items`), in the order of their keys;
+//! 1. the items' rows (`workqueue_items`), in the order of their keys; a call of a lease's
+//!    holder that may wait for its item's row (a renewal, a done or release, a failed item's
+//!    retry, a step's short wait) first takes the item's lease lock (a transaction-level
+//!    advisory lock on `workqueue_lease_lock(queue id, key)`), just before that row; the
+//!    sweep of expired leases, which holds the row already, only tries it, and leaves a lease
+//!    whose lock is held to the call that waits (schema 11: no sweep takes back a lease whose
+//!    renewal or done waits for a row an application's transaction holds);
 //! 2. then their failure rows (`workqueue_failures`), in the order of their keys;
 //! 3. then the queue's row (`workqueue_queues`: its token bucket, its counters);
 //! 4. then, under flow control, the queue's flow row (`workqueue_flow`: its limits, its count
@@ -250,7 +256,11 @@
 //! processes that run without settings first. Version 9 (trace links, the feature `otel`)
 //! is additive: its hand-outs answer two more columns, which older processes do not read
 //! (their leases carry no links). Version 10 changes two functions only, keeping their calls
-//! and answers: grouped hand-outs in bulk (see "Costs" under flow control).
+//! and answers: grouped hand-outs in bulk (see "Costs" under flow control). Version 11 is
+//! additive: the item's lease lock (see "The lock order"), a renewal that reckons its deadline
+//! once it has the row, and two new functions (`workqueue_renew`, `workqueue_finish`); older
+//! processes' renewals and dones do not take the lock, so their leases keep the race it closes
+//! until they are upgraded.
 //!
 //! All queues share one table set: a queue is a row of `workqueue_queues` with an integer id
 //! (a queue is created by naming it), and every other row names its queue by that id. An

@@ -123,10 +123,21 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/migrations/0010_bulk_flow.sql"),
         released: 0x02a6_6ba7_e7e2_200b,
     },
+    // A lease whose renewal or done waits for its row (an application's transaction holds it)
+    // is not taken back meanwhile: those calls take the item's lease lock before the row, and
+    // the sweep skips a lease whose lock is held; a renewal reckons its deadline once it has
+    // the row (`workqueue_renew`, `workqueue_finish`; `workqueue_done`, `workqueue_reclaim`,
+    // `workqueue_retry_done`, `workqueue_step` replaced). Additive.
+    Migration {
+        version: 11,
+        serves_from: 3,
+        sql: include_str!("sql/migrations/0011_lease_waits.sql"),
+        released: 0x3e30_82e6_9764_3bc1,
+    },
 ];
 
 /// The schema version this crate needs.
-pub const SCHEMA_VERSION: i32 = 10;
+pub const SCHEMA_VERSION: i32 = 11;
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Installs or upgrades the schema on `pool` (what [`Builder::build`](crate::Builder::build)

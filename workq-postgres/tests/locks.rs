@@ -28,6 +28,24 @@ where
     }
 }
 
+/// A pool of `max` connections to `server`, whose sessions give up a lock wait after 100 ms
+/// (55P03) if `lock_timeout`.
+async fn a_pool(server: &PgServer, max: u32, lock_timeout: bool) -> PgPool {
+    let settings: &[(&str, &str)] = if lock_timeout {
+        &[("lock_timeout", "100ms")]
+    } else {
+        &[]
+    };
+    let options = PgConnectOptions::from_str(&server.url())
+        .unwrap()
+        .options(settings.iter().copied());
+    PgPoolOptions::new()
+        .max_connections(max)
+        .connect_with(options)
+        .await
+        .unwrap()
+}
+
 /// What the handlers saw: how often each item was handled, and any item handled by two
 /// workers at once.
 #[derive(Default)]
@@ -63,25 +81,18 @@ impl Seen {
 /// each held item is done: once (or twice, one after the other), never by two workers at once.
 ///
 /// With `lock_timeout`, the pool's sessions give up a lock wait after 100 ms (55P03): the
-/// held item's done and renewals are then sent again and again until the row is free.
+/// held item's done is then sent again and again until the row is free, while its renewal
+/// (which waits whatever the timeout) keeps the lease.
+///
+/// The leases run out in the table while their rows are held (nothing can renew them):
+/// when the transaction ends, the waiting renewal or done must take the row before any
+/// sweep takes the lease back, or the item goes to a second worker.
 async fn one_locked_row_holds_one_item(commit: bool, lock_timeout: bool) {
     let Some(server) = PgServer::start() else {
         return;
     };
     let lease = Duration::from_secs(1);
-    let settings: &[(&str, &str)] = if lock_timeout {
-        &[("lock_timeout", "100ms")]
-    } else {
-        &[]
-    };
-    let options = PgConnectOptions::from_str(&server.url())
-        .unwrap()
-        .options(settings.iter().copied());
-    let pool = PgPoolOptions::new()
-        .max_connections(8)
-        .connect_with(options)
-        .await
-        .unwrap();
+    let pool = a_pool(&server, 8, lock_timeout).await;
     let q: PgQueue<String> = PgQueue::builder(unique("locked"))
         .pool(pool)
         .lease_duration(lease)
@@ -210,27 +221,203 @@ async fn one_locked_row_holds_one_item(commit: bool, lock_timeout: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known race, issue 29 point 3: once the row is free, a sweep can reclaim the \
-            lease (expired while its renewal waited for the row) before the renewal takes it; \
-            about 1 run in 20 under load hands the item to a second worker"]
 async fn one_locked_row_holds_one_item_not_the_pool_rolled_back() {
     one_locked_row_holds_one_item(false, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known race, issue 29 point 3: once the row is free, a sweep can reclaim the \
-            lease (expired while its renewal waited for the row) before the renewal takes it; \
-            about 1 run in 20 under load hands the item to a second worker"]
 async fn one_locked_row_holds_one_item_not_the_pool_committed() {
     one_locked_row_holds_one_item(true, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known race, issue 29 point 3: once the row is free, a sweep can reclaim the \
-            lease (expired while its renewal waited for the row) before the renewal takes it; \
-            about 1 run in 20 under load hands the item to a second worker"]
 async fn one_locked_row_holds_one_item_not_the_pool_under_lock_timeout() {
     one_locked_row_holds_one_item(false, true).await;
+}
+
+/// What a holder's call does while another transaction holds its item's row.
+#[derive(Clone, Copy, Debug)]
+enum Waiting {
+    Renew,
+    Done,
+    Release,
+    Retry,
+}
+
+/// A call of the lease's holder that waits for the item's row (another transaction holds it)
+/// keeps the lease while it waits, though the lease runs out in the table meanwhile: a sweep
+/// run then, even by the transaction that holds the row (so that it runs before the waiting
+/// call can take the row, whatever the timing), does not take the lease back, and once the
+/// row is free the call is applied as the holder's. A lease that runs out with nobody
+/// waiting is taken back by the same sweep (the control). With `lock_timeout`, the waiting
+/// done is sent again and again, and the lease's renewal keeps it meanwhile.
+async fn a_waiting_call_keeps_the_lease(call: Waiting, lock_timeout: bool) {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let lease_for = Duration::from_millis(400);
+    let pool = a_pool(&server, 4, lock_timeout).await;
+    let name = unique("waiting-call");
+    let q: PgQueue<String> = PgQueue::builder(&name)
+        .pool(pool)
+        .lease_duration(lease_for)
+        .auto_renew(lock_timeout)
+        .backoff(Duration::ZERO, Duration::ZERO)
+        .token_bucket(None)
+        .build()
+        .await
+        .unwrap();
+    let admin = PgPool::connect(&server.url()).await.unwrap();
+    let queue: i32 = sqlx::query_scalar("SELECT id FROM workqueue_queues WHERE name = $1")
+        .bind(&name)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    let sweep = "SELECT workqueue_reclaim($1, clock_timestamp(), 0, 100)";
+
+    // The control: a lease run out with nobody waiting is taken back.
+    q.add("control".to_owned()).await.unwrap();
+    q.try_get().await.unwrap().into_lease().unwrap().abandon();
+    tokio::time::sleep(lease_for * 2).await;
+    let taken: i32 = sqlx::query_scalar(sweep)
+        .bind(queue)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert_eq!(taken, 1, "the sweep takes back a lease run out");
+    let control = q.try_get().await.unwrap().into_lease().unwrap();
+    control.done().await.unwrap();
+
+    q.add("held".to_owned()).await.unwrap();
+    let lease = q.try_get().await.unwrap().into_lease().unwrap();
+    let mut tx = admin.begin().await.unwrap();
+    sqlx::query(
+        "SELECT 1 FROM workqueue_items WHERE queue = $1 AND key = workqueue_key('\"held\"')
+         FOR UPDATE",
+    )
+    .bind(queue)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let q2 = q.clone();
+    let waiting = tokio::spawn(async move {
+        match call {
+            Waiting::Renew => lease.renew().await.map(|()| Some(lease)),
+            Waiting::Done => lease.done().await.map(|()| None),
+            Waiting::Release => lease.release().await.map(|()| None),
+            Waiting::Retry => q2
+                .retry_and_done(lease, AddOptions::default().rate_limited(), false)
+                .await
+                .map(|kept| {
+                    assert!(kept.is_none(), "the queue is not shut down");
+                    None
+                }),
+        }
+    });
+    let needle = match call {
+        _ if lock_timeout => "workqueue_renew",
+        Waiting::Renew => "workqueue_renew",
+        Waiting::Done | Waiting::Release => "workqueue_finish",
+        Waiting::Retry => "workqueue_retry_done",
+    };
+    waiting_for_a_lock(&admin, needle).await;
+    tokio::time::sleep(lease_for * 2).await;
+    let run_out: bool = sqlx::query_scalar(
+        "SELECT lease_until < clock_timestamp() FROM workqueue_items
+         WHERE queue = $1 AND key = workqueue_key('\"held\"')",
+    )
+    .bind(queue)
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert!(
+        run_out,
+        "the lease ran out in the table while {call:?} waited"
+    );
+    let taken: i32 = sqlx::query_scalar(sweep)
+        .bind(queue)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(
+        taken, 0,
+        "a sweep took back the lease whose {call:?} waited for its row"
+    );
+    tx.commit().await.unwrap();
+    let kept = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the call ends once the row is free")
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{call:?} after the row was freed: {e}"));
+    let (ready, processing, delayed) = (
+        q.len().await.unwrap(),
+        q.processing_len().await.unwrap(),
+        q.delayed_len().await.unwrap(),
+    );
+    match call {
+        Waiting::Renew => {
+            assert_eq!((ready, processing, delayed), (0, 1, 0));
+            // Renewed from the moment the row was free, not from before the wait (a deadline
+            // reckoned then has passed): a sweep now takes nothing.
+            let running: bool = sqlx::query_scalar(
+                "SELECT lease_until > clock_timestamp() + interval '200 milliseconds'
+                 FROM workqueue_items WHERE queue = $1 AND key = workqueue_key('\"held\"')",
+            )
+            .bind(queue)
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+            assert!(
+                running,
+                "the renewal that waited left a deadline already spent"
+            );
+            let taken: i32 = sqlx::query_scalar(sweep)
+                .bind(queue)
+                .fetch_one(&admin)
+                .await
+                .unwrap();
+            assert_eq!(taken, 0);
+            kept.unwrap().done().await.unwrap();
+        }
+        Waiting::Done => assert_eq!((ready, processing, delayed), (0, 0, 0)),
+        Waiting::Release | Waiting::Retry => {
+            assert_eq!((ready, processing, delayed), (1, 0, 0));
+            let again = q.try_get().await.unwrap().into_lease().unwrap();
+            assert_eq!(again.item(), "held");
+            let failures = q.num_requeues("held".to_owned()).await.unwrap();
+            assert_eq!(failures, usize::from(matches!(call, Waiting::Retry)));
+            again.done().await.unwrap();
+        }
+    }
+    assert_eq!(
+        q.len().await.unwrap() + q.processing_len().await.unwrap(),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_renewal_keeps_the_lease() {
+    a_waiting_call_keeps_the_lease(Waiting::Renew, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_done_keeps_the_lease() {
+    a_waiting_call_keeps_the_lease(Waiting::Done, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_release_keeps_the_lease() {
+    a_waiting_call_keeps_the_lease(Waiting::Release, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_retry_keeps_the_lease() {
+    a_waiting_call_keeps_the_lease(Waiting::Retry, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_done_retried_under_lock_timeout_keeps_the_lease() {
+    a_waiting_call_keeps_the_lease(Waiting::Done, true).await;
 }
 
 /// A held lease whose row another transaction holds for five lease durations: its renewals
@@ -262,7 +449,8 @@ async fn renewals_of_a_locked_row_wait_once() {
     let waiting = || async {
         sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM pg_stat_activity
-             WHERE wait_event_type = 'Lock' AND query LIKE '%workqueue_items%'",
+             WHERE wait_event_type = 'Lock'
+               AND (query LIKE '%workqueue_items%' OR query LIKE '%workqueue_renew%')",
         )
         .fetch_one(&admin)
         .await

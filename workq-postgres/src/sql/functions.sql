@@ -1,5 +1,5 @@
 -- workq-postgres: every SQL function of the queue's schema as the migrations leave it
--- (schema version 10), ordered by name, each with its body and settings exactly as
+-- (schema version 11), ordered by name, each with its body and settings exactly as
 -- PostgreSQL shows them (pg_get_functiondef) in a database migrated from empty, in the schema
 -- `public`, and with the comment above its last CREATE in the migrations.
 --
@@ -12,10 +12,11 @@
 --   workqueue_add            0007_flow.sql
 --   workqueue_backoff        0003_keys_and_order.sql
 --   workqueue_bury           0009_trace_links.sql
---   workqueue_done           0009_trace_links.sql
+--   workqueue_done           0011_lease_waits.sql
 --   workqueue_done_get       0007_flow.sql
 --   workqueue_enqueue        0008_flow_turns.sql
 --   workqueue_enqueue_traced 0009_trace_links.sql
+--   workqueue_finish         0011_lease_waits.sql
 --   workqueue_flow_clear     0008_flow_turns.sql
 --   workqueue_flow_ended     0007_flow.sql
 --   workqueue_flow_get       0010_bulk_flow.sql
@@ -24,15 +25,17 @@
 --   workqueue_group_oldest   0007_flow.sql
 --   workqueue_groups_join    0008_flow_turns.sql
 --   workqueue_key            0003_keys_and_order.sql
+--   workqueue_lease_lock     0011_lease_waits.sql
 --   workqueue_link           0009_trace_links.sql
 --   workqueue_periodic_claim 0006_periodic.sql
 --   workqueue_periodic_upsert 0006_periodic.sql
 --   workqueue_places_below   0008_flow_turns.sql
---   workqueue_reclaim        0009_trace_links.sql
+--   workqueue_reclaim        0011_lease_waits.sql
+--   workqueue_renew          0011_lease_waits.sql
 --   workqueue_requeue_dead   0009_trace_links.sql
---   workqueue_retry_done     0007_flow.sql
+--   workqueue_retry_done     0011_lease_waits.sql
 --   workqueue_retry_done_traced 0009_trace_links.sql
---   workqueue_step           0010_bulk_flow.sql
+--   workqueue_step           0011_lease_waits.sql
 --   workqueue_token_at       0007_flow.sql
 --   workqueue_token_take     0007_flow.sql
 --   workqueue_traceparent_ok 0009_trace_links.sql
@@ -159,11 +162,11 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_done, as last created by src/sql/migrations/0009_trace_links.sql
+-- workqueue_done, as last created by src/sql/migrations/0011_lease_waits.sql
 -- --------------------------------------------------------------------------------------------
--- done: as version 7's; a release gives the lease's links back to the item, in front of those
--- of the adds made meanwhile (at most 4, the rest counted), and a done that keeps the row
--- clears them.
+-- done: as version 9's, but the time it reckons with (for a delay come due, and the ready
+-- time of an item queued again) is read once the item's row is locked, not before a wait
+-- for it.
 CREATE OR REPLACE FUNCTION public.workqueue_done(q integer, k bytea, tok bigint, release boolean, forget boolean)
  RETURNS integer
  LANGUAGE plpgsql
@@ -178,6 +181,8 @@ DECLARE
 BEGIN
     SELECT i.token, i.dirty, i.due, i.grp, i.lease_flow INTO r FROM workqueue_items i
         WHERE i.queue = q AND i.key = k FOR UPDATE;
+    -- The time once the row is this call's: it may have waited for it.
+    now_ := clock_timestamp();
     IF NOT FOUND OR r.token IS NULL THEN
         RETURN -1;
     END IF;
@@ -622,6 +627,23 @@ BEGIN
     PERFORM workqueue_link(q, ARRAY(SELECT sha256(convert_to(u.x, 'UTF8'))
                                     FROM unnest(xs, kinds) WITH ORDINALITY AS u(x, kind, i)
                                     WHERE u.kind <> 0 ORDER BY u.i), tp);
+END $function$;
+
+
+-- --------------------------------------------------------------------------------------------
+-- workqueue_finish, as last created by src/sql/migrations/0011_lease_waits.sql
+-- --------------------------------------------------------------------------------------------
+-- finish(queue, key, token, release, forget): workqueue_done, under the item's lease lock,
+-- taken before the done waits for the row: while it waits, no sweep takes the lease back.
+CREATE OR REPLACE FUNCTION public.workqueue_finish(q integer, k bytea, tok bigint, release boolean, forget boolean)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+ SET jit TO 'off'
+AS $function$
+BEGIN
+    PERFORM pg_advisory_xact_lock(workqueue_lease_lock(q, k));
+    RETURN workqueue_done(q, k, tok, release, forget);
 END $function$;
 
 
@@ -1428,6 +1450,19 @@ RETURN sha256(convert_to(x, 'UTF8'::name));
 
 
 -- --------------------------------------------------------------------------------------------
+-- workqueue_lease_lock, as last created by src/sql/migrations/0011_lease_waits.sql
+-- --------------------------------------------------------------------------------------------
+-- The item `k` of queue `q`'s lease lock: an advisory lock id (one bigint; the adding lock is
+-- a pair of integers, another key space). Two items sharing an id only wait for each other
+-- now and then.
+CREATE OR REPLACE FUNCTION public.workqueue_lease_lock(q integer, k bytea)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN hashtextextended(encode(k, 'hex'::text), (q)::bigint);
+
+
+-- --------------------------------------------------------------------------------------------
 -- workqueue_link, as last created by src/sql/migrations/0009_trace_links.sql
 -- --------------------------------------------------------------------------------------------
 -- link(queue, keys, traceparent): the adds of the items `ks` (an item named n times: n adds)
@@ -1557,9 +1592,10 @@ RETURN NULLIF((places - ARRAY(SELECT k.k FROM jsonb_object_keys(workqueue_places
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_reclaim, as last created by src/sql/migrations/0009_trace_links.sql
+-- workqueue_reclaim, as last created by src/sql/migrations/0011_lease_waits.sql
 -- --------------------------------------------------------------------------------------------
--- reclaim: as version 7's; a lease taken back gives its links to the item as a release does.
+-- reclaim: as version 9's, but a lease whose lock is held (its renewal, done or retry waits
+-- for the row) is not taken back: the row is left to that call.
 CREATE OR REPLACE FUNCTION public.workqueue_reclaim(q integer, now_ timestamp with time zone, max_stalls integer, dead_cap integer)
  RETURNS integer
  LANGUAGE plpgsql
@@ -1578,6 +1614,11 @@ BEGIN
     FOR r IN SELECT i.key, i.stalls, i.grp, i.lease_flow FROM workqueue_items i
              WHERE i.queue = q AND i.token IS NOT NULL AND i.lease_until <= now_
              FOR UPDATE SKIP LOCKED LOOP
+        -- A renewal, done or retry of this lease waits (for this row, until another
+        -- transaction let it go): the lease is still its holder's, and that call settles it.
+        IF NOT pg_try_advisory_xact_lock_shared(workqueue_lease_lock(q, r.key)) THEN
+            CONTINUE;
+        END IF;
         IF max_stalls > 0 AND r.stalls + 1 >= max_stalls THEN
             -- The failure row comes after the item rows in the lock order, and this loop
             -- goes on to other items: it is taken without waiting, or the item waits for the
@@ -1616,6 +1657,39 @@ BEGIN
         PERFORM workqueue_wake(q, n);
     END IF;
     RETURN n;
+END $function$;
+
+
+-- --------------------------------------------------------------------------------------------
+-- workqueue_renew, as last created by src/sql/migrations/0011_lease_waits.sql
+-- --------------------------------------------------------------------------------------------
+-- renew(queue, key, token, lease): the lease `token` of the item lasts `lease_us` from now,
+-- if it is still the holder's (true); false otherwise. It waits for the row as long as
+-- another transaction holds it, whatever the session's lock_timeout: a renewal that gave up
+-- would let the lease run out, and while it waits (holding the lease lock) no sweep takes the
+-- lease back. One renewal at a time waits per lease. The row is locked before the new
+-- deadline is reckoned: an UPDATE reckons its new values before it waits for the row, and
+-- after a long wait would write a deadline already past (version 10's renewal did: the lease
+-- it had waited to renew was taken back at once). The deadline is in no index, so the update
+-- can be HOT.
+CREATE OR REPLACE FUNCTION public.workqueue_renew(q integer, k bytea, tok bigint, lease_us bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+ SET lock_timeout TO '0'
+ SET jit TO 'off'
+AS $function$
+BEGIN
+    PERFORM pg_advisory_xact_lock(workqueue_lease_lock(q, k));
+    PERFORM 1 FROM workqueue_items i WHERE i.queue = q AND i.key = k AND i.token = tok
+        FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE workqueue_items i
+        SET lease_until = clock_timestamp() + make_interval(secs => lease_us / 1e6)
+        WHERE i.queue = q AND i.key = k;
+    RETURN true;
 END $function$;
 
 
@@ -1694,19 +1768,9 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_retry_done, as last created by src/sql/migrations/0007_flow.sql
+-- workqueue_retry_done, as last created by src/sql/migrations/0011_lease_waits.sql
 -- --------------------------------------------------------------------------------------------
--- retry_done(queue, key, token, forget, then one add's priority, delay, rate limited? and
--- the rate limiter): a failed item's step. Fenced by the lease's token: if the lease is no
--- longer the caller's, nothing changes (no failure counted, nothing forgotten or re-added)
--- and the answer is 0 (another lease holds the item) or -1 (none does). Otherwise the item's
--- failures are forgotten if asked, the item is added as workqueue_add would add it (while
--- leased, so queued again once done, or when its delay is due; in the group it has), and the
--- lease is done: workqueue_done's answer, 1 or 2, with the delay the add gave. 3: the queue is
--- shut down, and nothing changed (the add would be ignored).
---
--- Locks in the queue's order: the adding lock, the item's row, its failure row, the queue's
--- row, then the flow row and the group's.
+-- retry_done: as version 4's, with the item's lease lock taken before its row.
 CREATE OR REPLACE FUNCTION public.workqueue_retry_done(q integer, k bytea, tok bigint, forget boolean, p integer, delay_us bigint, limited boolean, base_us bigint, max_us bigint, bucket_us bigint, burst integer, OUT outcome integer, OUT delay bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -1720,6 +1784,7 @@ DECLARE
 BEGIN
     delay := 0;
     PERFORM pg_advisory_xact_lock_shared(2003920492, q);
+    PERFORM pg_advisory_xact_lock(workqueue_lease_lock(q, k));
     SELECT i.token, i.item, i.grp INTO r FROM workqueue_items i
         WHERE i.queue = q AND i.key = k FOR UPDATE;
     IF NOT FOUND OR r.token IS NULL THEN
@@ -1771,10 +1836,11 @@ END $function$;
 
 
 -- --------------------------------------------------------------------------------------------
--- workqueue_step, as last created by src/sql/migrations/0010_bulk_flow.sql
+-- workqueue_step, as last created by src/sql/migrations/0011_lease_waits.sql
 -- --------------------------------------------------------------------------------------------
--- step: as version 9's; the counted leases whose rows go are deleted with the others, and
--- their slots given back in one call of workqueue_flow_ended.
+-- step: as version 10's; a done that waits for its row takes the item's lease lock first
+-- (within the same short wait). A row the step takes without waiting needs none: no sweep
+-- can take it while the step holds it.
 CREATE OR REPLACE FUNCTION public.workqueue_step(q integer, ks bytea[], toks bigint[], forgets boolean[], n integer, lease_us bigint, sweep boolean, max_stalls integer, dead_cap integer, OUT done integer[], OUT kind integer, OUT items text[], OUT keys bytea[], OUT tokens bigint[], OUT priorities integer[], OUT wait_us bigint, OUT item_links text[], OUT item_drops integer[])
  RETURNS record
  LANGUAGE plpgsql
@@ -1821,9 +1887,13 @@ BEGIN
             -- this lease out has sent its answer and not yet committed (on a busy host, a
             -- few ms). Wait that long for the row here, rather than send the done back for a
             -- round trip of its own; a row held longer (an application's open transaction)
-            -- costs this step at most wait_ms, once.
+            -- costs this step at most wait_ms, once. The lease lock comes first, so that
+            -- no sweep takes the lease back once the row is free and before this done has
+            -- it (a renewal waiting for the row holds it already: the step then gives up
+            -- at wait_ms, and the done is settled on its own).
             BEGIN
                 PERFORM set_config('lock_timeout', wait_ms || 'ms', true);
+                PERFORM pg_advisory_xact_lock(workqueue_lease_lock(q, ks[o]));
                 SELECT i.ctid, i.token, i.dirty, i.due, i.grp, i.lease_flow INTO r
                     FROM workqueue_items i WHERE i.queue = q AND i.key = ks[o] FOR UPDATE;
                 got := FOUND;
