@@ -139,7 +139,8 @@ impl Server {
     }
 
     /// Runs `peer` with `args` on this server: its samples of `workload` (not applicable ones
-    /// for each of `metrics`, with the reason), or none and a note when it failed.
+    /// for each of `metrics`, with the reason), or failed ones with the error: the report
+    /// shows the peer's column as failed, not missing.
     pub(crate) fn run_peer(
         &self,
         peer: &Peer,
@@ -156,10 +157,10 @@ impl Server {
                 .iter()
                 .map(|metric| Sample::not_applicable(workload, peer.name, metric, &reason))
                 .collect(),
-            Err(e) => {
-                self.note(format!("{workload} {}: {e}", peer.name));
-                Vec::new()
-            }
+            Err(e) => metrics
+                .iter()
+                .map(|metric| Sample::failed(workload, peer.name, metric, &e))
+                .collect(),
         }
     }
 }

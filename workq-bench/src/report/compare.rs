@@ -1,7 +1,9 @@
 //! The tables of `--compare`: one per backend, a row per (workload, shape, figure), a column
 //! per implementation (ours first, then every reference measured on that server), and the
 //! ratio of ours to the best reference. Cells a reference cannot run say `n/a` with a
-//! footnote giving the reason; under the table, each reference's version and settings.
+//! footnote giving the reason, and cells whose runs failed say `failed` with the error (a
+//! median of the runs that did not fail is marked with how many did); under the table, each
+//! reference's version and settings.
 
 use std::fmt::Write as _;
 
@@ -66,7 +68,18 @@ fn ours_over_best(row: &[&Figure]) -> Option<f64> {
 /// The whole table as text.
 fn render(title: &str, figures: &[Figure], about: &[About]) -> String {
     let columns = columns(figures);
-    let mut notes: Vec<String> = Vec::new();
+    // Each note once, numbered in order: (what the mark says, the note).
+    let mut notes: Vec<(&str, String)> = Vec::new();
+    let mut mark = |kind: &'static str, note: String| {
+        let n = notes
+            .iter()
+            .position(|(k, n)| *k == kind && *n == note)
+            .unwrap_or_else(|| {
+                notes.push((kind, note));
+                notes.len() - 1
+            });
+        format!("{kind} [{}]", n + 1)
+    };
     let mut table: Vec<Vec<String>> = Vec::new();
     let mut header = vec!["workload".to_owned(), "figure".to_owned()];
     header.extend(columns.iter().map(|c| (*c).to_owned()));
@@ -87,19 +100,23 @@ fn render(title: &str, figures: &[Figure], about: &[About]) -> String {
         for column in &columns {
             let cell = match row.iter().find(|f| f.imp == *column) {
                 None => String::new(),
-                Some(f) => match &f.na {
-                    None => format_value(metric, f.median),
-                    Some(reason) => {
-                        let note = format!("{column} {workload}: {reason}");
-                        let n = match notes.iter().position(|n| *n == note) {
-                            Some(n) => n,
-                            None => {
-                                notes.push(note);
-                                notes.len() - 1
-                            }
-                        };
-                        format!("n/a [{}]", n + 1)
+                Some(f) => match (&f.na, &f.failed) {
+                    (None, None) => format_value(metric, f.median),
+                    // Some runs failed: the median of the others, marked.
+                    (None, Some((n, error))) => {
+                        let runs = n + f.runs;
+                        let note =
+                            format!("{column} {workload}: {n} of {runs} runs failed: {error}");
+                        format!(
+                            "{} {}",
+                            format_value(metric, f.median),
+                            mark("failed", note)
+                        )
                     }
+                    (Some(error), Some(_)) => {
+                        mark("failed", format!("{column} {workload}: {error}"))
+                    }
+                    (Some(reason), None) => mark("n/a", format!("{column} {workload}: {reason}")),
                 },
             };
             cells.push(cell);
@@ -136,8 +153,8 @@ fn render(title: &str, figures: &[Figure], about: &[About]) -> String {
         "ours/best peer: our first column over the best reference (for lateness, pickup, wall \
          and time, lower is better).\n",
     );
-    for (n, note) in notes.iter().enumerate() {
-        let _ = writeln!(out, "n/a [{}] {note}", n + 1);
+    for (n, (kind, note)) in notes.iter().enumerate() {
+        let _ = writeln!(out, "{kind} [{}] {note}", n + 1);
     }
     for line in super::goals::goal_lines(figures) {
         let _ = writeln!(out, "goal: {line}");
@@ -187,6 +204,48 @@ mod tests {
         );
         assert!(
             text.contains("riverqueue 0.5.0: fetch cooldown 2 ms"),
+            "{text}"
+        );
+    }
+
+    /// A peer whose run failed has its column marked failed with the error under the table
+    /// (it was left out, with a note no column pointed to); one that failed in some runs only
+    /// shows the median of the others, marked with how many failed.
+    #[test]
+    fn a_peer_whose_runs_failed_is_marked_failed_in_its_column() {
+        let figures = aggregate(&[
+            Sample::new("W3", OURS_POSTGRES, "adds_per_s", 70_000.0),
+            Sample::failed(
+                "W3",
+                RIVERQUEUE,
+                "adds_per_s",
+                "exit status 1: deadlock detected",
+            ),
+            Sample::new("W3", OURS_POSTGRES, "adds_per_s", 74_000.0),
+            Sample::failed(
+                "W3",
+                RIVERQUEUE,
+                "adds_per_s",
+                "exit status 1: deadlock detected",
+            ),
+            Sample::new("W4", OURS_POSTGRES, "add_after_per_s", 20_000.0),
+            Sample::new("W4", RIVERQUEUE, "add_after_per_s", 5_000.0),
+            Sample::failed("W4", RIVERQUEUE, "add_after_per_s", "timed out"),
+            Sample::new("W4", RIVERQUEUE, "add_after_per_s", 7_000.0),
+        ]);
+        let text = render("PostgreSQL 15", &figures, &[]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[3].contains("failed [1]"), "{text}");
+        // No ratio beside a failed peer alone.
+        assert!(!lines[3].trim_end().ends_with(char::is_numeric), "{text}");
+        assert!(
+            text.contains("failed [1] riverqueue W3: exit status 1: deadlock detected"),
+            "{text}"
+        );
+        // The median of the two runs that ran, 6.0 k/s, marked.
+        assert!(lines[4].contains("6.0 k/s failed [2]"), "{text}");
+        assert!(
+            text.contains("failed [2] riverqueue W4: 1 of 3 runs failed: timed out"),
             "{text}"
         );
     }

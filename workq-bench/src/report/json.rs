@@ -44,6 +44,11 @@ pub(crate) fn line(f: &Figure, about: &[About]) -> serde_json::Value {
         line["max"] = serde_json::Value::Null;
         line["na"] = reason.as_str().into();
     }
+    if let Some((runs, error)) = &f.failed {
+        // Every run failed (with `na`, the same error), or these of them.
+        line["failed_runs"] = (*runs).into();
+        line["error"] = error.as_str().into();
+    }
     if let Some(a) = about.iter().find(|a| a.imp == f.imp) {
         line["version"] = a.version.as_str().into();
         line["settings"] = a.settings.as_str().into();

@@ -140,8 +140,11 @@ pub(crate) struct Sample {
     pub(crate) metric: &'static str,
     pub(crate) value: f64,
     pub(crate) shape: Option<Shape>,
-    /// Why there is no value: the implementation cannot run the workload.
+    /// Why there is no value: the implementation cannot run the workload, or (`failed`) its
+    /// run failed.
     pub(crate) na: Option<String>,
+    /// The run failed (`na` says how): not a workload the implementation cannot run.
+    pub(crate) failed: bool,
 }
 
 impl Sample {
@@ -158,6 +161,7 @@ impl Sample {
             value,
             shape: None,
             na: None,
+            failed: false,
         }
     }
 
@@ -171,6 +175,19 @@ impl Sample {
         Self {
             na: Some(reason.to_owned()),
             ..Self::new(workload, imp, metric, f64::NAN)
+        }
+    }
+
+    /// No value: `imp`'s run of `workload` failed, with `error`.
+    pub(crate) fn failed(
+        workload: &'static str,
+        imp: &'static str,
+        metric: &'static str,
+        error: &str,
+    ) -> Self {
+        Self {
+            failed: true,
+            ..Self::not_applicable(workload, imp, metric, error)
         }
     }
 
@@ -194,31 +211,58 @@ pub(crate) struct Figure {
     pub(crate) runs: usize,
     /// Why there is no value.
     pub(crate) na: Option<String>,
+    /// Every run failed (`na` has the first run's error), or, with a value, how many of the
+    /// runs failed and the first error (the value is the median of the others).
+    pub(crate) failed: Option<(usize, String)>,
 }
 
 /// The key samples are grouped by.
 type FigureKey = (&'static str, &'static str, &'static str, Option<Shape>);
 
+/// What the runs of one figure gave: values, why it is not applicable, failed runs.
+#[derive(Default)]
+struct Runs {
+    values: Vec<f64>,
+    na: Option<String>,
+    failed: Option<(usize, String)>,
+}
+
 /// Groups samples by (workload, implementation, metric, shape), in the order they first
-/// appear. A figure any run of which was not applicable is not applicable.
+/// appear. A figure any run of which was not applicable is not applicable; the runs that
+/// failed are left out of the median and counted, and a figure all of whose runs failed has
+/// no value (`na`, the first error, and `failed`).
 pub(crate) fn aggregate(samples: &[Sample]) -> Vec<Figure> {
     let mut order: Vec<FigureKey> = Vec::new();
-    let mut values: HashMap<FigureKey, (Vec<f64>, Option<String>)> = HashMap::new();
+    let mut values: HashMap<FigureKey, Runs> = HashMap::new();
     for s in samples {
         let key = (s.workload, s.imp, s.metric, s.shape);
         let entry = values.entry(key).or_insert_with(|| {
             order.push(key);
-            (Vec::new(), None)
+            Runs::default()
         });
         match &s.na {
-            Some(reason) => entry.1 = Some(reason.clone()),
-            None => entry.0.push(s.value),
+            Some(error) if s.failed => match &mut entry.failed {
+                Some((n, _)) => *n += 1,
+                None => entry.failed = Some((1, error.clone())),
+            },
+            Some(reason) => entry.na = Some(reason.clone()),
+            None => entry.values.push(s.value),
         }
     }
     order
         .into_iter()
         .map(|key| {
-            let (mut v, na) = values.remove(&key).unwrap_or_default();
+            let Runs {
+                values: mut v,
+                mut na,
+                mut failed,
+            } = values.remove(&key).unwrap_or_default();
+            if na.is_some() {
+                // Not applicable: a failure of the same is beside the point.
+                failed = None;
+            } else if v.is_empty() {
+                na = failed.as_ref().map(|(_, error)| error.clone());
+            }
             let min = v.iter().copied().fold(f64::INFINITY, f64::min);
             let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let runs = v.len();
@@ -237,6 +281,7 @@ pub(crate) fn aggregate(samples: &[Sample]) -> Vec<Figure> {
                 max,
                 runs,
                 na,
+                failed,
             }
         })
         .collect()

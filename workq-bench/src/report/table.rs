@@ -97,11 +97,12 @@ fn blocks(figures: &[Figure]) -> Vec<(&'static str, &'static str, Option<Shape>)
     blocks
 }
 
-/// The value of a figure, or `n/a`.
+/// The value of a figure, or `n/a`, or `failed` (every run failed).
 fn value(f: &Figure) -> String {
-    match f.na {
-        Some(_) => "n/a".to_owned(),
-        None => format_value(f.metric, f.median),
+    match (&f.na, &f.failed) {
+        (Some(_), Some(_)) => "failed".to_owned(),
+        (Some(_), None) => "n/a".to_owned(),
+        (None, _) => format_value(f.metric, f.median),
     }
 }
 
