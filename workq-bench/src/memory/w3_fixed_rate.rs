@@ -17,9 +17,16 @@
 //! it is due (a sleep per item would be shorter than the OS's timer can sleep), so deliveries
 //! come in bursts of up to 50 within each millisecond.
 //!
-//! Only `workq` runs here, as in W3: client-go's workqueue is not in this bench (its
-//! figures come from a Go port of the workloads that is not in the repository); the Go port's
-//! W3 with the same pacing gives the other half of the comparison.
+//! Implementations:
+//! - `workq`: 4 producer threads and 2 consumer threads, as W3 (6 threads on the machine's
+//!   cores: a thread that finds the lock held parks in the kernel).
+//! - `workq-async`: the same 4 producers and 2 consumers as tasks on a tokio runtime with one
+//!   worker thread per core, each producer letting the others run every [`TURN`] adds. This
+//!   is the shape a Go program has: goroutines on as many threads as cores (`GOMAXPROCS`),
+//!   so no more threads contend for the lock than there are cores.
+//!
+//! client-go's workqueue is not in this bench: its figures come from a Go port of the
+//! workloads that is not in the repository (docs/benchmarks.md, "W3 like with like").
 
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,7 +36,7 @@ use std::time::{Duration, Instant};
 use workq::WorkQueue;
 
 use crate::ctx::Ctx;
-use crate::report::{OURS, Sample};
+use crate::report::{OURS, OURS_ASYNC, Sample};
 use crate::util::{self, Key, Span};
 
 /// The workload's id.
@@ -41,16 +48,29 @@ const CONSUMERS: usize = 2;
 pub(crate) const RATE: f64 = 100_000.0;
 /// How far ahead of its schedule a consumer may run before it sleeps.
 const SLACK: Duration = Duration::from_millis(1);
+/// Adds an async producer makes before it lets the other tasks of its worker thread run (an
+/// add never awaits, so a producer that did not yield would keep its thread to the end).
+const TURN: usize = 256;
 
 pub(crate) fn run(ctx: &Ctx<'_>) -> Vec<Sample> {
     let adds = if ctx.quick { 200_000 } else { 1_000_000 };
     let keys = util::keys(KEYS);
     ctx.step(OURS);
-    let (adds_per_s, deliveries, deliveries_per_s) = ours(&keys, adds, RATE);
+    let mut out = samples(OURS, ours(&keys, adds, RATE));
+    ctx.step(OURS_ASYNC);
+    out.extend(samples(OURS_ASYNC, ours_async(&keys, adds, RATE)));
+    out
+}
+
+/// The samples of one implementation's (adds/s, deliveries, deliveries/s).
+fn samples(
+    name: &'static str,
+    (adds_per_s, deliveries, deliveries_per_s): (f64, usize, f64),
+) -> Vec<Sample> {
     vec![
-        Sample::new(ID, OURS, "adds_per_s", adds_per_s),
-        Sample::new(ID, OURS, "deliveries", deliveries as f64),
-        Sample::new(ID, OURS, "deliveries_per_s", deliveries_per_s),
+        Sample::new(ID, name, "adds_per_s", adds_per_s),
+        Sample::new(ID, name, "deliveries", deliveries as f64),
+        Sample::new(ID, name, "deliveries_per_s", deliveries_per_s),
     ]
 }
 
@@ -120,6 +140,89 @@ fn ours(keys: &[Key], adds: usize, rate: f64) -> (f64, usize, f64) {
     })
 }
 
+/// [`ours`] with the producers and consumers as tasks on a runtime with a worker thread per
+/// core. Returns adds/s, deliveries and deliveries/s.
+fn ours_async(keys: &[Key], adds: usize, rate: f64) -> (f64, usize, f64) {
+    let rt = util::runtime();
+    let queue: WorkQueue<Key> = WorkQueue::new();
+    let per_producer = adds / PRODUCERS;
+    let per_consumer = rate / CONSUMERS as f64;
+    let remaining = std::sync::Arc::new(AtomicUsize::new(PRODUCERS));
+    // Every task waits for the same start, as the threads of `ours` wait at their barrier.
+    let (go, _) = tokio::sync::watch::channel(false);
+    let consumers: Vec<_> = (0..CONSUMERS)
+        .map(|_| {
+            let (queue, mut started) = (queue.clone(), go.subscribe());
+            rt.spawn(async move {
+                let _ = started.wait_for(|go| *go).await;
+                let start = Instant::now();
+                let mut seen = 0;
+                while let Some(lease) = queue.get().await {
+                    drop(lease);
+                    seen += 1;
+                    let due = Duration::try_from_secs_f64(seen as f64 / per_consumer)
+                        .unwrap_or(Duration::MAX);
+                    let ahead = due.saturating_sub(start.elapsed());
+                    if ahead > SLACK {
+                        tokio::time::sleep(ahead).await;
+                    }
+                }
+                (seen, Span::new(start, Instant::now()))
+            })
+        })
+        .collect();
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let (queue, keys, remaining) = (queue.clone(), keys.to_vec(), remaining.clone());
+            let mut started = go.subscribe();
+            rt.spawn(async move {
+                let _ = started.wait_for(|go| *go).await;
+                let start = Instant::now();
+                let mut i = p * keys.len() / PRODUCERS;
+                for n in 1..=per_producer {
+                    queue.add(keys[i].clone());
+                    i = (i + 1) % keys.len();
+                    if n % TURN == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                let end = Instant::now();
+                if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    queue.shut_down();
+                }
+                Span::new(start, end)
+            })
+        })
+        .collect();
+    go.send_replace(true);
+    rt.block_on(async {
+        let mut adding: Option<Span> = None;
+        for producer in producers {
+            let span = producer.await.expect("producer task");
+            adding = Some(adding.map_or(span, |a| a.merge(span)));
+        }
+        let mut consuming: Option<Span> = None;
+        let mut deliveries = 0;
+        for consumer in consumers {
+            let (seen, span) = consumer.await.expect("consumer task");
+            deliveries += seen;
+            consuming = Some(consuming.map_or(span, |c| c.merge(span)));
+        }
+        assert!(
+            deliveries >= keys.len(),
+            "W3R async: every key is handed out"
+        );
+        (
+            util::rate(
+                per_producer * PRODUCERS,
+                adding.expect("producers").elapsed(),
+            ),
+            deliveries,
+            util::rate(deliveries, consuming.expect("consumers").elapsed()),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +234,21 @@ mod tests {
         let (adds_per_s, deliveries, deliveries_per_s) = ours(&keys, 40_000, 2_000.0);
         assert!(adds_per_s > 0.0);
         assert!(deliveries >= KEYS);
+        assert!(
+            deliveries_per_s < 2_000.0 * 1.25,
+            "{deliveries_per_s} deliveries/s at a rate of 2,000"
+        );
+    }
+
+    #[test]
+    fn the_async_consumers_keep_to_the_fixed_rate_and_every_key_comes_out() {
+        let keys = util::keys(KEYS);
+        let (adds_per_s, deliveries, deliveries_per_s) = ours_async(&keys, 40_000, 2_000.0);
+        assert!(adds_per_s > 0.0);
+        assert!(
+            (KEYS..=40_000).contains(&deliveries),
+            "{deliveries} deliveries"
+        );
         assert!(
             deliveries_per_s < 2_000.0 * 1.25,
             "{deliveries_per_s} deliveries/s at a rate of 2,000"

@@ -7,6 +7,7 @@
 //! figure, `{"metric": ..., "value": ...}`, or `{"na": REASON}` for a workload they cannot
 //! run.
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -70,17 +71,77 @@ impl Peer {
                 command
             }
         };
-        let output = command
+        let mut child = command
             .env(self.url_var, url)
             .args(args)
-            .stderr(Stdio::inherit())
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .map_err(|e| e.to_string())?;
+        // The program's stderr still reaches ours as it comes (its progress), and its last
+        // words are kept for the report of a failed run.
+        let stderr = child.stderr.take().expect("piped");
+        let relay = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                lines.push(line);
+                if lines.len() > 64 {
+                    lines.drain(..32);
+                }
+            }
+            lines
+        });
+        let output = child.wait_with_output().map_err(|e| e.to_string())?;
+        let lines = relay.join().unwrap_or_default();
         if !output.status.success() {
-            return Err(format!("its program exited with {}", output.status));
+            return Err(match last_words(&lines) {
+                Some(words) => format!(
+                    "its program exited with {}: {}",
+                    output.status,
+                    hide_password(&words, url)
+                ),
+                None => format!("its program exited with {}", output.status),
+            });
         }
         Ok(parse(&String::from_utf8_lossy(&output.stdout)))
     }
+}
+
+/// `text` with the password of `url` (`scheme://user:password@host`), if it has one, put as
+/// `***`: a program's error may quote the URL it was given, and the report is shared.
+fn hide_password(text: &str, url: &str) -> String {
+    let password = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .and_then(|(auth, _)| auth.split_once(':'))
+        .map(|(_, password)| password)
+        .filter(|password| !password.is_empty());
+    match password {
+        Some(password) => text.replace(password, "***"),
+        None => text.to_owned(),
+    }
+}
+
+/// The longest a failed program's last words may be in the report.
+const LAST_WORDS: usize = 240;
+
+/// What a failed program said last on stderr: its last line that says something, skipping
+/// the runtimes' own trailers (Rust's hint to set `RUST_BACKTRACE`, node's version line, a
+/// stack frame), cut to [`LAST_WORDS`] characters.
+fn last_words(lines: &[String]) -> Option<String> {
+    let said = lines.iter().rev().map(|l| l.trim()).find(|line| {
+        !line.is_empty()
+            && !line.starts_with("note: run with `RUST_BACKTRACE")
+            && !line.starts_with("Node.js v")
+            && !line.starts_with("at ")
+            && !line.starts_with('^')
+            && *line != "}"
+    })?;
+    Some(match said.char_indices().nth(LAST_WORDS) {
+        Some((cut, _)) => format!("{}...", &said[..cut]),
+        None => said.to_owned(),
+    })
 }
 
 /// The figures (or the reason it cannot run) in a peer program's output.
@@ -114,6 +175,69 @@ mod tests {
         assert_eq!(parse(out), Outcome::Figures(vec![("items_per_s", 12.5)]));
         let na = "{\"workload\":\"W3\",\"impl\":\"x\",\"na\":\"no dedup\"}\n";
         assert_eq!(parse(na), Outcome::NotApplicable("no dedup".into()));
+    }
+
+    #[test]
+    fn a_failed_program_s_last_words_skip_the_runtimes_trailers() {
+        let lines = |text: &str| text.lines().map(str::to_owned).collect::<Vec<_>>();
+        let rust = "thread 'main' panicked at src/river.rs:88:9:\n\
+                    deadlock detected\n\
+                    note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(
+            last_words(&lines(rust)).as_deref(),
+            Some("deadlock detected")
+        );
+        let node =
+            "Error: Connection is closed.\n    at close (redis.js:12:3)\n\nNode.js v20.20.2\n";
+        assert_eq!(
+            last_words(&lines(node)).as_deref(),
+            Some("Error: Connection is closed.")
+        );
+        assert_eq!(last_words(&lines("\n\n")), None);
+        let long = "x".repeat(1_000);
+        let cut = last_words(&[long]).unwrap();
+        assert_eq!(cut.chars().count(), LAST_WORDS + 3);
+        // A cut never splits a character.
+        assert!(last_words(&["é".repeat(500)]).unwrap().ends_with("é..."));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_failed_program_is_reported_with_its_exit_and_its_last_words() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("wq-bench-peer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("peer.sh");
+        std::fs::write(
+            &exe,
+            "#!/bin/sh\necho '{\"metric\":\"items_per_s\",\"value\":1}'\n\
+             echo 'starting' >&2\necho \"$0 $1: the server refused: $WQ_REDIS_URL\" >&2\nexit 3\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let peer = Peer {
+            name: "apalis-redis",
+            version: "0".into(),
+            settings: String::new(),
+            workloads: None,
+            program: Program::Rust(exe.clone()),
+            url_var: "WQ_REDIS_URL",
+        };
+        let error = peer
+            .run(
+                "redis://bench:s3cret@127.0.0.1:1/",
+                &["W1".into(), "10".into()],
+            )
+            .unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            error.starts_with("its program exited with exit status: 3: "),
+            "{error}"
+        );
+        assert!(
+            error.ends_with("apalis-redis: the server refused: redis://bench:***@127.0.0.1:1/"),
+            "{error}"
+        );
     }
 
     #[test]
