@@ -223,12 +223,21 @@ mod tests {
             program: Program::Rust(exe.clone()),
             url_var: "WQ_REDIS_URL",
         };
-        let error = peer
-            .run(
-                "redis://bench:s3cret@127.0.0.1:1/",
-                &["W1".into(), "10".into()],
-            )
-            .unwrap_err();
+        // A process another test forks while the script is being written holds it open for
+        // writing until that process execs, and the kernel refuses to run it meanwhile
+        // (ETXTBSY): try again.
+        let args = ["W1".to_owned(), "10".to_owned()];
+        let mut tries = 0;
+        let error = loop {
+            let error = peer
+                .run("redis://bench:s3cret@127.0.0.1:1/", &args)
+                .unwrap_err();
+            tries += 1;
+            if !error.contains("os error 26") || tries == 20 {
+                break error;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(
             error.starts_with("its program exited with exit status: 3: "),
