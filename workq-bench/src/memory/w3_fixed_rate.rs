@@ -74,11 +74,16 @@ fn samples(
     ]
 }
 
+/// How long a consumer started at `start` should wait before its `n`-th delivery at `rate`:
+/// `None` unless it is ahead of its schedule by more than [`SLACK`].
+fn ahead(start: Instant, n: usize, rate: f64) -> Option<Duration> {
+    let due = Duration::try_from_secs_f64(n as f64 / rate).unwrap_or(Duration::MAX);
+    Some(due.saturating_sub(start.elapsed())).filter(|ahead| *ahead > SLACK)
+}
+
 /// Waits until the `n`-th delivery of a consumer started at `start` is due at `rate`.
 fn pace(start: Instant, n: usize, rate: f64) {
-    let due = Duration::try_from_secs_f64(n as f64 / rate).unwrap_or(Duration::MAX);
-    let ahead = due.saturating_sub(start.elapsed());
-    if ahead > SLACK {
+    if let Some(ahead) = ahead(start, n, rate) {
         thread::sleep(ahead);
     }
 }
@@ -160,10 +165,7 @@ fn ours_async(keys: &[Key], adds: usize, rate: f64) -> (f64, usize, f64) {
                 while let Some(lease) = queue.get().await {
                     drop(lease);
                     seen += 1;
-                    let due = Duration::try_from_secs_f64(seen as f64 / per_consumer)
-                        .unwrap_or(Duration::MAX);
-                    let ahead = due.saturating_sub(start.elapsed());
-                    if ahead > SLACK {
+                    if let Some(ahead) = ahead(start, seen, per_consumer) {
                         tokio::time::sleep(ahead).await;
                     }
                 }

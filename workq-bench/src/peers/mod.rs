@@ -96,30 +96,16 @@ impl Peer {
         let lines = relay.join().unwrap_or_default();
         if !output.status.success() {
             return Err(match last_words(&lines) {
+                // A program's error may quote the URL it was given, and the report is shared.
                 Some(words) => format!(
                     "its program exited with {}: {}",
                     output.status,
-                    hide_password(&words, url)
+                    workq::admin::redact_urls_in(&words)
                 ),
                 None => format!("its program exited with {}", output.status),
             });
         }
         Ok(parse(&String::from_utf8_lossy(&output.stdout)))
-    }
-}
-
-/// `text` with the password of `url` (`scheme://user:password@host`), if it has one, put as
-/// `***`: a program's error may quote the URL it was given, and the report is shared.
-fn hide_password(text: &str, url: &str) -> String {
-    let password = url
-        .split_once("://")
-        .and_then(|(_, rest)| rest.split_once('@'))
-        .and_then(|(auth, _)| auth.split_once(':'))
-        .map(|(_, password)| password)
-        .filter(|password| !password.is_empty());
-    match password {
-        Some(password) => text.replace(password, "***"),
-        None => text.to_owned(),
     }
 }
 
@@ -244,7 +230,7 @@ mod tests {
             "{error}"
         );
         assert!(
-            error.ends_with("apalis-redis: the server refused: redis://bench:***@127.0.0.1:1/"),
+            error.ends_with("apalis-redis: the server refused: redis://***@127.0.0.1:1/"),
             "{error}"
         );
     }
