@@ -162,6 +162,9 @@ pub struct PgServer {
     dir: PathBuf,
     port: u16,
     child: Option<Child>,
+    /// The length of the log when the latest start began: what the log says before it is
+    /// about an earlier server.
+    log_from: u64,
 }
 
 impl PgServer {
@@ -187,6 +190,7 @@ impl PgServer {
             dir,
             port: 0,
             child: None,
+            log_from: 0,
         };
         for _ in 0..5 {
             server.port = free_port();
@@ -204,6 +208,7 @@ impl PgServer {
             .append(true)
             .open(self.dir.join("log"))
             .expect("open the server log");
+        self.log_from = log.metadata().map_or(0, |m| m.len());
         let child = as_server_user(&self.bin.join("postgres"))
             .arg("-D")
             .arg(&self.dir)
@@ -251,24 +256,25 @@ impl PgServer {
         false
     }
 
-    /// Whether the server answers a query (`pg_isready` is not always installed).
+    /// Whether the server answers a query: `psql` if the client is installed beside the
+    /// server, else `pg_isready` (the server package has it), else the log of this start.
+    ///
+    /// An open port alone proves nothing: a postmaster killed a moment ago still completes
+    /// handshakes until it is gone.
     fn accepts(&self) -> bool {
         let Ok(stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
         drop(stream);
-        // The port is open; the server may still be recovering: ask it.
-        Command::new(self.bin.join("psql"))
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-tAc",
-                "SELECT 1",
-            ])
+        // The port is open; the server may still be recovering (or going): ask it.
+        let (program, ask): (&str, &[&str]) = if self.bin.join("psql").exists() {
+            ("psql", &["-tAc", "SELECT 1"])
+        } else {
+            ("pg_isready", &["-t", "2"])
+        };
+        Command::new(self.bin.join(program))
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"])
+            .args(ask)
             .arg("-p")
             .arg(self.port.to_string())
             .stdout(Stdio::null())
@@ -277,12 +283,15 @@ impl PgServer {
             .map_or_else(|_| self.ready_by_log(), |s| s.success())
     }
 
-    /// Without `psql`: the log says the server is ready.
+    /// Without `psql` or `pg_isready`: the log of this start says the server is ready (a
+    /// start that fails early, on the lock file, writes no "starting" line, so the lines
+    /// before this start are not read).
     fn ready_by_log(&self) -> bool {
-        std::fs::read_to_string(self.dir.join("log")).is_ok_and(|log| {
-            log.rsplit("starting PostgreSQL")
-                .next()
-                .is_some_and(|tail| tail.contains("ready to accept connections"))
+        std::fs::read(self.dir.join("log")).is_ok_and(|log| {
+            let from = usize::try_from(self.log_from).unwrap_or(usize::MAX);
+            log.get(from..).is_some_and(|tail| {
+                String::from_utf8_lossy(tail).contains("ready to accept connections")
+            })
         })
     }
 
@@ -313,12 +322,23 @@ impl PgServer {
     }
 
     /// `kill -9` of the postmaster (its backends exit when they notice), then waits for the
-    /// process to be gone.
+    /// process to be gone (up to 10 s).
+    ///
+    /// Under `runuser` the postmaster is not our child, so waiting for the child is not
+    /// enough: until the postmaster has exited its port still completes handshakes and its
+    /// PID still holds the data directory's lock file.
     pub fn kill(&mut self) {
+        let pid = self.pid();
         self.signal("-9");
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if let Some(pid) = pid {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while running(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
     }
 
@@ -352,6 +372,16 @@ impl PgServer {
         }
         panic!("postgres would not restart; see {}/log", self.dir.display());
     }
+}
+
+/// Whether process `pid` exists and has not exited (a zombie has).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
 }
 
 impl Drop for PgServer {
