@@ -28,8 +28,8 @@
 //! client-go's workqueue is not in this bench: its figures come from a Go port of the
 //! workloads that is not in the repository (docs/benchmarks.md, "W3 like with like").
 
-use std::sync::Barrier;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -152,7 +152,10 @@ fn ours_async(keys: &[Key], adds: usize, rate: f64) -> (f64, usize, f64) {
     let queue: WorkQueue<Key> = WorkQueue::new();
     let per_producer = adds / PRODUCERS;
     let per_consumer = rate / CONSUMERS as f64;
-    let remaining = std::sync::Arc::new(AtomicUsize::new(PRODUCERS));
+    let remaining = Arc::new(AtomicUsize::new(PRODUCERS));
+    // One copy of the keys for every producer task (the tasks are `'static`, so they cannot
+    // borrow them as the threads of `ours` do).
+    let keys: Arc<[Key]> = keys.into();
     // Every task waits for the same start, as the threads of `ours` wait at their barrier.
     let (go, _) = tokio::sync::watch::channel(false);
     let consumers: Vec<_> = (0..CONSUMERS)
@@ -175,7 +178,7 @@ fn ours_async(keys: &[Key], adds: usize, rate: f64) -> (f64, usize, f64) {
         .collect();
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|p| {
-            let (queue, keys, remaining) = (queue.clone(), keys.to_vec(), remaining.clone());
+            let (queue, keys, remaining) = (queue.clone(), keys.clone(), remaining.clone());
             let mut started = go.subscribe();
             rt.spawn(async move {
                 let _ = started.wait_for(|go| *go).await;
